@@ -1,0 +1,55 @@
+# applyset-operator — see README.md. Every target works on a fresh machine that reaches the
+# package registries: missing tools are installed by `make deps`.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+LOCAL := $(CURDIR)/.local
+TESTENV := $(CURDIR)/target/debug/testenv
+KUBECTL := $(LOCAL)/bin/kubectl
+# Tests share one control plane per test binary; two binaries at once is plenty for 2 cores.
+TEST_THREADS ?= 4
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+.PHONY: deps
+deps: ## install what building and testing need (apt packages; Go and Rust are on the machine)
+	@missing=""; for t in openssl curl setsid git; do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing apt packages"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git >/dev/null; \
+	fi
+	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
+	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
+
+.PHONY: kube-binaries
+kube-binaries: deps ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, kubectl
+	@tests/testenv/build-kube.sh >/dev/null
+
+.PHONY: build
+build: deps ## build the operator and the test launcher
+	$(CARGO) build --locked --workspace --bins
+
+.PHONY: test
+test: deps kube-binaries ## every test: unit, integration and end to end against a real kube-apiserver
+	$(CARGO) build --locked --workspace --all-targets
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
+	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+.PHONY: cluster-up
+cluster-up: deps kube-binaries ## start a local control plane in the background (.local/kubeconfig, .local/bin/kubectl)
+	@$(CARGO) build --locked -q -p applyset-testenv
+	@TESTENV=$(TESTENV) tests/testenv/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## stop the local control plane and remove its state
+	@tests/testenv/cluster.sh down
+
+.PHONY: lint
+lint: ## cargo fmt --check, cargo clippy -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings

@@ -1,0 +1,381 @@
+//! The API: `ApplySet` (namespaced) and `ClusterApplySet` (cluster-scoped) in
+//! `applyset.dev/v1alpha1`. Both kinds share one spec and one status.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired state of an ApplySet: the objects it keeps exactly as declared.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "applyset.dev",
+    version = "v1alpha1",
+    kind = "ApplySet",
+    plural = "applysets",
+    singular = "applyset",
+    shortname = "aset",
+    namespaced,
+    status = "ApplySetStatus",
+    doc = "A set of Kubernetes objects applied with server-side apply and pruned when no longer declared. The ApplySet is the KEP-3659 ApplySet parent of its members.",
+    label("applyset.kubernetes.io/is-parent-type", "true"),
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Ready condition status","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Ready condition reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Members","type":"integer","description":"Declared members","jsonPath":".status.summary.members"}"#,
+    printcolumn = r#"{"name":"Pruned","type":"integer","description":"Objects pruned by the last reconcile","jsonPath":".status.summary.pruned"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","description":"Age","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplySetSpec {
+    /// Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name.
+    /// A `kind: List` is flattened into its items.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "manifests_schema")]
+    pub manifests: Vec<serde_json::Value>,
+
+    /// Namespace given to namespaced members that set none. Defaults to the ApplySet's own
+    /// namespace; a ClusterApplySet has no default, so its namespaced members must name one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_namespace: Option<String>,
+
+    /// Delete members that are no longer declared (default true).
+    #[serde(default = "default_true")]
+    pub prune: bool,
+
+    /// Allow a reconcile whose desired set is empty to prune every member. Without it such a
+    /// reconcile is refused (reason EmptySetRefused) and nothing is deleted.
+    #[serde(default)]
+    pub allow_empty: bool,
+
+    /// Server-side apply with force: take over fields owned by other field managers. Without
+    /// it a conflict is reported (reason Conflict) naming the other manager.
+    #[serde(default)]
+    pub force: bool,
+
+    /// Apply writes the members; Plan computes with a server-side dry-run what an apply would
+    /// create, change and prune, reports it in status.plan, and writes no member.
+    #[serde(default)]
+    pub mode: Mode,
+
+    /// Period of a full re-reconcile that corrects drift even without events (Go duration,
+    /// e.g. 10m, 1h30m).
+    #[serde(default = "default_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub interval: String,
+
+    /// First retry after a failure; retries back off exponentially up to `interval`.
+    #[serde(default = "default_retry_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub retry_interval: String,
+
+    /// Bound on one reconcile's apply.
+    #[serde(default = "default_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: String,
+
+    /// Stop reconciling; members are left as they are and status says Suspended.
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// On deletion of this object: Delete prunes every member (in reverse dependency order)
+    /// before the finalizer is removed; Orphan leaves them in place.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// Cluster-scoped ApplySet, for sets that span namespaces (CRDs, Namespaces, RBAC, add-ons).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "applyset.dev",
+    version = "v1alpha1",
+    kind = "ClusterApplySet",
+    plural = "clusterapplysets",
+    singular = "clusterapplyset",
+    shortname = "caset",
+    status = "ApplySetStatus",
+    doc = "A cluster-scoped set of Kubernetes objects applied with server-side apply and pruned when no longer declared. The ClusterApplySet is the KEP-3659 ApplySet parent of its members.",
+    label("applyset.kubernetes.io/is-parent-type", "true"),
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Ready condition status","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Ready condition reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Members","type":"integer","description":"Declared members","jsonPath":".status.summary.members"}"#,
+    printcolumn = r#"{"name":"Pruned","type":"integer","description":"Objects pruned by the last reconcile","jsonPath":".status.summary.pruned"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","description":"Age","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(transparent)]
+pub struct ClusterApplySetSpec(pub ApplySetSpec);
+
+fn default_true() -> bool {
+    true
+}
+fn default_interval() -> String {
+    "10m".into()
+}
+fn default_retry_interval() -> String {
+    "30s".into()
+}
+fn default_timeout() -> String {
+    "5m".into()
+}
+
+fn manifests_schema(_: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name. A `kind: List` is flattened into its items.",
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+    })
+}
+
+/// What a reconcile does with the members.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Mode {
+    /// Write the members (server-side apply) and prune.
+    #[default]
+    Apply,
+    /// Dry-run only: report in status.plan what Apply would do.
+    Plan,
+}
+
+/// What happens to the members when the ApplySet is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Prune every member before the ApplySet goes away.
+    #[default]
+    Delete,
+    /// Leave the members in place.
+    Orphan,
+}
+
+/// Observed state of an ApplySet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplySetStatus {
+    /// The generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The KEP-3659 ApplySet ID of this parent (value of its applyset.kubernetes.io/id label).
+    #[serde(
+        default,
+        rename = "applySetID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub applyset_id: Option<String>,
+
+    /// Ready, Reconciling and Stalled (kstatus conventions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Digest of the rendered desired set last applied and pruned in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+
+    /// Digest of the desired set last attempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+
+    /// Counts of the last reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+
+    /// The members, capped at 500 entries (see membersTruncated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberRef>,
+
+    /// True when members lists only the first 500 members.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub members_truncated: bool,
+
+    /// In Plan mode: what an apply would do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
+
+    /// Short message of the last failure; cleared on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// Counts of one reconcile.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Declared members.
+    pub members: u32,
+    /// Members created by this reconcile.
+    pub created: u32,
+    /// Members whose live state this reconcile changed.
+    pub configured: u32,
+    /// Members already as declared.
+    pub unchanged: u32,
+    /// Objects deleted because they are no longer declared.
+    pub pruned: u32,
+    /// Members whose apply failed.
+    pub failed: u32,
+    /// Members whose apply hit a field-manager conflict.
+    pub conflicts: u32,
+    /// Objects no longer declared but kept (applyset.dev/prune: disabled, or not ours).
+    pub retained: u32,
+}
+
+/// A reference to a member object.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberRef {
+    /// API group ("" for the core group).
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (absent for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for MemberRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}", self.kind)?;
+        } else {
+            write!(f, "{}.{}", self.kind, self.group)?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " {ns}/{}", self.name),
+            None => write!(f, " {}", self.name),
+        }
+    }
+}
+
+/// What an apply would do (Plan mode).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Members that would be created.
+    #[serde(default)]
+    pub create: Vec<MemberRef>,
+    /// Members whose live state would change.
+    #[serde(default)]
+    pub update: Vec<MemberRef>,
+    /// Objects that would be pruned.
+    #[serde(default)]
+    pub prune: Vec<MemberRef>,
+    /// Members already as declared.
+    #[serde(default)]
+    pub unchanged: u32,
+    /// True when one of the lists was capped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// Parses a Go-style duration (`10m`, `1h30m`, `500ms`, `1.5h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        if num_end == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_end] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += value * factor;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+impl ApplySetSpec {
+    /// `interval`, or 10 minutes when it cannot be parsed (the CRD's pattern prevents that).
+    pub fn interval(&self) -> Duration {
+        parse_duration(&self.interval).unwrap_or(Duration::from_secs(600))
+    }
+    pub fn retry_interval(&self) -> Duration {
+        parse_duration(&self.retry_interval).unwrap_or(Duration::from_secs(30))
+    }
+    pub fn timeout(&self) -> Duration {
+        parse_duration(&self.timeout).unwrap_or(Duration::from_secs(300))
+    }
+}
+
+impl Default for ApplySetSpec {
+    fn default() -> Self {
+        // Same defaults as deserializing `{}`.
+        Self {
+            manifests: Vec::new(),
+            target_namespace: None,
+            prune: true,
+            allow_empty: false,
+            force: false,
+            mode: Mode::Apply,
+            interval: default_interval(),
+            retry_interval: default_retry_interval(),
+            timeout: default_timeout(),
+            suspend: false,
+            deletion_policy: DeletionPolicy::Delete,
+        }
+    }
+}
+
+/// Both CRDs, as YAML documents (what `applyset-operator crd` prints).
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [ApplySet::crd(), ClusterApplySet::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        for bad in ["", "10", "m", "10x", "1h m", "-1s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn spec_defaults_match_an_empty_object() {
+        let spec: ApplySetSpec = serde_json::from_str("{}").expect("empty spec");
+        assert_eq!(spec, ApplySetSpec::default());
+        assert!(spec.prune);
+        assert_eq!(spec.interval(), Duration::from_secs(600));
+        assert_eq!(spec.retry_interval(), Duration::from_secs(30));
+        assert_eq!(spec.timeout(), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn cluster_spec_has_the_same_shape() {
+        let json = serde_json::json!({"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}], "prune": false});
+        let a: ApplySetSpec = serde_json::from_value(json.clone()).expect("spec");
+        let c: ClusterApplySetSpec = serde_json::from_value(json).expect("cluster spec");
+        assert_eq!(c.0, a);
+    }
+}

@@ -1,0 +1,125 @@
+//! Shared support for the integration tests: one real control plane per test binary, a
+//! namespace per test, impersonating clients, and polling with a deadline.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::{
+    future::Future,
+    path::Path,
+    process::Command,
+    sync::{
+        OnceLock,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use applyset_testenv::{ControlPlane, Options, binaries};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, Config,
+    api::{ObjectMeta, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+pub struct TestCluster {
+    cp: ControlPlane,
+}
+
+static CLUSTER: OnceLock<Result<TestCluster, String>> = OnceLock::new();
+
+/// The control plane of this test binary, started on first use. Its processes end when the
+/// test binary ends, however it ends (see `applyset_testenv`).
+pub fn cluster() -> &'static TestCluster {
+    let c = CLUSTER.get_or_init(|| {
+        let bin = binaries().map_err(|e| e.to_string())?;
+        let cp = ControlPlane::start(&Options::new(bin)).map_err(|e| e.to_string())?;
+        Ok(TestCluster { cp })
+    });
+    match c {
+        Ok(c) => c,
+        Err(e) => panic!("the test control plane did not start: {e}"),
+    }
+}
+
+impl TestCluster {
+    pub fn control_plane(&self) -> &ControlPlane {
+        &self.cp
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        self.cp.kubeconfig()
+    }
+
+    pub async fn config(&self) -> Config {
+        let kc = Kubeconfig::read_from(self.cp.kubeconfig()).expect("kubeconfig readable");
+        Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig valid")
+    }
+
+    /// An admin client (group `system:masters`). Make one per test: a client belongs to the
+    /// tokio runtime it was made on.
+    pub async fn client(&self) -> Client {
+        Client::try_from(self.config().await).expect("client")
+    }
+
+    /// A client that impersonates ServiceAccount `namespace/name` (RBAC applies to it).
+    pub async fn service_account_client(&self, namespace: &str, name: &str) -> Client {
+        let mut config = self.config().await;
+        config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).expect("client")
+    }
+
+    /// `kubectl` of the same release, pointed at this cluster.
+    pub fn kubectl(&self) -> Command {
+        let mut c = Command::new(self.cp.kubectl());
+        c.arg(format!("--kubeconfig={}", self.cp.kubeconfig().display()));
+        c
+    }
+}
+
+static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Creates a namespace of its own for a test: `<prefix>-<pid>-<n>`.
+pub async fn test_namespace(client: &Client, prefix: &str) -> String {
+    let name = format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NS_COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create test namespace");
+    name
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

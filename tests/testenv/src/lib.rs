@@ -1,0 +1,474 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver and
+//! kube-controller-manager, built from published Go modules by `build-kube.sh`.
+//!
+//! [`ControlPlane::start`] starts the three processes on free loopback ports, writes an admin
+//! kubeconfig and waits for `/readyz`. Cleanup never depends on destructors running: every
+//! control plane has a small guard process that reads the PIDs of the processes it must stop
+//! from a pipe. When the process that owns the control plane ends — normally, by a panic, or by
+//! SIGKILL — the pipe closes, and the guard stops the processes and removes the state
+//! directory. [`ControlPlane::stop`] (also run on drop) does the same synchronously.
+
+use std::{
+    fs,
+    io::Write,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Environment variable naming a directory that already holds the binaries.
+pub const BIN_DIR_ENV: &str = "APPLYSET_TESTENV_BIN";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "building the control-plane binaries failed ({0}); run tests/testenv/build-kube.sh to see why"
+    )]
+    Build(String),
+    #[error(
+        "control-plane binary {0} is missing; run tests/testenv/build-kube.sh or set {BIN_DIR_ENV}"
+    )]
+    MissingBinary(PathBuf),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{process} did not become ready within {timeout:?}; its log is {log}")]
+    NotReady {
+        process: &'static str,
+        timeout: Duration,
+        log: PathBuf,
+    },
+    #[error("{process} exited early with {status}; its log is {log}")]
+    Exited {
+        process: &'static str,
+        status: std::process::ExitStatus,
+        log: PathBuf,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn io<T>(what: impl Into<String>, r: std::io::Result<T>) -> Result<T> {
+    r.map_err(|source| Error::Io {
+        what: what.into(),
+        source,
+    })
+}
+
+/// Directory of this crate (where `build-kube.sh` and the Go modules live).
+pub fn testenv_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding etcd, kube-apiserver, kube-controller-manager and kubectl:
+/// `$APPLYSET_TESTENV_BIN` if set, otherwise whatever `build-kube.sh` prints (it builds on a
+/// cache miss and returns at once on a hit).
+pub fn binaries() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
+        return Ok(PathBuf::from(dir));
+    }
+    let script = testenv_dir().join("build-kube.sh");
+    let out = io(
+        format!("running {}", script.display()),
+        Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output(),
+    )?;
+    if !out.status.success() {
+        return Err(Error::Build(out.status.to_string()));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout.lines().last().unwrap_or_default().trim();
+    if dir.is_empty() {
+        return Err(Error::Build("no directory printed".into()));
+    }
+    Ok(PathBuf::from(dir))
+}
+
+/// Options for [`ControlPlane::start`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Directory with the binaries (see [`binaries`]).
+    pub bin_dir: PathBuf,
+    /// Where state (etcd data, certificates, logs, kubeconfig) goes. A fresh temporary
+    /// directory when `None`. Removed when the control plane stops.
+    pub state_dir: Option<PathBuf>,
+    /// Start kube-controller-manager (garbage collector, namespace and service-account
+    /// controllers).
+    pub controller_manager: bool,
+    /// How long each process may take to become ready.
+    pub ready_timeout: Duration,
+}
+
+impl Options {
+    pub fn new(bin_dir: PathBuf) -> Self {
+        Self {
+            bin_dir,
+            state_dir: None,
+            controller_manager: true,
+            ready_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// A running control plane. Stopped on [`ControlPlane::stop`], on drop, and — through the
+/// guard process — when the owning process dies.
+pub struct ControlPlane {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    token: String,
+    bin_dir: PathBuf,
+    children: Vec<(&'static str, Child)>,
+    guard: Option<(Child, ChildStdin)>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("dir", &self.dir)
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+const GUARD_SCRIPT: &str = r#"
+trap '' INT HUP
+dir=$1
+pids=
+while read -r p; do pids="$pids $p"; done
+[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+i=0
+while [ $i -lt 100 ]; do
+  alive=
+  for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ -z "$alive" ] && break
+  i=$((i+1)); sleep 0.1
+done
+[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+rm -rf "$dir"
+"#;
+
+fn free_port() -> Result<u16> {
+    let l = io("binding a loopback port", TcpListener::bind("127.0.0.1:0"))?;
+    Ok(io("reading the bound port", l.local_addr())?.port())
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    let mut f = io("opening /dev/urandom", fs::File::open("/dev/urandom"))?;
+    io(
+        "reading /dev/urandom",
+        std::io::Read::read_exact(&mut f, &mut buf),
+    )?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl ControlPlane {
+    /// Starts etcd, kube-apiserver and (optionally) kube-controller-manager and waits until
+    /// the API server answers `/readyz`.
+    pub fn start(opts: &Options) -> Result<Self> {
+        for b in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kubectl",
+        ] {
+            let p = opts.bin_dir.join(b);
+            if !p.is_file() {
+                return Err(Error::MissingBinary(p));
+            }
+        }
+        let dir = match &opts.state_dir {
+            Some(d) => d.clone(),
+            None => std::env::temp_dir().join(format!("applyset-testenv-{}", random_hex(6)?)),
+        };
+        io(
+            format!("creating {}", dir.display()),
+            fs::create_dir_all(dir.join("pki")),
+        )?;
+        let dir = io("resolving the state directory", dir.canonicalize())?;
+
+        // The guard first: from here on, whatever happens to this process, what it started
+        // is stopped and the state directory removed.
+        let mut guard_child = io(
+            "starting the cleanup guard",
+            Command::new("sh")
+                .arg("-c")
+                .arg(GUARD_SCRIPT)
+                .arg("guard")
+                .arg(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn(),
+        )?;
+        let guard_stdin = guard_child.stdin.take();
+        let mut cp = ControlPlane {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            server: String::new(),
+            token: random_hex(16)?,
+            bin_dir: opts.bin_dir.clone(),
+            children: Vec::new(),
+            guard: guard_stdin.map(|s| (guard_child, s)),
+        };
+        cp.launch(opts)?;
+        Ok(cp)
+    }
+
+    fn spawn(&mut self, name: &'static str, cmd: &mut Command) -> Result<()> {
+        let log = self.dir.join(format!("{name}.log"));
+        let out = io(
+            format!("creating {}", log.display()),
+            fs::File::create(&log),
+        )?;
+        let err = io("duplicating a log handle", out.try_clone())?;
+        let child = io(
+            format!("starting {name}"),
+            cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn(),
+        )?;
+        if let Some((_, stdin)) = &mut self.guard {
+            // If the guard is gone the synchronous stop still covers this child.
+            let _ = writeln!(stdin, "{}", child.id());
+            let _ = stdin.flush();
+        }
+        self.children.push((name, child));
+        Ok(())
+    }
+
+    fn launch(&mut self, opts: &Options) -> Result<()> {
+        let d = self.dir.clone();
+        let pki = d.join("pki");
+        let sa_key = pki.join("sa.key");
+        let status = io(
+            "generating the service-account key with openssl",
+            Command::new("openssl")
+                .args([
+                    "ecparam",
+                    "-name",
+                    "prime256v1",
+                    "-genkey",
+                    "-noout",
+                    "-out",
+                ])
+                .arg(&sa_key)
+                .stderr(Stdio::null())
+                .status(),
+        )?;
+        if !status.success() {
+            return Err(Error::Build(format!(
+                "openssl ecparam exited with {status}"
+            )));
+        }
+        io(
+            "writing the token file",
+            fs::write(
+                d.join("tokens.csv"),
+                format!("{},admin,admin,\"system:masters\"\n", self.token),
+            ),
+        )?;
+
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let bin = self.bin_dir.clone();
+        self.spawn(
+            "etcd",
+            Command::new(bin.join("etcd"))
+                .arg(format!("--data-dir={}", d.join("etcd").display()))
+                .arg(format!("--listen-client-urls={etcd_url}"))
+                .arg(format!("--advertise-client-urls={etcd_url}"))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{peer_port}"
+                ))
+                .arg("--unsafe-no-fsync=true")
+                .arg("--quota-backend-bytes=8589934592")
+                .arg("--log-level=warn"),
+        )?;
+
+        self.server = format!("https://127.0.0.1:{api_port}");
+        self.spawn(
+            "kube-apiserver",
+            Command::new(bin.join("kube-apiserver"))
+                .arg(format!("--etcd-servers={etcd_url}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg(format!("--secure-port={api_port}"))
+                .arg("--advertise-address=127.0.0.1")
+                .arg("--endpoint-reconciler-type=none")
+                .arg(format!("--cert-dir={}", pki.display()))
+                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+                .arg(format!("--service-account-key-file={}", sa_key.display()))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    sa_key.display()
+                ))
+                .arg("--authorization-mode=RBAC")
+                .arg(format!(
+                    "--token-auth-file={}",
+                    d.join("tokens.csv").display()
+                ))
+                .arg("--allow-privileged=true")
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .arg("--max-requests-inflight=0")
+                .arg("--max-mutating-requests-inflight=0")
+                .arg("--enable-priority-and-fairness=false")
+                .arg("--v=0"),
+        )?;
+
+        // The apiserver writes its self-signed serving certificate before it listens.
+        let ca = pki.join("apiserver.crt");
+        self.wait_until("kube-apiserver", opts.ready_timeout, || ca.is_file())?;
+        io(
+            "writing the kubeconfig",
+            fs::write(
+                &self.kubeconfig,
+                kubeconfig_yaml(&self.server, &ca, &self.token),
+            ),
+        )?;
+        let kubectl = bin.join("kubectl");
+        let kc = self.kubeconfig.clone();
+        self.wait_until("kube-apiserver", opts.ready_timeout, || {
+            Command::new(&kubectl)
+                .arg(format!("--kubeconfig={}", kc.display()))
+                .args(["get", "--raw=/readyz", "--request-timeout=5s"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })?;
+
+        if opts.controller_manager {
+            let kcm_kubeconfig = self.kubeconfig.clone();
+            self.spawn(
+                "kube-controller-manager",
+                Command::new(bin.join("kube-controller-manager"))
+                    .arg(format!("--kubeconfig={}", kcm_kubeconfig.display()))
+                    .arg("--leader-elect=false")
+                    .arg("--secure-port=0")
+                    .arg("--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller")
+                    .arg(format!("--service-account-private-key-file={}", sa_key.display()))
+                    .arg(format!("--root-ca-file={}", ca.display()))
+                    .arg("--kube-api-qps=200")
+                    .arg("--kube-api-burst=400")
+                    .arg("--concurrent-gc-syncs=5")
+                    .arg("--concurrent-namespace-syncs=5"),
+            )?;
+            // Fail early if it exits at once (bad flags); readiness shows in behaviour.
+            thread::sleep(Duration::from_millis(300));
+            self.check_alive()?;
+        }
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(Error::Exited {
+                    process: name,
+                    status,
+                    log: self.dir.join(format!("{name}.log")),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_until(
+        &mut self,
+        process: &'static str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(Error::NotReady {
+                    process,
+                    timeout,
+                    log: self.dir.join(format!("{process}.log")),
+                });
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Path of the admin kubeconfig (group `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+    /// `https://127.0.0.1:<port>`.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+    /// The admin bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+    /// The CA bundle that signs the API server's serving certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("pki").join("apiserver.crt")
+    }
+    /// The state directory (removed on stop).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// The kubectl binary that matches the server.
+    pub fn kubectl(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+    /// PIDs of the processes this control plane started (the guard included).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.children.iter().map(|(_, c)| c.id()).collect();
+        if let Some((g, _)) = &self.guard {
+            v.push(g.id());
+        }
+        v
+    }
+
+    /// Stops every process (SIGTERM, then SIGKILL after 10 s) and removes the state directory.
+    pub fn stop(&mut self) {
+        // Closing the guard's stdin makes it stop the processes and remove the directory;
+        // waiting for it makes this synchronous.
+        if let Some((mut guard, stdin)) = self.guard.take() {
+            drop(stdin);
+            let _ = guard.wait();
+        }
+        for (_, child) in &mut self.children {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+        self.children.clear();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An admin kubeconfig for `server`, trusting `ca`, authenticating with `token`.
+pub fn kubeconfig_yaml(server: &str, ca: &Path, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: testenv\n  context:\n    cluster: testenv\n    user: admin\n    namespace: default\ncurrent-context: testenv\n",
+        ca.display()
+    )
+}
