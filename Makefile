@@ -40,6 +40,10 @@ test: deps kube-binaries ## every test: unit, integration and end to end against
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
+.PHONY: run
+run: deps kube-binaries ## local control plane (unless KUBECONFIG is set) + CRDs + operator in the foreground + examples/
+	@hack/run.sh
+
 .PHONY: cluster-up
 cluster-up: deps kube-binaries ## start a local control plane in the background (.local/kubeconfig, .local/bin/kubectl)
 	@$(CARGO) build --locked -q -p applyset-testenv
@@ -48,6 +52,10 @@ cluster-up: deps kube-binaries ## start a local control plane in the background 
 .PHONY: cluster-down
 cluster-down: ## stop the local control plane and remove its state
 	@tests/testenv/cluster.sh down
+
+.PHONY: crds
+crds: ## regenerate the committed CRD YAML from the Rust types
+	$(CARGO) run --locked -q -- crd > config/crd/applyset.dev.yaml
 
 .PHONY: lint
 lint: ## cargo fmt --check, cargo clippy -D warnings

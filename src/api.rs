@@ -202,21 +202,21 @@ pub struct ApplySetStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Declared members.
-    pub members: u32,
+    pub members: i64,
     /// Members created by this reconcile.
-    pub created: u32,
+    pub created: i64,
     /// Members whose live state this reconcile changed.
-    pub configured: u32,
+    pub configured: i64,
     /// Members already as declared.
-    pub unchanged: u32,
+    pub unchanged: i64,
     /// Objects deleted because they are no longer declared.
-    pub pruned: u32,
+    pub pruned: i64,
     /// Members whose apply failed.
-    pub failed: u32,
+    pub failed: i64,
     /// Members whose apply hit a field-manager conflict.
-    pub conflicts: u32,
+    pub conflicts: i64,
     /// Objects no longer declared but kept (applyset.dev/prune: disabled, or not ours).
-    pub retained: u32,
+    pub retained: i64,
 }
 
 /// A reference to a member object.
@@ -266,7 +266,7 @@ pub struct Plan {
     pub prune: Vec<MemberRef>,
     /// Members already as declared.
     #[serde(default)]
-    pub unchanged: u32,
+    pub unchanged: i64,
     /// True when one of the lists was capped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,

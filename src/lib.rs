@@ -5,7 +5,61 @@
 //! - [`applyset`]: the KEP-3659 conventions (IDs, keys, annotation encoding, field managers)
 //!   as pure functions.
 //! - [`manifest`]: parsing and validating declared objects (the render step's building blocks).
+//! - [`discovery`]: API discovery, cached and refreshed on a miss.
+//! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
+//! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
+//! - [`apply`]: staged, concurrent server-side apply of the members.
+//! - [`prune`]: finding and safely deleting members that are no longer declared.
+//! - [`status`]: conditions without timestamp churn.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`controller`]: the reconcile loop that ties them together.
 
 pub mod api;
+pub mod apply;
 pub mod applyset;
+pub mod controller;
+pub mod discovery;
 pub mod manifest;
+pub mod metrics;
+pub mod parent;
+pub mod prune;
+pub mod render;
+pub mod status;
+
+/// Errors of the operator's I/O. Problems with what the user declared are not errors of this
+/// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("API discovery failed: {0}")]
+    Discovery(#[source] kube::Error),
+    #[error("serializing {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("prune: {0}")]
+    Prune(String),
+    #[error("{0} has no name")]
+    Unnamed(&'static str),
+}
+
+impl Error {
+    /// A short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Discovery(_) => "discovery",
+            Error::Serialize { .. } => "serialize",
+            Error::Finalizer(_) => "finalizer",
+            Error::Prune(_) => "prune",
+            Error::Unnamed(_) => "unnamed",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -900,17 +900,24 @@ pub fn normalize(object: &mut Map<String, Value>) {
 /// contribute: moving an object to another file does not change the revision. Pass normalized
 /// objects so that server-owned fields do not affect it.
 pub fn digest<'a>(manifests: impl IntoIterator<Item = &'a Manifest>) -> String {
-    let mut entries: Vec<(MemberKey, String)> = manifests
+    digest_objects(manifests.into_iter().map(|m| &m.object))
+}
+
+/// [`digest`] of plain objects (a rendered set after namespaces were resolved).
+pub fn digest_objects<'a>(
+    objects: impl IntoIterator<Item = &'a serde_json::Map<String, Value>>,
+) -> String {
+    let mut entries: Vec<String> = objects
         .into_iter()
-        .map(|m| {
+        .map(|object| {
             let mut canonical = String::new();
-            write_canonical(&Value::Object(m.object.clone()), &mut canonical);
-            (m.key(), canonical)
+            write_canonical(&Value::Object(object.clone()), &mut canonical);
+            canonical
         })
         .collect();
     entries.sort();
     let mut hasher = Sha256::new();
-    for (_, canonical) in &entries {
+    for canonical in &entries {
         // Canonical JSON never contains a raw newline, so newline-terminated entries are
         // unambiguous.
         hasher.update(canonical.as_bytes());

@@ -139,19 +139,22 @@ impl std::fmt::Debug for ControlPlane {
 }
 
 const GUARD_SCRIPT: &str = r#"
-trap '' INT HUP
+trap '' INT HUP TERM
 dir=$1
 pids=
 while read -r p; do pids="$pids $p"; done
-[ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+# The state is thrown away, so there is nothing to shut down gracefully.
+[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
 i=0
 while [ $i -lt 100 ]; do
   alive=
-  for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+  for p in $pids; do
+    state=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null) || continue
+    [ "$state" = Z ] || alive=1
+  done
   [ -z "$alive" ] && break
-  i=$((i+1)); sleep 0.1
+  i=$((i+1)); sleep 0.05
 done
-[ -n "$pids" ] && kill -KILL $pids 2>/dev/null
 rm -rf "$dir"
 "#;
 
@@ -440,7 +443,7 @@ impl ControlPlane {
         v
     }
 
-    /// Stops every process (SIGTERM, then SIGKILL after 10 s) and removes the state directory.
+    /// Stops every process (SIGKILL: the state is discarded) and removes the state directory.
     pub fn stop(&mut self) {
         // Closing the guard's stdin makes it stop the processes and remove the directory;
         // waiting for it makes this synchronous.

@@ -1,0 +1,499 @@
+//! Apply: server-side apply of the members, staged (CRDs and Namespaces first, waiting for
+//! CRDs to be Established) and concurrent within a stage, with no read before a write.
+//!
+//! A member is first applied without force. A conflict on the `part-of` label means the live
+//! object belongs to another ApplySet: that is reported and the object is left alone. Other
+//! conflicts are reported naming the managers, or, with `force`, applied again with force.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+    core::Status,
+    discovery::Scope,
+};
+use serde_json::Value;
+
+use crate::{
+    api::MemberRef,
+    applyset::LABEL_PART_OF,
+    render::{Member, Stage},
+};
+
+/// What is known of a member's live object before the apply (from the prune listing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveObject {
+    pub uid: String,
+    pub resource_version: String,
+}
+
+/// The result of applying one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Configured,
+    Unchanged,
+    /// Fields owned by other managers (without `force`).
+    Conflict {
+        managers: Vec<String>,
+        message: String,
+    },
+    /// The live object carries the `part-of` label of another ApplySet.
+    Owned {
+        message: String,
+    },
+    Failed {
+        message: String,
+    },
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Created | Outcome::Configured | Outcome::Unchanged
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct MemberResult {
+    pub reference: MemberRef,
+    pub outcome: Outcome,
+}
+
+/// How to apply.
+pub struct Options<'a> {
+    pub field_manager: &'a str,
+    /// The ApplySet ID, injected as the `part-of` label.
+    pub id: &'a str,
+    pub force: bool,
+    pub dry_run: bool,
+    pub concurrency: usize,
+    /// Live members by reference, from the listing that precedes the apply.
+    pub existing: &'a HashMap<MemberRef, LiveObject>,
+    /// Seconds since the epoch when the reconcile started: an object created at or after it
+    /// was created by this apply.
+    pub started: i64,
+    /// CRDs must be Established by then.
+    pub deadline: Instant,
+}
+
+/// Applies the members stage by stage. Every member gets a result.
+pub async fn apply_all(
+    client: &Client,
+    members: &[Member],
+    opts: &Options<'_>,
+) -> Vec<MemberResult> {
+    let mut results = Vec::with_capacity(members.len());
+    for stage in [Stage::Definitions, Stage::Resources] {
+        let staged: Vec<&Member> = members.iter().filter(|m| m.stage == stage).collect();
+        // Indices, not references, keep the closure free of higher-ranked lifetimes.
+        let mut stage_results: Vec<MemberResult> = stream::iter(0..staged.len())
+            .map(|i| {
+                let m = staged[i];
+                async move {
+                    MemberResult {
+                        reference: m.reference.clone(),
+                        outcome: apply_one(client, m, opts).await,
+                    }
+                }
+            })
+            .buffer_unordered(opts.concurrency.max(1))
+            .collect()
+            .await;
+        if stage == Stage::Definitions && !opts.dry_run {
+            wait_for_crds(client, &staged, &mut stage_results, opts.deadline).await;
+        }
+        results.extend(stage_results);
+    }
+    results
+}
+
+fn body(member: &Member, id: &str) -> Value {
+    let mut object = member.object.clone();
+    let meta = object
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        let labels = meta
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(labels) = labels {
+            labels.insert(LABEL_PART_OF.into(), Value::String(id.into()));
+        }
+    }
+    Value::Object(object)
+}
+
+fn member_api(client: &Client, member: &Member) -> Api<DynamicObject> {
+    let scope = if member.namespaced {
+        Scope::Namespaced
+    } else {
+        Scope::Cluster
+    };
+    let api = Api::dynamic(client.clone(), &member.resource, &scope);
+    match &member.reference.namespace {
+        Some(ns) => api.constrain(ns),
+        None => api,
+    }
+}
+
+async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outcome {
+    let api = member_api(client, member);
+    let name = &member.reference.name;
+    let body = body(member, opts.id);
+    let params = |force: bool| {
+        let mut p = PatchParams::apply(opts.field_manager);
+        p.force = force;
+        p.dry_run = opts.dry_run;
+        p
+    };
+    let mut result = api.patch(name, &params(false), &Patch::Apply(&body)).await;
+    // A server-side apply creates missing objects, so a 404 means the route is not served
+    // (a CRD Established a moment ago) or the namespace does not exist yet (being created
+    // concurrently). Both settle within seconds.
+    let settle = Instant::now() + Duration::from_secs(10);
+    while !opts.dry_run
+        && matches!(&result, Err(kube::Error::Api(s)) if s.code == 404)
+        && Instant::now() < settle.min(opts.deadline)
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        result = api.patch(name, &params(false), &Patch::Apply(&body)).await;
+    }
+
+    if let Err(kube::Error::Api(status)) = &result
+        && status.is_conflict()
+    {
+        let conflict = Conflict::from_status(status);
+        if conflict.on_part_of {
+            return Outcome::Owned {
+                message: format!(
+                    "{}: the live object belongs to another ApplySet (its {LABEL_PART_OF} label is managed by {}); it is left alone. Remove it from one of the two sets",
+                    member.reference,
+                    conflict.managers.join(", ")
+                ),
+            };
+        }
+        if !opts.force {
+            return Outcome::Conflict {
+                message: format!(
+                    "{}: conflict with field manager(s) {}: {}; set spec.force: true to take the fields over",
+                    member.reference,
+                    conflict
+                        .managers
+                        .iter()
+                        .map(|m| format!("\"{m}\""))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    conflict.fields.join(", ")
+                ),
+                managers: conflict.managers,
+            };
+        }
+        result = api.patch(name, &params(true), &Patch::Apply(&body)).await;
+    }
+
+    if let Err(kube::Error::Api(status)) = &result
+        && is_immutable(status)
+    {
+        if !member.force_recreate {
+            return Outcome::Failed {
+                message: format!(
+                    "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
+                    member.reference, status.message
+                ),
+            };
+        }
+        if opts.dry_run {
+            return Outcome::Configured;
+        }
+        if let Err(e) = recreate(&api, name, opts.deadline).await {
+            return Outcome::Failed {
+                message: format!(
+                    "{}: re-creating after an immutable change: {e}",
+                    member.reference
+                ),
+            };
+        }
+        result = api
+            .patch(name, &params(opts.force), &Patch::Apply(&body))
+            .await;
+    }
+
+    match result {
+        Ok(applied) => classify(&api, member, &applied, opts).await,
+        // In a plan, an object whose namespace or CRD the plan itself creates cannot be
+        // dry-run yet: it would be created.
+        Err(kube::Error::Api(status)) if opts.dry_run && status.is_not_found() => Outcome::Created,
+        Err(kube::Error::Api(status)) => Outcome::Failed {
+            message: format!("{}: {}", member.reference, status.message),
+        },
+        Err(e) => Outcome::Failed {
+            message: format!("{}: {e}", member.reference),
+        },
+    }
+}
+
+async fn classify(
+    api: &Api<DynamicObject>,
+    member: &Member,
+    applied: &DynamicObject,
+    opts: &Options<'_>,
+) -> Outcome {
+    let Some(live) = opts.existing.get(&member.reference) else {
+        let created_now = applied
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_none_or(|t| t.0.as_second() >= opts.started);
+        // Not ours before: created now, or an existing object adopted into the set.
+        return if created_now {
+            Outcome::Created
+        } else {
+            Outcome::Configured
+        };
+    };
+    if !opts.dry_run {
+        return if applied.metadata.resource_version.as_deref()
+            == Some(live.resource_version.as_str())
+        {
+            Outcome::Unchanged
+        } else {
+            Outcome::Configured
+        };
+    }
+    // A dry-run does not move the resourceVersion: compare with the live object.
+    match api.get(&member.reference.name).await {
+        Ok(current) if comparable(&current) == comparable(applied) => Outcome::Unchanged,
+        Ok(_) => Outcome::Configured,
+        Err(e) => Outcome::Failed {
+            message: format!(
+                "{}: reading the live object for the plan: {e}",
+                member.reference
+            ),
+        },
+    }
+}
+
+/// The object without the fields that change on every write.
+fn comparable(o: &DynamicObject) -> Value {
+    let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in ["managedFields", "resourceVersion", "generation"] {
+            meta.remove(k);
+        }
+    }
+    v
+}
+
+async fn recreate(
+    api: &Api<DynamicObject>,
+    name: &str,
+    deadline: Instant,
+) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::foreground()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    while Instant::now() < deadline {
+        if api.get_opt(name).await?.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+fn is_immutable(status: &Status) -> bool {
+    status.is_invalid()
+        && (status.message.contains("immutable")
+            || status
+                .details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.message.contains("immutable"))))
+}
+
+/// The managers and fields of a server-side apply conflict.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Conflict {
+    pub managers: Vec<String>,
+    pub fields: Vec<String>,
+    pub on_part_of: bool,
+}
+
+impl Conflict {
+    pub fn from_status(status: &Status) -> Conflict {
+        let mut c = Conflict::default();
+        let causes = status
+            .details
+            .as_ref()
+            .map(|d| d.causes.as_slice())
+            .unwrap_or_default();
+        for cause in causes.iter().filter(|c| c.reason == "FieldManagerConflict") {
+            c.managers.extend(quoted(&cause.message));
+            if !cause.field.is_empty() {
+                c.fields.push(cause.field.clone());
+            }
+        }
+        if c.managers.is_empty() {
+            c.managers.extend(quoted(&status.message));
+        }
+        c.managers.sort();
+        c.managers.dedup();
+        let part_of_field = format!(".metadata.labels.{LABEL_PART_OF}");
+        c.on_part_of =
+            c.fields.iter().any(|f| f == &part_of_field) || status.message.contains(&part_of_field);
+        if c.fields.is_empty() {
+            c.fields.push(status.message.clone());
+        }
+        c
+    }
+}
+
+/// Every `"…"`-quoted string following `conflict with` / `conflicts with`.
+fn quoted(message: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = message;
+    while let Some(i) = rest.find("with \"") {
+        rest = &rest[i + "with \"".len()..];
+        if let Some(end) = rest.find('"') {
+            out.push(rest[..end].to_string());
+            rest = &rest[end..];
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+async fn wait_for_crds(
+    client: &Client,
+    staged: &[&Member],
+    results: &mut [MemberResult],
+    deadline: Instant,
+) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for result in results.iter_mut() {
+        let is_crd = staged.iter().any(|m| {
+            m.reference == result.reference
+                && crate::render::is_crd(&m.reference.group, &m.reference.kind)
+        });
+        if !is_crd || !result.outcome.is_success() {
+            continue;
+        }
+        let name = &result.reference.name;
+        loop {
+            match crds.get_opt(name).await {
+                Ok(Some(crd)) if established(&crd) => break,
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                _ => {
+                    result.outcome = Outcome::Failed {
+                        message: format!(
+                            "{}: not Established before the reconcile timeout",
+                            result.reference
+                        ),
+                    };
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn conflict_status(message: &str, causes: Vec<(&str, &str)>) -> Status {
+        let mut s = Status::failure(message, "Conflict").with_code(409);
+        s.details = Some(StatusDetails {
+            causes: causes
+                .into_iter()
+                .map(|(m, f)| StatusCause {
+                    reason: "FieldManagerConflict".into(),
+                    message: m.into(),
+                    field: f.into(),
+                })
+                .collect(),
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        s
+    }
+
+    #[test]
+    fn conflict_from_causes() {
+        let s = conflict_status(
+            "Apply failed with 2 conflicts: conflicts with \"alice\" using v1:\n- .data.a\n- .data.b",
+            vec![
+                ("conflict with \"alice\" using v1", ".data.a"),
+                ("conflict with \"bob\"", ".data.b"),
+            ],
+        );
+        let c = Conflict::from_status(&s);
+        assert_eq!(c.managers, ["alice", "bob"]);
+        assert_eq!(c.fields, [".data.a", ".data.b"]);
+        assert!(!c.on_part_of);
+    }
+
+    #[test]
+    fn conflict_from_message_only() {
+        let s = conflict_status(
+            "Apply failed with 1 conflict: conflict with \"kubectl\" using v1: .metadata.labels.applyset.kubernetes.io/part-of",
+            vec![],
+        );
+        let c = Conflict::from_status(&s);
+        assert_eq!(c.managers, ["kubectl"]);
+        assert!(c.on_part_of);
+    }
+
+    #[test]
+    fn part_of_conflict_from_cause_field() {
+        let s = conflict_status(
+            "conflict",
+            vec![(
+                "conflict with \"applyset.dev/ns/a/b\"",
+                ".metadata.labels.applyset.kubernetes.io/part-of",
+            )],
+        );
+        let c = Conflict::from_status(&s);
+        assert!(c.on_part_of);
+        assert_eq!(c.managers, ["applyset.dev/ns/a/b"]);
+    }
+
+    #[test]
+    fn immutable_detection() {
+        let s = Status::failure(
+            "Job.batch \"x\" is invalid: spec.selector: Invalid value: field is immutable",
+            "Invalid",
+        )
+        .with_code(422);
+        assert!(is_immutable(&s));
+        let s = Status::failure("something else", "Invalid").with_code(422);
+        assert!(!is_immutable(&s));
+    }
+}

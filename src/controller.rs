@@ -1,0 +1,893 @@
+//! The reconcile loop: SPEC §4 in order — render, parent superset, staged apply, prune,
+//! parent shrink, status and events — over both parent kinds.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use kube::{
+    Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::{self, Action},
+        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        finalizer::{Event as Finalizer, finalizer},
+        reflector, watcher,
+    },
+};
+use serde_json::json;
+use tokio::{sync::watch, task::JoinHandle};
+
+use crate::{
+    Error, Result,
+    api::{
+        ApplySet, ApplySetStatus, ClusterApplySet, DeletionPolicy, MemberRef, Mode, Plan, Summary,
+    },
+    apply::{self, Outcome},
+    applyset::{self, ANNOTATION_TOOLING, FINALIZER, GroupKind, LABEL_ID},
+    discovery::Resolver,
+    metrics::Metrics,
+    parent::{self, Parent, Recorded},
+    prune::{self, Deleted},
+    render::{self, RenderError},
+    status::{self, Reason},
+};
+
+/// The field manager of status writes.
+pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
+/// status.members and the plan lists are capped at this many entries.
+pub const MAX_LISTED: usize = 500;
+
+/// How the operator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Parents reconciled at once.
+    pub concurrency: u16,
+    /// Member requests in flight per parent.
+    pub apply_concurrency: usize,
+    /// Only ApplySets in this namespace (ClusterApplySets are always watched).
+    pub watch_namespace: Option<String>,
+    /// Only parents (both kinds) whose labels match this selector.
+    pub label_selector: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 4,
+            apply_concurrency: 16,
+            watch_namespace: None,
+            label_selector: None,
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub resolver: Resolver,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub config: Config,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>) -> Self {
+        let reporter = Reporter {
+            controller: "applyset-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            resolver: Resolver::new(client.clone()),
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            config,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The delay before retrying a failed parent: `retry` doubled per consecutive failure,
+    /// at most `cap`.
+    fn backoff(&self, key: &str, retry: Duration, cap: Duration) -> Duration {
+        let n = self
+            .failures
+            .lock()
+            .map(|mut f| {
+                let n = f.entry(key.to_string()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            })
+            .unwrap_or(1);
+        let factor = 2u32.saturating_pow(n.saturating_sub(1).min(16));
+        retry.saturating_mul(factor).min(cap.max(retry))
+    }
+
+    fn succeeded(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+}
+
+/// A running operator (both controllers).
+pub struct Operator {
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts the controllers for ApplySet and ClusterApplySet on the current runtime.
+    pub fn start(client: Client, config: Config) -> Operator {
+        let metrics = Arc::new(Metrics::new());
+        Self::start_with(client, config, metrics)
+    }
+
+    pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
+        let (tx, rx) = watch::channel(false);
+        let ctx = Arc::new(Context::new(client, config, metrics.clone()));
+        let task = tokio::spawn(async move {
+            tokio::join!(
+                run_controller::<ApplySet>(ctx.clone(), rx.clone()),
+                run_controller::<ClusterApplySet>(ctx.clone(), rx.clone())
+            );
+        });
+        Operator {
+            metrics,
+            shutdown: tx,
+            task,
+        }
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Stops taking new work, lets in-flight reconciles finish, and returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Stops at once: in-flight reconciles end at their next await point (like SIGKILL).
+    pub fn abort(self) {
+        self.task.abort();
+    }
+
+    /// Waits until the controllers end (after [`Operator::shutdown`] or a fatal error).
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// What triggers a reconcile: spec changes (generation), deletion, finalizers, and the
+/// parent's own ApplySet identity keys — not status writes, not the operator's annotation
+/// writes.
+fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
+    let meta = obj.meta();
+    let mut h = DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_ID))
+        .hash(&mut h);
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_TOOLING))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+async fn run_controller<P: Parent>(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
+    let mut wc = watcher::Config::default().any_semantic();
+    if let Some(sel) = &ctx.config.label_selector {
+        wc = wc.labels(sel);
+    }
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, wc)
+        .default_backoff()
+        .modify(|o: &mut P| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(trigger_hash::<P>, Default::default());
+    let stop = async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    Controller::for_stream(stream, reader)
+        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        .graceful_shutdown_on(stop)
+        .run(reconcile::<P>, error_policy::<P>, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                match e {
+                    controller::Error::ObjectNotFound(_) => {}
+                    e => tracing::warn!(error = %e, "controller"),
+                }
+            }
+        })
+        .await;
+}
+
+fn key_of<P: Parent>(obj: &P) -> String {
+    obj.parent_ref().to_string()
+}
+
+async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_parent(obj.clone(), &ctx).await;
+    let label = match &result {
+        Ok(_) => "success",
+        Err(e) => e.metric_label(),
+    };
+    ctx.metrics
+        .reconciled(P::KIND.kind(), label, started.elapsed());
+    tracing::debug!(parent = %obj.parent_ref(), took = ?started.elapsed(), result = label, "reconciled");
+    result
+}
+
+fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(parent = %obj.parent_ref(), error = %error, "reconcile failed");
+    let spec = obj.spec();
+    Action::requeue(ctx.backoff(&key_of(&*obj), spec.retry_interval(), spec.interval()))
+}
+
+async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    let parent = obj.parent_ref();
+    // A parent that is not ours is not touched at all: no finalizer, no metadata.
+    if obj.meta().deletion_timestamp.is_none()
+        && let Err(e) = parent::check_ownership(obj.meta(), &parent)
+    {
+        let msg = format!("{parent}: {e}");
+        return report(ctx, &*obj, Report::failed(Reason::OwnershipConflict, msg)).await;
+    }
+    let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Finalizer::Apply(obj) => apply_parent(obj, ctx).await,
+            Finalizer::Cleanup(obj) => cleanup(obj, ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// The outcome of one reconcile, as reported in status.
+struct Report {
+    ready: bool,
+    reason: Reason,
+    message: String,
+    summary: Option<Summary>,
+    members: Option<Vec<MemberRef>>,
+    plan: Option<Plan>,
+    attempted: Option<String>,
+    applied: Option<String>,
+}
+
+impl Report {
+    fn failed(reason: Reason, message: String) -> Self {
+        Report {
+            ready: false,
+            reason,
+            message,
+            summary: None,
+            members: None,
+            plan: None,
+            attempted: None,
+            applied: None,
+        }
+    }
+}
+
+/// Writes status (only when it changed), publishes an event when the outcome changed, and
+/// returns when to look again.
+async fn report<P: Parent>(ctx: &Context, obj: &P, r: Report) -> Result<Action> {
+    let previous = obj.status().cloned().unwrap_or_default();
+    let generation = obj.meta().generation;
+    let mut next = previous.clone();
+    next.observed_generation = generation;
+    next.applyset_id = Some(obj.parent_ref().id());
+    next.conditions = status::conditions_for(
+        &previous.conditions,
+        r.ready,
+        r.reason,
+        &r.message,
+        false,
+        generation,
+    );
+    if let Some(s) = r.summary {
+        next.summary = Some(s);
+    }
+    if let Some(m) = r.members {
+        next.members_truncated = m.len() > MAX_LISTED;
+        next.members = m.into_iter().take(MAX_LISTED).collect();
+    }
+    next.plan = r.plan;
+    if let Some(a) = r.attempted {
+        next.last_attempted_revision = Some(a);
+    }
+    if let Some(a) = r.applied {
+        next.last_applied_revision = Some(a);
+    }
+    next.last_error = if r.ready || r.reason == Reason::PlanReady || r.reason == Reason::Suspended {
+        None
+    } else {
+        Some(status::truncate(&r.message, 1024))
+    };
+    write_status(ctx, obj, &previous, next).await?;
+
+    let key = key_of(obj);
+    let spec = obj.spec();
+    if r.ready || r.reason == Reason::PlanReady {
+        ctx.succeeded(&key);
+        Ok(Action::requeue(spec.interval()))
+    } else if r.reason == Reason::Suspended {
+        ctx.succeeded(&key);
+        Ok(Action::await_change())
+    } else if r.reason.is_stalled() {
+        // Only a change fixes it (which triggers a reconcile); still look at the interval.
+        Ok(Action::requeue(spec.interval()))
+    } else {
+        Ok(Action::requeue(ctx.backoff(
+            &key,
+            spec.retry_interval(),
+            spec.interval(),
+        )))
+    }
+}
+
+async fn write_status<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    previous: &ApplySetStatus,
+    next: ApplySetStatus,
+) -> Result<()> {
+    if *previous == next {
+        return Ok(());
+    }
+    let old_ready = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::READY);
+    let new_ready = next.conditions.iter().find(|c| c.type_ == status::READY);
+    let changed_outcome = match (old_ready, new_ready) {
+        (Some(o), Some(n)) => o.status != n.status || o.reason != n.reason,
+        _ => true,
+    };
+    let parent = obj.parent_ref();
+    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": next});
+    P::api(ctx.client.clone(), parent.namespace.as_deref())
+        .patch_status(
+            &name,
+            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    if changed_outcome && let Some(c) = new_ready {
+        let event = KubeEvent {
+            type_: if c.status == "True" || c.reason == Reason::PlanReady.as_str() {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: c.reason.clone(),
+            note: Some(status::truncate(&c.message, 1000)),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::debug!(error = %e, "publishing an event failed");
+        }
+    }
+    Ok(())
+}
+
+/// Marks a new generation as in progress (visible while a long apply runs).
+async fn mark_progressing<P: Parent>(ctx: &Context, obj: &P) -> Result<()> {
+    let previous = obj.status().cloned().unwrap_or_default();
+    if previous.observed_generation == obj.meta().generation
+        && previous.conditions.iter().any(|c| c.type_ == status::READY)
+    {
+        return Ok(());
+    }
+    let mut next = previous.clone();
+    let (ready, reason, message) = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::READY)
+        .map(|c| (c.status == "True", c.reason.clone(), c.message.clone()))
+        .unwrap_or((
+            false,
+            Reason::Progressing.as_str().into(),
+            "reconciling".into(),
+        ));
+    let generation = obj.meta().generation;
+    status::set(
+        &mut next.conditions,
+        status::READY,
+        ready,
+        &reason,
+        &message,
+        previous.observed_generation,
+    );
+    status::set(
+        &mut next.conditions,
+        status::RECONCILING,
+        true,
+        Reason::Progressing.as_str(),
+        &format!("reconciling generation {}", generation.unwrap_or_default()),
+        generation,
+    );
+    next.applyset_id = Some(obj.parent_ref().id());
+    if next == previous {
+        return Ok(());
+    }
+    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": next});
+    P::api(ctx.client.clone(), obj.parent_ref().namespace.as_deref())
+        .patch_status(
+            &name,
+            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+fn render_reason(e: &RenderError) -> Reason {
+    match e {
+        RenderError::Ownership(_) => Reason::OwnershipConflict,
+        _ => Reason::ValidationFailed,
+    }
+}
+
+/// Apply, with failures of the API itself (not of what was declared) reported in status as
+/// ApplyFailed and retried with backoff.
+async fn apply_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    match apply_declared(obj.clone(), ctx).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            let msg = format!("{}: {e}; retrying", obj.parent_ref());
+            tracing::warn!(parent = %obj.parent_ref(), error = %e, "reconcile failed");
+            report(ctx, &*obj, Report::failed(Reason::ApplyFailed, msg)).await
+        }
+    }
+}
+
+async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    let spec = obj.spec();
+    let parent = obj.parent_ref();
+    if spec.suspend {
+        return report(
+            ctx,
+            &*obj,
+            Report::failed(
+                Reason::Suspended,
+                "reconciliation is suspended (spec.suspend)".into(),
+            ),
+        )
+        .await;
+    }
+    mark_progressing(ctx, &*obj).await?;
+
+    // 1. Render and validate.
+    let manifests = match render::inline_manifests(spec) {
+        Ok(m) => m,
+        Err(e) => {
+            return report(
+                ctx,
+                &*obj,
+                Report::failed(Reason::ValidationFailed, e.to_string()),
+            )
+            .await;
+        }
+    };
+    let desired = match render::render(&parent, spec, manifests, &ctx.resolver).await? {
+        Ok(d) => d,
+        Err(e) => {
+            return report(ctx, &*obj, Report::failed(render_reason(&e), e.to_string())).await;
+        }
+    };
+    if desired.members.is_empty() && !spec.allow_empty {
+        let msg = format!(
+            "{parent}: the desired set is empty; refusing to prune every member. Set spec.allowEmpty: true to allow it"
+        );
+        return report(
+            ctx,
+            &*obj,
+            Report {
+                attempted: Some(desired.revision),
+                ..Report::failed(Reason::EmptySetRefused, msg)
+            },
+        )
+        .await;
+    }
+    let recorded_before = match parent::recorded(obj.meta(), &ctx.resolver).await? {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!(
+                "{parent}: its ApplySet annotations are malformed ({e}); fix or remove them"
+            );
+            return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
+        }
+    };
+    let new_set = Recorded {
+        group_kinds: desired.group_kinds(),
+        namespaces: desired.namespaces(),
+    };
+    let listed_kinds: BTreeSet<GroupKind> = recorded_before
+        .group_kinds
+        .union(&new_set.group_kinds)
+        .cloned()
+        .collect();
+    let listed_namespaces = applyset::prune_namespaces(
+        parent.namespace.as_deref(),
+        &recorded_before
+            .namespaces
+            .union(&new_set.namespaces)
+            .cloned()
+            .collect(),
+    );
+    let known = desired.resolutions();
+    let id = parent.id();
+    let manager = parent.member_field_manager();
+    let conc = ctx.config.apply_concurrency;
+    let deadline = Instant::now() + spec.timeout();
+    let started = k8s_openapi::jiff::Timestamp::now().as_second();
+
+    if spec.mode == Mode::Plan {
+        let live = prune::list(
+            &ctx.client,
+            &ctx.resolver,
+            &known,
+            &listed_kinds,
+            &listed_namespaces,
+            &id,
+            conc,
+        )
+        .await?;
+        let existing = prune::by_reference(&live);
+        let opts = apply::Options {
+            field_manager: &manager,
+            id: &id,
+            force: spec.force,
+            dry_run: true,
+            concurrency: conc,
+            existing: &existing,
+            started,
+            deadline,
+        };
+        let results = apply::apply_all(&ctx.client, &desired.members, &opts).await;
+        if let Some(r) = failure_report(&results, &desired.revision) {
+            return report(ctx, &*obj, r).await;
+        }
+        let mut plan = Plan::default();
+        for r in &results {
+            match r.outcome {
+                Outcome::Created => plan.create.push(r.reference.clone()),
+                Outcome::Configured => plan.update.push(r.reference.clone()),
+                _ => plan.unchanged += 1,
+            }
+        }
+        if spec.prune {
+            let sel = prune::select(
+                &live,
+                &desired.references(),
+                &recorded_before.group_kinds,
+                &manager,
+            );
+            plan.prune = sel.delete.iter().map(|m| m.reference.clone()).collect();
+        }
+        for list in [&mut plan.create, &mut plan.update, &mut plan.prune] {
+            list.sort();
+            if list.len() > MAX_LISTED {
+                list.truncate(MAX_LISTED);
+                plan.truncated = true;
+            }
+        }
+        let msg = format!(
+            "plan: {} to create, {} to update, {} to prune, {} unchanged (mode: Plan writes nothing)",
+            plan.create.len(),
+            plan.update.len(),
+            plan.prune.len(),
+            plan.unchanged
+        );
+        let r = Report {
+            plan: Some(plan),
+            attempted: Some(desired.revision),
+            ..Report::failed(Reason::PlanReady, msg)
+        };
+        return report(ctx, &*obj, r).await;
+    }
+
+    // 2. Parent superset, before any member is touched.
+    let superset = recorded_before.union(&new_set);
+    let mut live_parent = (*obj).clone();
+    if parent::write(&ctx.client, &live_parent, &superset, false).await? {
+        set_recorded(&mut live_parent, &parent, &superset);
+    }
+
+    // 3. Apply, staged and concurrent.
+    let live = prune::list(
+        &ctx.client,
+        &ctx.resolver,
+        &known,
+        &listed_kinds,
+        &listed_namespaces,
+        &id,
+        conc,
+    )
+    .await?;
+    let existing = prune::by_reference(&live);
+    let opts = apply::Options {
+        field_manager: &manager,
+        id: &id,
+        force: spec.force,
+        dry_run: false,
+        concurrency: conc,
+        existing: &existing,
+        started,
+        deadline,
+    };
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let results = match tokio::time::timeout(
+        remaining,
+        apply::apply_all(&ctx.client, &desired.members, &opts),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => {
+            let msg = format!(
+                "{parent}: apply did not finish within spec.timeout ({})",
+                spec.timeout
+            );
+            return report(
+                ctx,
+                &*obj,
+                Report {
+                    attempted: Some(desired.revision),
+                    ..Report::failed(Reason::ApplyFailed, msg)
+                },
+            )
+            .await;
+        }
+    };
+    let mut summary = summarize(&results);
+    count_applied(ctx, &summary);
+    if let Some(r) = failure_report(&results, &desired.revision) {
+        return report(
+            ctx,
+            &*obj,
+            Report {
+                summary: Some(summary),
+                ..r
+            },
+        )
+        .await;
+    }
+
+    // 4. Prune, only after every member applied.
+    if spec.prune {
+        let sel = prune::select(
+            &live,
+            &desired.references(),
+            &recorded_before.group_kinds,
+            &manager,
+        );
+        summary.retained = count(sel.retained.len());
+        for (m, why) in &sel.retained {
+            tracing::info!(parent = %parent, member = %m.reference, reason = ?why, "not pruned");
+        }
+        let deleted = prune::delete_all(&ctx.client, &sel.delete, conc).await;
+        let mut errors = Vec::new();
+        for (reference, r) in deleted {
+            match r {
+                Ok(Deleted::Deleted) => {
+                    summary.pruned += 1;
+                    tracing::info!(parent = %parent, member = %reference, "pruned");
+                }
+                Ok(Deleted::Gone) => {}
+                Ok(Deleted::UidMismatch) => {
+                    summary.retained += 1;
+                    tracing::info!(parent = %parent, member = %reference, "re-created meanwhile; not pruned");
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        ctx.metrics
+            .pruned(u64::try_from(summary.pruned).unwrap_or_default());
+        if !errors.is_empty() {
+            let msg = format!(
+                "prune failed for {} object(s): {}",
+                errors.len(),
+                errors.join("; ")
+            );
+            let r = Report {
+                summary: Some(summary),
+                attempted: Some(desired.revision),
+                ..Report::failed(Reason::PruneFailed, msg)
+            };
+            return report(ctx, &*obj, r).await;
+        }
+        // 5. Parent shrink: exactly the new set.
+        parent::write(&ctx.client, &live_parent, &new_set, true).await?;
+    }
+
+    // 6. Status.
+    ctx.metrics
+        .set_members(&parent.to_string(), summary.members);
+    let msg = format!(
+        "applied {} members ({} created, {} configured, {} unchanged), pruned {}",
+        summary.members, summary.created, summary.configured, summary.unchanged, summary.pruned
+    );
+    let r = Report {
+        ready: true,
+        reason: Reason::ReconciliationSucceeded,
+        message: msg,
+        summary: Some(summary),
+        members: Some(
+            desired
+                .members
+                .iter()
+                .map(|m| m.reference.clone())
+                .collect(),
+        ),
+        plan: None,
+        attempted: Some(desired.revision.clone()),
+        applied: Some(desired.revision),
+    };
+    report(ctx, &*obj, r).await
+}
+
+fn set_recorded<P: Parent>(obj: &mut P, parent: &applyset::ParentRef, set: &Recorded) {
+    let meta = obj.meta_mut();
+    meta.labels
+        .get_or_insert_with(Default::default)
+        .insert(LABEL_ID.into(), parent.id());
+    let a = meta.annotations.get_or_insert_with(Default::default);
+    a.insert(ANNOTATION_TOOLING.into(), parent::tooling());
+    a.insert(
+        applyset::ANNOTATION_CONTAINS_GROUP_KINDS.into(),
+        applyset::encode_group_kinds(&set.group_kinds),
+    );
+    a.insert(
+        applyset::ANNOTATION_ADDITIONAL_NAMESPACES.into(),
+        applyset::encode_namespaces(
+            set.namespaces.iter().map(String::as_str),
+            parent.namespace.as_deref(),
+        ),
+    );
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn summarize(results: &[apply::MemberResult]) -> Summary {
+    let mut s = Summary {
+        members: count(results.len()),
+        ..Default::default()
+    };
+    for r in results {
+        match r.outcome {
+            Outcome::Created => s.created += 1,
+            Outcome::Configured => s.configured += 1,
+            Outcome::Unchanged => s.unchanged += 1,
+            Outcome::Conflict { .. } => s.conflicts += 1,
+            Outcome::Owned { .. } | Outcome::Failed { .. } => s.failed += 1,
+        }
+    }
+    s
+}
+
+fn count_applied(ctx: &Context, s: &Summary) {
+    let m = &ctx.metrics;
+    m.applied("created", u64::try_from(s.created).unwrap_or_default());
+    m.applied(
+        "configured",
+        u64::try_from(s.configured).unwrap_or_default(),
+    );
+    m.applied("unchanged", u64::try_from(s.unchanged).unwrap_or_default());
+    m.applied("conflict", u64::try_from(s.conflicts).unwrap_or_default());
+    m.applied("failed", u64::try_from(s.failed).unwrap_or_default());
+    m.conflicts(u64::try_from(s.conflicts).unwrap_or_default());
+}
+
+/// The report for failed members, if any: ownership first, then conflicts, then failures.
+fn failure_report(results: &[apply::MemberResult], revision: &str) -> Option<Report> {
+    let mut owned = Vec::new();
+    let mut conflicts = Vec::new();
+    let mut failed = Vec::new();
+    for r in results {
+        match &r.outcome {
+            Outcome::Owned { message } => owned.push(message.as_str()),
+            Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
+            Outcome::Failed { message } => failed.push(message.as_str()),
+            _ => {}
+        }
+    }
+    let (reason, list) = if !owned.is_empty() {
+        (Reason::OwnershipConflict, owned)
+    } else if !conflicts.is_empty() {
+        (Reason::Conflict, conflicts)
+    } else if !failed.is_empty() {
+        (Reason::ApplyFailed, failed)
+    } else {
+        return None;
+    };
+    let total = list.len();
+    let mut msg = format!(
+        "{total} member(s) not applied, nothing pruned: {}",
+        list.iter().take(5).copied().collect::<Vec<_>>().join("; ")
+    );
+    if total > 5 {
+        msg.push_str(&format!("; and {} more", total - 5));
+    }
+    Some(Report {
+        attempted: Some(revision.to_string()),
+        ..Report::failed(reason, msg)
+    })
+}
+
+/// Deletion: with `deletionPolicy: Delete` prune every member (same safety rules, reverse
+/// order); the finalizer is removed when this returns Ok.
+async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    let parent = obj.parent_ref();
+    ctx.metrics.set_members(&parent.to_string(), 0);
+    if obj.spec().deletion_policy == DeletionPolicy::Orphan {
+        tracing::info!(parent = %parent, "deleted with deletionPolicy Orphan; members left in place");
+        return Ok(Action::await_change());
+    }
+    let recorded = match parent::recorded(obj.meta(), &ctx.resolver).await? {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(parent = %parent, error = %e, "malformed ApplySet annotations; deleting nothing");
+            return Ok(Action::await_change());
+        }
+    };
+    let namespaces = applyset::prune_namespaces(parent.namespace.as_deref(), &recorded.namespaces);
+    let id = parent.id();
+    let conc = ctx.config.apply_concurrency;
+    let live = prune::list(
+        &ctx.client,
+        &ctx.resolver,
+        &HashMap::new(),
+        &recorded.group_kinds,
+        &namespaces,
+        &id,
+        conc,
+    )
+    .await?;
+    let sel = prune::select(
+        &live,
+        &BTreeSet::new(),
+        &recorded.group_kinds,
+        &parent.member_field_manager(),
+    );
+    let results = prune::delete_all(&ctx.client, &sel.delete, conc).await;
+    let mut pruned = 0u64;
+    for (reference, r) in results {
+        match r {
+            Ok(Deleted::Deleted) => pruned += 1,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(parent = %parent, member = %reference, error = %e, "delete failed");
+                return Err(Error::Prune(e));
+            }
+        }
+    }
+    ctx.metrics.pruned(pruned);
+    tracing::info!(parent = %parent, pruned, retained = sel.retained.len(), "deleted with its members");
+    Ok(Action::await_change())
+}

@@ -1,0 +1,229 @@
+//! The parent: the ApplySet or ClusterApplySet object itself, carrying the KEP-3659 parent
+//! label and annotations. Its metadata is written with server-side apply under the manager
+//! [`PARENT_FIELD_MANAGER`], and only when it differs, so a user's or GitOps tool's apply of
+//! the object never fights the operator.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Debug,
+};
+
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ObjectMeta, Patch, PatchParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::json;
+
+use crate::{
+    Error, Result,
+    api::{ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet},
+    applyset::{
+        self, ANNOTATION_ADDITIONAL_NAMESPACES, ANNOTATION_CONTAINS_GROUP_KINDS,
+        ANNOTATION_CONTAINS_GROUP_RESOURCES, ANNOTATION_TOOLING, ConventionError, GroupKind,
+        LABEL_ID, OwnershipError, PARENT_FIELD_MANAGER, ParentKind, ParentRef,
+    },
+    discovery::Resolver,
+};
+
+/// The operator's tooling value, `applyset-operator/v<version>`.
+pub fn tooling() -> String {
+    applyset::tooling_value(concat!("v", env!("CARGO_PKG_VERSION")))
+}
+
+/// What both parent kinds have in common.
+pub trait Parent:
+    Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    const KIND: ParentKind;
+    fn spec(&self) -> &ApplySetSpec;
+    fn status(&self) -> Option<&ApplySetStatus>;
+    /// The API for objects of this kind in the object's scope.
+    fn api(client: Client, namespace: Option<&str>) -> Api<Self>;
+
+    fn parent_ref(&self) -> ParentRef {
+        ParentRef {
+            kind: Self::KIND,
+            name: self.name_any(),
+            namespace: match Self::KIND {
+                ParentKind::ApplySet => self.namespace(),
+                ParentKind::ClusterApplySet => None,
+            },
+        }
+    }
+}
+
+impl Parent for ApplySet {
+    const KIND: ParentKind = ParentKind::ApplySet;
+    fn spec(&self) -> &ApplySetSpec {
+        &self.spec
+    }
+    fn status(&self) -> Option<&ApplySetStatus> {
+        self.status.as_ref()
+    }
+    fn api(client: Client, namespace: Option<&str>) -> Api<Self> {
+        match namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        }
+    }
+}
+
+impl Parent for ClusterApplySet {
+    const KIND: ParentKind = ParentKind::ClusterApplySet;
+    fn spec(&self) -> &ApplySetSpec {
+        &self.spec.0
+    }
+    fn status(&self) -> Option<&ApplySetStatus> {
+        self.status.as_ref()
+    }
+    fn api(client: Client, _namespace: Option<&str>) -> Api<Self> {
+        Api::all(client)
+    }
+}
+
+/// Refuses a parent that belongs to another tool or carries another parent's ID.
+pub fn check_ownership(meta: &ObjectMeta, parent: &ParentRef) -> Result<(), OwnershipError> {
+    let annotation = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    };
+    let label = |k: &str| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .map(String::as_str)
+    };
+    applyset::check_parent_tooling(annotation(ANNOTATION_TOOLING))?;
+    applyset::check_parent_id(label(LABEL_ID), &parent.id())?;
+    Ok(())
+}
+
+/// The set a parent records: kinds and the namespaces other than its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub group_kinds: BTreeSet<GroupKind>,
+    pub namespaces: BTreeSet<String>,
+}
+
+impl Recorded {
+    pub fn union(&self, other: &Recorded) -> Recorded {
+        Recorded {
+            group_kinds: self
+                .group_kinds
+                .union(&other.group_kinds)
+                .cloned()
+                .collect(),
+            namespaces: self.namespaces.union(&other.namespaces).cloned().collect(),
+        }
+    }
+}
+
+/// Reads the recorded set from the live parent. Kinds of the deprecated
+/// `contains-group-resources` annotation are mapped through discovery; entries that no longer
+/// resolve (their CRD is gone) are skipped.
+pub async fn recorded(
+    meta: &ObjectMeta,
+    resolver: &Resolver,
+) -> Result<Result<Recorded, ConventionError>> {
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let mut group_kinds = match annotations.get(ANNOTATION_CONTAINS_GROUP_KINDS) {
+        Some(v) => match applyset::parse_group_kinds(v) {
+            Ok(gks) => gks,
+            Err(e) => return Ok(Err(e)),
+        },
+        None => BTreeSet::new(),
+    };
+    if let Some(v) = annotations.get(ANNOTATION_CONTAINS_GROUP_RESOURCES) {
+        let grs = match applyset::parse_group_resources(v) {
+            Ok(grs) => grs,
+            Err(e) => return Ok(Err(e)),
+        };
+        for gr in grs {
+            if let Some((gk, _)) = resolver
+                .resolve_group_resource(&gr.group, &gr.resource)
+                .await?
+            {
+                group_kinds.insert(gk);
+            }
+        }
+    }
+    let namespaces = annotations
+        .get(ANNOTATION_ADDITIONAL_NAMESPACES)
+        .map(|v| applyset::parse_namespaces(v))
+        .unwrap_or_default();
+    Ok(Ok(Recorded {
+        group_kinds,
+        namespaces,
+    }))
+}
+
+/// The parent metadata for `set`, as label and annotation maps.
+fn desired_metadata(
+    parent: &ParentRef,
+    set: &Recorded,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let labels = BTreeMap::from([(LABEL_ID.to_string(), parent.id())]);
+    let annotations = BTreeMap::from([
+        (ANNOTATION_TOOLING.to_string(), tooling()),
+        (
+            ANNOTATION_CONTAINS_GROUP_KINDS.to_string(),
+            applyset::encode_group_kinds(&set.group_kinds),
+        ),
+        (
+            ANNOTATION_ADDITIONAL_NAMESPACES.to_string(),
+            applyset::encode_namespaces(
+                set.namespaces.iter().map(String::as_str),
+                parent.namespace.as_deref(),
+            ),
+        ),
+    ]);
+    (labels, annotations)
+}
+
+/// Writes the parent's id label and annotations for `set` unless the live object already has
+/// exactly them. With `drop_deprecated`, also removes `contains-group-resources` (after a
+/// complete reconcile, when the new annotation alone describes the set). Returns whether it
+/// wrote.
+pub async fn write<P: Parent>(
+    client: &Client,
+    obj: &P,
+    set: &Recorded,
+    drop_deprecated: bool,
+) -> Result<bool> {
+    let parent = obj.parent_ref();
+    let (labels, annotations) = desired_metadata(&parent, set);
+    let meta = obj.meta();
+    let live_labels = meta.labels.clone().unwrap_or_default();
+    let live_annotations = meta.annotations.clone().unwrap_or_default();
+    let same = labels.iter().all(|(k, v)| live_labels.get(k) == Some(v))
+        && annotations
+            .iter()
+            .all(|(k, v)| live_annotations.get(k) == Some(v));
+    let deprecated =
+        drop_deprecated && live_annotations.contains_key(ANNOTATION_CONTAINS_GROUP_RESOURCES);
+    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let api = P::api(client.clone(), parent.namespace.as_deref());
+    if !same {
+        let body = json!({
+            "apiVersion": P::api_version(&()),
+            "kind": P::kind(&()),
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply(PARENT_FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    }
+    if deprecated {
+        let body =
+            json!({"metadata": {"annotations": {ANNOTATION_CONTAINS_GROUP_RESOURCES: null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+            .await?;
+    }
+    Ok(!same || deprecated)
+}

@@ -1,0 +1,285 @@
+//! Render: the desired set of a parent. Every producer of manifests (inline `spec.manifests`
+//! today, sources later) yields [`Manifest`]s; render validates them together, resolves each
+//! kind to the API resource the server serves, applies the namespace rules, and orders the
+//! members in stages. Any failure stops the reconcile before anything is written.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::discovery::ApiResource;
+use serde_json::Value;
+
+use crate::{
+    Result,
+    api::{ApplySetSpec, MemberRef},
+    applyset::{self, GroupKind, OwnershipError, ParentRef, ScopeError},
+    discovery::{Resolved, Resolver},
+    manifest::{self, Manifest, ManifestError, MemberKey, Origin},
+};
+
+/// Apply order: definitions (CRDs and Namespaces) before everything that may live in or
+/// depend on them. Prune goes the other way (see [`Stage::prune_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    Definitions,
+    Resources,
+}
+
+impl Stage {
+    pub fn of(group: &str, kind: &str) -> Stage {
+        if is_crd(group, kind) || is_namespace(group, kind) {
+            Stage::Definitions
+        } else {
+            Stage::Resources
+        }
+    }
+}
+
+pub fn is_crd(group: &str, kind: &str) -> bool {
+    group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition"
+}
+
+pub fn is_namespace(group: &str, kind: &str) -> bool {
+    group.is_empty() && kind == "Namespace"
+}
+
+/// Deletion order of prune: namespaced objects, then cluster-scoped ones, then Namespaces,
+/// then CRDs (so custom resources go before their definition, contents before namespaces).
+pub fn prune_order(group: &str, kind: &str, namespaced: bool) -> u8 {
+    if is_crd(group, kind) {
+        3
+    } else if is_namespace(group, kind) {
+        2
+    } else if namespaced {
+        0
+    } else {
+        1
+    }
+}
+
+/// A declared object, resolved and ready to apply.
+#[derive(Clone, Debug)]
+pub struct Member {
+    pub origin: Origin,
+    /// The object to apply: normalized, namespace set, `part-of` not yet injected.
+    pub object: serde_json::Map<String, Value>,
+    pub resource: ApiResource,
+    pub namespaced: bool,
+    pub reference: MemberRef,
+    pub stage: Stage,
+    /// `applyset.dev/force: enabled`: may be deleted and re-created on an immutable change.
+    pub force_recreate: bool,
+}
+
+impl Member {
+    pub fn group_kind(&self) -> GroupKind {
+        GroupKind::new(self.reference.group.clone(), self.reference.kind.clone())
+    }
+}
+
+/// The rendered desired set.
+#[derive(Clone, Debug, Default)]
+pub struct DesiredSet {
+    pub members: Vec<Member>,
+    /// Digest of the rendered set (status.lastAttemptedRevision / lastAppliedRevision).
+    pub revision: String,
+}
+
+impl DesiredSet {
+    pub fn group_kinds(&self) -> BTreeSet<GroupKind> {
+        self.members.iter().map(Member::group_kind).collect()
+    }
+    pub fn namespaces(&self) -> BTreeSet<String> {
+        self.members
+            .iter()
+            .filter_map(|m| m.reference.namespace.clone())
+            .collect()
+    }
+    /// How each kind of the set resolved.
+    pub fn resolutions(&self) -> std::collections::HashMap<GroupKind, Resolved> {
+        self.members
+            .iter()
+            .map(|m| {
+                let r = Resolved {
+                    resource: m.resource.clone(),
+                    namespaced: m.namespaced,
+                };
+                (m.group_kind(), r)
+            })
+            .collect()
+    }
+    pub fn references(&self) -> BTreeSet<MemberRef> {
+        self.members.iter().map(|m| m.reference.clone()).collect()
+    }
+}
+
+/// Why a desired set could not be rendered. Only a change of the spec (or the cluster's
+/// served kinds) fixes it.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
+    #[error(transparent)]
+    Ownership(#[from] OwnershipError),
+    #[error(
+        "{origin}: {kind} {name}: the cluster serves no kind {kind} in {api_version}; install its CustomResourceDefinition first or declare it in this set"
+    )]
+    UnknownKind {
+        origin: Origin,
+        api_version: String,
+        kind: String,
+        name: String,
+    },
+}
+
+/// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
+fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<(String, String, String), Resolved> {
+    let mut out = BTreeMap::new();
+    for m in manifests.iter().filter(|m| is_crd(&m.group, &m.kind)) {
+        let spec = m.object.get("spec");
+        let group = spec.and_then(|s| s.get("group")).and_then(Value::as_str);
+        let names = spec.and_then(|s| s.get("names"));
+        let kind = names.and_then(|n| n.get("kind")).and_then(Value::as_str);
+        let plural = names.and_then(|n| n.get("plural")).and_then(Value::as_str);
+        let namespaced =
+            spec.and_then(|s| s.get("scope")).and_then(Value::as_str) != Some("Cluster");
+        let versions = spec
+            .and_then(|s| s.get("versions"))
+            .and_then(Value::as_array);
+        let (Some(group), Some(kind), Some(plural), Some(versions)) =
+            (group, kind, plural, versions)
+        else {
+            continue;
+        };
+        for v in versions
+            .iter()
+            .filter_map(|v| v.get("name").and_then(Value::as_str))
+        {
+            let resource = ApiResource {
+                group: group.to_string(),
+                version: v.to_string(),
+                api_version: format!("{group}/{v}"),
+                kind: kind.to_string(),
+                plural: plural.to_string(),
+            };
+            out.insert(
+                (group.to_string(), v.to_string(), kind.to_string()),
+                Resolved {
+                    resource,
+                    namespaced,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Parses the inline manifests of a spec.
+pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestError> {
+    let mut out = Vec::new();
+    for (i, value) in spec.manifests.iter().enumerate() {
+        out.extend(Manifest::from_value(value.clone(), Origin::inline(i))?);
+    }
+    Ok(out)
+}
+
+/// Renders the desired set of `parent` from already-parsed manifests.
+///
+/// The outer `Result` is I/O (discovery); the inner one is what the user declared.
+pub async fn render(
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    manifests: Vec<Manifest>,
+    resolver: &Resolver,
+) -> Result<Result<DesiredSet, RenderError>> {
+    let declared = declared_kinds(&manifests);
+    let mut members = Vec::with_capacity(manifests.len());
+    for m in manifests {
+        let display = format!("{} ({} {})", m.origin, m.kind, m.name);
+        let labels = labels_of(&m.object);
+        if let Err(e) = applyset::check_manifest_part_of(labels.as_ref(), &display) {
+            return Ok(Err(e.into()));
+        }
+        let resolved = match resolver.resolve(&m.group, &m.version, &m.kind).await? {
+            Some(r) => r,
+            None => match declared.get(&(m.group.clone(), m.version.clone(), m.kind.clone())) {
+                Some(r) => r.clone(),
+                None => {
+                    return Ok(Err(RenderError::UnknownKind {
+                        origin: m.origin.clone(),
+                        api_version: m.api_version.clone(),
+                        kind: m.kind.clone(),
+                        name: m.name.clone(),
+                    }));
+                }
+            },
+        };
+        let namespace = match applyset::member_namespace(
+            resolved.namespaced,
+            m.namespace.as_deref(),
+            spec.target_namespace.as_deref(),
+            parent,
+            &display,
+        ) {
+            Ok(ns) => ns,
+            Err(e) => return Ok(Err(e.into())),
+        };
+        let mut object = m.object;
+        manifest::normalize(&mut object);
+        if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+            match &namespace {
+                Some(ns) => meta.insert("namespace".into(), Value::String(ns.clone())),
+                None => meta.remove("namespace"),
+            };
+        }
+        let force_recreate = applyset::is_force_enabled(annotations_of(&object).as_ref());
+        members.push(Member {
+            reference: MemberRef {
+                group: m.group.clone(),
+                kind: m.kind.clone(),
+                namespace,
+                name: m.name.clone(),
+            },
+            stage: Stage::of(&m.group, &m.kind),
+            origin: m.origin,
+            object,
+            resource: resolved.resource,
+            namespaced: resolved.namespaced,
+            force_recreate,
+        });
+    }
+    let keys = members.iter().map(|m| {
+        (
+            MemberKey {
+                group: m.reference.group.clone(),
+                kind: m.reference.kind.clone(),
+                namespace: m.reference.namespace.clone(),
+                name: m.reference.name.clone(),
+            },
+            &m.origin,
+        )
+    });
+    if let Err(e) = manifest::check_duplicates(keys) {
+        return Ok(Err(e.into()));
+    }
+    let revision = manifest::digest_objects(members.iter().map(|m| &m.object));
+    members.sort_by(|a, b| (a.stage, &a.reference).cmp(&(b.stage, &b.reference)));
+    Ok(Ok(DesiredSet { members, revision }))
+}
+
+fn string_map(v: Option<&Value>) -> Option<BTreeMap<String, String>> {
+    v.and_then(Value::as_object).map(|m| {
+        m.iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+            .collect()
+    })
+}
+
+pub fn labels_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMap<String, String>> {
+    string_map(object.get("metadata").and_then(|m| m.get("labels")))
+}
+
+pub fn annotations_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMap<String, String>> {
+    string_map(object.get("metadata").and_then(|m| m.get("annotations")))
+}
