@@ -167,22 +167,17 @@ impl Operator {
     }
 }
 
-/// What triggers a reconcile: spec changes (generation), deletion, finalizers, and the
-/// parent's own ApplySet identity keys — not status writes, not the operator's annotation
-/// writes.
+/// What triggers a reconcile: spec changes (generation), deletion, finalizers, and whether
+/// the parent passes the ownership checks (so removing a wrong id label repairs it at once) —
+/// not status writes, and not the operator's own metadata writes.
 fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     let meta = obj.meta();
     let mut h = DefaultHasher::new();
     meta.generation.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     meta.finalizers.hash(&mut h);
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_ID))
-        .hash(&mut h);
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_TOOLING))
+    parent::check_ownership(meta, &obj.parent_ref())
+        .is_ok()
         .hash(&mut h);
     Some(h.finish())
 }
@@ -231,7 +226,7 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
     };
     ctx.metrics
         .reconciled(P::KIND.kind(), label, started.elapsed());
-    tracing::debug!(parent = %obj.parent_ref(), took = ?started.elapsed(), result = label, "reconciled");
+    tracing::info!(parent = %obj.parent_ref(), took_ms = started.elapsed().as_millis() as u64, result = label, "reconciled");
     result
 }
 
@@ -545,28 +540,31 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     let deadline = Instant::now() + spec.timeout();
     let started = k8s_openapi::jiff::Timestamp::now().as_second();
 
+    // What of this set is live already (metadata only): counts the apply's outcomes and
+    // gives the prune candidates. Reading touches no member.
+    let live = prune::list(
+        &ctx.client,
+        &ctx.resolver,
+        &known,
+        &listed_kinds,
+        &listed_namespaces,
+        &id,
+        conc,
+    )
+    .await?;
+    let existing = prune::by_reference(&live);
+    let opts = apply::Options {
+        field_manager: &manager,
+        id: &id,
+        force: spec.force,
+        dry_run: spec.mode == Mode::Plan,
+        concurrency: conc,
+        existing: &existing,
+        started,
+        deadline,
+    };
+
     if spec.mode == Mode::Plan {
-        let live = prune::list(
-            &ctx.client,
-            &ctx.resolver,
-            &known,
-            &listed_kinds,
-            &listed_namespaces,
-            &id,
-            conc,
-        )
-        .await?;
-        let existing = prune::by_reference(&live);
-        let opts = apply::Options {
-            field_manager: &manager,
-            id: &id,
-            force: spec.force,
-            dry_run: true,
-            concurrency: conc,
-            existing: &existing,
-            started,
-            deadline,
-        };
         let results = apply::apply_all(&ctx.client, &desired.members, &opts).await;
         if let Some(r) = failure_report(&results, &desired.revision) {
             return report(ctx, &*obj, r).await;
@@ -618,27 +616,6 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     }
 
     // 3. Apply, staged and concurrent.
-    let live = prune::list(
-        &ctx.client,
-        &ctx.resolver,
-        &known,
-        &listed_kinds,
-        &listed_namespaces,
-        &id,
-        conc,
-    )
-    .await?;
-    let existing = prune::by_reference(&live);
-    let opts = apply::Options {
-        field_manager: &manager,
-        id: &id,
-        force: spec.force,
-        dry_run: false,
-        concurrency: conc,
-        existing: &existing,
-        started,
-        deadline,
-    };
     let remaining = deadline.saturating_duration_since(Instant::now());
     let results = match tokio::time::timeout(
         remaining,

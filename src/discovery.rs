@@ -1,11 +1,8 @@
 //! API discovery, cached. Resolving a kind the cache does not know refreshes it once (a CRD
-//! may have been installed since), at most once per [`MIN_REFRESH`] so a stream of unknown
-//! kinds does not turn into a stream of discovery requests.
+//! may have been installed since). Concurrent misses share one refresh: a lookup that started
+//! before the last refresh finished uses that refresh instead of starting another.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Instant};
 
 use kube::{
     Client,
@@ -14,9 +11,6 @@ use kube::{
 use tokio::sync::{Mutex, RwLock};
 
 use crate::{Error, Result, applyset::GroupKind};
-
-/// The shortest time between two refreshes triggered by a miss.
-pub const MIN_REFRESH: Duration = Duration::from_secs(2);
 
 /// A resolved kind: its API resource (with the plural the server serves) and whether it is
 /// namespaced.
@@ -58,14 +52,13 @@ impl Resolver {
         self.refresh(None).await
     }
 
-    /// Runs discovery again unless another task did so since `seen` (or within MIN_REFRESH).
+    /// Runs discovery again unless another task did so after `seen`.
     async fn refresh(&self, seen: Option<Instant>) -> Result<Arc<Discovery>> {
         let _guard = self.refresh.lock().await;
-        if let Some((d, at)) = &*self.cache.read().await {
-            let fresh = seen.is_none_or(|s| *at > s) || at.elapsed() < MIN_REFRESH;
-            if fresh {
-                return Ok(d.clone());
-            }
+        if let Some((d, at)) = &*self.cache.read().await
+            && seen.is_none_or(|s| *at > s)
+        {
+            return Ok(d.clone());
         }
         let discovery = match Discovery::new(self.client.clone()).run_aggregated().await {
             Ok(d) => d,

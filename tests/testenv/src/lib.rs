@@ -69,7 +69,7 @@ pub fn testenv_dir() -> PathBuf {
 /// `$APPLYSET_TESTENV_BIN` if set, otherwise whatever `build-kube.sh` prints (it builds on a
 /// cache miss and returns at once on a hit).
 pub fn binaries() -> Result<PathBuf> {
-    if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
     let script = testenv_dir().join("build-kube.sh");
