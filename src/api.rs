@@ -60,17 +60,18 @@ pub struct ApplySetSpec {
     pub mode: Mode,
 
     /// Period of a full re-reconcile that corrects drift even without events (Go duration,
-    /// e.g. 10m, 1h30m).
+    /// e.g. 10m, 1h30m; at least 1s).
     #[serde(default = "default_interval")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub interval: String,
 
-    /// First retry after a failure; retries back off exponentially up to `interval`.
+    /// First retry after a failure; retries back off exponentially up to `interval` (at
+    /// least 1s).
     #[serde(default = "default_retry_interval")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub retry_interval: String,
 
-    /// Bound on one reconcile's apply.
+    /// Bound on one reconcile's apply (at least 1s, at most 24h).
     #[serde(default = "default_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub timeout: String,
@@ -302,16 +303,31 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// Bounds on the durations (a zero interval would reconcile in a hot loop; a huge timeout
+/// would overflow a deadline).
+pub const MIN_DURATION: Duration = Duration::from_secs(1);
+pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 impl ApplySetSpec {
-    /// `interval`, or 10 minutes when it cannot be parsed (the CRD's pattern prevents that).
+    /// `interval`, at least 1s and at most 7 days (10m if unparsable; the CRD's pattern
+    /// prevents that).
     pub fn interval(&self) -> Duration {
-        parse_duration(&self.interval).unwrap_or(Duration::from_secs(600))
+        parse_duration(&self.interval)
+            .unwrap_or(Duration::from_secs(600))
+            .clamp(MIN_DURATION, MAX_INTERVAL)
     }
+    /// `retryInterval`, at least 1s and at most `interval`.
     pub fn retry_interval(&self) -> Duration {
-        parse_duration(&self.retry_interval).unwrap_or(Duration::from_secs(30))
+        parse_duration(&self.retry_interval)
+            .unwrap_or(Duration::from_secs(30))
+            .clamp(MIN_DURATION, self.interval())
     }
+    /// `timeout`, at least 1s and at most 24h.
     pub fn timeout(&self) -> Duration {
-        parse_duration(&self.timeout).unwrap_or(Duration::from_secs(300))
+        parse_duration(&self.timeout)
+            .unwrap_or(Duration::from_secs(300))
+            .clamp(MIN_DURATION, MAX_TIMEOUT)
     }
 }
 
@@ -369,6 +385,30 @@ mod tests {
         assert_eq!(spec.interval(), Duration::from_secs(600));
         assert_eq!(spec.retry_interval(), Duration::from_secs(30));
         assert_eq!(spec.timeout(), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn durations_are_clamped() {
+        let spec = |i: &str, r: &str, t: &str| ApplySetSpec {
+            interval: i.into(),
+            retry_interval: r.into(),
+            timeout: t.into(),
+            ..Default::default()
+        };
+        let s = spec("0s", "0s", "0s");
+        assert_eq!(
+            (s.interval(), s.retry_interval(), s.timeout()),
+            (MIN_DURATION, MIN_DURATION, MIN_DURATION)
+        );
+        let s = spec("3000000000000000h", "1m", "3000000000000000h");
+        assert_eq!(s.interval(), MAX_INTERVAL);
+        assert_eq!(s.timeout(), MAX_TIMEOUT);
+        let s = spec("10s", "1h", "5m");
+        assert_eq!(
+            s.retry_interval(),
+            Duration::from_secs(10),
+            "retry never exceeds interval"
+        );
     }
 
     #[test]

@@ -293,23 +293,28 @@ fn comparable(o: &DynamicObject) -> Value {
     v
 }
 
-async fn recreate(
-    api: &Api<DynamicObject>,
-    name: &str,
-    deadline: Instant,
-) -> Result<(), kube::Error> {
-    match api.delete(name, &DeleteParams::foreground()).await {
+/// Deletes the live object (only that one: UID precondition) and waits until it is gone.
+async fn recreate(api: &Api<DynamicObject>, name: &str, deadline: Instant) -> Result<(), String> {
+    let Some(live) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    let params = DeleteParams::foreground().preconditions(kube::api::Preconditions {
+        uid: live.metadata.uid.clone(),
+        resource_version: None,
+    });
+    match api.delete(name, &params).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.to_string()),
     }
     while Instant::now() < deadline {
-        if api.get_opt(name).await?.is_none() {
-            return Ok(());
+        match api.get_opt(name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(o)) if o.metadata.uid != live.metadata.uid => return Ok(()),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(())
+    Err("the old object was still being deleted at the reconcile timeout".into())
 }
 
 fn is_immutable(status: &Status) -> bool {
@@ -390,23 +395,48 @@ async fn wait_for_crds(
             continue;
         }
         let name = &result.reference.name;
+        let mut last: String;
         loop {
             match crds.get_opt(name).await {
                 Ok(Some(crd)) if established(&crd) => break,
-                Ok(_) | Err(_) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                _ => {
-                    result.outcome = Outcome::Failed {
-                        message: format!(
-                            "{}: not Established before the reconcile timeout",
-                            result.reference
-                        ),
-                    };
-                    break;
-                }
+                Ok(Some(crd)) => last = not_established_reason(&crd),
+                Ok(None) => last = "not found".into(),
+                Err(e) => last = e.to_string(),
             }
+            if Instant::now() >= deadline {
+                result.outcome = Outcome::Failed {
+                    message: format!(
+                        "{}: not Established before the reconcile timeout ({last}); its custom resources were not applied",
+                        result.reference
+                    ),
+                };
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// The messages of a CRD's false conditions (e.g. NamesAccepted=False: a name clash).
+fn not_established_reason(crd: &CustomResourceDefinition) -> String {
+    let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let problems: Vec<String> = conditions
+        .into_iter()
+        .flatten()
+        .filter(|c| c.status != "True")
+        .map(|c| {
+            format!(
+                "{}={}: {}",
+                c.type_,
+                c.status,
+                c.message.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        "waiting for Established".into()
+    } else {
+        problems.join("; ")
     }
 }
 

@@ -161,9 +161,10 @@ impl Operator {
         self.task.abort();
     }
 
-    /// Waits until the controllers end (after [`Operator::shutdown`] or a fatal error).
-    pub async fn join(self) {
-        let _ = self.task.await;
+    /// Resolves when the controllers have ended by themselves (they only do on a fatal
+    /// error); does not consume the operator, so it can be raced against a shutdown signal.
+    pub async fn finished(&mut self) {
+        let _ = (&mut self.task).await;
     }
 }
 
@@ -218,8 +219,20 @@ fn key_of<P: Parent>(obj: &P) -> String {
 }
 
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+    use futures::FutureExt;
     let started = Instant::now();
-    let result = reconcile_parent(obj.clone(), &ctx).await;
+    // A panic must not take both controllers down with it: it becomes this parent's error.
+    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj.clone(), &ctx))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(Error::Panic(what))
+        });
     let label = match &result {
         Ok(_) => "success",
         Err(e) => e.metric_label(),
@@ -266,6 +279,9 @@ struct Report {
     plan: Option<Plan>,
     attempted: Option<String>,
     applied: Option<String>,
+    /// Retry with backoff even if the reason is a stalled one (something the operator does
+    /// not watch may fix it, e.g. a CRD installed by someone else).
+    retry: bool,
 }
 
 impl Report {
@@ -279,6 +295,7 @@ impl Report {
             plan: None,
             attempted: None,
             applied: None,
+            retry: false,
         }
     }
 }
@@ -328,7 +345,7 @@ async fn report<P: Parent>(ctx: &Context, obj: &P, r: Report) -> Result<Action> 
     } else if r.reason == Reason::Suspended {
         ctx.succeeded(&key);
         Ok(Action::await_change())
-    } else if r.reason.is_stalled() {
+    } else if r.reason.is_stalled() && !r.retry {
         // Only a change fixes it (which triggers a reconcile); still look at the interval.
         Ok(Action::requeue(spec.interval()))
     } else {
@@ -534,10 +551,15 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
             .collect(),
     );
     let known = desired.resolutions();
+    let declared = desired.declared();
+    // Prune candidates come only from what was recorded before this reconcile.
+    let prune_namespaces =
+        applyset::prune_namespaces(parent.namespace.as_deref(), &recorded_before.namespaces);
     let id = parent.id();
     let manager = parent.member_field_manager();
     let conc = ctx.config.apply_concurrency;
-    let deadline = Instant::now() + spec.timeout();
+    let now = Instant::now();
+    let deadline = now.checked_add(spec.timeout()).unwrap_or(now);
     let started = k8s_openapi::jiff::Timestamp::now().as_second();
 
     // What of this set is live already (metadata only): counts the apply's outcomes and
@@ -565,7 +587,27 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     };
 
     if spec.mode == Mode::Plan {
-        let results = apply::apply_all(&ctx.client, &desired.members, &opts).await;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let Ok(results) = tokio::time::timeout(
+            remaining,
+            apply::apply_all(&ctx.client, &desired.members, &opts),
+        )
+        .await
+        else {
+            let msg = format!(
+                "{parent}: the plan did not finish within spec.timeout ({}); raise spec.timeout",
+                spec.timeout
+            );
+            return report(
+                ctx,
+                &*obj,
+                Report {
+                    attempted: Some(desired.revision),
+                    ..Report::failed(Reason::ApplyFailed, msg)
+                },
+            )
+            .await;
+        };
         if let Some(r) = failure_report(&results, &desired.revision) {
             return report(ctx, &*obj, r).await;
         }
@@ -580,8 +622,9 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         if spec.prune {
             let sel = prune::select(
                 &live,
-                &desired.references(),
+                &declared,
                 &recorded_before.group_kinds,
+                &prune_namespaces,
                 &manager,
             );
             plan.prune = sel.delete.iter().map(|m| m.reference.clone()).collect();
@@ -654,20 +697,43 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         .await;
     }
 
-    // 4. Prune, only after every member applied.
+    // 4. Prune, only after every member applied. The decision is made on a fresh listing
+    // (the one above may be as old as the apply), and each delete is conditional on the object
+    // being unchanged since that listing.
     if spec.prune {
-        let sel = prune::select(
+        let mut sel = prune::select(
             &live,
-            &desired.references(),
+            &declared,
             &recorded_before.group_kinds,
+            &prune_namespaces,
             &manager,
         );
+        if !sel.delete.is_empty() {
+            let fresh = prune::list(
+                &ctx.client,
+                &ctx.resolver,
+                &known,
+                &recorded_before.group_kinds,
+                &prune_namespaces,
+                &id,
+                conc,
+            )
+            .await?;
+            sel = prune::select(
+                &fresh,
+                &declared,
+                &recorded_before.group_kinds,
+                &prune_namespaces,
+                &manager,
+            );
+        }
         summary.retained = count(sel.retained.len());
         for (m, why) in &sel.retained {
             tracing::info!(parent = %parent, member = %m.reference, reason = ?why, "not pruned");
         }
         let deleted = prune::delete_all(&ctx.client, &sel.delete, conc).await;
         let mut errors = Vec::new();
+        let mut changed = Vec::new();
         for (reference, r) in deleted {
             match r {
                 Ok(Deleted::Deleted) => {
@@ -679,16 +745,32 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
                     summary.retained += 1;
                     tracing::info!(parent = %parent, member = %reference, "re-created meanwhile; not pruned");
                 }
+                Ok(Deleted::Changed) => changed.push(reference.to_string()),
                 Err(e) => errors.push(e),
             }
         }
         ctx.metrics
             .pruned(u64::try_from(summary.pruned).unwrap_or_default());
-        if !errors.is_empty() {
+        let attempted = sel.delete.len();
+        let unfinished = attempted > 0 && (!errors.is_empty() || !changed.is_empty());
+        if unfinished {
+            let mut parts = Vec::new();
+            if !errors.is_empty() {
+                parts.push(format!(
+                    "{} delete(s) failed: {}",
+                    errors.len(),
+                    errors.join("; ")
+                ));
+            }
+            if !changed.is_empty() {
+                parts.push(format!(
+                    "changed while being pruned (looked at again next time): {}",
+                    changed.join(", ")
+                ));
+            }
             let msg = format!(
-                "prune failed for {} object(s): {}",
-                errors.len(),
-                errors.join("; ")
+                "{parent}: prune incomplete, the parent keeps recording every kind: {}",
+                parts.join("; ")
             );
             let r = Report {
                 summary: Some(summary),
@@ -723,6 +805,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         plan: None,
         attempted: Some(desired.revision.clone()),
         applied: Some(desired.revision),
+        retry: false,
     };
     report(ctx, &*obj, r).await
 }
@@ -818,8 +901,24 @@ fn failure_report(results: &[apply::MemberResult], revision: &str) -> Option<Rep
 }
 
 /// Deletion: with `deletionPolicy: Delete` prune every member (same safety rules, reverse
-/// order); the finalizer is removed when this returns Ok.
+/// order); the finalizer is removed when this returns Ok. A failure keeps the finalizer and
+/// is reported in status (setting `deletionPolicy: Orphan` lets the deletion finish).
 async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    match cleanup_members(obj.clone(), ctx).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            let msg = format!(
+                "{}: deleting its members failed: {e}. The object stays until this succeeds; set spec.deletionPolicy: Orphan to delete it without its members",
+                obj.parent_ref()
+            );
+            tracing::warn!(parent = %obj.parent_ref(), error = %e, "cleanup failed");
+            report(ctx, &*obj, Report::failed(Reason::PruneFailed, msg)).await?;
+            Err(e)
+        }
+    }
+}
+
+async fn cleanup_members<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
     ctx.metrics.set_members(&parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {
@@ -829,8 +928,9 @@ async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let recorded = match parent::recorded(obj.meta(), &ctx.resolver).await? {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(parent = %parent, error = %e, "malformed ApplySet annotations; deleting nothing");
-            return Ok(Action::await_change());
+            return Err(Error::Prune(format!(
+                "its ApplySet annotations are malformed ({e})"
+            )));
         }
     };
     let namespaces = applyset::prune_namespaces(parent.namespace.as_deref(), &recorded.namespaces);
@@ -848,23 +948,28 @@ async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     .await?;
     let sel = prune::select(
         &live,
-        &BTreeSet::new(),
+        &HashMap::new(),
         &recorded.group_kinds,
+        &namespaces,
         &parent.member_field_manager(),
     );
     let results = prune::delete_all(&ctx.client, &sel.delete, conc).await;
     let mut pruned = 0u64;
+    let mut problems = Vec::new();
     for (reference, r) in results {
         match r {
             Ok(Deleted::Deleted) => pruned += 1,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(parent = %parent, member = %reference, error = %e, "delete failed");
-                return Err(Error::Prune(e));
+            Ok(Deleted::Gone | Deleted::UidMismatch) => {}
+            Ok(Deleted::Changed) => {
+                problems.push(format!("{reference} changed while being deleted"))
             }
+            Err(e) => problems.push(e),
         }
     }
     ctx.metrics.pruned(pruned);
+    if !problems.is_empty() {
+        return Err(Error::Prune(problems.join("; ")));
+    }
     tracing::info!(parent = %parent, pruned, retained = sel.retained.len(), "deleted with its members");
     Ok(Action::await_change())
 }

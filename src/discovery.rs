@@ -1,8 +1,14 @@
-//! API discovery, cached. Resolving a kind the cache does not know refreshes it once (a CRD
-//! may have been installed since). Concurrent misses share one refresh: a lookup that started
-//! before the last refresh finished uses that refresh instead of starting another.
+//! API discovery, cached for [`TTL`]. Resolving kinds the cache does not know refreshes it
+//! once per batch (a CRD may have been installed since). Concurrent misses share one refresh:
+//! a lookup that started before the last refresh finished uses that refresh instead of
+//! starting another.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    collections::HashMap,
+    hash::Hash,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use kube::{
     Client,
@@ -11,6 +17,10 @@ use kube::{
 use tokio::sync::{Mutex, RwLock};
 
 use crate::{Error, Result, applyset::GroupKind};
+
+/// How long a discovery snapshot is used before it is refreshed anyway (a served version
+/// removed, a CRD's scope changed).
+pub const TTL: Duration = Duration::from_secs(300);
 
 /// A resolved kind: its API resource (with the plural the server serves) and whether it is
 /// namespaced.
@@ -46,10 +56,12 @@ impl Resolver {
     }
 
     async fn current(&self) -> Result<Arc<Discovery>> {
-        if let Some((d, _)) = &*self.cache.read().await {
-            return Ok(d.clone());
-        }
-        self.refresh(None).await
+        let stale = match &*self.cache.read().await {
+            Some((d, at)) if at.elapsed() < TTL => return Ok(d.clone()),
+            Some((_, at)) => Some(*at),
+            None => None,
+        };
+        self.refresh(stale).await
     }
 
     /// Runs discovery again unless another task did so after `seen`.
@@ -85,22 +97,53 @@ impl Resolver {
         Ok(f(&d))
     }
 
-    /// Resolves `apiVersion` + `kind` exactly (the version must be served).
-    pub async fn resolve(
+    /// Resolves every key, refreshing discovery at most once for all the misses.
+    async fn lookup_all<K: Clone + Eq + Hash>(
         &self,
-        group: &str,
-        version: &str,
-        kind: &str,
-    ) -> Result<Option<Resolved>> {
-        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-        self.lookup(|d| d.resolve_gvk(&gvk).map(Resolved::new))
-            .await
+        keys: &[K],
+        f: impl Fn(&Discovery, &K) -> Option<Resolved>,
+    ) -> Result<HashMap<K, Resolved>> {
+        let started = Instant::now();
+        let d = self.current().await?;
+        let mut out = HashMap::new();
+        let mut missing = Vec::new();
+        for k in keys {
+            match f(&d, k) {
+                Some(r) => {
+                    out.insert(k.clone(), r);
+                }
+                None => missing.push(k),
+            }
+        }
+        if !missing.is_empty() {
+            let d = self.refresh(Some(started)).await?;
+            for k in missing {
+                if let Some(r) = f(&d, k) {
+                    out.insert(k.clone(), r);
+                }
+            }
+        }
+        Ok(out)
     }
 
-    /// Resolves a group and kind at the version the server prefers (for listing and deleting
-    /// by kind, where the version does not matter).
-    pub async fn resolve_group_kind(&self, gk: &GroupKind) -> Result<Option<Resolved>> {
-        self.lookup(|d| {
+    /// Resolves `(group, version, kind)` triples exactly (the version must be served).
+    pub async fn resolve_all(
+        &self,
+        gvks: &[(String, String, String)],
+    ) -> Result<HashMap<(String, String, String), Resolved>> {
+        self.lookup_all(gvks, |d, (g, v, k)| {
+            d.resolve_gvk(&kube::api::GroupVersionKind::gvk(g, v, k))
+                .map(Resolved::new)
+        })
+        .await
+    }
+
+    /// Resolves group-kinds at the version the server prefers.
+    pub async fn resolve_group_kinds(
+        &self,
+        gks: &[GroupKind],
+    ) -> Result<HashMap<GroupKind, Resolved>> {
+        self.lookup_all(gks, |d, gk| {
             d.get(&gk.group)
                 .and_then(|g| g.recommended_kind(&gk.kind))
                 .map(Resolved::new)

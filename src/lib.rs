@@ -42,6 +42,10 @@ pub enum Error {
     },
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("forbidden to {what}: {message}; grant the operator's service account this permission")]
+    Forbidden { what: String, message: String },
+    #[error("reconcile panicked: {0}")]
+    Panic(String),
     #[error("prune: {0}")]
     Prune(String),
     #[error("{0} has no name")]
@@ -56,6 +60,8 @@ impl Error {
             Error::Discovery(_) => "discovery",
             Error::Serialize { .. } => "serialize",
             Error::Finalizer(_) => "finalizer",
+            Error::Forbidden { .. } => "forbidden",
+            Error::Panic(_) => "panic",
             Error::Prune(_) => "prune",
             Error::Unnamed(_) => "unnamed",
         }

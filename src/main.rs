@@ -97,11 +97,18 @@ async fn run(args: RunArgs) -> ExitCode {
         label_selector: args.label_selector,
     };
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
-    let operator = Operator::start(client, config);
-    shutdown_signal().await;
-    tracing::info!("shutting down: finishing in-flight reconciles");
-    operator.shutdown().await;
-    ExitCode::SUCCESS
+    let mut operator = Operator::start(client, config);
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: finishing in-flight reconciles");
+            operator.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        _ = operator.finished() => {
+            tracing::error!("the controllers stopped unexpectedly");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {

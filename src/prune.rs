@@ -60,12 +60,15 @@ pub async fn list(
     id: &str,
     concurrency: usize,
 ) -> Result<Vec<LiveMember>> {
+    let unknown: Vec<GroupKind> = kinds
+        .iter()
+        .filter(|gk| !known.contains_key(*gk))
+        .cloned()
+        .collect();
+    let looked_up = resolver.resolve_group_kinds(&unknown).await?;
     let mut targets: Vec<(GroupKind, ApiResource, bool, Option<String>)> = Vec::new();
     for gk in kinds {
-        let resolved = match known.get(gk) {
-            Some(r) => Some(r.clone()),
-            None => resolver.resolve_group_kind(gk).await?,
-        };
+        let resolved = known.get(gk).or_else(|| looked_up.get(gk)).cloned();
         let Some(resolved) = resolved else {
             tracing::debug!(kind = %gk, "not served any more; its objects are not prune candidates");
             continue;
@@ -113,8 +116,20 @@ async fn list_one(
         let page = match api.list_metadata(&params).await {
             Ok(p) => p,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                tracing::warn!(kind = %gk, namespace = ?namespace, "may not list; its objects are not prune candidates");
-                return Ok(out);
+                // Skipping would lose track of members: refuse instead (the superset stays).
+                return Err(Error::Forbidden {
+                    what: format!(
+                        "list {} ({}) in {}",
+                        resource.plural,
+                        if resource.group.is_empty() {
+                            "core"
+                        } else {
+                            resource.group.as_str()
+                        },
+                        namespace.as_deref().unwrap_or("all namespaces")
+                    ),
+                    message: s.message.clone(),
+                });
             }
             // Not served (yet, or any more): also the plain 404 of a route that does not exist.
             Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => return Ok(out),
@@ -154,6 +169,8 @@ pub enum Retained {
     LabelNotOurs,
     /// It has a controller owner reference (something else manages its life).
     Controlled(String),
+    /// A Namespace or CRD whose deletion would take a retained object with it.
+    HoldsRetained(String),
 }
 
 /// The outcome of [`select`].
@@ -163,18 +180,27 @@ pub struct Selection {
     pub retained: Vec<(LiveMember, Retained)>,
 }
 
-/// Chooses what to delete among the live objects: those of `kinds` (the kinds recorded on
-/// the parent before this reconcile) that are not `declared`, minus those that must be kept.
+/// Chooses what to delete among the live objects: those of `kinds` in `namespaces` (the
+/// kinds and namespaces recorded on the parent before this reconcile; cluster-scoped objects
+/// regardless of namespace) that are not `declared`, minus those that must be kept. A
+/// Namespace or CRD is kept while a retained object lives in it or is of its kind: deleting
+/// it would delete that object too.
 pub fn select(
     live: &[LiveMember],
-    declared: &BTreeSet<MemberRef>,
+    declared: &HashMap<MemberRef, ApiResource>,
     kinds: &BTreeSet<GroupKind>,
+    namespaces: &BTreeSet<String>,
     manager: &str,
 ) -> Selection {
     let mut s = Selection::default();
     for m in live {
         let gk = GroupKind::new(m.reference.group.clone(), m.reference.kind.clone());
-        if declared.contains(&m.reference) || !kinds.contains(&gk) {
+        let in_scope = m
+            .reference
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| namespaces.contains(ns));
+        if declared.contains_key(&m.reference) || !kinds.contains(&gk) || !in_scope {
             continue;
         }
         if applyset::is_prune_disabled(m.meta.annotations.as_ref()) {
@@ -196,6 +222,48 @@ pub fn select(
             s.delete.push(m.clone());
         }
     }
+    // Anything kept — retained candidates and declared members alike — pins its Namespace
+    // and the CRD of its kind.
+    let mut pinned_namespaces: BTreeMap<String, String> = BTreeMap::new();
+    let mut pinned_crds: BTreeMap<String, String> = BTreeMap::new();
+    let kept = s
+        .retained
+        .iter()
+        .map(|(m, _)| (&m.reference, &m.resource))
+        .chain(declared.iter());
+    for (reference, r) in kept {
+        if let Some(ns) = &reference.namespace {
+            pinned_namespaces
+                .entry(ns.clone())
+                .or_insert_with(|| reference.to_string());
+        }
+        if !r.group.is_empty() {
+            pinned_crds
+                .entry(format!("{}.{}", r.plural, r.group))
+                .or_insert_with(|| reference.to_string());
+        }
+    }
+    let (delete, keep): (Vec<LiveMember>, Vec<LiveMember>) =
+        std::mem::take(&mut s.delete).into_iter().partition(|m| {
+            let pin = if render::is_namespace(&m.reference.group, &m.reference.kind) {
+                pinned_namespaces.get(&m.reference.name)
+            } else if render::is_crd(&m.reference.group, &m.reference.kind) {
+                pinned_crds.get(&m.reference.name)
+            } else {
+                None
+            };
+            pin.is_none()
+        });
+    for m in keep {
+        let holder = if render::is_namespace(&m.reference.group, &m.reference.kind) {
+            pinned_namespaces.get(&m.reference.name)
+        } else {
+            pinned_crds.get(&m.reference.name)
+        };
+        let why = Retained::HoldsRetained(holder.cloned().unwrap_or_default());
+        s.retained.push((m, why));
+    }
+    s.delete = delete;
     s
 }
 
@@ -223,6 +291,9 @@ pub enum Deleted {
     Gone,
     /// An object of that name exists with another UID (re-created): left alone.
     UidMismatch,
+    /// The object changed since it was listed (its resourceVersion moved): left alone this
+    /// time; the next reconcile looks again.
+    Changed,
 }
 
 /// Deletes one object if, and only if, it still has `uid`.
@@ -233,13 +304,26 @@ pub async fn delete_with_uid(
     name: &str,
     uid: &str,
 ) -> Result<Deleted, Error> {
+    delete_if_unchanged(client, resource, namespace, name, uid, None).await
+}
+
+/// Deletes one object if it still has `uid` and, when given, `resource_version` (so nothing
+/// that changed since the prune decision — an annotation added, a new owner — is deleted).
+pub async fn delete_if_unchanged(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+    uid: &str,
+    resource_version: Option<&str>,
+) -> Result<Deleted, Error> {
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::dynamic(client.clone(), resource, &Scope::Namespaced).constrain(ns),
         None => Api::dynamic(client.clone(), resource, &Scope::Cluster),
     };
     let params = DeleteParams::background().preconditions(Preconditions {
         uid: Some(uid.to_string()),
-        resource_version: None,
+        resource_version: resource_version.map(str::to_string),
     });
     match api.delete(name, &params).await {
         Ok(_) => Ok(Deleted::Deleted),
@@ -247,12 +331,16 @@ pub async fn delete_with_uid(
         Err(kube::Error::Api(s)) if s.is_conflict() && s.message.contains("UID") => {
             Ok(Deleted::UidMismatch)
         }
+        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Deleted::Changed),
         Err(e) => Err(e.into()),
     }
 }
 
 /// Deletes `items` in reverse dependency order (namespaced objects, cluster-scoped objects,
-/// Namespaces, CRDs), concurrently within a group. Returns one result per item.
+/// Namespaces, CRDs), concurrently within a group, each only if unchanged since listed. A
+/// group with a failure (or a changed object) stops the later groups: a Namespace or CRD is
+/// never deleted while something that should go before it is still there. Returns one result
+/// per item attempted.
 pub async fn delete_all(
     client: &Client,
     items: &[LiveMember],
@@ -291,7 +379,13 @@ pub async fn delete_all(
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;
+        let stop = results
+            .iter()
+            .any(|(_, r)| matches!(r, Err(_) | Ok(Deleted::Changed)));
         out.extend(results);
+        if stop {
+            break;
+        }
     }
     out
 }
@@ -346,14 +440,22 @@ mod tests {
         ks.iter().map(|k| GroupKind::new("", *k)).collect()
     }
 
+    fn team() -> BTreeSet<String> {
+        BTreeSet::from(["team".to_string()])
+    }
+
+    fn none() -> HashMap<MemberRef, ApiResource> {
+        HashMap::new()
+    }
+
     #[test]
     fn undeclared_and_ours_is_deleted() {
         let l = [
             live("ConfigMap", "a", Some(MANAGER)),
             live("ConfigMap", "b", Some(MANAGER)),
         ];
-        let declared = BTreeSet::from([l[0].reference.clone()]);
-        let s = select(&l, &declared, &kinds(&["ConfigMap"]), MANAGER);
+        let declared = HashMap::from([(l[0].reference.clone(), l[0].resource.clone())]);
+        let s = select(&l, &declared, &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert_eq!(
             s.delete
                 .iter()
@@ -367,7 +469,7 @@ mod tests {
     #[test]
     fn kinds_not_recorded_before_are_not_candidates() {
         let l = [live("Secret", "s", Some(MANAGER))];
-        let s = select(&l, &BTreeSet::new(), &kinds(&["ConfigMap"]), MANAGER);
+        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert!(s.delete.is_empty() && s.retained.is_empty());
     }
 
@@ -378,7 +480,7 @@ mod tests {
             "applyset.dev/prune".into(),
             "disabled".into(),
         )]));
-        let s = select(&[m], &BTreeSet::new(), &kinds(&["ConfigMap"]), MANAGER);
+        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert!(s.delete.is_empty());
         assert_eq!(s.retained[0].1, Retained::PruneDisabled);
     }
@@ -389,7 +491,7 @@ mod tests {
             live("ConfigMap", "x", Some("intruder")),
             live("ConfigMap", "y", None),
         ];
-        let s = select(&l, &BTreeSet::new(), &kinds(&["ConfigMap"]), MANAGER);
+        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert!(s.delete.is_empty());
         assert!(s.retained.iter().all(|(_, r)| *r == Retained::LabelNotOurs));
         assert_eq!(s.retained.len(), 2);
@@ -398,7 +500,7 @@ mod tests {
     #[test]
     fn another_parents_manager_does_not_count() {
         let l = [live("ConfigMap", "x", Some("applyset.dev/ns/team/other"))];
-        let s = select(&l, &BTreeSet::new(), &kinds(&["ConfigMap"]), MANAGER);
+        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert!(s.delete.is_empty());
     }
 
@@ -413,8 +515,9 @@ mod tests {
         }]);
         let s = select(
             &[m.clone()],
-            &BTreeSet::new(),
+            &none(),
             &kinds(&["ConfigMap"]),
+            &team(),
             MANAGER,
         );
         assert_eq!(
@@ -425,7 +528,90 @@ mod tests {
         if let Some(refs) = m.meta.owner_references.as_mut() {
             refs[0].controller = Some(false);
         }
-        let s = select(&[m], &BTreeSet::new(), &kinds(&["ConfigMap"]), MANAGER);
+        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
         assert_eq!(s.delete.len(), 1);
+    }
+
+    fn cluster(group: &str, kind: &str, name: &str) -> LiveMember {
+        let mut m = live(kind, name, Some(MANAGER));
+        m.reference.group = group.into();
+        m.reference.namespace = None;
+        m.namespaced = false;
+        m
+    }
+
+    #[test]
+    fn objects_outside_the_recorded_namespaces_are_not_candidates() {
+        let mut m = live("ConfigMap", "elsewhere", Some(MANAGER));
+        m.reference.namespace = Some("other".into());
+        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        assert!(s.delete.is_empty() && s.retained.is_empty());
+    }
+
+    #[test]
+    fn a_namespace_holding_a_retained_object_is_kept() {
+        let mut keep = live("ConfigMap", "keep", Some(MANAGER));
+        keep.meta.annotations = Some(BTreeMap::from([(
+            "applyset.dev/prune".into(),
+            "disabled".into(),
+        )]));
+        let ns = cluster("", "Namespace", "team");
+        let s = select(
+            &[keep, ns],
+            &none(),
+            &kinds(&["ConfigMap", "Namespace"]),
+            &team(),
+            MANAGER,
+        );
+        assert!(s.delete.is_empty(), "{:?}", s.delete);
+        assert!(s.retained.iter().any(|(m, why)| m.reference.name == "team"
+            && matches!(why, Retained::HoldsRetained(h) if h.contains("keep"))));
+    }
+
+    #[test]
+    fn a_namespace_holding_a_declared_member_is_kept() {
+        let declared_cm = live("ConfigMap", "still-declared", Some(MANAGER));
+        let declared =
+            HashMap::from([(declared_cm.reference.clone(), declared_cm.resource.clone())]);
+        let ns = cluster("", "Namespace", "team");
+        let s = select(&[ns], &declared, &kinds(&["Namespace"]), &team(), MANAGER);
+        assert!(s.delete.is_empty());
+    }
+
+    #[test]
+    fn a_crd_whose_custom_resources_stay_is_kept_and_others_go() {
+        let crds = BTreeSet::from([GroupKind::new(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+        )]);
+        let widgets = cluster(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "widgets.example.com",
+        );
+        let gadgets = cluster(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "gadgets.example.com",
+        );
+        let w = MemberRef {
+            group: "example.com".into(),
+            kind: "Widget".into(),
+            namespace: Some("team".into()),
+            name: "w".into(),
+        };
+        let resource = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        let declared = HashMap::from([(w, resource)]);
+        let s = select(&[widgets, gadgets], &declared, &crds, &team(), MANAGER);
+        let deleted: Vec<&str> = s.delete.iter().map(|m| m.reference.name.as_str()).collect();
+        assert_eq!(deleted, ["gadgets.example.com"]);
+        assert_eq!(s.retained.len(), 1);
+        assert_eq!(s.retained[0].0.reference.name, "widgets.example.com");
     }
 }

@@ -107,6 +107,13 @@ impl DesiredSet {
             })
             .collect()
     }
+    /// The declared members and their resources (what prune must keep).
+    pub fn declared(&self) -> std::collections::HashMap<MemberRef, ApiResource> {
+        self.members
+            .iter()
+            .map(|m| (m.reference.clone(), m.resource.clone()))
+            .collect()
+    }
     pub fn references(&self) -> BTreeSet<MemberRef> {
         self.members.iter().map(|m| m.reference.clone()).collect()
     }
@@ -194,6 +201,15 @@ pub async fn render(
     resolver: &Resolver,
 ) -> Result<Result<DesiredSet, RenderError>> {
     let declared = declared_kinds(&manifests);
+    // Each distinct kind is resolved once, with at most one discovery refresh for all misses.
+    let mut gvks: Vec<(String, String, String)> = manifests
+        .iter()
+        .map(|m| (m.group.clone(), m.version.clone(), m.kind.clone()))
+        .filter(|k| !declared.contains_key(k))
+        .collect();
+    gvks.sort();
+    gvks.dedup();
+    let served = resolver.resolve_all(&gvks).await?;
     let mut members = Vec::with_capacity(manifests.len());
     for m in manifests {
         let display = format!("{} ({} {})", m.origin, m.kind, m.name);
@@ -201,9 +217,10 @@ pub async fn render(
         if let Err(e) = applyset::check_manifest_part_of(labels.as_ref(), &display) {
             return Ok(Err(e.into()));
         }
-        let resolved = match resolver.resolve(&m.group, &m.version, &m.kind).await? {
-            Some(r) => r,
-            None => match declared.get(&(m.group.clone(), m.version.clone(), m.kind.clone())) {
+        let gvk = (m.group.clone(), m.version.clone(), m.kind.clone());
+        let resolved = match served.get(&gvk) {
+            Some(r) => r.clone(),
+            None => match declared.get(&gvk) {
                 Some(r) => r.clone(),
                 None => {
                     return Ok(Err(RenderError::UnknownKind {

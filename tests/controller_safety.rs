@@ -285,6 +285,7 @@ async fn delete_with_uid_leaves_a_recreated_object_alone() {
         Ok(Deleted::UidMismatch) => {}
         Ok(Deleted::Deleted) => panic!("delete_with_uid deleted an object with another UID"),
         Ok(Deleted::Gone) => panic!("delete_with_uid reported Gone for an existing object"),
+        Ok(Deleted::Changed) => panic!("Changed: no resourceVersion was given"),
         Err(e) => panic!("delete_with_uid failed: {e}"),
     }
     let live = cms
@@ -298,6 +299,7 @@ async fn delete_with_uid_leaves_a_recreated_object_alone() {
         Ok(Deleted::Deleted) => {}
         Ok(Deleted::UidMismatch) => panic!("UidMismatch for the current UID"),
         Ok(Deleted::Gone) => panic!("Gone for an existing object"),
+        Ok(Deleted::Changed) => panic!("Changed: no resourceVersion was given"),
         Err(e) => panic!("delete_with_uid failed: {e}"),
     }
     wait_for_absent(&h, "racy").await;
@@ -305,6 +307,7 @@ async fn delete_with_uid_leaves_a_recreated_object_alone() {
         Ok(Deleted::Gone) => {}
         Ok(Deleted::Deleted) => panic!("Deleted for an absent object"),
         Ok(Deleted::UidMismatch) => panic!("UidMismatch for an absent object"),
+        Ok(Deleted::Changed) => panic!("Changed for an absent object"),
         Err(e) => panic!("delete_with_uid failed: {e}"),
     }
 }
@@ -503,4 +506,97 @@ async fn live_object_of_another_applyset_is_not_taken_over() {
     assert_eq!(obj.labels().get(LABEL_PART_OF), Some(&other_id));
     assert_eq!(obj.data["data"]["k"], "orig");
     stop(op).await;
+}
+
+/// An immutable field change is reported (naming the opt-in annotation) and nothing is
+/// deleted; with `applyset.dev/force: enabled` on the member, it is deleted and re-created.
+#[tokio::test]
+async fn immutable_change_recreates_only_with_the_force_annotation() {
+    let h = Harness::new("immutable").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("immutable");
+    let frozen = |v: &str, force: bool| {
+        let mut cm = configmap("frozen", json!({"k": v}));
+        cm["immutable"] = json!(true);
+        if force {
+            cm["metadata"]["annotations"] = json!({"applyset.dev/force": "enabled"});
+        }
+        cm
+    };
+    set.create(json!({"manifests": [frozen("1", false), configmap("other", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    let before = must_get(&h.client, &configmap_ar(), Some(ns), "frozen").await;
+
+    // Changing data of an immutable ConfigMap: refused by the API server, reported, and
+    // `other` (dropped at the same time) is not pruned.
+    set.patch_spec(json!({"manifests": [frozen("2", false)]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let message = &ready(&st).message;
+    assert!(
+        message.contains("frozen") && message.contains("applyset.dev/force: enabled"),
+        "the message names the member and the opt-in: {message}"
+    );
+    let still = must_get(&h.client, &configmap_ar(), Some(ns), "frozen").await;
+    assert_eq!(
+        still.uid(),
+        before.uid(),
+        "not deleted without the annotation"
+    );
+    assert_eq!(still.data["data"]["k"], "1");
+    assert!(
+        exists(&h.client, &configmap_ar(), Some(ns), "other").await,
+        "a failed apply prunes nothing"
+    );
+
+    // With the annotation: deleted and re-created with the new data.
+    set.patch_spec(json!({"manifests": [frozen("2", true)]}))
+        .await;
+    set.wait_ready().await;
+    let after = must_get(&h.client, &configmap_ar(), Some(ns), "frozen").await;
+    assert_ne!(after.uid(), before.uid(), "re-created");
+    assert_eq!(after.data["data"]["k"], "2");
+    stop(op).await;
+}
+
+/// A delete conditional on the resourceVersion seen at the prune decision leaves an object
+/// that changed since (here: annotated prune: disabled) alone.
+#[tokio::test]
+async fn an_object_changed_after_the_prune_decision_is_not_deleted() {
+    let h = Harness::new("changed").await;
+    let ns = h.ns.as_str();
+    let cms: Api<ConfigMap> = Api::namespaced(h.client.clone(), ns);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "moving"}})).expect("cm");
+    let seen = cms
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create");
+    let (uid, rv) = (
+        seen.uid().expect("uid"),
+        seen.resource_version().expect("rv"),
+    );
+    cms.patch(
+        "moving",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {ANNOTATION_PRUNE: "disabled"}}}),
+        ),
+    )
+    .await
+    .expect("annotate");
+    let r = applyset_operator::prune::delete_if_unchanged(
+        &h.client,
+        &configmap_ar(),
+        Some(ns),
+        "moving",
+        &uid,
+        Some(&rv),
+    )
+    .await
+    .expect("delete call");
+    assert_eq!(r, Deleted::Changed);
+    assert!(exists(&h.client, &configmap_ar(), Some(ns), "moving").await);
 }
