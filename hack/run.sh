@@ -11,7 +11,7 @@ if [ -z "${KUBECONFIG:-}" ] && [ ! -f "$HOME/.kube/config" ]; then
 fi
 KUBECTL="$(tests/testenv/build-kube.sh 2>/dev/null)/kubectl"
 echo "run: using cluster $("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
-"$KUBECTL" apply --server-side --field-manager=applyset-operator-install -f config/crd/
+"$KUBECTL" apply --server-side --field-manager=applyset-operator-install -f config/crd/applyset.dev.yaml
 "$KUBECTL" wait --for=condition=Established --timeout=60s crd/applysets.applyset.dev crd/clusterapplysets.applyset.dev
 cargo build --locked -q --bin applyset-operator
 # Apply the examples as soon as the operator process is running.

@@ -116,9 +116,48 @@ impl Context {
     }
 }
 
+/// Whether the caches (reflector stores) of both controllers have synced.
+#[derive(Default)]
+pub struct Readiness {
+    applysets: std::sync::atomic::AtomicBool,
+    cluster_applysets: std::sync::atomic::AtomicBool,
+}
+
+impl Readiness {
+    fn mark(&self, kind: applyset::ParentKind) {
+        use std::sync::atomic::Ordering::SeqCst;
+        match kind {
+            applyset::ParentKind::ApplySet => self.applysets.store(true, SeqCst),
+            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.store(true, SeqCst),
+        }
+    }
+
+    fn is_synced(&self, kind: applyset::ParentKind) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        match kind {
+            applyset::ParentKind::ApplySet => self.applysets.load(SeqCst),
+            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.load(SeqCst),
+        }
+    }
+
+    /// `None` when both caches synced, else which kinds are still listing.
+    pub fn waiting_for(&self) -> Option<String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut waiting = Vec::new();
+        if !self.applysets.load(SeqCst) {
+            waiting.push("applysets.applyset.dev");
+        }
+        if !self.cluster_applysets.load(SeqCst) {
+            waiting.push("clusterapplysets.applyset.dev");
+        }
+        (!waiting.is_empty()).then(|| waiting.join(", "))
+    }
+}
+
 /// A running operator (both controllers).
 pub struct Operator {
     metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -133,14 +172,17 @@ impl Operator {
     pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
         let (tx, rx) = watch::channel(false);
         let ctx = Arc::new(Context::new(client, config, metrics.clone()));
+        let readiness = Arc::new(Readiness::default());
+        let ready = readiness.clone();
         let task = tokio::spawn(async move {
             tokio::join!(
-                run_controller::<ApplySet>(ctx.clone(), rx.clone()),
-                run_controller::<ClusterApplySet>(ctx.clone(), rx.clone())
+                run_controller::<ApplySet>(ctx.clone(), rx.clone(), ready.clone()),
+                run_controller::<ClusterApplySet>(ctx.clone(), rx.clone(), ready.clone())
             );
         });
         Operator {
             metrics,
+            readiness,
             shutdown: tx,
             task,
         }
@@ -148,6 +190,11 @@ impl Operator {
 
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// Whether the controllers' caches have synced (for `/readyz`).
+    pub fn readiness(&self) -> Arc<Readiness> {
+        self.readiness.clone()
     }
 
     /// Stops taking new work, lets in-flight reconciles finish, and returns.
@@ -183,23 +230,38 @@ fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     Some(h.finish())
 }
 
-async fn run_controller<P: Parent>(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+async fn run_controller<P: Parent>(
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    ready: Arc<Readiness>,
+) {
     let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
     let mut wc = watcher::Config::default().any_semantic();
     if let Some(sel) = &ctx.config.label_selector {
         wc = wc.labels(sel);
     }
     let (reader, writer) = reflector::store();
+    let synced = {
+        let reader = reader.clone();
+        let ready = ready.clone();
+        async move {
+            if reader.wait_until_ready().await.is_ok() {
+                ready.mark(P::KIND);
+                tracing::info!(kind = P::KIND.kind(), "cache synced");
+            }
+        }
+    };
     let stream = watcher(api, wc)
         .default_backoff()
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(trigger_hash::<P>, Default::default());
+    let mut shutdown_unsynced = shutdown.clone();
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
     };
-    Controller::for_stream(stream, reader)
+    let controller = Controller::for_stream(stream, reader)
         .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
         .graceful_shutdown_on(stop)
         .run(reconcile::<P>, error_policy::<P>, ctx)
@@ -210,8 +272,22 @@ async fn run_controller<P: Parent>(ctx: Arc<Context>, mut shutdown: watch::Recei
                     e => tracing::warn!(error = %e, "controller"),
                 }
             }
-        })
-        .await;
+        });
+    // The sync watcher ends with the controller (it never outlives it). A shutdown before
+    // the cache synced ends the controller at once: kube-runtime does not reconcile before
+    // its store is ready (so nothing is in flight), and its graceful shutdown would wait for
+    // a store that can no longer fill.
+    let unsynced_shutdown = async {
+        let _ = shutdown_unsynced.wait_for(|s| *s).await;
+        if ready.is_synced(P::KIND) {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = controller => {}
+        _ = async { synced.await; std::future::pending::<()>().await } => {}
+        _ = unsynced_shutdown => tracing::info!(kind = P::KIND.kind(), "stopped before the cache synced"),
+    }
 }
 
 fn key_of<P: Parent>(obj: &P) -> String {

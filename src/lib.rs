@@ -13,17 +13,21 @@
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`controller`]: the reconcile loop that ties them together.
+//! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`leader`]: leader election on a Lease.
 
 pub mod api;
 pub mod apply;
 pub mod applyset;
 pub mod controller;
 pub mod discovery;
+pub mod leader;
 pub mod manifest;
 pub mod metrics;
 pub mod parent;
 pub mod prune;
 pub mod render;
+pub mod server;
 pub mod status;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this

@@ -1,8 +1,13 @@
 //! `applyset-operator` — the thin binary over the library.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, sync::Arc};
 
-use applyset_operator::controller::{Config, Operator};
+use applyset_operator::{
+    controller::{Config, Operator},
+    leader::{Election, LeaseConfig},
+    metrics::Metrics,
+    server::{self, Health, Phase},
+};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -47,6 +52,29 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "APPLYSET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Address of /metrics (Prometheus text format).
+    #[arg(long, env = "APPLYSET_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: String,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "APPLYSET_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: String,
+    /// Run the controllers only while holding a coordination.k8s.io Lease (for several
+    /// replicas).
+    #[arg(long, env = "APPLYSET_LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "APPLYSET_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "APPLYSET_LEADER_ELECTION_NAME",
+        default_value = "applyset-operator"
+    )]
+    leader_election_name: String,
+    /// Seconds the Lease is valid without renewal: a failed leader is replaced within it.
+    #[arg(long, env = "APPLYSET_LEASE_DURATION", default_value_t = 15)]
+    lease_duration: u64,
 }
 
 fn init_logging(format: LogFormat) {
@@ -81,6 +109,17 @@ async fn shutdown_signal() {
     }
 }
 
+/// This replica's identity in the Lease: the pod name, else host name and process id.
+fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
     let client = match kube::Client::try_default().await {
@@ -93,12 +132,80 @@ async fn run(args: RunArgs) -> ExitCode {
     let config = Config {
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency,
-        watch_namespace: args.watch_namespace,
-        label_selector: args.label_selector,
+        watch_namespace: args.watch_namespace.clone(),
+        label_selector: args.label_selector.clone(),
     };
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
-    let mut operator = Operator::start(client, config);
-    tokio::select! {
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::default();
+    let servers = async {
+        let (h_addr, h) = server::health_server(&args.health_addr, health.clone()).await?;
+        let (m_addr, m) = server::metrics_server(&args.metrics_addr, metrics.clone()).await?;
+        tracing::info!(health = %h_addr, metrics = %m_addr, "serving /healthz, /readyz and /metrics");
+        std::io::Result::Ok((h, m))
+    };
+    let (health_srv, metrics_srv) = match servers.await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen on the health or metrics address");
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::spawn(health_srv);
+    tokio::spawn(metrics_srv);
+
+    let mut election = None;
+    if args.leader_elect {
+        let lease = LeaseConfig {
+            namespace: args
+                .leader_election_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| "default".into()),
+            name: args.leader_election_name.clone(),
+            identity: identity(),
+            duration_secs: args.lease_duration.max(2),
+            grace_secs: (args.lease_duration / 3).max(1),
+        };
+        health.set(Phase::Standby);
+        let mut e = match Election::start(client.clone(), &lease).await {
+            Ok(e) => e,
+            Err(err) => {
+                tracing::error!(error = %err, lease = ?lease, "leader election failed to start");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for leadership");
+        tokio::select! {
+            _ = shutdown_signal() => {
+                e.release().await;
+                return ExitCode::SUCCESS;
+            }
+            acquired = e.acquired() => {
+                if !acquired {
+                    tracing::error!("leader election stopped before leadership was acquired");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        tracing::info!(identity = %lease.identity, "leader: starting the controllers");
+        election = Some(e);
+    }
+
+    let mut operator = Operator::start_with(client, config, metrics);
+    health.set(Phase::Running(operator.readiness()));
+    let lost = async {
+        match election.as_mut() {
+            Some(e) => e.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let code = tokio::select! {
         _ = shutdown_signal() => {
             tracing::info!("shutting down: finishing in-flight reconciles");
             operator.shutdown().await;
@@ -108,7 +215,17 @@ async fn run(args: RunArgs) -> ExitCode {
             tracing::error!("the controllers stopped unexpectedly");
             ExitCode::FAILURE
         }
+        _ = lost => {
+            // Another replica may already reconcile: stop at once and let the restart
+            // stand by again.
+            tracing::error!("lost the leader lease; exiting");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(e) = election {
+        e.release().await;
     }
+    code
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,239 @@
+//! The operator as a process: `/metrics` after reconciles, leader election between two
+//! replicas (only the leader reconciles; a killed leader is replaced within the lease
+//! duration; a terminated one hands over at once).
+
+#[path = "support/operator.rs"]
+mod operator;
+#[path = "support/process.rs"]
+mod process;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use operator::{Harness, configmap, ensure_crds, unique};
+use process::{OperatorProcess, sample};
+use serde_json::json;
+use support::{cluster, wait_for};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+#[tokio::test]
+async fn metrics_show_the_spec_metrics_after_reconciles() {
+    let h = Harness::new("metrics").await;
+    ensure_crds(&h.client).await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector],
+        "metrics",
+    );
+    let ns = h.ns.as_str();
+
+    // A conflict first (someone else owns data.k), then a prune.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(h.client.clone(), ns);
+    cms.patch(
+        "taken",
+        &PatchParams::apply("someone-else"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken"}, "data": {"k": "x"}})),
+    )
+    .await
+    .expect("owned by someone else");
+    let set = h.applyset("metrics");
+    set.create(json!({"manifests": [configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"})), configmap("taken", json!({"k": "y"}))]}))
+        .await;
+    set.wait_ready_reason(Some("False"), "Conflict").await;
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_eq!(operator::summary(&st).pruned, 1);
+
+    let text = wait_for("metrics to show the prune", DEADLINE, || async {
+        op.metrics()
+            .filter(|m| sample(m, "applyset_members_pruned_total").unwrap_or(0.0) >= 1.0)
+    })
+    .await;
+    for (series, at_least) in [
+        ("applyset_reconciles_total{result=\"success\"}", 1.0),
+        ("applyset_members_applied_total{result=\"created\"}", 2.0),
+        ("applyset_members_applied_total{result=\"conflict\"}", 1.0),
+        ("applyset_members_pruned_total", 1.0),
+        ("applyset_conflicts_total", 1.0),
+        ("applyset_managed_members", 1.0),
+        (
+            "applyset_reconcile_duration_seconds_count{kind=\"ApplySet\"}",
+            1.0,
+        ),
+    ] {
+        let v = sample(&text, series)
+            .unwrap_or_else(|| panic!("{series} missing from /metrics:\n{text}"));
+        assert!(
+            v >= at_least,
+            "{series} = {v}, expected at least {at_least}"
+        );
+    }
+}
+
+async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()?
+        .spec?
+        .holder_identity
+}
+
+fn reconciles(op: &OperatorProcess) -> f64 {
+    op.metrics()
+        .map(|m| {
+            m.lines()
+                .filter(|l| l.starts_with("applyset_reconciles_total{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_lease() {
+    let h = Harness::new("leader").await;
+    ensure_crds(&h.client).await;
+    let ns = h.ns.as_str();
+    let lease_name = unique("lease");
+    let lease_secs = 6u64;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let args = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-name",
+        &lease_name,
+        "--lease-duration",
+        &lease_secs.to_string(),
+        "--label-selector",
+        &selector,
+    ];
+    let mut a = Some(OperatorProcess::start(
+        cluster().kubeconfig(),
+        &args,
+        "leader-a",
+    ));
+    let b = OperatorProcess::start(cluster().kubeconfig(), &args, "leader-b");
+    let leases: Api<Lease> = Api::namespaced(h.client.clone(), ns);
+
+    let first = wait_for("a lease holder", DEADLINE, || async {
+        holder(&leases, &lease_name).await
+    })
+    .await;
+    let pid_a = a.as_ref().map(|p| p.pid()).unwrap_or_default();
+    let a_leads = first.ends_with(&format!("-{pid_a}"));
+    let set = h.applyset("led");
+    set.create(json!({"manifests": [configmap("one", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+
+    let (leader, follower) = if a_leads {
+        (a.as_ref().expect("a"), &b)
+    } else {
+        (&b, a.as_ref().expect("a"))
+    };
+    assert!(
+        reconciles(leader) >= 1.0,
+        "the leader reconciled:\n{}",
+        leader.log()
+    );
+    assert_eq!(
+        reconciles(follower),
+        0.0,
+        "the follower did not reconcile:\n{}",
+        follower.log()
+    );
+    assert_eq!(
+        follower.readyz().map(|(c, _)| c),
+        Some(200),
+        "a standby replica is ready to take over"
+    );
+
+    // Kill the leader without a chance to release the lease: the follower takes over once
+    // the lease expires, and reconciles.
+    let killed = Instant::now();
+    if a_leads {
+        a = None; // drop kills it (SIGKILL)
+    } else {
+        // b leads: kill b by dropping a clone-free path: SIGKILL through its pid.
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg(b.pid().to_string())
+            .status();
+    }
+    let survivor = if a_leads { &b } else { a.as_ref().expect("a") };
+    let survivor_pid = survivor.pid();
+    let new_holder = wait_for("the follower to take the lease", DEADLINE, || async {
+        holder(&leases, &lease_name)
+            .await
+            .filter(|h| h.ends_with(&format!("-{survivor_pid}")))
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_secs(lease_secs * 2 + 2),
+        "failover took {took:?} with a {lease_secs}s lease (holder now {new_holder})"
+    );
+    set.patch_spec(json!({"manifests": [configmap("one", json!({"k": "1"})), configmap("two", json!({"k": "2"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_eq!(operator::summary(&st).members, 2);
+    assert!(
+        reconciles(survivor) >= 1.0,
+        "the new leader reconciles:\n{}",
+        survivor.log()
+    );
+    drop(a);
+}
+
+#[tokio::test]
+async fn a_terminated_leader_releases_the_lease_at_once() {
+    let h = Harness::new("release").await;
+    ensure_crds(&h.client).await;
+    let ns = h.ns.as_str();
+    let lease_name = unique("lease");
+    let selector = format!("applyset.dev/test={}", h.label);
+    let args = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        ns,
+        "--leader-election-name",
+        &lease_name,
+        "--lease-duration",
+        "60",
+        "--label-selector",
+        &selector,
+    ];
+    let mut op = OperatorProcess::start(cluster().kubeconfig(), &args, "release");
+    let leases: Api<Lease> = Api::namespaced(h.client.clone(), ns);
+    wait_for("the lease to be held", DEADLINE, || async {
+        holder(&leases, &lease_name).await
+    })
+    .await;
+    op.terminate();
+    let status = wait_for("a graceful exit", DEADLINE, || {
+        let r = op.child.try_wait().ok().flatten();
+        async move { r }
+    })
+    .await;
+    assert!(status.success(), "SIGTERM exits 0: {status}\n{}", op.log());
+    // Released, not left to expire (60 s): nobody holds it now.
+    let after = holder(&leases, &lease_name).await;
+    assert!(
+        after.as_deref().is_none_or(str::is_empty),
+        "lease still held by {after:?}"
+    );
+}

@@ -1,0 +1,115 @@
+//! Running the real `applyset-operator` binary in tests: a guard that kills it even when the
+//! test panics, free loopback ports, and a minimal HTTP GET for its endpoints.
+#![allow(dead_code)]
+
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `(status code, body)` of `GET http://127.0.0.1:<port><path>`, or None if nothing listens.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The value of an unlabelled or labelled sample in Prometheus text, e.g.
+/// `applyset_reconciles_total{result="success"}`.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+}
+
+/// A running operator process, killed on drop.
+pub struct OperatorProcess {
+    pub child: Child,
+    pub metrics_port: u16,
+    pub health_port: u16,
+    pub log: PathBuf,
+}
+
+impl OperatorProcess {
+    pub fn start(kubeconfig: &Path, extra_args: &[&str], log_name: &str) -> OperatorProcess {
+        let (metrics_port, health_port) = (free_port(), free_port());
+        let log =
+            std::env::temp_dir().join(format!("applyset-op-{}-{log_name}.log", std::process::id()));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_applyset-operator"))
+            .arg("run")
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            .args(extra_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log handle"))
+            .stderr(out)
+            .spawn()
+            .expect("start applyset-operator");
+        OperatorProcess {
+            child,
+            metrics_port,
+            health_port,
+            log,
+        }
+    }
+
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.metrics_port, "/metrics")
+            .filter(|(c, _)| *c == 200)
+            .map(|(_, b)| b)
+    }
+
+    pub fn readyz(&self) -> Option<(u16, String)> {
+        http_get(self.health_port, "/readyz")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid")
+    }
+
+    /// SIGTERM (graceful) via the kill command.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
