@@ -30,14 +30,19 @@ deps: ## install what building and testing need (apt packages; Go and Rust are o
 kube-binaries: deps ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager, kubectl
 	@tests/testenv/build-kube.sh >/dev/null
 
+.PHONY: helm-binary
+helm-binary: deps ## build (or reuse from the cache) helm, from the Go module helm.sh/helm/v4
+	@tests/testenv/build-helm.sh >/dev/null
+
 .PHONY: build
 build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
+	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: run
@@ -56,8 +61,14 @@ cluster-down: ## stop the local control plane and remove its state
 .PHONY: crds
 crds: ## regenerate the committed CRD YAML from the Rust types
 	$(CARGO) run --locked -q -- crd > config/crd/applyset.dev.yaml
+	cp config/crd/applyset.dev.yaml charts/applyset-operator/crds/applyset.dev.yaml
 
 .PHONY: lint
-lint: ## cargo fmt --check, cargo clippy -D warnings
+lint: helm-binary ## cargo fmt --check, cargo clippy -D warnings, helm lint
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$$(tests/testenv/build-helm.sh 2>/dev/null)/helm lint --strict charts/applyset-operator
+
+.PHONY: release
+release: ## the release build of the operator (the Dockerfile runs the same command)
+	$(CARGO) build --release --locked --bin applyset-operator
