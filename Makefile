@@ -41,9 +41,24 @@ build: deps ## build the operator and the test launcher
 .PHONY: test
 test: deps kube-binaries helm-binary ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
+	$(MAKE) -s bench-smoke
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+.PHONY: bench
+bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/
+	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
+	  --operator target/release/applyset-operator --out bench/results $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make test, so it cannot rot)
+	$(CARGO) build --locked -q --workspace --bins
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/debug/applyset-bench \
+	  --sizes 20 --shapes 10 --operator target/debug/applyset-operator --out target/bench-smoke > target/bench-smoke.log \
+	  || { cat target/bench-smoke.log; exit 1; }
+	@grep -q '^| 20 | create' target/bench-smoke/report.md && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
 
 .PHONY: run
 run: deps kube-binaries ## local control plane (unless KUBECONFIG is set) + CRDs + operator in the foreground + examples/

@@ -83,6 +83,8 @@ pub struct Options<'a> {
     pub started: i64,
     /// CRDs must be Established by then.
     pub deadline: Instant,
+    /// Where unchanged members are recognised (and successful applies recorded).
+    pub watches: Option<&'a crate::members::MemberWatches>,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -147,15 +149,41 @@ fn member_api(client: &Client, member: &Member) -> Api<DynamicObject> {
 
 async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outcome {
     let api = member_api(client, member);
-    let name = &member.reference.name;
     let body = body(member, opts.id);
+    let hash = crate::members::body_hash(&body);
+    let watches = opts.watches.filter(|_| !opts.dry_run);
+    if let Some(w) = watches
+        && w.unchanged(opts.id, &member.reference, hash)
+    {
+        return Outcome::Unchanged;
+    }
+    let outcome = apply_body(&api, member, &body, opts).await;
+    if let Some(w) = watches {
+        match &outcome.1 {
+            Some(rv) if outcome.0.is_success() => {
+                w.record(opts.id, &member.reference, hash, rv.clone())
+            }
+            _ => w.forget(opts.id, Some(&member.reference)),
+        }
+    }
+    outcome.0
+}
+
+/// Applies one body; returns the outcome and the resourceVersion the server answered with.
+async fn apply_body(
+    api: &Api<DynamicObject>,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+) -> (Outcome, Option<String>) {
+    let name = &member.reference.name;
     let params = |force: bool| {
         let mut p = PatchParams::apply(opts.field_manager);
         p.force = force;
         p.dry_run = opts.dry_run;
         p
     };
-    let mut result = api.patch(name, &params(false), &Patch::Apply(&body)).await;
+    let mut result = api.patch(name, &params(false), &Patch::Apply(body)).await;
     // A server-side apply creates missing objects, so a 404 means the route is not served
     // (a CRD Established a moment ago) or the namespace does not exist yet (being created
     // concurrently). Both settle within seconds.
@@ -165,7 +193,7 @@ async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outc
         && Instant::now() < settle.min(opts.deadline)
     {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        result = api.patch(name, &params(false), &Patch::Apply(&body)).await;
+        result = api.patch(name, &params(false), &Patch::Apply(body)).await;
     }
 
     if let Err(kube::Error::Api(status)) = &result
@@ -173,71 +201,82 @@ async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outc
     {
         let conflict = Conflict::from_status(status);
         if conflict.on_part_of {
-            return Outcome::Owned {
-                message: format!(
-                    "{}: the live object belongs to another ApplySet (its {LABEL_PART_OF} label is managed by {}); it is left alone. Remove it from one of the two sets",
-                    member.reference,
-                    conflict.managers.join(", ")
-                ),
-            };
+            let message = format!(
+                "{}: the live object belongs to another ApplySet (its {LABEL_PART_OF} label is managed by {}); it is left alone. Remove it from one of the two sets",
+                member.reference,
+                conflict.managers.join(", ")
+            );
+            return (Outcome::Owned { message }, None);
         }
         if !opts.force {
-            return Outcome::Conflict {
-                message: format!(
-                    "{}: conflict with field manager(s) {}: {}; set spec.force: true to take the fields over",
-                    member.reference,
-                    conflict
-                        .managers
-                        .iter()
-                        .map(|m| format!("\"{m}\""))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    conflict.fields.join(", ")
-                ),
-                managers: conflict.managers,
-            };
+            return (
+                Outcome::Conflict {
+                    message: format!(
+                        "{}: conflict with field manager(s) {}: {}; set spec.force: true to take the fields over",
+                        member.reference,
+                        conflict
+                            .managers
+                            .iter()
+                            .map(|m| format!("\"{m}\""))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        conflict.fields.join(", ")
+                    ),
+                    managers: conflict.managers,
+                },
+                None,
+            );
         }
-        result = api.patch(name, &params(true), &Patch::Apply(&body)).await;
+        result = api.patch(name, &params(true), &Patch::Apply(body)).await;
     }
 
     if let Err(kube::Error::Api(status)) = &result
         && is_immutable(status)
     {
         if !member.force_recreate {
-            return Outcome::Failed {
-                message: format!(
-                    "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
-                    member.reference, status.message
-                ),
-            };
+            let message = format!(
+                "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
+                member.reference, status.message
+            );
+            return (Outcome::Failed { message }, None);
         }
         if opts.dry_run {
-            return Outcome::Configured;
+            return (Outcome::Configured, None);
         }
-        if let Err(e) = recreate(&api, name, opts.deadline).await {
-            return Outcome::Failed {
-                message: format!(
-                    "{}: re-creating after an immutable change: {e}",
-                    member.reference
-                ),
-            };
+        if let Err(e) = recreate(api, name, opts.deadline).await {
+            let message = format!(
+                "{}: re-creating after an immutable change: {e}",
+                member.reference
+            );
+            return (Outcome::Failed { message }, None);
         }
         result = api
-            .patch(name, &params(opts.force), &Patch::Apply(&body))
+            .patch(name, &params(opts.force), &Patch::Apply(body))
             .await;
     }
 
     match result {
-        Ok(applied) => classify(&api, member, &applied, opts).await,
+        Ok(applied) => {
+            let rv = applied.metadata.resource_version.clone();
+            (classify(api, member, &applied, opts).await, rv)
+        }
         // In a plan, an object whose namespace or CRD the plan itself creates cannot be
         // dry-run yet: it would be created.
-        Err(kube::Error::Api(status)) if opts.dry_run && status.is_not_found() => Outcome::Created,
-        Err(kube::Error::Api(status)) => Outcome::Failed {
-            message: format!("{}: {}", member.reference, status.message),
-        },
-        Err(e) => Outcome::Failed {
-            message: format!("{}: {e}", member.reference),
-        },
+        Err(kube::Error::Api(status)) if opts.dry_run && status.is_not_found() => {
+            (Outcome::Created, None)
+        }
+        Err(kube::Error::Api(status)) => (
+            Outcome::Failed {
+                message: format!("{}: {}", member.reference, status.message),
+            },
+            None,
+        ),
+        Err(e) => (
+            Outcome::Failed {
+                message: format!("{}: {e}", member.reference),
+            },
+            None,
+        ),
     }
 }
 

@@ -49,6 +49,9 @@ pub const ANNOTATION_FORCE: &str = "applyset.dev/force";
 pub const FORCE_ENABLED: &str = "enabled";
 /// Finalizer on ApplySets and ClusterApplySets.
 pub const FINALIZER: &str = "applyset.dev/cleanup";
+/// Annotation on a parent: a new value requests a reconcile now (like Flux's
+/// `reconcile.fluxcd.io/requestedAt`), without a spec change.
+pub const ANNOTATION_RECONCILE_REQUESTED_AT: &str = "applyset.dev/reconcile-requested-at";
 /// API group of the ApplySet and ClusterApplySet kinds.
 pub const GROUP: &str = "applyset.dev";
 

@@ -31,6 +31,7 @@ use crate::{
     apply::{self, Outcome},
     applyset::{self, ANNOTATION_TOOLING, FINALIZER, GroupKind, LABEL_ID},
     discovery::Resolver,
+    members::MemberWatches,
     metrics::Metrics,
     parent::{self, Parent, Recorded},
     prune::{self, Deleted},
@@ -71,6 +72,7 @@ impl Default for Config {
 pub struct Context {
     pub client: Client,
     pub resolver: Resolver,
+    pub members: Arc<MemberWatches>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub config: Config,
@@ -78,13 +80,19 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, config: Config, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        members: Arc<MemberWatches>,
+    ) -> Self {
         let reporter = Reporter {
             controller: "applyset-operator".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
             resolver: Resolver::new(client.clone()),
+            members,
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
@@ -158,6 +166,7 @@ impl Readiness {
 pub struct Operator {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
+    members: Arc<MemberWatches>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -171,18 +180,37 @@ impl Operator {
 
     pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
         let (tx, rx) = watch::channel(false);
-        let ctx = Arc::new(Context::new(client, config, metrics.clone()));
+        let (members, triggers) = MemberWatches::new(client.clone());
+        let ctx = Arc::new(Context::new(
+            client,
+            config,
+            metrics.clone(),
+            members.clone(),
+        ));
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
+        let stop_watches = members.clone();
         let task = tokio::spawn(async move {
             tokio::join!(
-                run_controller::<ApplySet>(ctx.clone(), rx.clone(), ready.clone()),
-                run_controller::<ClusterApplySet>(ctx.clone(), rx.clone(), ready.clone())
+                run_controller::<ApplySet>(
+                    ctx.clone(),
+                    rx.clone(),
+                    ready.clone(),
+                    triggers.applysets
+                ),
+                run_controller::<ClusterApplySet>(
+                    ctx.clone(),
+                    rx.clone(),
+                    ready.clone(),
+                    triggers.cluster_applysets
+                )
             );
+            stop_watches.stop();
         });
         Operator {
             metrics,
             readiness,
+            members,
             shutdown: tx,
             task,
         }
@@ -206,6 +234,7 @@ impl Operator {
     /// Stops at once: in-flight reconciles end at their next await point (like SIGKILL).
     pub fn abort(self) {
         self.task.abort();
+        self.members.stop();
     }
 
     /// Resolves when the controllers have ended by themselves (they only do on a fatal
@@ -215,9 +244,10 @@ impl Operator {
     }
 }
 
-/// What triggers a reconcile: spec changes (generation), deletion, finalizers, and whether
-/// the parent passes the ownership checks (so removing a wrong id label repairs it at once) —
-/// not status writes, and not the operator's own metadata writes.
+/// What triggers a reconcile: spec changes (generation), deletion, finalizers, a new
+/// `applyset.dev/reconcile-requested-at`, and whether the parent passes the ownership checks
+/// (so removing a wrong id label repairs it at once) — not status writes, and not the
+/// operator's own metadata writes.
 fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     let meta = obj.meta();
     let mut h = DefaultHasher::new();
@@ -227,6 +257,10 @@ fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     parent::check_ownership(meta, &obj.parent_ref())
         .is_ok()
         .hash(&mut h);
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(applyset::ANNOTATION_RECONCILE_REQUESTED_AT))
+        .hash(&mut h);
     Some(h.finish())
 }
 
@@ -234,6 +268,7 @@ async fn run_controller<P: Parent>(
     ctx: Arc<Context>,
     mut shutdown: watch::Receiver<bool>,
     ready: Arc<Readiness>,
+    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
 ) {
     let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
     let mut wc = watcher::Config::default().any_semantic();
@@ -262,6 +297,7 @@ async fn run_controller<P: Parent>(
         let _ = shutdown.wait_for(|s| *s).await;
     };
     let controller = Controller::for_stream(stream, reader)
+        .reconcile_on(drift)
         .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
         .graceful_shutdown_on(stop)
         .run(reconcile::<P>, error_policy::<P>, ctx)
@@ -583,10 +619,32 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     let desired = match render::render(&parent, spec, manifests, &ctx.resolver).await? {
         Ok(d) => d,
         Err(e) => {
-            return report(ctx, &*obj, Report::failed(render_reason(&e), e.to_string())).await;
+            // A kind nobody serves yet may be installed by someone else (a CRD of another
+            // set): look again with backoff rather than only at the interval.
+            let retry = matches!(e, RenderError::UnknownKind { .. });
+            let r = Report {
+                retry,
+                ..Report::failed(render_reason(&e), e.to_string())
+            };
+            return report(ctx, &*obj, r).await;
         }
     };
-    if desired.members.is_empty() && !spec.allow_empty {
+    let recorded_before = match parent::recorded(obj.meta(), &ctx.resolver).await? {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!(
+                "{parent}: its ApplySet annotations are malformed ({e}); fix or remove them"
+            );
+            return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
+        }
+    };
+    // The empty-set guard: an empty set would prune everything recorded. (An empty set with
+    // nothing recorded, or with prune off, deletes nothing and is allowed.)
+    if desired.members.is_empty()
+        && !spec.allow_empty
+        && spec.prune
+        && !recorded_before.group_kinds.is_empty()
+    {
         let msg = format!(
             "{parent}: the desired set is empty; refusing to prune every member. Set spec.allowEmpty: true to allow it"
         );
@@ -600,15 +658,6 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         )
         .await;
     }
-    let recorded_before = match parent::recorded(obj.meta(), &ctx.resolver).await? {
-        Ok(r) => r,
-        Err(e) => {
-            let msg = format!(
-                "{parent}: its ApplySet annotations are malformed ({e}); fix or remove them"
-            );
-            return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
-        }
-    };
     let new_set = Recorded {
         group_kinds: desired.group_kinds(),
         namespaces: desired.namespaces(),
@@ -628,6 +677,9 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     );
     let known = desired.resolutions();
     let declared = desired.declared();
+    ctx.members.ensure_watched(&known);
+    ctx.members
+        .register(&parent, &declared.keys().cloned().collect());
     // Prune candidates come only from what was recorded before this reconcile.
     let prune_namespaces =
         applyset::prune_namespaces(parent.namespace.as_deref(), &recorded_before.namespaces);
@@ -660,6 +712,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         existing: &existing,
         started,
         deadline,
+        watches: Some(&ctx.members),
     };
 
     if spec.mode == Mode::Plan {
@@ -996,6 +1049,7 @@ async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
 
 async fn cleanup_members<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
+    ctx.members.forget(&parent.id(), None);
     ctx.metrics.set_members(&parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {
         tracing::info!(parent = %parent, "deleted with deletionPolicy Orphan; members left in place");

@@ -10,6 +10,7 @@
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
 //! - [`apply`]: staged, concurrent server-side apply of the members.
 //! - [`prune`]: finding and safely deleting members that are no longer declared.
+//! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`controller`]: the reconcile loop that ties them together.
@@ -23,6 +24,7 @@ pub mod controller;
 pub mod discovery;
 pub mod leader;
 pub mod manifest;
+pub mod members;
 pub mod metrics;
 pub mod parent;
 pub mod prune;

@@ -122,8 +122,15 @@ fn identity() -> String {
 
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
-    let client = match kube::Client::try_default().await {
-        Ok(c) => c,
+    let metrics = Arc::new(Metrics::new());
+    let client = match kube::Config::infer().await {
+        Ok(c) => match applyset_operator::metrics::counting_client(c, metrics.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build a Kubernetes client");
+                return ExitCode::FAILURE;
+            }
+        },
         Err(e) => {
             tracing::error!(error = %e, "no Kubernetes configuration (set KUBECONFIG or run in a pod)");
             return ExitCode::FAILURE;
@@ -137,7 +144,6 @@ async fn run(args: RunArgs) -> ExitCode {
     };
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
 
-    let metrics = Arc::new(Metrics::new());
     let health = Health::default();
     let servers = async {
         let (h_addr, h) = server::health_server(&args.health_addr, health.clone()).await?;

@@ -22,6 +22,7 @@ pub struct Metrics {
     members_pruned_total: IntCounter,
     conflicts_total: IntCounter,
     managed_members: IntGauge,
+    api_requests_total: IntCounterVec,
     managed_by_parent: Mutex<HashMap<String, i64>>,
     reconciles: AtomicU64,
 }
@@ -66,8 +67,17 @@ impl Metrics {
         .expect("valid metric");
         let managed_members = IntGauge::new("applyset_managed_members", "Members of all ApplySets")
             .expect("valid metric");
+        let api_requests_total = IntCounterVec::new(
+            Opts::new(
+                "applyset_api_requests_total",
+                "Requests the operator sent to the API server, by verb (WATCH apart from GET)",
+            ),
+            &["verb"],
+        )
+        .expect("valid metric");
         for c in [
-            Box::new(reconcile_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconcile_duration.clone()),
             Box::new(reconciles_total.clone()),
             Box::new(members_applied_total.clone()),
             Box::new(members_pruned_total.clone()),
@@ -85,6 +95,7 @@ impl Metrics {
             members_pruned_total,
             conflicts_total,
             managed_members,
+            api_requests_total,
             managed_by_parent: Mutex::new(HashMap::new()),
             reconciles: AtomicU64::new(0),
         }
@@ -131,10 +142,97 @@ impl Metrics {
         }
     }
 
+    /// Counts one API request.
+    pub fn request(&self, verb: &str) {
+        self.api_requests_total.with_label_values(&[verb]).inc();
+    }
+
+    /// Requests sent so far with this verb.
+    pub fn requests(&self, verb: &str) -> u64 {
+        self.api_requests_total.with_label_values(&[verb]).get()
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The verb of a request: the HTTP method, with watches told apart from reads.
+pub fn verb<B>(req: &http::Request<B>) -> &'static str {
+    match *req.method() {
+        http::Method::GET
+            if req
+                .uri()
+                .query()
+                .is_some_and(|q| q.contains("watch=true") || q.contains("watch=1")) =>
+        {
+            "WATCH"
+        }
+        http::Method::GET => "GET",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        _ => "OTHER",
+    }
+}
+
+/// A client that counts every request it sends in `metrics`.
+pub fn counting_client(
+    config: kube::Config,
+    metrics: std::sync::Arc<Metrics>,
+) -> Result<kube::Client, kube::Error> {
+    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        metrics.request(verb(&req));
+        req
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs() {
+        let r = |m: http::Method, uri: &str| {
+            http::Request::builder()
+                .method(m)
+                .uri(uri)
+                .body(())
+                .expect("request")
+        };
+        assert_eq!(
+            verb(&r(
+                http::Method::GET,
+                "/api/v1/configmaps?watch=true&labelSelector=x"
+            )),
+            "WATCH"
+        );
+        assert_eq!(
+            verb(&r(http::Method::GET, "/api/v1/configmaps?labelSelector=x")),
+            "GET"
+        );
+        assert_eq!(
+            verb(&r(http::Method::PATCH, "/api/v1/namespaces/a/configmaps/b")),
+            "PATCH"
+        );
+    }
+
+    #[test]
+    fn request_counts_show_in_the_exposition() {
+        let m = Metrics::new();
+        m.request("PATCH");
+        m.request("PATCH");
+        assert_eq!(m.requests("PATCH"), 2);
+        assert!(
+            m.encode()
+                .contains("applyset_api_requests_total{verb=\"PATCH\"} 2")
+        );
     }
 }

@@ -296,6 +296,8 @@ impl ControlPlane {
                 ))
                 .arg("--unsafe-no-fsync=true")
                 .arg("--quota-backend-bytes=8589934592")
+                // Room for an ApplySet of thousands of inline members (benchmarks).
+                .arg("--max-request-bytes=10485760")
                 .arg("--log-level=warn"),
         )?;
 

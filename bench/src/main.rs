@@ -1,0 +1,917 @@
+//! `make bench`: applyset-operator side by side with `kubectl apply --server-side --prune
+//! --applyset` and with the API server's own ceiling (the same server-side-apply requests in a
+//! tight concurrent loop), in one run against one local control plane.
+//!
+//! ```text
+//! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
+//!                [--operator target/release/applyset-operator] [--concurrency N]
+//! ```
+//!
+//! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
+//! measurement could not be taken (a timeout, a failed command): the figures are goals, not
+//! assertions, but a benchmark that silently measures nothing is a defect.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
+
+use applyset_testenv::{ControlPlane, Options, binaries};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, CustomResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    discovery::Scope,
+};
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, String>;
+
+const CRD_KINDS: usize = 20;
+const GROUP: &str = "bench.applyset.dev";
+const WAIT: Duration = Duration::from_secs(900);
+
+struct Args {
+    sizes: Vec<usize>,
+    shapes: Vec<usize>,
+    out: PathBuf,
+    operator: PathBuf,
+    concurrency: Option<u16>,
+}
+
+fn parse_args() -> Res<Args> {
+    let mut a = Args {
+        sizes: vec![100, 1000, 5000],
+        shapes: vec![100, 500, 1000],
+        out: PathBuf::from("bench/results"),
+        operator: PathBuf::from("target/release/applyset-operator"),
+        concurrency: None,
+    };
+    let list = |v: Option<String>| -> Res<Vec<usize>> {
+        v.unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|e| format!("{s}: {e}")))
+            .collect()
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--sizes" => a.sizes = list(it.next())?,
+            "--shapes" => a.shapes = list(it.next())?,
+            "--out" => {
+                a.out = it
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--out needs a directory")?
+            }
+            "--operator" => {
+                a.operator = it
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--operator needs a path")?
+            }
+            "--concurrency" => {
+                a.concurrency = Some(
+                    it.next()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or("--concurrency needs a number")?,
+                )
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+// ------------------------------------------------------------------------------------------
+// Objects
+
+fn bench_crd(i: usize) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("bench{i}s.{GROUP}")},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"kind": format!("Bench{i}"), "plural": format!("bench{i}s"), "singular": format!("bench{i}"), "listKind": format!("Bench{i}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    })
+}
+
+/// Member `i` of a set: 30% ConfigMaps, 20% Secrets, 10% Services, 10% Deployments, 30%
+/// custom resources spread over the 20 CRD kinds.
+fn member(i: usize, prefix: &str) -> Value {
+    let name = format!("{prefix}{i:05}");
+    match i % 10 {
+        0..=2 => {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"key": format!("value-{i}")}})
+        }
+        3 | 4 => {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque", "data": {"key": "dmFsdWU="}})
+        }
+        5 => json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"clusterIP": "None", "selector": {"app": name}, "ports": [{"port": 80}]}}),
+        6 => json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]}}}}),
+        _ => {
+            json!({"apiVersion": format!("{GROUP}/v1"), "kind": format!("Bench{}", (i / 10) % CRD_KINDS), "metadata": {"name": name}, "spec": {"size": i}})
+        }
+    }
+}
+
+fn members(n: usize, prefix: &str) -> Vec<Value> {
+    (0..n).map(|i| member(i, prefix)).collect()
+}
+
+fn resource_of(obj: &Value) -> ApiResource {
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let (group, version, plural) = match kind {
+        "ConfigMap" => ("", "v1", "configmaps".to_string()),
+        "Secret" => ("", "v1", "secrets".to_string()),
+        "Service" => ("", "v1", "services".to_string()),
+        "Deployment" => ("apps", "v1", "deployments".to_string()),
+        k => (GROUP, "v1", format!("{}s", k.to_lowercase())),
+    };
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural,
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The operator process
+
+struct OperatorProc {
+    child: Child,
+    metrics_port: u16,
+}
+
+impl Drop for OperatorProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Res<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        code,
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+impl OperatorProc {
+    async fn start(
+        binary: &Path,
+        kubeconfig: &Path,
+        concurrency: Option<u16>,
+        log: &Path,
+    ) -> Res<OperatorProc> {
+        let (metrics_port, health_port) = (free_port()?, free_port()?);
+        let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(binary);
+        cmd.arg("run")
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            .env("KUBECONFIG", kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        if let Some(c) = concurrency {
+            cmd.arg(format!("--concurrency={c}"));
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+        let p = OperatorProc {
+            child,
+            metrics_port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(health_port, "/readyz").map(|(c, _)| c) != Some(200) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "operator not ready within 60 s; see {}",
+                    log.display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(p)
+    }
+
+    fn metrics(&self) -> String {
+        http_get(self.metrics_port, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    }
+
+    /// (all requests, write requests, reconciles) the operator has counted.
+    fn counters(&self) -> (f64, f64, f64) {
+        let m = self.metrics();
+        let mut all = 0.0;
+        let mut writes = 0.0;
+        let mut reconciles = 0.0;
+        for line in m.lines().filter(|l| !l.starts_with('#')) {
+            let v: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if line.starts_with("applyset_api_requests_total{") {
+                all += v;
+                if ["POST", "PUT", "PATCH", "DELETE"]
+                    .iter()
+                    .any(|w| line.contains(&format!("\"{w}\"")))
+                {
+                    writes += v;
+                }
+            } else if line.starts_with("applyset_reconciles_total{") {
+                reconciles += v;
+            }
+        }
+        (all, writes, reconciles)
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map(|kib| kib / 1024.0)
+            .unwrap_or(0.0)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Helpers against the API server
+
+async fn create_namespace(client: &Client, name: &str) -> Res<()> {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).map_err(|e| e.to_string())?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("namespace {name}: {e}"))
+}
+
+async fn install_crds(client: &Client) -> Res<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut all: Vec<Value> = (0..CRD_KINDS).map(bench_crd).collect();
+    for crd in [
+        applyset_operator::api::ApplySet::crd(),
+        applyset_operator::api::ClusterApplySet::crd(),
+    ] {
+        all.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
+    }
+    for crd in &all {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        crds.patch(
+            &name,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(crd),
+        )
+        .await
+        .map_err(|e| format!("crd {name}: {e}"))?;
+    }
+    for crd in &all {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ok = crds
+                .get(name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("CRD {name} not Established"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+fn applysets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "applyset.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "applyset.dev/v1alpha1".into(),
+        kind: "ApplySet".into(),
+        plural: "applysets".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn is_ready(o: &DynamicObject) -> bool {
+    let generation = o.metadata.generation;
+    let status = &o.data["status"];
+    status["observedGeneration"].as_i64() == generation
+        && status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Waits until ApplySet `name` is Ready at its current generation; returns the time since
+/// `since`.
+async fn wait_ready(api: &Api<DynamicObject>, name: &str, since: Instant) -> Res<Duration> {
+    loop {
+        if let Ok(o) = api.get(name).await
+            && is_ready(&o)
+        {
+            return Ok(since.elapsed());
+        }
+        if since.elapsed() > WAIT {
+            let status = api
+                .get(name)
+                .await
+                .map(|o| o.data["status"].to_string())
+                .unwrap_or_default();
+            return Err(format!(
+                "ApplySet {name} not Ready within {WAIT:?}: {status}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn patch_spec(api: &Api<DynamicObject>, name: &str, spec: Value) -> Res<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("patch {name}: {e}"))
+}
+
+fn apiserver_requests(kubectl: &Path, kubeconfig: &Path) -> f64 {
+    let out = Command::new(kubectl)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["get", "--raw", "/metrics"])
+        .output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// One small ApplySet with a member of every kind: the operator's discovery cache and member
+/// watches are warm before anything is measured (as in a running cluster).
+async fn warm_up(client: &Client) -> Res<()> {
+    create_namespace(client, "warm-up").await?;
+    let api = applysets(client, "warm-up");
+    let ms: Vec<Value> = (0..(10 * CRD_KINDS)).map(|i| member(i, "w")).collect();
+    let body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "warm-up", "namespace": "warm-up"}, "spec": {"manifests": ms}});
+    let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_ready(&api, "warm-up", start).await?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// The three contenders for one set of N members
+
+/// One size's results: N, the operator, kubectl, the ceiling, and steady-state figures.
+type SetResult = (usize, Timings, Timings, Timings, BTreeMap<String, f64>);
+
+#[derive(Default, Clone)]
+struct Timings {
+    create: f64,
+    noop: f64,
+    prune_half: f64,
+}
+
+async fn run_operator_set(
+    client: &Client,
+    op: &OperatorProc,
+    n: usize,
+) -> Res<(Timings, BTreeMap<String, f64>)> {
+    let ns = format!("op-{n}");
+    create_namespace(client, &ns).await?;
+    let api = applysets(client, &ns);
+    let name = format!("set-{n}");
+    let body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"interval": "1h", "manifests": members(n, "m")}});
+    let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
+    let mut t = Timings::default();
+    let mut extra = BTreeMap::new();
+
+    let start = Instant::now();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .map_err(|e| format!("create {name}: {e}"))?;
+    t.create = wait_ready(&api, &name, start).await?.as_secs_f64();
+    // Let the follow-up reconciles of the creation settle before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A no-op reconcile, requested with the annotation (no spec change): timed from the
+    // request until the operator has finished one more reconcile.
+    let (all0, w0, r0) = op.counters();
+    let start = Instant::now();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"applyset.dev/reconcile-requested-at": format!("{:?}", start)}}})),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    loop {
+        if op.counters().2 > r0 {
+            break;
+        }
+        if start.elapsed() > WAIT {
+            return Err("the requested reconcile did not happen".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.noop = start.elapsed().as_secs_f64();
+    let (all1, w1, _) = op.counters();
+    // The annotation patch is ours, not the operator's: only the operator's requests count.
+    extra.insert("noop_requests_per_member".into(), (all1 - all0) / n as f64);
+    extra.insert("noop_write_requests".into(), w1 - w0);
+
+    // Periodic resync: interval 2s, over at least 3 resyncs.
+    patch_spec(&api, &name, json!({"interval": "2s"})).await?;
+    wait_ready(&api, &name, Instant::now()).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (all2, w2, r2) = op.counters();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (all3, w3, r3) = loop {
+        let c = op.counters();
+        if c.2 >= r2 + 3.0 || Instant::now() > deadline {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let resyncs = (r3 - r2).max(1.0);
+    extra.insert(
+        "resync_requests_per_member".into(),
+        (all3 - all2) / resyncs / n as f64,
+    );
+    extra.insert("resync_write_requests".into(), (w3 - w2) / resyncs);
+    patch_spec(&api, &name, json!({"interval": "1h"})).await?;
+    wait_ready(&api, &name, Instant::now()).await?;
+
+    let start = Instant::now();
+    patch_spec(&api, &name, json!({"manifests": members(n / 2, "m")})).await?;
+    t.prune_half = wait_ready(&api, &name, start).await?.as_secs_f64();
+    Ok((t, extra))
+}
+
+fn write_yaml(dir: &Path, objs: &[Value]) -> Res<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    // JSON is YAML: one document per object.
+    let text: String = objs.iter().map(|o| format!("---\n{o}\n")).collect();
+    std::fs::write(dir.join("objects.yaml"), text).map_err(|e| e.to_string())
+}
+
+fn kubectl_apply(kubectl: &Path, kubeconfig: &Path, ns: &str, dir: &Path) -> Res<f64> {
+    let start = Instant::now();
+    let out = Command::new(kubectl)
+        .env("KUBECTL_APPLYSET", "true")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args([
+            "apply",
+            "--server-side",
+            "--prune",
+            "--applyset=bench",
+            "-n",
+            ns,
+            "-f",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+async fn run_kubectl_set(
+    client: &Client,
+    kubectl: &Path,
+    kubeconfig: &Path,
+    n: usize,
+    work: &Path,
+) -> Res<Timings> {
+    let ns = format!("kubectl-{n}");
+    create_namespace(client, &ns).await?;
+    let dir = work.join(format!("kubectl-{n}"));
+    write_yaml(&dir, &members(n, "m"))?;
+    let create = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
+    let noop = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
+    write_yaml(&dir, &members(n / 2, "m"))?;
+    let prune_half = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
+    Ok(Timings {
+        create,
+        noop,
+        prune_half,
+    })
+}
+
+async fn ssa_all(client: &Client, ns: &str, objs: &[Value]) -> Res<()> {
+    stream::iter(objs.iter())
+        .map(|o| {
+            let client = client.clone();
+            let ar = resource_of(o);
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let o = o.clone();
+            async move {
+                let api: Api<DynamicObject> =
+                    Api::dynamic(client, &ar, &Scope::Namespaced).constrain(ns);
+                api.patch(
+                    &name,
+                    &PatchParams::apply("ceiling").force(),
+                    &Patch::Apply(&o),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{name}: {e}"))
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+}
+
+async fn run_ceiling_set(client: &Client, n: usize) -> Res<Timings> {
+    let ns = format!("ceiling-{n}");
+    create_namespace(client, &ns).await?;
+    let objs = members(n, "m");
+    let start = Instant::now();
+    ssa_all(client, &ns, &objs).await?;
+    let create = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    ssa_all(client, &ns, &objs).await?;
+    let noop = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    stream::iter(objs[n / 2..].iter())
+        .map(|o| {
+            let client = client.clone();
+            let ar = resource_of(o);
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let ns = ns.clone();
+            async move {
+                let api: Api<DynamicObject> =
+                    Api::dynamic(client, &ar, &Scope::Namespaced).constrain(&ns);
+                api.delete(&name, &DeleteParams::background())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let prune_half = start.elapsed().as_secs_f64();
+    Ok(Timings {
+        create,
+        noop,
+        prune_half,
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// The Flux shape: K ApplySets of 4 members, created at once
+
+struct Shape {
+    sets: usize,
+    all_ready: f64,
+    peak_rss_mib: f64,
+    operator_requests: f64,
+    apiserver_requests: f64,
+}
+
+async fn run_shape(
+    client: &Client,
+    args: &Args,
+    kubectl: &Path,
+    kubeconfig: &Path,
+    k: usize,
+    work: &Path,
+) -> Res<Shape> {
+    // A fresh process, so its peak RSS is this shape's.
+    let op = OperatorProc::start(
+        &args.operator,
+        kubeconfig,
+        args.concurrency,
+        &work.join(format!("operator-shape-{k}.log")),
+    )
+    .await?;
+    let ns = format!("flux-{k}");
+    create_namespace(client, &ns).await?;
+    let api = applysets(client, &ns);
+    let api_before = apiserver_requests(kubectl, kubeconfig);
+    let (op_before, _, _) = op.counters();
+    let created = AtomicU64::new(0);
+    let start = Instant::now();
+    stream::iter(0..k)
+        .map(|i| {
+            let api = api.clone();
+            let ns = ns.clone();
+            let created = &created;
+            async move {
+                let p = format!("s{i:04}-");
+                let ms: Vec<Value> = [0usize, 3, 5, 6].iter().map(|j| member(*j, &p)).collect();
+                let body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                    "metadata": {"name": format!("set-{i:04}"), "namespace": ns}, "spec": {"manifests": ms}});
+                let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
+                api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
+                created.fetch_add(1, Ordering::Relaxed);
+                Res::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    loop {
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = list.items.iter().filter(|o| is_ready(o)).count();
+        if ready == k {
+            break;
+        }
+        if start.elapsed() > WAIT {
+            return Err(format!(
+                "only {ready} of {k} ApplySets Ready within {WAIT:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let all_ready = start.elapsed().as_secs_f64();
+    let (op_after, _, _) = op.counters();
+    let api_after = apiserver_requests(kubectl, kubeconfig);
+    Ok(Shape {
+        sets: k,
+        all_ready,
+        peak_rss_mib: op.peak_rss_mib(),
+        operator_requests: op_after - op_before,
+        apiserver_requests: api_after - api_before,
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// Report
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -> (String, Value) {
+    let mut md = String::new();
+    md.push_str("# applyset-operator benchmark\n\n");
+    md.push_str(&format!(
+        "One run, one local control plane (kube-apiserver v1.37.1, etcd v3.7.0), {} cores. Operator: `{}`.\n\n",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        args.operator.display()
+    ));
+    md.push_str("## One ApplySet of N members (seconds)\n\n");
+    md.push_str("| N | phase | operator | kubectl --prune --applyset | API server ceiling | operator / kubectl | operator / ceiling |\n|---|---|---|---|---|---|---|\n");
+    let mut json_sets = Vec::new();
+    for (n, op, kc, ce, extra) in sets {
+        for (phase, o, k, c) in [
+            ("create → Ready", op.create, kc.create, ce.create),
+            ("no-op", op.noop, kc.noop, ce.noop),
+            ("prune half", op.prune_half, kc.prune_half, ce.prune_half),
+        ] {
+            md.push_str(&format!(
+                "| {n} | {phase} | {o:.2} | {k:.2} | {c:.2} | {:.2} | {:.2} |\n",
+                o / k.max(1e-9),
+                o / c.max(1e-9)
+            ));
+        }
+        json_sets.push(json!({"members": n,
+            "operator": {"create": op.create, "noop": op.noop, "prune_half": op.prune_half},
+            "kubectl": {"create": kc.create, "noop": kc.noop, "prune_half": kc.prune_half},
+            "ceiling": {"create": ce.create, "noop": ce.noop, "prune_half": ce.prune_half},
+            "steady": extra}));
+    }
+    md.push_str("\n## Steady state (operator requests)\n\n| N | no-op: requests / member | no-op: write requests | resync: requests / member | resync: writes / resync |\n|---|---|---|---|---|\n");
+    for (n, _, _, _, e) in sets {
+        md.push_str(&format!(
+            "| {n} | {:.3} | {:.0} | {:.3} | {:.1} |\n",
+            e.get("noop_requests_per_member")
+                .copied()
+                .unwrap_or(f64::NAN),
+            e.get("noop_write_requests").copied().unwrap_or(f64::NAN),
+            e.get("resync_requests_per_member")
+                .copied()
+                .unwrap_or(f64::NAN),
+            e.get("resync_write_requests").copied().unwrap_or(f64::NAN),
+        ));
+    }
+    md.push_str("\n## The Flux shape: K ApplySets × 4 members, created at once\n\n| ApplySets | all Ready (s) | operator peak RSS (MiB) | operator requests | API server requests (all clients) |\n|---|---|---|---|---|\n");
+    let mut json_shapes = Vec::new();
+    for s in shapes {
+        md.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.0} | {:.0} |\n",
+            s.sets, s.all_ready, s.peak_rss_mib, s.operator_requests, s.apiserver_requests
+        ));
+        json_shapes.push(json!({"applysets": s.sets, "all_ready_seconds": s.all_ready, "peak_rss_mib": s.peak_rss_mib,
+            "operator_requests": s.operator_requests, "apiserver_requests": s.apiserver_requests}));
+    }
+    md.push_str(&format!(
+        "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
+    ));
+
+    md.push_str("\n## Targets\n\n| target | figure | verdict |\n|---|---|---|\n");
+    let mut targets = Vec::new();
+    if let Some((_, op, kc, ce, _)) = sets.iter().find(|s| s.0 == 1000) {
+        let a = op.create / kc.create.max(1e-9);
+        let b = op.create / ce.create.max(1e-9);
+        targets.push((
+            "first apply of 1000: ≤ 0.2 × kubectl".to_string(),
+            format!("{a:.2} ×"),
+            a <= 0.2,
+        ));
+        targets.push((
+            "first apply of 1000: ≤ 1.5 × API server ceiling".to_string(),
+            format!("{b:.2} ×"),
+            b <= 1.5,
+        ));
+    }
+    let writes: f64 = sets
+        .iter()
+        .map(|s| s.4.get("noop_write_requests").copied().unwrap_or(0.0))
+        .sum();
+    if !sets.is_empty() {
+        targets.push((
+            "a no-op reconcile sends no write request".into(),
+            format!("{writes:.0} writes"),
+            writes == 0.0,
+        ));
+    }
+    if let Some(s) = shapes.iter().find(|s| s.sets == 1000) {
+        targets.push((
+            "1000 × 4 all Ready within 60 s".into(),
+            format!("{:.1} s", s.all_ready),
+            s.all_ready <= 60.0,
+        ));
+        targets.push((
+            "operator peak RSS ≤ 64 MiB (1000 × 4)".into(),
+            format!("{:.1} MiB", s.peak_rss_mib),
+            s.peak_rss_mib <= 64.0,
+        ));
+    }
+    for (t, f, ok) in &targets {
+        md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
+    }
+    let json = json!({"sets": json_sets, "shapes": json_shapes, "operator_peak_rss_mib_sets": op_rss_sets,
+        "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
+    (md, json)
+}
+
+async fn run(args: Args) -> Res<()> {
+    let bin = binaries().map_err(|e| e.to_string())?;
+    let kubectl = bin.join("kubectl");
+    let mut opts = Options::new(bin);
+    opts.controller_manager = true;
+    let cp = ControlPlane::start(&opts).map_err(|e| e.to_string())?;
+    let kubeconfig = cp.kubeconfig().to_path_buf();
+    let kc = Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = Client::try_from(config).map_err(|e| e.to_string())?;
+    install_crds(&client).await?;
+    std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let work = std::env::temp_dir().join(format!("applyset-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+
+    let mut sets = Vec::new();
+    let op = OperatorProc::start(
+        &args.operator,
+        &kubeconfig,
+        args.concurrency,
+        &work.join("operator-sets.log"),
+    )
+    .await?;
+    warm_up(&client).await?;
+    for &n in &args.sizes {
+        eprintln!("bench: one ApplySet of {n} members");
+        let (o, extra) = run_operator_set(&client, &op, n).await?;
+        let k = run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?;
+        let c = run_ceiling_set(&client, n).await?;
+        sets.push((n, o, k, c, extra));
+    }
+    let rss_sets = op.peak_rss_mib();
+    drop(op);
+    let mut shapes = Vec::new();
+    for &k in &args.shapes {
+        eprintln!("bench: {k} ApplySets × 4 members");
+        shapes.push(run_shape(&client, &args, &kubectl, &kubeconfig, k, &work).await?);
+    }
+    let (md, json) = report(&args, &sets, &shapes, rss_sets);
+    std::fs::write(args.out.join("report.md"), &md).map_err(|e| e.to_string())?;
+    std::fs::write(
+        args.out.join("report.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    println!("{md}");
+    eprintln!("bench: operator logs in {}", work.display());
+    drop(cp);
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("applyset-bench: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("applyset-bench: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("applyset-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

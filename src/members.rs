@@ -1,0 +1,313 @@
+//! Member watches: the live resourceVersion of every object that carries a `part-of` label,
+//! from one metadata-only watch per member kind, and what each parent last applied.
+//!
+//! Two uses:
+//! - **No write when nothing changed.** A member whose rendered body is the one last applied
+//!   successfully, and whose live resourceVersion is still the one that apply returned, is
+//!   unchanged: it is not sent again. Only watched kinds whose initial list completed count.
+//! - **Prompt drift correction.** A change or deletion of a member by anyone else (its
+//!   resourceVersion moves away from the recorded one) triggers a reconcile of its parent at
+//!   once, rather than at the next interval.
+//!
+//! State is compact: per member a body hash and a resourceVersion; per watched object a
+//! resourceVersion.
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Mutex},
+};
+
+use futures::{StreamExt, channel::mpsc};
+use kube::{
+    Api, Client,
+    core::{DynamicObject, PartialObjectMeta},
+    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
+};
+use tokio::task::AbortHandle;
+
+use crate::{
+    api::{ApplySet, ClusterApplySet, MemberRef},
+    applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
+    discovery::Resolved,
+};
+
+/// The hash of a body to apply (stable within a process).
+pub fn body_hash(body: &serde_json::Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    // serde_json maps are ordered by key, so equal bodies serialize equally.
+    body.to_string().hash(&mut h);
+    h.finish()
+}
+
+#[derive(Default)]
+struct State {
+    /// Live resourceVersion of labelled objects, by kind and reference.
+    live: HashMap<MemberRef, String>,
+    /// Kinds whose watch has completed its initial list (their `live` entries are current).
+    synced: HashSet<GroupKind>,
+    /// Per parent ID: member → (body hash, resourceVersion after our last apply).
+    applied: HashMap<String, HashMap<MemberRef, (u64, String)>>,
+    /// Parent ID → parent.
+    parents: HashMap<String, ParentRef>,
+}
+
+/// Member watches and applied-state records, shared by all reconciles.
+pub struct MemberWatches {
+    client: Client,
+    state: Arc<Mutex<State>>,
+    watches: Mutex<HashMap<GroupKind, AbortHandle>>,
+    trigger_applysets: mpsc::UnboundedSender<ObjectRef<ApplySet>>,
+    trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
+}
+
+/// The receiving ends of the drift triggers, one per parent kind.
+pub struct Triggers {
+    pub applysets: mpsc::UnboundedReceiver<ObjectRef<ApplySet>>,
+    pub cluster_applysets: mpsc::UnboundedReceiver<ObjectRef<ClusterApplySet>>,
+}
+
+impl MemberWatches {
+    pub fn new(client: Client) -> (Arc<MemberWatches>, Triggers) {
+        let (ta, ra) = mpsc::unbounded();
+        let (tc, rc) = mpsc::unbounded();
+        let w = MemberWatches {
+            client,
+            state: Arc::default(),
+            watches: Mutex::default(),
+            trigger_applysets: ta,
+            trigger_cluster: tc,
+        };
+        (
+            Arc::new(w),
+            Triggers {
+                applysets: ra,
+                cluster_applysets: rc,
+            },
+        )
+    }
+
+    /// Starts a watch for every kind not watched yet (on the current runtime).
+    pub fn ensure_watched(self: &Arc<Self>, kinds: &HashMap<GroupKind, Resolved>) {
+        let Ok(mut watches) = self.watches.lock() else {
+            return;
+        };
+        for (gk, resolved) in kinds {
+            if watches.contains_key(gk) {
+                continue;
+            }
+            let this = self.clone();
+            let gk2 = gk.clone();
+            let resolved = resolved.clone();
+            let handle =
+                tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
+            watches.insert(gk.clone(), handle);
+        }
+    }
+
+    async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(self.client.clone(), &resolved.resource);
+        let cfg = watcher::Config::default().labels(LABEL_PART_OF);
+        let mut events = watcher(api, cfg).default_backoff().boxed();
+        let mut pending: HashMap<MemberRef, String> = HashMap::new();
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::debug!(kind = %gk, error = %e, "member watch");
+                    continue;
+                }
+            };
+            match event {
+                watcher::Event::Init => pending.clear(),
+                watcher::Event::InitApply(o) => {
+                    if let Some((r, rv, _)) = Self::key(&gk, resolved.namespaced, &o) {
+                        pending.insert(r, rv);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let drifted = self.replace_kind(&gk, std::mem::take(&mut pending));
+                    self.trigger(drifted);
+                }
+                watcher::Event::Apply(o) => {
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
+                        let drifted = self.observe(r, Some(rv), id);
+                        self.trigger(drifted);
+                    }
+                }
+                watcher::Event::Delete(o) => {
+                    if let Some((r, _, id)) = Self::key(&gk, resolved.namespaced, &o) {
+                        let drifted = self.observe(r, None, id);
+                        self.trigger(drifted);
+                    }
+                }
+            }
+        }
+    }
+
+    fn key(
+        gk: &GroupKind,
+        namespaced: bool,
+        o: &PartialObjectMeta<DynamicObject>,
+    ) -> Option<(MemberRef, String, Option<String>)> {
+        let r = MemberRef {
+            group: gk.group.clone(),
+            kind: gk.kind.clone(),
+            namespace: if namespaced {
+                o.metadata.namespace.clone()
+            } else {
+                None
+            },
+            name: o.metadata.name.clone()?,
+        };
+        let id = o
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_PART_OF))
+            .cloned();
+        Some((r, o.metadata.resource_version.clone()?, id))
+    }
+
+    /// Replaces what is known of one kind after a (re)list; returns parents whose members
+    /// drifted meanwhile.
+    fn replace_kind(&self, gk: &GroupKind, fresh: HashMap<MemberRef, String>) -> Vec<ParentRef> {
+        let Ok(mut s) = self.state.lock() else {
+            return Vec::new();
+        };
+        s.live
+            .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
+        s.live.extend(fresh);
+        s.synced.insert(gk.clone());
+        let mut drifted = Vec::new();
+        for (id, members) in &s.applied {
+            let moved = members.iter().any(|(r, (_, rv))| {
+                r.group == gk.group && r.kind == gk.kind && s.live.get(r) != Some(rv)
+            });
+            if moved && let Some(p) = s.parents.get(id) {
+                drifted.push(p.clone());
+            }
+        }
+        drifted
+    }
+
+    /// Records one change; returns the parent to reconcile if this was drift.
+    fn observe(&self, r: MemberRef, rv: Option<String>, id: Option<String>) -> Vec<ParentRef> {
+        let Ok(mut s) = self.state.lock() else {
+            return Vec::new();
+        };
+        match &rv {
+            Some(v) => s.live.insert(r.clone(), v.clone()),
+            None => s.live.remove(&r),
+        };
+        // The parent that applied it (by the label, or, for a deletion that lost it, by
+        // whoever recorded the member).
+        let owners: Vec<String> = match id {
+            Some(id) => vec![id],
+            None => s
+                .applied
+                .iter()
+                .filter(|(_, m)| m.contains_key(&r))
+                .map(|(id, _)| id.clone())
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for id in owners {
+            let recorded = s
+                .applied
+                .get(&id)
+                .and_then(|m| m.get(&r))
+                .map(|(_, v)| v.clone());
+            if let Some(recorded) = recorded
+                && rv.as_ref() != Some(&recorded)
+                && let Some(p) = s.parents.get(&id)
+            {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    fn trigger(&self, parents: Vec<ParentRef>) {
+        for p in parents {
+            tracing::debug!(parent = %p, "member drift");
+            match (p.kind, &p.namespace) {
+                (ParentKind::ApplySet, Some(ns)) => {
+                    let _ = self
+                        .trigger_applysets
+                        .unbounded_send(ObjectRef::new(&p.name).within(ns));
+                }
+                (ParentKind::ClusterApplySet, _) => {
+                    let _ = self.trigger_cluster.unbounded_send(ObjectRef::new(&p.name));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether `member` of parent `id`, to be applied with a body of hash `hash`, is
+    /// unchanged since our last successful apply (and nobody changed it since).
+    pub fn unchanged(&self, id: &str, member: &MemberRef, hash: u64) -> bool {
+        let Ok(s) = self.state.lock() else {
+            return false;
+        };
+        let gk = GroupKind::new(member.group.clone(), member.kind.clone());
+        if !s.synced.contains(&gk) {
+            return false;
+        }
+        match s.applied.get(id).and_then(|m| m.get(member)) {
+            Some((h, rv)) => *h == hash && s.live.get(member) == Some(rv),
+            None => false,
+        }
+    }
+
+    /// Records a successful apply.
+    pub fn record(&self, id: &str, member: &MemberRef, hash: u64, resource_version: String) {
+        if let Ok(mut s) = self.state.lock() {
+            s.applied
+                .entry(id.to_string())
+                .or_default()
+                .insert(member.clone(), (hash, resource_version));
+        }
+    }
+
+    /// Registers a parent and drops records of members it no longer declares.
+    pub fn register(&self, parent: &ParentRef, declared: &HashSet<MemberRef>) {
+        if let Ok(mut s) = self.state.lock() {
+            let id = parent.id();
+            s.parents.insert(id.clone(), parent.clone());
+            if let Some(m) = s.applied.get_mut(&id) {
+                m.retain(|r, _| declared.contains(r));
+            }
+        }
+    }
+
+    /// Forgets a parent (deleted) or a member whose apply failed.
+    pub fn forget(&self, id: &str, member: Option<&MemberRef>) {
+        if let Ok(mut s) = self.state.lock() {
+            match member {
+                Some(m) => {
+                    if let Some(a) = s.applied.get_mut(id) {
+                        a.remove(m);
+                    }
+                }
+                None => {
+                    s.applied.remove(id);
+                    s.parents.remove(id);
+                }
+            }
+        }
+    }
+}
+
+impl MemberWatches {
+    /// Stops every watch (their tasks hold this registry, so dropping it would not).
+    pub fn stop(&self) {
+        if let Ok(mut w) = self.watches.lock() {
+            for (_, h) in w.drain() {
+                h.abort();
+            }
+        }
+    }
+}
