@@ -715,27 +715,27 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         watches: Some(&ctx.members),
     };
 
-    if spec.mode == Mode::Plan {
+    // Applies (or plans) within spec.timeout; a timeout prunes nothing.
+    let apply_in_time = async {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let Ok(results) = tokio::time::timeout(
-            remaining,
-            apply::apply_all(&ctx.client, &desired.members, &opts),
-        )
-        .await
-        else {
+        let applying = apply::apply_all(&ctx.client, &desired.members, &opts);
+        tokio::time::timeout(remaining, applying).await.map_err(|_| {
             let msg = format!(
-                "{parent}: the plan did not finish within spec.timeout ({}); raise spec.timeout",
+                "{parent}: {} did not finish within spec.timeout ({}); nothing was pruned. Raise spec.timeout if the set is large or slow to apply",
+                if spec.mode == Mode::Plan { "the plan" } else { "the apply" },
                 spec.timeout
             );
-            return report(
-                ctx,
-                &*obj,
-                Report {
-                    attempted: Some(desired.revision),
-                    ..Report::failed(Reason::ApplyFailed, msg)
-                },
-            )
-            .await;
+            Report {
+                attempted: Some(desired.revision.clone()),
+                ..Report::failed(Reason::ApplyFailed, msg)
+            }
+        })
+    };
+
+    if spec.mode == Mode::Plan {
+        let results = match apply_in_time.await {
+            Ok(r) => r,
+            Err(r) => return report(ctx, &*obj, r).await,
         };
         if let Some(r) = failure_report(&results, &desired.revision) {
             return report(ctx, &*obj, r).await;
@@ -788,29 +788,9 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     }
 
     // 3. Apply, staged and concurrent.
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let results = match tokio::time::timeout(
-        remaining,
-        apply::apply_all(&ctx.client, &desired.members, &opts),
-    )
-    .await
-    {
+    let results = match apply_in_time.await {
         Ok(r) => r,
-        Err(_) => {
-            let msg = format!(
-                "{parent}: apply did not finish within spec.timeout ({})",
-                spec.timeout
-            );
-            return report(
-                ctx,
-                &*obj,
-                Report {
-                    attempted: Some(desired.revision),
-                    ..Report::failed(Reason::ApplyFailed, msg)
-                },
-            )
-            .await;
-        }
+        Err(r) => return report(ctx, &*obj, r).await,
     };
     let mut summary = summarize(&results);
     count_applied(ctx, &summary);
