@@ -12,14 +12,15 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
     Api, Client, ResourceExt,
-    api::{Patch, PartialObjectMeta, PatchParams},
+    api::{PartialObjectMeta, Patch, PatchParams},
     runtime::{
         Controller, WatchStreamExt,
-        reflector::ObjectRef,
         controller::{self, Action},
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
         finalizer::{Event as Finalizer, finalizer},
-        reflector, watcher,
+        reflector,
+        reflector::ObjectRef,
+        watcher,
     },
 };
 use serde_json::json;
@@ -675,11 +676,14 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
                 SourceError::Invalid(m) => (Reason::ValidationFailed, format!("{parent}: {m}")),
                 SourceError::Manifest(m) => (Reason::ValidationFailed, m.to_string()),
             };
+            ctx.metrics.source_fetched("any", "failed");
             tracing::info!(parent = %parent, reason = %reason, message = %msg, "source not usable");
             return report(ctx, &*obj, Report::failed(reason, msg)).await;
         }
     };
     for f in &fetched {
+        let result = if f.downloaded { "downloaded" } else { "cached" };
+        ctx.metrics.source_fetched(f.kind, result);
         manifests.extend(f.manifests.iter().cloned());
     }
     let mut desired = match render::render(&parent, spec, manifests, &ctx.resolver).await? {

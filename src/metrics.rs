@@ -22,6 +22,7 @@ pub struct Metrics {
     members_pruned_total: IntCounter,
     conflicts_total: IntCounter,
     managed_members: IntGauge,
+    source_fetches_total: IntCounterVec,
     managed_by_parent: Mutex<HashMap<String, i64>>,
     reconciles: AtomicU64,
 }
@@ -66,6 +67,14 @@ impl Metrics {
         .expect("valid metric");
         let managed_members = IntGauge::new("applyset_managed_members", "Members of all ApplySets")
             .expect("valid metric");
+        let source_fetches_total = IntCounterVec::new(
+            Opts::new(
+                "applyset_source_fetches_total",
+                "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
+            ),
+            &["kind", "result"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(reconcile_duration.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(reconciles_total.clone()),
@@ -73,6 +82,7 @@ impl Metrics {
             Box::new(members_pruned_total.clone()),
             Box::new(conflicts_total.clone()),
             Box::new(managed_members.clone()),
+            Box::new(source_fetches_total.clone()),
         ] {
             // Registering distinct names in a fresh registry cannot fail.
             let _ = registry.register(c);
@@ -85,6 +95,7 @@ impl Metrics {
             members_pruned_total,
             conflicts_total,
             managed_members,
+            source_fetches_total,
             managed_by_parent: Mutex::new(HashMap::new()),
             reconciles: AtomicU64::new(0),
         }
@@ -109,6 +120,20 @@ impl Metrics {
                 .with_label_values(&[result])
                 .inc_by(n);
         }
+    }
+
+    /// One source read of `kind` with `result` (downloaded, cached, failed).
+    pub fn source_fetched(&self, kind: &str, result: &str) {
+        self.source_fetches_total
+            .with_label_values(&[kind, result])
+            .inc();
+    }
+
+    /// The count of source reads of `kind` with `result`.
+    pub fn source_fetches(&self, kind: &str, result: &str) -> u64 {
+        self.source_fetches_total
+            .with_label_values(&[kind, result])
+            .get()
     }
 
     pub fn pruned(&self, n: u64) {

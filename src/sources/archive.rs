@@ -36,8 +36,7 @@ pub fn clean_relative(path: &str) -> Option<String> {
         return None;
     }
     // A Windows drive prefix (`C:`) has no business in a manifest bundle either.
-    if path.len() >= 2 && path.as_bytes()[1] == b':' && path.as_bytes()[0].is_ascii_alphabetic()
-    {
+    if path.len() >= 2 && path.as_bytes()[1] == b':' && path.as_bytes()[0].is_ascii_alphabetic() {
         return None;
     }
     let mut parts = Vec::new();
@@ -260,7 +259,12 @@ pub(crate) mod tests {
 
     #[test]
     fn refuses_traversal_and_absolute_paths() {
-        for name in ["../evil.yaml", "a/../../evil.yaml", "/etc/evil.yaml", "C:/x.yaml"] {
+        for name in [
+            "../evil.yaml",
+            "a/../../evil.yaml",
+            "/etc/evil.yaml",
+            "C:/x.yaml",
+        ] {
             let data = tar_gz(&[Entry::File(name, CM)]);
             let err = read_tar_gz(&data, "", &limits()).expect_err(name);
             assert!(err.contains("leaves the archive root"), "{name}: {err}");

@@ -73,7 +73,10 @@ fn scheme_of(url: &str) -> Result<&'static str, String> {
         Some((host, path)) if host.contains('@') && !path.is_empty() && !host.contains('/') => {
             Ok("ssh")
         }
-        _ => Err("url must be https://, http://, ssh:// or user@host:path; local paths are not allowed".into()),
+        _ => Err(
+            "url must be https://, http://, ssh:// or user@host:path; local paths are not allowed"
+                .into(),
+        ),
     }
 }
 
@@ -114,7 +117,10 @@ struct Creds {
 enum Outcome {
     /// The ref still points at the cached commit.
     Unchanged,
-    Fetched { commit: String, files: Vec<SourceFile> },
+    Fetched {
+        commit: String,
+        files: Vec<SourceFile>,
+    },
 }
 
 /// Sets the flag when dropped: a fetch whose future is dropped (timeout, shutdown) stops.
@@ -151,10 +157,11 @@ pub async fn fetch(
     if let (Some(commit), Some(c)) = (&g.reference.commit, &cached)
         && c.revision == revision_of(commit)
     {
-        s.stats.hit();
         return Ok(Fetched {
             manifests: c.manifests.clone(),
             revision: c.revision.clone(),
+            kind: "git",
+            downloaded: false,
         });
     }
     let cached_commit = cached
@@ -183,18 +190,16 @@ pub async fn fetch(
     .map_err(|e| SourceError::Failed(format!("git fetch task: {e}")))?
     .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))?;
     match (outcome, cached) {
-        (Outcome::Unchanged, Some(c)) => {
-            s.stats.hit();
-            Ok(Fetched {
-                manifests: c.manifests,
-                revision: c.revision,
-            })
-        }
+        (Outcome::Unchanged, Some(c)) => Ok(Fetched {
+            manifests: c.manifests,
+            revision: c.revision,
+            kind: "git",
+            downloaded: false,
+        }),
         (Outcome::Unchanged, None) => Err(SourceError::Failed(
             "internal: unchanged without a cached revision".into(),
         )),
         (Outcome::Fetched { commit, files }, _) => {
-            s.stats.download();
             let manifests = Arc::new(parse_files(&desc, &files)?);
             let revision = revision_of(&commit);
             s.cache.put(
@@ -209,9 +214,26 @@ pub async fn fetch(
             Ok(Fetched {
                 manifests,
                 revision,
+                kind: "git",
+                downloaded: true,
             })
         }
     }
+}
+
+/// An error with its causes (gix puts the interesting part, e.g. an HTTP status, in them).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        source = s.source();
+    }
+    msg
 }
 
 /// Messages of gix can contain the URL as given (possibly with a password): show it redacted.
@@ -226,7 +248,8 @@ fn redact_text(msg: &str, url: &str) -> String {
 
 fn creds_from(data: &BTreeMap<String, Vec<u8>>) -> Creds {
     let password = secret_text(data, "password").or_else(|| secret_text(data, "token"));
-    let username = secret_text(data, "username").or_else(|| password.as_ref().map(|_| "git".into()));
+    let username =
+        secret_text(data, "username").or_else(|| password.as_ref().map(|_| "git".into()));
     Creds {
         username,
         password,
@@ -242,7 +265,10 @@ fn refspec(r: &GitReference) -> String {
     } else if let Some(t) = &r.tag {
         format!("+refs/tags/{t}:refs/tags/{t}")
     } else {
-        format!("+{}:refs/remotes/origin/pinned", r.commit.as_deref().unwrap_or_default())
+        format!(
+            "+{}:refs/remotes/origin/pinned",
+            r.commit.as_deref().unwrap_or_default()
+        )
     }
 }
 
@@ -289,20 +315,27 @@ fn fetch_blocking(
     let scratch = tempfile::Builder::new()
         .prefix("git-")
         .tempdir_in(work_dir)
-        .map_err(|e| format!("creating a scratch directory in {}: {e}", work_dir.display()))?;
+        .map_err(|e| {
+            format!(
+                "creating a scratch directory in {}: {e}",
+                work_dir.display()
+            )
+        })?;
     let repo_dir = scratch.path().join("repo.git");
-    gix::init_bare(&repo_dir).map_err(|e| format!("initialising a scratch repository: {e}"))?;
+    gix::init_bare(&repo_dir)
+        .map_err(|e| format!("initialising a scratch repository: {}", chain(&e)))?;
     if scheme_of(url)? == "ssh" {
         let mut cmd = String::from("ssh -o BatchMode=yes -o IdentitiesOnly=yes");
         if let Some(id) = &creds.identity {
             let p = scratch.path().join("identity");
-            write_private(&p, id).map_err(|e| format!("writing the ssh identity: {e}"))?;
+            write_private(&p, id)
+                .map_err(|e| format!("writing the ssh identity: {}", chain(&e)))?;
             cmd.push_str(&format!(" -i {}", shell_quote(&p)));
         }
         match &creds.known_hosts {
             Some(kh) => {
                 let p = scratch.path().join("known_hosts");
-                write_private(&p, kh).map_err(|e| format!("writing known_hosts: {e}"))?;
+                write_private(&p, kh).map_err(|e| format!("writing known_hosts: {}", chain(&e)))?;
                 cmd.push_str(&format!(
                     " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
                     shell_quote(&p)
@@ -315,25 +348,25 @@ fn fetch_blocking(
         }
         let config = repo_dir.join("config");
         let mut text = std::fs::read_to_string(&config)
-            .map_err(|e| format!("reading the scratch repository's config: {e}"))?;
+            .map_err(|e| format!("reading the scratch repository's config: {}", chain(&e)))?;
         text.push_str(&format!(
             "[core]\n\tsshCommand = \"{}\"\n",
             cmd.replace('\\', "\\\\").replace('"', "\\\"")
         ));
         std::fs::write(&config, text)
-            .map_err(|e| format!("writing the scratch repository's config: {e}"))?;
+            .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))?;
     }
     // Isolated: no system or user git configuration, no credential helpers, no prompts.
     let repo = gix::open_opts(&repo_dir, gix::open::Options::isolated())
-        .map_err(|e| format!("opening the scratch repository: {e}"))?;
+        .map_err(|e| format!("opening the scratch repository: {}", chain(&e)))?;
     let remote = repo
         .remote_at(url)
-        .map_err(|e| format!("invalid url: {e}"))?
+        .map_err(|e| format!("invalid url: {}", chain(&e)))?
         .with_refspecs(Some(refspec(reference).as_str()), Direction::Fetch)
-        .map_err(|e| format!("invalid ref: {e}"))?;
+        .map_err(|e| format!("invalid ref: {}", chain(&e)))?;
     let connection = remote
         .connect(Direction::Fetch)
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(|e| format!("connecting: {}", chain(&e)))?;
     let (user, pass) = (creds.username.clone(), creds.password.clone());
     let connection = connection.with_credentials(move |action| match action {
         gix::credentials::helper::Action::Get(ctx) => match (&user, &pass) {
@@ -352,7 +385,7 @@ fn fetch_blocking(
     let connection = match &creds.ca {
         Some(pem) => {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {e}"))?;
+                .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {}", chain(&e)))?;
             let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
                 configure_client: Some(Box::new(move |b| Ok(b.tls_certs_merge(certs.clone())))),
                 configure_request: None,
@@ -367,18 +400,26 @@ fn fetch_blocking(
     };
     let prepare = connection
         .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| format!("listing refs: {e}"))?;
-    let wanted = prepare.ref_map().mappings.iter().find_map(|m| match &m.remote {
-        gix::protocol::fetch::refmap::Source::ObjectId(id) => Some(id.to_owned()),
-        gix::protocol::fetch::refmap::Source::Ref(r) => {
-            let (_, target, peeled) = r.unpack();
-            peeled.or(target).map(|o| o.to_owned())
-        }
-    });
+        .map_err(|e| format!("listing refs: {}", chain(&e)))?;
+    let wanted = prepare
+        .ref_map()
+        .mappings
+        .iter()
+        .find_map(|m| match &m.remote {
+            gix::protocol::fetch::refmap::Source::ObjectId(id) => Some(id.to_owned()),
+            gix::protocol::fetch::refmap::Source::Ref(r) => {
+                let (_, target, peeled) = r.unpack();
+                peeled.or(target).map(|o| o.to_owned())
+            }
+        });
     let Some(wanted) = wanted else {
         return Err(format!(
             "the repository has no {} {:?}",
-            if reference.branch.is_some() { "branch" } else { "tag" },
+            if reference.branch.is_some() {
+                "branch"
+            } else {
+                "tag"
+            },
             ref_name(reference)
         ));
     };
@@ -390,21 +431,21 @@ fn fetch_blocking(
             std::num::NonZeroU32::MIN,
         ))
         .receive(gix::progress::Discard, interrupt)
-        .map_err(|e| format!("fetching {}: {e}", ref_name(reference)))?;
+        .map_err(|e| format!("fetching {}: {}", ref_name(reference), chain(&e)))?;
     let commit = repo
         .find_object(wanted)
-        .map_err(|e| format!("the fetched object {wanted} is missing: {e}"))?
+        .map_err(|e| format!("the fetched object {wanted} is missing: {}", chain(&e)))?
         .peel_to_commit()
-        .map_err(|e| format!("{wanted} is not a commit: {e}"))?;
+        .map_err(|e| format!("{wanted} is not a commit: {}", chain(&e)))?;
     let commit_id = commit.id.to_string();
     let tree = commit
         .tree()
-        .map_err(|e| format!("reading the tree of {commit_id}: {e}"))?;
+        .map_err(|e| format!("reading the tree of {commit_id}: {}", chain(&e)))?;
     let entries = tree
         .traverse()
         .breadthfirst
         .files()
-        .map_err(|e| format!("reading the tree of {commit_id}: {e}"))?;
+        .map_err(|e| format!("reading the tree of {commit_id}: {}", chain(&e)))?;
     let mut files = Vec::new();
     let mut total = 0u64;
     for e in entries {
@@ -428,7 +469,7 @@ fn fetch_blocking(
         }
         let blob = repo
             .find_object(e.oid)
-            .map_err(|err| format!("reading {path}: {err}"))?;
+            .map_err(|err| format!("reading {path}: {}", chain(&err)))?;
         total = total.saturating_add(blob.data.len() as u64);
         if total > limits.max_unpacked {
             return Err(format!(
@@ -477,7 +518,13 @@ mod tests {
         ] {
             assert!(validate(&git(ok, branch("main"))).is_ok(), "{ok}");
         }
-        for bad in ["file:///etc", "/var/repo", "../repo", "git://x/y", "ext::sh -c x"] {
+        for bad in [
+            "file:///etc",
+            "/var/repo",
+            "../repo",
+            "git://x/y",
+            "ext::sh -c x",
+        ] {
             assert!(validate(&git(bad, branch("main"))).is_err(), "{bad}");
         }
     }

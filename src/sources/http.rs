@@ -140,10 +140,11 @@ pub async fn fetch(
     if let (Some(pin), Some(c)) = (&h.sha256, &cached)
         && c.revision == format!("http:sha256:{pin}")
     {
-        s.stats.hit();
         return Ok(Fetched {
             manifests: c.manifests.clone(),
             revision: c.revision.clone(),
+            kind: "http",
+            downloaded: false,
         });
     }
     let http = s.http_client(auth.ca.as_deref())?;
@@ -164,10 +165,11 @@ pub async fn fetch(
     if status == StatusCode::NOT_MODIFIED
         && let Some(c) = cached
     {
-        s.stats.hit();
         return Ok(Fetched {
             manifests: c.manifests,
             revision: c.revision,
+            kind: "http",
+            downloaded: false,
         });
     }
     if !status.is_success() {
@@ -186,7 +188,6 @@ pub async fn fetch(
     let body = read_capped(resp, s.limits.max_download)
         .await
         .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
-    s.stats.download();
     let digest = sha256_hex(&body);
     if let Some(pin) = &h.sha256
         && !pin.eq_ignore_ascii_case(&digest)
@@ -212,6 +213,8 @@ pub async fn fetch(
     Ok(Fetched {
         manifests,
         revision,
+        kind: "http",
+        downloaded: true,
     })
 }
 

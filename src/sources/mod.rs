@@ -80,6 +80,10 @@ pub struct Fetched {
     pub manifests: Arc<Vec<Manifest>>,
     /// e.g. `git:main@sha1:…`; see the module documentation.
     pub revision: String,
+    /// `configMap`, `secret`, `http`, `git` or `oci`.
+    pub kind: &'static str,
+    /// Whether content was downloaded (false: the cheap check found it cached).
+    pub downloaded: bool,
 }
 
 /// Why a source could not be used.
@@ -213,10 +217,7 @@ impl Cache {
         };
         if m.len() >= self.capacity
             && !m.contains_key(identity)
-            && let Some(oldest) = m
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
+            && let Some(oldest) = m.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| k.clone())
         {
             m.remove(&oldest);
         }
@@ -241,32 +242,12 @@ impl Cache {
     }
 }
 
-/// Counters of what the sources did (for tests and logs): downloads of content vs. cheap checks
-/// answered from the cache.
-#[derive(Default, Debug)]
-pub struct Stats {
-    pub downloads: std::sync::atomic::AtomicU64,
-    pub cache_hits: std::sync::atomic::AtomicU64,
-}
-
-impl Stats {
-    fn download(&self) {
-        self.downloads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    fn hit(&self) {
-        self.cache_hits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Everything the sources share: the HTTP client, the content cache, the index of referenced
 /// objects, limits and a scratch directory (Git needs a repository on disk).
 pub struct Sources {
     pub limits: Limits,
     pub cache: Cache,
     pub index: Index,
-    pub stats: Stats,
     work_dir: PathBuf,
     default_client: Mutex<Option<reqwest::Client>>,
 }
@@ -284,7 +265,6 @@ impl Sources {
             limits,
             cache: Cache::new(256),
             index: Index::default(),
-            stats: Stats::default(),
             work_dir: work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator")),
             default_client: Mutex::new(None),
         }
@@ -306,7 +286,8 @@ impl Sources {
                 }
                 b = b.tls_certs_merge(certs);
             }
-            b.build().map_err(|e| format!("building the HTTP client: {e}"))
+            b.build()
+                .map_err(|e| format!("building the HTTP client: {e}"))
         };
         if ca.is_some() {
             return build(ca).map_err(SourceError::Failed);
@@ -332,18 +313,16 @@ impl Sources {
     ) -> Result<Vec<Fetched>, SourceError> {
         let mut out = Vec::with_capacity(spec.sources.len());
         for (i, source) in spec.sources.iter().enumerate() {
-            let fetched = tokio::time::timeout(
-                self.limits.timeout,
-                self.fetch(client, parent, i, source),
-            )
-            .await
-            .map_err(|_| {
-                SourceError::Failed(format!(
-                    "spec.sources[{i}] ({}): not read within {:?}",
-                    describe(source),
-                    self.limits.timeout
-                ))
-            })??;
+            let fetched =
+                tokio::time::timeout(self.limits.timeout, self.fetch(client, parent, i, source))
+                    .await
+                    .map_err(|_| {
+                        SourceError::Failed(format!(
+                            "spec.sources[{i}] ({}): not read within {:?}",
+                            describe(source),
+                            self.limits.timeout
+                        ))
+                    })??;
             out.push(fetched);
         }
         Ok(out)
@@ -549,9 +528,10 @@ pub async fn read_secret(
 ) -> Result<(String, BTreeMap<String, Vec<u8>>), SourceError> {
     let ns = resolve_namespace(parent, r.namespace.as_deref()).map_err(SourceError::Invalid)?;
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let secret = api.get_opt(&r.name).await.map_err(|e| {
-        SourceError::Failed(format!("reading its secretRef {ns}/{}: {e}", r.name))
-    })?;
+    let secret = api
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| SourceError::Failed(format!("reading its secretRef {ns}/{}: {e}", r.name)))?;
     let Some(secret) = secret else {
         return Err(SourceError::Failed(format!(
             "its secretRef {ns}/{} does not exist; create it",
@@ -648,7 +628,11 @@ mod tests {
             url: "https://x/a.yaml".into(),
             ..Default::default()
         });
-        assert!(kind_of(&two).err().is_some_and(|e| e.contains("more than one")));
+        assert!(
+            kind_of(&two)
+                .err()
+                .is_some_and(|e| e.contains("more than one"))
+        );
     }
 
     #[test]
@@ -730,6 +714,8 @@ mod tests {
         let f = |r: &str| Fetched {
             manifests: Arc::new(vec![]),
             revision: r.into(),
+            kind: "git",
+            downloaded: false,
         };
         assert_eq!(combined_revision("sha256:x", &[]), "sha256:x");
         assert_eq!(

@@ -28,24 +28,39 @@ pub async fn fetch(
             source.name
         ))
     };
-    let read_err = |e: kube::Error| SourceError::Failed(format!("reading {kind_name} {ns}/{}: {e}", source.name));
+    let read_err = |e: kube::Error| {
+        SourceError::Failed(format!("reading {kind_name} {ns}/{}: {e}", source.name))
+    };
     // Every key as bytes, and the resourceVersion.
     let (data, rv): (Vec<(String, Vec<u8>)>, String) = match kind {
         ObjectKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            let cm = api.get_opt(&source.name).await.map_err(read_err)?.ok_or_else(not_found)?;
+            let cm = api
+                .get_opt(&source.name)
+                .await
+                .map_err(read_err)?
+                .ok_or_else(not_found)?;
             let mut data: Vec<(String, Vec<u8>)> = cm
                 .data
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(k, v)| (k, v.into_bytes()))
                 .collect();
-            data.extend(cm.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+            data.extend(
+                cm.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
             (data, cm.metadata.resource_version.unwrap_or_default())
         }
         ObjectKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-            let s = api.get_opt(&source.name).await.map_err(read_err)?.ok_or_else(not_found)?;
+            let s = api
+                .get_opt(&source.name)
+                .await
+                .map_err(read_err)?
+                .ok_or_else(not_found)?;
             let data = s
                 .data
                 .unwrap_or_default()
@@ -60,6 +75,8 @@ pub async fn fetch(
     Ok(Fetched {
         manifests: std::sync::Arc::new(manifests),
         revision: format!("{noun}:{ns}/{}@{rv}", source.name),
+        kind: noun,
+        downloaded: true,
     })
 }
 
@@ -130,8 +147,8 @@ mod tests {
 
     #[test]
     fn default_keys_are_manifest_files_sorted() {
-        let files = select_keys(&data(), &[], "ConfigMap", "n", "c", &Limits::default())
-            .expect("ok");
+        let files =
+            select_keys(&data(), &[], "ConfigMap", "n", "c", &Limits::default()).expect("ok");
         let keys: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(keys, ["a.json", "b.yml", "z.yaml"]);
     }
@@ -152,6 +169,9 @@ mod tests {
             &Limits::default(),
         )
         .expect_err("missing");
-        assert!(err.to_string().contains("has no key \"missing.yaml\""), "{err}");
+        assert!(
+            err.to_string().contains("has no key \"missing.yaml\""),
+            "{err}"
+        );
     }
 }

@@ -50,9 +50,8 @@ pub fn parse_url(url: &str) -> Result<Repository, String> {
     let valid_name = !name.is_empty()
         && name.split('/').all(|c| {
             !c.is_empty()
-                && c.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b)
-                })
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
         });
     if host.is_empty() || host.contains(['@', '?', '#', ' ']) || !valid_name {
         return Err(format!(
@@ -101,10 +100,7 @@ pub fn validate(o: &OciSource) -> Result<(), String> {
 
 /// Registry credentials from a secret: `username`/`password`, or `.dockerconfigjson`.
 fn credentials(data: &BTreeMap<String, Vec<u8>>, host: &str) -> Option<(String, String)> {
-    if let (Some(u), Some(p)) = (
-        secret_text(data, "username"),
-        secret_text(data, "password"),
-    ) {
+    if let (Some(u), Some(p)) = (secret_text(data, "username"), secret_text(data, "password")) {
         return Some((u, p));
     }
     let cfg: Value = serde_json::from_slice(data.get(".dockerconfigjson")?).ok()?;
@@ -164,7 +160,12 @@ fn parse_challenge(h: &str) -> Option<(String, BTreeMap<String, String>)> {
 }
 
 impl Session {
-    async fn send(&self, method: &Method, url: &str, accept: Option<&str>) -> Result<reqwest::Response, String> {
+    async fn send(
+        &self,
+        method: &Method,
+        url: &str,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, String> {
         let mut rb = self.http.request(method.clone(), url);
         if let Some(a) = accept {
             rb = rb.header(header::ACCEPT, a);
@@ -178,7 +179,12 @@ impl Session {
     }
 
     /// A request, answering one authentication challenge if the registry asks.
-    async fn request(&mut self, method: Method, path: &str, accept: Option<&str>) -> Result<reqwest::Response, String> {
+    async fn request(
+        &mut self,
+        method: Method,
+        path: &str,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, String> {
         let url = format!("{}/v2/{}/{path}", self.base, self.repo);
         let resp = self.send(&method, &url, accept).await?;
         if resp.status() != StatusCode::UNAUTHORIZED || self.auth.is_some() {
@@ -194,8 +200,9 @@ impl Session {
                 let realm = params
                     .get("realm")
                     .ok_or("the registry's bearer challenge has no realm")?;
-                let mut token_url = url::Url::parse(realm)
-                    .map_err(|e| format!("the registry's token realm {realm:?} is not a URL: {e}"))?;
+                let mut token_url = url::Url::parse(realm).map_err(|e| {
+                    format!("the registry's token realm {realm:?} is not a URL: {e}")
+                })?;
                 {
                     let mut q = token_url.query_pairs_mut();
                     if let Some(s) = params.get("service") {
@@ -248,10 +255,19 @@ impl Session {
         self.send(&method, &url, accept).await
     }
 
-    async fn get_verified(&mut self, path: &str, accept: Option<&str>, digest: &str, what: &str) -> Result<Vec<u8>, String> {
+    async fn get_verified(
+        &mut self,
+        path: &str,
+        accept: Option<&str>,
+        digest: &str,
+        what: &str,
+    ) -> Result<Vec<u8>, String> {
         let resp = self.request(Method::GET, path, accept).await?;
         if !resp.status().is_success() {
-            return Err(format!("GET {what}: the registry answered {}", resp.status()));
+            return Err(format!(
+                "GET {what}: the registry answered {}",
+                resp.status()
+            ));
         }
         let body = read_capped(resp, self.max)
             .await
@@ -287,7 +303,11 @@ pub async fn fetch(
         oci: Some(o.clone()),
         ..Default::default()
     });
-    let reference = o.digest.clone().or_else(|| o.tag.clone()).unwrap_or_default();
+    let reference = o
+        .digest
+        .clone()
+        .or_else(|| o.tag.clone())
+        .unwrap_or_default();
     let identity = format!(
         "oci {} path={prefix} insecure={} secret={secret_id}",
         o.url, o.insecure
@@ -299,10 +319,11 @@ pub async fn fetch(
     if let Some(d) = &o.digest
         && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
     {
-        s.stats.hit();
         return Ok(Fetched {
             manifests: m,
             revision: revision_of(d),
+            kind: "oci",
+            downloaded: false,
         });
     }
     let failed = SourceError::Failed;
@@ -322,11 +343,18 @@ pub async fn fetch(
     let mut expected = o.digest.clone();
     if o.tag.is_some() {
         let resp = session
-            .request(Method::HEAD, &format!("manifests/{reference}"), Some(MANIFEST_TYPES))
+            .request(
+                Method::HEAD,
+                &format!("manifests/{reference}"),
+                Some(MANIFEST_TYPES),
+            )
             .await
             .map_err(failed)?;
         if resp.status() == StatusCode::NOT_FOUND {
-            return Err(failed(format!("the registry has no tag {reference:?} in {}", repo.name)));
+            return Err(failed(format!(
+                "the registry has no tag {reference:?} in {}",
+                repo.name
+            )));
         }
         if !resp.status().is_success() {
             return Err(failed(format!(
@@ -343,20 +371,28 @@ pub async fn fetch(
         if let Some(d) = &expected
             && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
         {
-            s.stats.hit();
             return Ok(Fetched {
                 manifests: m,
                 revision: revision_of(d),
+                kind: "oci",
+                downloaded: false,
             });
         }
     }
     // The manifest, verified against the digest asked for (or announced).
     let resp = session
-        .request(Method::GET, &format!("manifests/{reference}"), Some(MANIFEST_TYPES))
+        .request(
+            Method::GET,
+            &format!("manifests/{reference}"),
+            Some(MANIFEST_TYPES),
+        )
         .await
         .map_err(failed)?;
     if resp.status() == StatusCode::NOT_FOUND {
-        return Err(failed(format!("the registry has no manifest {reference:?} in {}", repo.name)));
+        return Err(failed(format!(
+            "the registry has no manifest {reference:?} in {}",
+            repo.name
+        )));
     }
     if !resp.status().is_success() {
         return Err(failed(format!(
@@ -373,9 +409,12 @@ pub async fn fetch(
         .await
         .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
     let digest = format!("sha256:{}", sha256_hex(&body));
-    for want in [expected.as_ref(), announced.as_ref().filter(|d| is_sha256_digest(d))]
-        .into_iter()
-        .flatten()
+    for want in [
+        expected.as_ref(),
+        announced.as_ref().filter(|d| is_sha256_digest(d)),
+    ]
+    .into_iter()
+    .flatten()
     {
         if *want != digest {
             return Err(failed(format!(
@@ -400,7 +439,10 @@ pub async fn fetch(
         .ok_or_else(|| failed(format!("manifest {reference} has no layers")))?;
     let mut files: Vec<SourceFile> = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
-        let d = layer.get("digest").and_then(Value::as_str).unwrap_or_default();
+        let d = layer
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if !is_sha256_digest(d) {
             return Err(failed(format!(
                 "layer {i} has digest {d:?}; only sha256 digests are supported"
@@ -425,10 +467,11 @@ pub async fn fetch(
         if archive::is_gzip(&blob) {
             let limits = s.limits.clone();
             let pfx = prefix.clone();
-            let mut got = tokio::task::spawn_blocking(move || archive::read_tar_gz(&blob, &pfx, &limits))
-                .await
-                .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
-                .map_err(|e| failed(format!("layer {i}: {e}")))?;
+            let mut got =
+                tokio::task::spawn_blocking(move || archive::read_tar_gz(&blob, &pfx, &limits))
+                    .await
+                    .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
+                    .map_err(|e| failed(format!("layer {i}: {e}")))?;
             files.append(&mut got);
         } else if let Some(t) = title {
             let Some(path) = archive::clean_relative(&t) else {
@@ -444,7 +487,6 @@ pub async fn fetch(
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    s.stats.download();
     let manifests = Arc::new(parse_files(&desc, &files)?);
     let revision = revision_of(&digest);
     s.cache.put(
@@ -459,6 +501,8 @@ pub async fn fetch(
     Ok(Fetched {
         manifests,
         revision,
+        kind: "oci",
+        downloaded: true,
     })
 }
 
@@ -475,7 +519,14 @@ mod tests {
                 name: "a/b-c".into()
             }
         );
-        for bad in ["https://x/y", "oci://x", "oci://x/", "oci://x/Upper", "oci://x/a:tag", "oci://u@x/a"] {
+        for bad in [
+            "https://x/y",
+            "oci://x",
+            "oci://x/",
+            "oci://x/Upper",
+            "oci://x/a:tag",
+            "oci://u@x/a",
+        ] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
     }
