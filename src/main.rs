@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator against the cluster of the current kubeconfig or service account.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print both CRDs as YAML.
     Crd,
 }
@@ -261,7 +261,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(rt) => rt.block_on(run(args)),
+            Ok(rt) => rt.block_on(run(*args)),
             Err(e) => {
                 eprintln!("error: starting the runtime: {e}");
                 ExitCode::FAILURE
