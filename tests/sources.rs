@@ -886,3 +886,65 @@ async fn oci_digest_mismatch_is_refused_and_nothing_is_pruned() {
     );
     stop(op).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Examples
+
+/// Every example under examples/sources/ parses, deserializes into the API types and passes
+/// the sources' validation; together they cover every source kind.
+#[test]
+fn source_examples_are_valid_and_cover_every_kind() {
+    use applyset_operator::{
+        api::{ApplySet, ClusterApplySet},
+        applyset::ParentRef,
+        manifest::{Origin, parse_documents},
+        parent::Parent as _,
+        sources,
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sources");
+    let mut kinds = std::collections::BTreeSet::new();
+    for file in [
+        "configmap.yaml",
+        "secret.yaml",
+        "http.yaml",
+        "git.yaml",
+        "oci.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("read example");
+        let docs = parse_documents(&text, &Origin::file("examples/sources", file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut parents = 0;
+        for d in docs {
+            let value = Value::Object(d.object.clone());
+            let (parent, spec): (ParentRef, _) = match d.kind.as_str() {
+                "ApplySet" => {
+                    let a: ApplySet =
+                        serde_json::from_value(value).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    (a.parent_ref(), a.spec)
+                }
+                "ClusterApplySet" => {
+                    let c: ClusterApplySet =
+                        serde_json::from_value(value).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    (c.parent_ref(), c.spec.0)
+                }
+                _ => continue,
+            };
+            parents += 1;
+            sources::validate(&parent, &spec).unwrap_or_else(|e| panic!("{file}: {e}"));
+            for s in &spec.sources {
+                kinds.insert(
+                    sources::describe(s)
+                        .split(' ')
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+        assert_eq!(parents, 1, "{file} has one ApplySet or ClusterApplySet");
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["configMap", "git", "http", "oci", "secret"]
+    );
+}
