@@ -948,3 +948,80 @@ fn source_examples_are_valid_and_cover_every_kind() {
         ["configMap", "git", "http", "oci", "secret"]
     );
 }
+
+/// Git over ssh (OpenSSH's sshd on loopback, `git-upload-pack` of Debian's git): the identity
+/// and known_hosts from the secretRef; a host key that does not match is refused.
+#[tokio::test]
+async fn git_source_over_ssh_with_identity_and_known_hosts() {
+    init();
+    if !is_root() {
+        eprintln!(
+            "skipped: sshd needs root for privilege separation (the project's machines and CI run as root)"
+        );
+        return;
+    }
+    let h = Harness::new("src-ssh").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let git_server = GitServer::start(None, None).await;
+    let repo = git_server.repo("over-ssh");
+    let c1 = repo.commit(&[("k8s/a.yaml", Some(&cm_doc("ssh-a", "1")))], "first");
+    let ssh = SshServer::start().await;
+    put_secret(
+        &h,
+        &ns,
+        "ssh-creds",
+        &[
+            ("identity", ssh.identity.as_bytes()),
+            ("known_hosts", ssh.known_hosts.as_bytes()),
+        ],
+    )
+    .await;
+    let set = h.applyset("ssh");
+    set.create(json!({"sources": [{"git": {"url": ssh.url(&repo), "ref": {"branch": "main"}, "path": "k8s", "secretRef": {"name": "ssh-creds"}}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; git:main@sha1:{c1}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &ns, &["ssh-a"], &[]).await;
+
+    // Another host key in known_hosts: the connection is refused.
+    let other = SshServer::start().await;
+    let wrong = ssh
+        .known_hosts
+        .split_whitespace()
+        .next()
+        .map(|host| {
+            let mut parts = other.known_hosts.split_whitespace().skip(1);
+            format!(
+                "{host} {} {}\n",
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    put_secret(
+        &h,
+        &ns,
+        "ssh-wrong-host",
+        &[
+            ("identity", ssh.identity.as_bytes()),
+            ("known_hosts", wrong.as_bytes()),
+        ],
+    )
+    .await;
+    let spoof_ns = h.extra_namespace("src-ssh2").await;
+    let spoofed = h.applyset("spoofed");
+    spoofed
+        .create(json!({"targetNamespace": spoof_ns, "sources": [{"git": {"url": ssh.url(&repo), "ref": {"branch": "main"}, "path": "k8s", "secretRef": {"name": "ssh-wrong-host"}}}]}))
+        .await;
+    let st = spoofed
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    assert_not_stalled(&st);
+    assert_members(&h, &spoof_ns, &[], &["ssh-a"]).await;
+    stop(op).await;
+}

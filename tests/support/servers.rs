@@ -784,3 +784,137 @@ pub async fn push_artifact(registry: &Registry, repo: &str, tag: &str, layer: &[
     assert_eq!(status, 201, "push manifest: {text}");
     format!("sha256:{}", sha256_hex(&manifest))
 }
+
+// ---------------------------------------------------------------------------------------------
+// SSH
+
+/// OpenSSH's sshd (Debian's openssh-server) on a loopback port, accepting one generated client
+/// key for the current user, so that Git over ssh (`git-upload-pack`) works against the bare
+/// repositories of a [`GitServer`]. Runs under the same pipe guard as [`Registry`].
+pub struct SshServer {
+    pub port: u16,
+    pub user: String,
+    /// `known_hosts` line for the server's host key.
+    pub known_hosts: String,
+    /// The client's private key (OpenSSH format).
+    pub identity: String,
+    _dir: tempfile::TempDir,
+    guard: std::process::Child,
+}
+
+impl Drop for SshServer {
+    fn drop(&mut self) {
+        drop(self.guard.stdin.take());
+        let _ = self.guard.wait();
+    }
+}
+
+fn keygen(path: &Path) {
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "applyset-test", "-f"])
+        .arg(path)
+        .output()
+        .expect("run ssh-keygen");
+    assert!(out.status.success(), "ssh-keygen: {out:?}");
+}
+
+fn current_user() -> String {
+    let out = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .expect("run id");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+pub fn is_root() -> bool {
+    current_user() == "root"
+}
+
+impl SshServer {
+    /// Starts sshd; needs root (sshd's privilege separation). The tests run as root (the
+    /// machines and CI run as root); elsewhere the caller skips.
+    pub async fn start() -> SshServer {
+        let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sshd is installed (make deps installs openssh-server)");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host_key = dir.path().join("host_key");
+        let client_key = dir.path().join("client_key");
+        keygen(&host_key);
+        keygen(&client_key);
+        std::fs::copy(
+            dir.path().join("client_key.pub"),
+            dir.path().join("authorized_keys"),
+        )
+        .expect("authorized_keys");
+        std::fs::create_dir_all("/run/sshd").expect("privilege separation directory");
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let user = current_user();
+        let config = dir.path().join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {dir}/authorized_keys\n\
+                 StrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
+                 PermitRootLogin prohibit-password\nAllowUsers {user}\nPidFile {dir}/sshd.pid\n\
+                 AcceptEnv GIT_PROTOCOL\nLogLevel ERROR\n",
+                hk = host_key.display(),
+                dir = dir.path().display(),
+            ),
+        )
+        .expect("sshd_config");
+        let log = std::fs::File::create(dir.path().join("sshd.log")).expect("log");
+        let guard = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" -D -e -f "$1" & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; wait $pid 2>/dev/null"#)
+            .arg(sshd)
+            .arg(&config)
+            .stdin(Stdio::piped())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start sshd");
+        let host_pub = std::fs::read_to_string(dir.path().join("host_key.pub")).expect("host key");
+        let mut parts = host_pub.split_whitespace();
+        let known_hosts = format!(
+            "[127.0.0.1]:{port} {} {}\n",
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default()
+        );
+        let identity = std::fs::read_to_string(&client_key).expect("client key");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sshd did not listen on {port} within 30s: {}",
+                std::fs::read_to_string(dir.path().join("sshd.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        SshServer {
+            port,
+            user,
+            known_hosts,
+            identity,
+            _dir: dir,
+            guard,
+        }
+    }
+
+    /// `ssh://user@127.0.0.1:port/<absolute path of the repository>`.
+    pub fn url(&self, repo: &GitRepo) -> String {
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            self.user,
+            self.port,
+            repo.bare.display()
+        )
+    }
+}
