@@ -802,32 +802,8 @@ async fn oci_digest_mismatch_is_refused_and_nothing_is_pruned() {
     let ns = h.ns.clone();
     let fake = FileServer::start(None).await;
     fake.put("/v2/", "{}");
-    let serve_artifact = |tag: &str, layer: &[u8], served_layer: &[u8], announced: Option<&str>| {
-        let config = b"{}".to_vec();
-        let dc = format!("sha256:{}", sha256_hex(&config));
-        let dl = format!("sha256:{}", sha256_hex(layer));
-        let manifest = artifact_manifest(&dc, config.len(), &dl, layer.len());
-        let dm = format!("sha256:{}", sha256_hex(&manifest));
-        let header = announced.map(str::to_string).unwrap_or_else(|| dm.clone());
-        let mt = "application/vnd.oci.image.manifest.v1+json";
-        fake.put(&format!("/v2/repo/blobs/{dc}"), config);
-        fake.put(&format!("/v2/repo/blobs/{dl}"), served_layer.to_vec());
-        fake.put_with(
-            &format!("/v2/repo/manifests/{tag}"),
-            manifest.clone(),
-            mt,
-            &[("docker-content-digest", &header)],
-        );
-        fake.put_with(
-            &format!("/v2/repo/manifests/{dm}"),
-            manifest,
-            mt,
-            &[("docker-content-digest", &header)],
-        );
-        dm
-    };
     let good = artifact(&[("a.yaml", &cm_doc("a", "1")), ("b.yaml", &cm_doc("b", "1"))]);
-    serve_artifact("v1", &good, &good, None);
+    serve_artifact(&fake, "repo", "v1", &good, &good, None);
     let url = format!("oci://{}/repo", fake.addr);
     let set = h.applyset("tampered");
     set.create(json!({"interval": "2s", "sources": [{"oci": {"url": url, "tag": "v1", "insecure": true}}]}))
@@ -843,7 +819,7 @@ async fn oci_digest_mismatch_is_refused_and_nothing_is_pruned() {
     // A layer whose bytes do not match its digest (it would drop b and add evil).
     let next = artifact(&[("a.yaml", &cm_doc("a", "2"))]);
     let evil = artifact(&[("evil.yaml", &cm_doc("evil", "1"))]);
-    serve_artifact("v1", &next, &evil, None);
+    serve_artifact(&fake, "repo", "v1", &next, &evil, None);
     let st = set
         .wait_until(
             "SourceFailed for the tampered layer",
@@ -865,7 +841,7 @@ async fn oci_digest_mismatch_is_refused_and_nothing_is_pruned() {
 
     // A manifest whose bytes do not hash to the digest the registry announces.
     let forged = format!("sha256:{}", "1".repeat(64));
-    serve_artifact("v1", &next, &next, Some(&forged));
+    serve_artifact(&fake, "repo", "v1", &next, &next, Some(&forged));
     let st = set
         .wait_until(
             "SourceFailed for the forged manifest digest",
@@ -1023,5 +999,67 @@ async fn git_source_over_ssh_with_identity_and_known_hosts() {
         .await;
     assert_not_stalled(&st);
     assert_members(&h, &spoof_ns, &[], &["ssh-a"]).await;
+    stop(op).await;
+}
+
+/// Registry credentials from a kubernetes.io/dockerconfigjson Secret, exchanged for a bearer
+/// token through the registry's token service (the Docker token protocol of its
+/// `WWW-Authenticate: Bearer realm=…` challenge); without them the pull is refused.
+#[tokio::test]
+async fn oci_registry_credentials_through_the_token_protocol() {
+    init();
+    let h = Harness::new("src-ocitoken").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let fake = FileServer::start(None).await;
+    fake.require_auth_for(
+        "/token",
+        &format!("Basic {}", b64.encode("puller:secret")),
+        "Basic realm=\"token\"",
+    );
+    fake.put("/token", r#"{"token": "tok-123"}"#);
+    fake.require_auth_for(
+        "/v2/",
+        "Bearer tok-123",
+        &format!(
+            "Bearer realm=\"http://{}/token\",service=\"fake-registry\",scope=\"repository:private/apps:pull\"",
+            fake.addr
+        ),
+    );
+    let layer = artifact(&[("a.yaml", &cm_doc("private-a", "1"))]);
+    let digest = serve_artifact(&fake, "private/apps", "v1", &layer, &layer, None);
+    let dockercfg =
+        json!({"auths": {fake.addr.to_string(): {"auth": b64.encode("puller:secret")}}});
+    put_secret(
+        &h,
+        &ns,
+        "registry-creds",
+        &[(".dockerconfigjson", dockercfg.to_string().as_bytes())],
+    )
+    .await;
+    let url = format!("oci://{}/private/apps", fake.addr);
+    let set = h.applyset("private");
+    set.create(json!({"sources": [{"oci": {"url": url, "tag": "v1", "insecure": true, "secretRef": {"name": "registry-creds"}}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; oci:v1@{digest}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &ns, &["private-a"], &[]).await;
+
+    let anon_ns = h.extra_namespace("src-ocitoken2").await;
+    let anon = h.applyset("anonymous");
+    anon.create(json!({"targetNamespace": anon_ns, "sources": [{"oci": {"url": url, "tag": "v1", "insecure": true}}]}))
+        .await;
+    let st = anon.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(
+        message(&st).contains("token service answered 401"),
+        "{}",
+        message(&st)
+    );
+    assert_members(&h, &anon_ns, &[], &["private-a"]).await;
     stop(op).await;
 }

@@ -146,7 +146,9 @@ struct Served {
 #[derive(Default)]
 struct FileState {
     files: Mutex<HashMap<String, Served>>,
-    auth: Mutex<Option<String>>,
+    /// (path prefix, required `Authorization` value, `WWW-Authenticate` challenge); the first
+    /// rule whose prefix matches applies.
+    auth: Mutex<Vec<(String, String, String)>>,
     full: AtomicU64,
     not_modified: AtomicU64,
     requests: AtomicU64,
@@ -174,8 +176,14 @@ async fn serve_file(
     headers: HeaderMap,
 ) -> Response<Body> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    let required = state.auth.lock().expect("lock").clone();
-    if let Some(want) = required {
+    let rule = state
+        .auth
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|(prefix, _, _)| uri.path().starts_with(prefix.as_str()))
+        .cloned();
+    if let Some((_, want, challenge)) = rule {
         let got = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -183,7 +191,7 @@ async fn serve_file(
         if got != want {
             return Response::builder()
                 .status(StatusCode::UNAUTHORIZED)
-                .header("www-authenticate", "Basic realm=\"test\"")
+                .header("www-authenticate", challenge)
                 .body(Body::empty())
                 .expect("response");
         }
@@ -306,9 +314,22 @@ impl FileServer {
         );
     }
 
-    /// Requires this exact `Authorization` header value (None: no auth).
+    /// Requires this exact `Authorization` header value for every path (None: no auth).
     pub fn require_auth(&self, value: Option<String>) {
-        *self.state.auth.lock().expect("lock") = value;
+        let mut rules = self.state.auth.lock().expect("lock");
+        rules.clear();
+        if let Some(v) = value {
+            rules.push((String::new(), v, "Basic realm=\"test\"".into()));
+        }
+    }
+
+    /// Requires `value` for paths under `prefix`, answering others with `challenge`.
+    pub fn require_auth_for(&self, prefix: &str, value: &str, challenge: &str) {
+        self.state.auth.lock().expect("lock").push((
+            prefix.to_string(),
+            value.to_string(),
+            challenge.to_string(),
+        ));
     }
 
     /// Responses with a body (200).
@@ -707,6 +728,38 @@ impl Registry {
     pub fn url(&self, repo: &str) -> String {
         format!("oci://{}/{repo}", self.addr)
     }
+}
+
+/// Serves an artifact (config `{}`, one layer) on a hand-made registry at `/v2/<repo>/`:
+/// `served_layer` is what the blob URL of `layer`'s digest returns (the same bytes, or
+/// tampered ones); `announced` overrides the Docker-Content-Digest header. Returns the
+/// manifest digest.
+pub fn serve_artifact(
+    fake: &FileServer,
+    repo: &str,
+    tag: &str,
+    layer: &[u8],
+    served_layer: &[u8],
+    announced: Option<&str>,
+) -> String {
+    let config = b"{}".to_vec();
+    let dc = format!("sha256:{}", sha256_hex(&config));
+    let dl = format!("sha256:{}", sha256_hex(layer));
+    let manifest = artifact_manifest(&dc, config.len(), &dl, layer.len());
+    let dm = format!("sha256:{}", sha256_hex(&manifest));
+    let header = announced.map(str::to_string).unwrap_or_else(|| dm.clone());
+    let mt = "application/vnd.oci.image.manifest.v1+json";
+    fake.put(&format!("/v2/{repo}/blobs/{dc}"), config);
+    fake.put(&format!("/v2/{repo}/blobs/{dl}"), served_layer.to_vec());
+    for reference in [tag, dm.as_str()] {
+        fake.put_with(
+            &format!("/v2/{repo}/manifests/{reference}"),
+            manifest.clone(),
+            mt,
+            &[("docker-content-digest", &header)],
+        );
+    }
+    dm
 }
 
 /// Media types of a `flux push artifact` artifact.
