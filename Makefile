@@ -17,11 +17,12 @@ help: ## list the targets
 
 .PHONY: deps
 deps: ## install what building and testing need (apt packages; Go and Rust are on the machine)
-	@missing=""; for t in openssl curl setsid git; do command -v $$t >/dev/null || missing=1; done; \
+	@missing=""; for t in openssl curl setsid git ssh ssh-keygen; do command -v $$t >/dev/null || missing=1; done; \
+	[ -x /usr/sbin/sshd ] || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
@@ -34,16 +35,21 @@ kube-binaries: deps ## build (or reuse from the cache) etcd, kube-apiserver, kub
 helm-binary: deps ## build (or reuse from the cache) helm, from the Go module helm.sh/helm/v4
 	@tests/testenv/build-helm.sh >/dev/null
 
+.PHONY: registry-binary
+registry-binary: deps ## build (or reuse from the cache) the CNCF distribution OCI registry, for the OCI source tests
+	@tests/testenv/build-registry.sh >/dev/null
+
 .PHONY: build
 build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary registry-binary ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
+	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: bench

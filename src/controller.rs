@@ -9,15 +9,18 @@ use std::{
 };
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{
-    Client, ResourceExt,
-    api::{Patch, PatchParams},
+    Api, Client, ResourceExt,
+    api::{PartialObjectMeta, Patch, PatchParams},
     runtime::{
         Controller, WatchStreamExt,
         controller::{self, Action},
         events::{Event as KubeEvent, EventType, Recorder, Reporter},
         finalizer::{Event as Finalizer, finalizer},
-        reflector, watcher,
+        reflector,
+        reflector::ObjectRef,
+        watcher,
     },
 };
 use serde_json::json;
@@ -36,6 +39,7 @@ use crate::{
     parent::{self, Parent, Recorded},
     prune::{self, Deleted},
     render::{self, RenderError},
+    sources::{self, ObjectKey, ObjectKind, SourceError, Sources},
     status::{self, Reason},
 };
 
@@ -55,6 +59,10 @@ pub struct Config {
     pub watch_namespace: Option<String>,
     /// Only parents (both kinds) whose labels match this selector.
     pub label_selector: Option<String>,
+    /// Bounds on what sources may download and unpack.
+    pub source_limits: sources::Limits,
+    /// Scratch directory of the sources (default: the system's temporary directory).
+    pub source_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -64,6 +72,8 @@ impl Default for Config {
             apply_concurrency: 16,
             watch_namespace: None,
             label_selector: None,
+            source_limits: sources::Limits::default(),
+            source_dir: None,
         }
     }
 }
@@ -76,6 +86,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub config: Config,
+    /// Source fetching: HTTP client, content cache, index of referenced ConfigMaps/Secrets.
+    pub sources: Sources,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -91,6 +103,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
+            sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
             resolver: Resolver::new(client.clone()),
             members,
             recorder: Recorder::new(client.clone(), reporter),
@@ -298,6 +311,14 @@ async fn run_controller<P: Parent>(
     };
     let controller = Controller::for_stream(stream, reader)
         .reconcile_on(drift)
+        .watches_stream(
+            referenced_watch::<ConfigMap>(&ctx),
+            referenced_mapper::<P, ConfigMap>(ctx.clone(), ObjectKind::ConfigMap),
+        )
+        .watches_stream(
+            referenced_watch::<Secret>(&ctx),
+            referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
+        )
         .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
         .graceful_shutdown_on(stop)
         .run(reconcile::<P>, error_policy::<P>, ctx)
@@ -323,6 +344,62 @@ async fn run_controller<P: Parent>(
         _ = controller => {}
         _ = async { synced.await; std::future::pending::<()>().await } => {}
         _ = unsynced_shutdown => tracing::info!(kind = P::KIND.kind(), "stopped before the cache synced"),
+    }
+}
+
+/// A metadata-only watch of ConfigMaps or Secrets (in the watch namespace, if any): their
+/// changes reconcile the parents that reference them (sources and secretRefs). Only
+/// referenced objects trigger anything (see [`referenced_mapper`]); nothing is cached.
+fn referenced_watch<K>(
+    ctx: &Context,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = match &ctx.config.watch_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .touched_objects()
+}
+
+/// Maps a changed ConfigMap / Secret to the parents of kind `P` that reference it.
+fn referenced_mapper<P: Parent, K>(
+    ctx: Arc<Context>,
+    kind: ObjectKind,
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<P>> + Send + Sync + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    move |obj: PartialObjectMeta<K>| {
+        if ctx.sources.index.is_empty() {
+            return Vec::new();
+        }
+        let key = ObjectKey {
+            kind,
+            namespace: obj.namespace().unwrap_or_default(),
+            name: obj.name_any(),
+        };
+        ctx.sources
+            .index
+            .parents_of(&key, P::KIND)
+            .into_iter()
+            .map(|p| {
+                let r = ObjectRef::<P>::new(&p.name);
+                match p.namespace {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                }
+            })
+            .collect()
     }
 }
 
@@ -604,8 +681,16 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     }
     mark_progressing(ctx, &*obj).await?;
 
-    // 1. Render and validate.
-    let manifests = match render::inline_manifests(spec) {
+    // 1. Render and validate: inline manifests, then every source. The referenced
+    // ConfigMaps and Secrets are indexed first, so that creating a missing one triggers us.
+    ctx.sources
+        .index
+        .set(&parent, Sources::references(&parent, spec));
+    if let Err(msg) = sources::validate(&parent, spec) {
+        let msg = format!("{parent}: {msg}");
+        return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
+    }
+    let mut manifests = match render::inline_manifests(spec) {
         Ok(m) => m,
         Err(e) => {
             return report(
@@ -616,7 +701,28 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
             .await;
         }
     };
-    let desired = match render::render(&parent, spec, manifests, &ctx.resolver).await? {
+    let fetched = match ctx.sources.fetch_all(&ctx.client, &parent, spec).await {
+        Ok(f) => f,
+        Err(e) => {
+            let (reason, msg) = match &e {
+                SourceError::Failed(m) => (
+                    Reason::SourceFailed,
+                    format!("{parent}: {m}; nothing applied or pruned, retrying"),
+                ),
+                SourceError::Invalid(m) => (Reason::ValidationFailed, format!("{parent}: {m}")),
+                SourceError::Manifest(m) => (Reason::ValidationFailed, m.to_string()),
+            };
+            ctx.metrics.source_fetched("any", "failed");
+            tracing::info!(parent = %parent, reason = %reason, message = %msg, "source not usable");
+            return report(ctx, &*obj, Report::failed(reason, msg)).await;
+        }
+    };
+    for f in &fetched {
+        let result = if f.downloaded { "downloaded" } else { "cached" };
+        ctx.metrics.source_fetched(f.kind, result);
+        manifests.extend(f.manifests.iter().cloned());
+    }
+    let mut desired = match render::render(&parent, spec, manifests, &ctx.resolver).await? {
         Ok(d) => d,
         Err(e) => {
             // A kind nobody serves yet may be installed by someone else (a CRD of another
@@ -629,6 +735,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
             return report(ctx, &*obj, r).await;
         }
     };
+    desired.revision = sources::combined_revision(&desired.revision, &fetched);
     let recorded_before = match parent::recorded(obj.meta(), &ctx.resolver).await? {
         Ok(r) => r,
         Err(e) => {
@@ -1030,6 +1137,7 @@ async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
 async fn cleanup_members<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
     ctx.members.forget(&parent.id(), None);
+    ctx.sources.index.remove(&parent);
     ctx.metrics.set_members(&parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {
         tracing::info!(parent = %parent, "deleted with deletionPolicy Orphan; members left in place");

@@ -6,6 +6,7 @@
 //!   as pure functions.
 //! - [`manifest`]: parsing and validating declared objects (the render step's building blocks).
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
+//! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
 //! - [`apply`]: staged, concurrent server-side apply of the members.
@@ -30,6 +31,7 @@ pub mod parent;
 pub mod prune;
 pub mod render;
 pub mod server;
+pub mod sources;
 pub mod status;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator against the cluster of the current kubeconfig or service account.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print both CRDs as YAML.
     Crd,
 }
@@ -75,6 +75,18 @@ struct RunArgs {
     /// Seconds the Lease is valid without renewal: a failed leader is replaced within it.
     #[arg(long, env = "APPLYSET_LEASE_DURATION", default_value_t = 15)]
     lease_duration: u64,
+    /// Scratch directory of the sources (Git fetches); must be writable.
+    #[arg(long, env = "APPLYSET_SOURCE_DIR")]
+    source_dir: Option<std::path::PathBuf>,
+    /// Largest download of a source (HTTP body, OCI blob), in MiB.
+    #[arg(long, env = "APPLYSET_SOURCE_MAX_DOWNLOAD_MIB", default_value_t = 64)]
+    source_max_download_mib: u64,
+    /// Largest unpacked size of a source's archive or manifests, in MiB.
+    #[arg(long, env = "APPLYSET_SOURCE_MAX_UNPACKED_MIB", default_value_t = 256)]
+    source_max_unpacked_mib: u64,
+    /// Bound on reading one source, in seconds.
+    #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
+    source_timeout: u64,
 }
 
 fn init_logging(format: LogFormat) {
@@ -141,6 +153,13 @@ async fn run(args: RunArgs) -> ExitCode {
         apply_concurrency: args.apply_concurrency,
         watch_namespace: args.watch_namespace.clone(),
         label_selector: args.label_selector.clone(),
+        source_limits: applyset_operator::sources::Limits {
+            max_download: args.source_max_download_mib.saturating_mul(1 << 20),
+            max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
+            timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
+            ..Default::default()
+        },
+        source_dir: args.source_dir.clone(),
     };
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
 
@@ -248,7 +267,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(rt) => rt.block_on(run(args)),
+            Ok(rt) => rt.block_on(run(*args)),
             Err(e) => {
                 eprintln!("error: starting the runtime: {e}");
                 ExitCode::FAILURE

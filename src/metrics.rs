@@ -23,6 +23,7 @@ pub struct Metrics {
     conflicts_total: IntCounter,
     managed_members: IntGauge,
     api_requests_total: IntCounterVec,
+    source_fetches_total: IntCounterVec,
     managed_by_parent: Mutex<HashMap<String, i64>>,
     reconciles: AtomicU64,
 }
@@ -75,6 +76,14 @@ impl Metrics {
             &["verb"],
         )
         .expect("valid metric");
+        let source_fetches_total = IntCounterVec::new(
+            Opts::new(
+                "applyset_source_fetches_total",
+                "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
+            ),
+            &["kind", "result"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(reconcile_duration.clone()),
@@ -83,6 +92,7 @@ impl Metrics {
             Box::new(members_pruned_total.clone()),
             Box::new(conflicts_total.clone()),
             Box::new(managed_members.clone()),
+            Box::new(source_fetches_total.clone()),
         ] {
             // Registering distinct names in a fresh registry cannot fail.
             let _ = registry.register(c);
@@ -96,6 +106,7 @@ impl Metrics {
             conflicts_total,
             managed_members,
             api_requests_total,
+            source_fetches_total,
             managed_by_parent: Mutex::new(HashMap::new()),
             reconciles: AtomicU64::new(0),
         }
@@ -120,6 +131,20 @@ impl Metrics {
                 .with_label_values(&[result])
                 .inc_by(n);
         }
+    }
+
+    /// One source read of `kind` with `result` (downloaded, cached, failed).
+    pub fn source_fetched(&self, kind: &str, result: &str) {
+        self.source_fetches_total
+            .with_label_values(&[kind, result])
+            .inc();
+    }
+
+    /// The count of source reads of `kind` with `result`.
+    pub fn source_fetches(&self, kind: &str, result: &str) -> u64 {
+        self.source_fetches_total
+            .with_label_values(&[kind, result])
+            .get()
     }
 
     pub fn pruned(&self, n: u64) {

@@ -157,6 +157,7 @@ impl Harness {
             apply_concurrency: 8,
             watch_namespace: Some(self.ns.clone()),
             label_selector: Some(format!("{TEST_LABEL}={}", self.label)),
+            ..Default::default()
         }
     }
 

@@ -1,0 +1,323 @@
+//! Reading manifest files out of untrusted `.tar.gz` bundles (HTTP bundles, OCI layers).
+//!
+//! Nothing is ever written to disk: entries are read into memory, so an archive cannot place
+//! a file anywhere. Still, an archive that *tries* something hostile is refused as a whole
+//! rather than read in part, because its author did not mean what it would produce:
+//!
+//! - a path that is absolute, has a `..` component, or a Windows drive/UNC prefix;
+//! - a symbolic or hard link (links could point out of the root; none is needed for
+//!   manifests), a device, a FIFO or any other special entry;
+//! - more than [`Limits::max_unpacked`] bytes after decompression (a decompression bomb is
+//!   stopped while it inflates, not after), or more than [`Limits::max_entries`] entries.
+//!
+//! Only regular files ending in `.yaml`, `.yml` or `.json` under the chosen directory are
+//! read; everything else is skipped. Files come back sorted by path (byte-wise), so the
+//! result does not depend on the order inside the archive.
+
+use std::io::Read;
+
+use super::{Limits, SourceFile};
+
+/// Whether `path` names a manifest file (`.yaml`, `.yml`, `.json`).
+pub fn is_manifest_file(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json")
+}
+
+/// Whether `data` starts like a gzip stream.
+pub fn is_gzip(data: &[u8]) -> bool {
+    data.starts_with(&[0x1f, 0x8b])
+}
+
+/// A relative path inside a source, normalised: no leading `./` or `/` repeated separators;
+/// `None` when it is absolute or leaves the root (`..`).
+pub fn clean_relative(path: &str) -> Option<String> {
+    if path.starts_with('/') || path.starts_with('\\') || path.contains('\\') {
+        return None;
+    }
+    // A Windows drive prefix (`C:`) has no business in a manifest bundle either.
+    if path.len() >= 2 && path.as_bytes()[1] == b':' && path.as_bytes()[0].is_ascii_alphabetic() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return None,
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// The directory filter of `spec.*.path`: `""` for the whole source, else `dir/`.
+pub fn directory_prefix(path: Option<&str>) -> Result<String, String> {
+    match path.map(str::trim).filter(|p| !p.is_empty()) {
+        None => Ok(String::new()),
+        Some(p) => match clean_relative(p) {
+            Some(c) if c.is_empty() => Ok(String::new()),
+            Some(c) => Ok(format!("{c}/")),
+            None => Err(format!(
+                "path {p:?} must be a relative directory inside the source (no leading '/', no '..')"
+            )),
+        },
+    }
+}
+
+/// A reader that fails (instead of stopping silently) after `limit` bytes.
+struct Capped<R> {
+    inner: R,
+    read: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read = self.read.saturating_add(n as u64);
+        if self.read > self.limit {
+            return Err(std::io::Error::other(CapExceeded));
+        }
+        Ok(n)
+    }
+}
+
+#[derive(Debug)]
+struct CapExceeded;
+impl std::fmt::Display for CapExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("decompression cap exceeded")
+    }
+}
+impl std::error::Error for CapExceeded {}
+
+fn is_cap(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<CapExceeded>())
+}
+
+/// Reads the manifest files under `prefix` (see [`directory_prefix`]) from a gzip-compressed
+/// tar archive. The error is a complete sentence fragment naming what was refused.
+pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<SourceFile>, String> {
+    let capped = Capped {
+        inner: flate2::read::GzDecoder::new(data),
+        read: 0,
+        limit: limits.max_unpacked,
+    };
+    let too_big = || {
+        format!(
+            "the archive decompresses to more than {} bytes (the limit); refusing it",
+            limits.max_unpacked
+        )
+    };
+    let mut archive = tar::Archive::new(capped);
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("not a readable tar.gz archive: {e}"))?;
+    let mut files = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (count, entry) in entries.enumerate() {
+        let mut entry = entry.map_err(|e| {
+            if is_cap(&e) {
+                too_big()
+            } else {
+                format!("not a readable tar.gz archive: {e}")
+            }
+        })?;
+        if count >= limits.max_entries {
+            return Err(format!(
+                "the archive has more than {} entries (the limit); refusing it",
+                limits.max_entries
+            ));
+        }
+        let raw = entry.path_bytes();
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        let Some(path) = clean_relative(&name) else {
+            return Err(format!(
+                "entry {name:?} is an absolute path or leaves the archive root ('..'); refusing the archive"
+            ));
+        };
+        let kind = entry.header().entry_type();
+        if kind.is_symlink() || kind.is_hard_link() {
+            let target = entry
+                .link_name_bytes()
+                .map(|t| String::from_utf8_lossy(&t).into_owned())
+                .unwrap_or_default();
+            return Err(format!(
+                "entry {name:?} is a link (to {target:?}); links are not allowed in a manifest archive, refusing it"
+            ));
+        }
+        if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+            continue;
+        }
+        if !(kind.is_file() || kind.is_contiguous()) {
+            return Err(format!(
+                "entry {name:?} is a special file ({kind:?}); refusing the archive"
+            ));
+        }
+        if path.is_empty() || !path.starts_with(prefix) || !is_manifest_file(&path) {
+            continue;
+        }
+        let mut content = Vec::new();
+        entry.read_to_end(&mut content).map_err(|e| {
+            if is_cap(&e) {
+                too_big()
+            } else {
+                format!("reading entry {name:?}: {e}")
+            }
+        })?;
+        let text = String::from_utf8(content)
+            .map_err(|_| format!("file {path} is not UTF-8 text; manifests must be UTF-8"))?;
+        if !seen.insert(path.clone()) {
+            return Err(format!(
+                "file {path} appears more than once in the archive; refusing it"
+            ));
+        }
+        files.push(SourceFile { path, text });
+    }
+    // Read to the end so that trailing garbage or a bomb after the last entry is noticed too.
+    let mut rest = archive.into_inner();
+    std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| {
+        if is_cap(&e) {
+            too_big()
+        } else {
+            format!("not a readable tar.gz archive: {e}")
+        }
+    })?;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub enum Entry<'a> {
+        File(&'a str, &'a [u8]),
+        Dir(&'a str),
+        Symlink(&'a str, &'a str),
+        HardLink(&'a str, &'a str),
+        Fifo(&'a str),
+    }
+
+    /// Builds a tar.gz, writing names raw (so hostile names are possible).
+    pub fn tar_gz(entries: &[Entry<'_>]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for e in entries {
+            let mut header = tar::Header::new_gnu();
+            let (name, kind, data, link): (&str, tar::EntryType, &[u8], Option<&str>) = match e {
+                Entry::File(n, d) => (n, tar::EntryType::Regular, d, None),
+                Entry::Dir(n) => (n, tar::EntryType::Directory, b"", None),
+                Entry::Symlink(n, t) => (n, tar::EntryType::Symlink, b"", Some(t)),
+                Entry::HardLink(n, t) => (n, tar::EntryType::Link, b"", Some(t)),
+                Entry::Fifo(n) => (n, tar::EntryType::Fifo, b"", None),
+            };
+            header.set_entry_type(kind);
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            {
+                let gnu = header.as_gnu_mut().expect("gnu header");
+                gnu.name[..name.len()].copy_from_slice(name.as_bytes());
+                if let Some(l) = link {
+                    gnu.linkname[..l.len()].copy_from_slice(l.as_bytes());
+                }
+            }
+            header.set_cksum();
+            builder.append(&header, data).expect("append");
+        }
+        let tar = builder.into_inner().expect("tar");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, &tar).expect("gzip");
+        gz.finish().expect("gzip")
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            max_unpacked: 1 << 20,
+            ..Limits::default()
+        }
+    }
+
+    const CM: &[u8] = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
+
+    #[test]
+    fn reads_only_manifest_files_sorted_under_the_prefix() {
+        let data = tar_gz(&[
+            Entry::Dir("./app/"),
+            Entry::File("./app/z.yaml", CM),
+            Entry::File("app/b/a.json", b"{}"),
+            Entry::File("app/README.md", b"# no"),
+            Entry::File("app/a.YML", CM),
+            Entry::File("other/x.yaml", CM),
+            Entry::File("app/script.sh", b"rm -rf /"),
+        ]);
+        let files = read_tar_gz(&data, "app/", &limits()).expect("ok");
+        let names: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["app/a.YML", "app/b/a.json", "app/z.yaml"]);
+        let all = read_tar_gz(&data, "", &limits()).expect("ok");
+        assert_eq!(all.len(), 4);
+    }
+
+    #[test]
+    fn refuses_traversal_and_absolute_paths() {
+        for name in [
+            "../evil.yaml",
+            "a/../../evil.yaml",
+            "/etc/evil.yaml",
+            "C:/x.yaml",
+        ] {
+            let data = tar_gz(&[Entry::File(name, CM)]);
+            let err = read_tar_gz(&data, "", &limits()).expect_err(name);
+            assert!(err.contains("leaves the archive root"), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn refuses_links_and_special_files() {
+        let data = tar_gz(&[Entry::Symlink("a.yaml", "/etc/passwd")]);
+        let err = read_tar_gz(&data, "", &limits()).expect_err("symlink");
+        assert!(err.contains("is a link"), "{err}");
+        let data = tar_gz(&[
+            Entry::File("a.yaml", CM),
+            Entry::HardLink("b.yaml", "../../x"),
+        ]);
+        let err = read_tar_gz(&data, "", &limits()).expect_err("hardlink");
+        assert!(err.contains("is a link"), "{err}");
+        let data = tar_gz(&[Entry::Fifo("f.yaml")]);
+        let err = read_tar_gz(&data, "", &limits()).expect_err("fifo");
+        assert!(err.contains("special file"), "{err}");
+    }
+
+    #[test]
+    fn refuses_a_decompression_bomb_while_inflating() {
+        let zeros = vec![0u8; 3 << 20];
+        let data = tar_gz(&[Entry::File("big.yaml", &zeros)]);
+        assert!(data.len() < 64 * 1024, "compresses well: {}", data.len());
+        let err = read_tar_gz(&data, "", &limits()).expect_err("bomb");
+        assert!(err.contains("decompresses to more than"), "{err}");
+        // Also when the big file is not a manifest (it is never read, but still inflated).
+        let data = tar_gz(&[Entry::File("big.bin", &zeros)]);
+        let err = read_tar_gz(&data, "", &limits()).expect_err("bomb");
+        assert!(err.contains("decompresses to more than"), "{err}");
+    }
+
+    #[test]
+    fn refuses_too_many_entries_and_garbage() {
+        let data = tar_gz(&[Entry::File("a.txt", b""), Entry::File("b.txt", b"")]);
+        let l = Limits {
+            max_entries: 1,
+            ..limits()
+        };
+        assert!(read_tar_gz(&data, "", &l).is_err());
+        assert!(read_tar_gz(b"\x1f\x8bnot gzip", "", &limits()).is_err());
+    }
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(directory_prefix(None).as_deref(), Ok(""));
+        assert_eq!(directory_prefix(Some("./")).as_deref(), Ok(""));
+        assert_eq!(directory_prefix(Some("./a/b/")).as_deref(), Ok("a/b/"));
+        assert!(directory_prefix(Some("../a")).is_err());
+        assert!(directory_prefix(Some("/a")).is_err());
+        assert_eq!(clean_relative("a//b/./c").as_deref(), Some("a/b/c"));
+    }
+}

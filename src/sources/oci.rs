@@ -1,0 +1,575 @@
+//! OCI artifact sources: a small client of the OCI distribution API over reqwest.
+//!
+//! `GET /v2/<repository>/manifests/<tag|digest>` (an image manifest; an index is refused),
+//! then `GET /v2/<repository>/blobs/<digest>` for each layer. Every download is verified
+//! against its digest (the manifest against the requested digest or the registry's
+//! `Docker-Content-Digest`, each blob against its descriptor) and capped in size. A layer that
+//! is a tar.gz (the layout of `flux push artifact`, and of ORAS pushing a directory) is
+//! unpacked with the defences of [`super::archive`]; a plain layer whose
+//! `org.opencontainers.image.title` ends in `.yaml`, `.yml` or `.json` (ORAS pushing a file)
+//! is read as that file; other layers are ignored.
+//!
+//! Authentication: anonymous, or from the secretRef (`username`/`password`, or a
+//! `.dockerconfigjson`), sent as basic auth or exchanged for a bearer token when the
+//! registry's `WWW-Authenticate` challenge asks for one (the Docker token protocol).
+//!
+//! Checks per interval: with a digest (cached), none; with a tag, one `HEAD` of the manifest,
+//! and nothing more while the digest stays the same.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use base64::Engine as _;
+use kube::Client;
+use reqwest::{Method, StatusCode, header};
+use serde_json::Value;
+
+use super::{
+    Cached, Fetched, SourceError, SourceFile, Sources, archive, http::read_capped,
+    http::request_error, parse_files, read_secret, secret_text, sha256_hex,
+};
+use crate::{api::OciSource, applyset::ParentRef};
+
+const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json";
+const TITLE: &str = "org.opencontainers.image.title";
+
+/// `oci://host[:port]/repository` split.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Repository {
+    pub host: String,
+    pub name: String,
+}
+
+pub fn parse_url(url: &str) -> Result<Repository, String> {
+    let rest = url
+        .strip_prefix("oci://")
+        .ok_or("url must start with oci://")?;
+    let (host, name) = rest
+        .split_once('/')
+        .ok_or("url must be oci://registry/repository")?;
+    let name = name.trim_end_matches('/');
+    let valid_name = !name.is_empty()
+        && name.split('/').all(|c| {
+            !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+        });
+    if host.is_empty() || host.contains(['@', '?', '#', ' ']) || !valid_name {
+        return Err(format!(
+            "url {url:?} is not oci://registry/repository (lowercase repository path)"
+        ));
+    }
+    if name.contains(':') || name.contains('@') {
+        return Err("put the tag or digest in tag / digest, not in the url".into());
+    }
+    Ok(Repository {
+        host: host.to_string(),
+        name: name.to_string(),
+    })
+}
+
+fn is_sha256_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+pub fn validate(o: &OciSource) -> Result<(), String> {
+    parse_url(&o.url)?;
+    match (&o.tag, &o.digest) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err("set exactly one of tag or digest".into());
+        }
+        (Some(t), None) => {
+            let ok = !t.is_empty()
+                && t.len() <= 128
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                && !t.starts_with(['.', '-']);
+            if !ok {
+                return Err(format!("tag {t:?} is not a valid OCI tag"));
+            }
+        }
+        (None, Some(d)) => {
+            if !is_sha256_digest(d) {
+                return Err("digest must be sha256:<64 hex digits>".into());
+            }
+        }
+    }
+    archive::directory_prefix(o.path.as_deref())?;
+    Ok(())
+}
+
+/// Registry credentials from a secret: `username`/`password`, or `.dockerconfigjson`.
+fn credentials(data: &BTreeMap<String, Vec<u8>>, host: &str) -> Option<(String, String)> {
+    if let (Some(u), Some(p)) = (secret_text(data, "username"), secret_text(data, "password")) {
+        return Some((u, p));
+    }
+    let cfg: Value = serde_json::from_slice(data.get(".dockerconfigjson")?).ok()?;
+    let auths = cfg.get("auths")?.as_object()?;
+    let entry = auths.iter().find_map(|(k, v)| {
+        let k = k
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let k = k.split('/').next().unwrap_or(k);
+        (k == host).then_some(v)
+    })?;
+    if let (Some(u), Some(p)) = (
+        entry.get("username").and_then(Value::as_str),
+        entry.get("password").and_then(Value::as_str),
+    ) {
+        return Some((u.to_string(), p.to_string()));
+    }
+    let auth = entry.get("auth")?.as_str()?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(auth)
+        .ok()?;
+    let (u, p) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    Some((u.to_string(), p.to_string()))
+}
+
+/// A session with one registry repository: remembers the auth that worked.
+struct Session {
+    http: reqwest::Client,
+    base: String,
+    repo: String,
+    basic: Option<(String, String)>,
+    /// `Authorization` header value once a challenge was answered.
+    auth: Option<String>,
+    max: u64,
+}
+
+/// Parses `Bearer realm="…",service="…",scope="…"` (or `Basic realm=…`).
+fn parse_challenge(h: &str) -> Option<(String, BTreeMap<String, String>)> {
+    let (scheme, rest) = h.trim().split_once(' ')?;
+    let mut params = BTreeMap::new();
+    let mut rest = rest.trim();
+    while !rest.is_empty() {
+        let (k, after) = rest.split_once('=')?;
+        let k = k.trim().to_ascii_lowercase();
+        let after = after.trim_start();
+        let (v, tail) = if let Some(q) = after.strip_prefix('"') {
+            let end = q.find('"')?;
+            (q[..end].to_string(), &q[end + 1..])
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        params.insert(k, v);
+        rest = tail.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some((scheme.to_ascii_lowercase(), params))
+}
+
+impl Session {
+    async fn send(
+        &self,
+        method: &Method,
+        url: &str,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, String> {
+        let mut rb = self.http.request(method.clone(), url);
+        if let Some(a) = accept {
+            rb = rb.header(header::ACCEPT, a);
+        }
+        if let Some(a) = &self.auth {
+            rb = rb.header(header::AUTHORIZATION, a);
+        }
+        rb.send()
+            .await
+            .map_err(|e| format!("{method} {url}: {}", request_error(&e)))
+    }
+
+    /// A request, answering one authentication challenge if the registry asks.
+    async fn request(
+        &mut self,
+        method: Method,
+        path: &str,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, String> {
+        let url = format!("{}/v2/{}/{path}", self.base, self.repo);
+        let resp = self.send(&method, &url, accept).await?;
+        if resp.status() != StatusCode::UNAUTHORIZED || self.auth.is_some() {
+            return Ok(resp);
+        }
+        let challenge = resp
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_challenge);
+        match challenge {
+            Some((scheme, params)) if scheme == "bearer" => {
+                let realm = params
+                    .get("realm")
+                    .ok_or("the registry's bearer challenge has no realm")?;
+                let mut token_url = url::Url::parse(realm).map_err(|e| {
+                    format!("the registry's token realm {realm:?} is not a URL: {e}")
+                })?;
+                {
+                    let mut q = token_url.query_pairs_mut();
+                    if let Some(s) = params.get("service") {
+                        q.append_pair("service", s);
+                    }
+                    let scope = params
+                        .get("scope")
+                        .cloned()
+                        .unwrap_or_else(|| format!("repository:{}:pull", self.repo));
+                    q.append_pair("scope", &scope);
+                }
+                let mut rb = self.http.get(token_url.as_str());
+                if let Some((u, p)) = &self.basic {
+                    rb = rb.basic_auth(u, Some(p));
+                }
+                let tr = rb
+                    .send()
+                    .await
+                    .map_err(|e| format!("getting a registry token: {}", request_error(&e)))?;
+                if !tr.status().is_success() {
+                    return Err(format!(
+                        "the registry's token service answered {} (check the secretRef's credentials)",
+                        tr.status()
+                    ));
+                }
+                let body = read_capped(tr, 1 << 20).await?;
+                let v: Value = serde_json::from_slice(&body)
+                    .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
+                let token = v
+                    .get("token")
+                    .or_else(|| v.get("access_token"))
+                    .and_then(Value::as_str)
+                    .ok_or("the registry's token answer has no token")?;
+                self.auth = Some(format!("Bearer {token}"));
+            }
+            Some((scheme, _)) if scheme == "basic" => {
+                let Some((u, p)) = &self.basic else {
+                    return Err(format!(
+                        "{method} {url}: the registry requires credentials; set a secretRef with username and password"
+                    ));
+                };
+                let raw = format!("{u}:{p}");
+                self.auth = Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(raw)
+                ));
+            }
+            _ => return Ok(resp),
+        }
+        self.send(&method, &url, accept).await
+    }
+
+    async fn get_verified(
+        &mut self,
+        path: &str,
+        accept: Option<&str>,
+        digest: &str,
+        what: &str,
+    ) -> Result<Vec<u8>, String> {
+        let resp = self.request(Method::GET, path, accept).await?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "GET {what}: the registry answered {}",
+                resp.status()
+            ));
+        }
+        let body = read_capped(resp, self.max)
+            .await
+            .map_err(|e| format!("GET {what}: {e}"))?;
+        let got = format!("sha256:{}", sha256_hex(&body));
+        if got != digest {
+            return Err(format!(
+                "{what}: digest mismatch: expected {digest}, downloaded content has {got}; refusing it"
+            ));
+        }
+        Ok(body)
+    }
+}
+
+pub async fn fetch(
+    s: &Sources,
+    client: &Client,
+    parent: &ParentRef,
+    o: &OciSource,
+) -> Result<Fetched, SourceError> {
+    validate(o).map_err(SourceError::Invalid)?;
+    let repo = parse_url(&o.url).map_err(SourceError::Invalid)?;
+    let prefix = archive::directory_prefix(o.path.as_deref()).map_err(SourceError::Invalid)?;
+    let (secret_id, basic, ca) = match &o.secret_ref {
+        None => (String::new(), None, None),
+        Some(r) => {
+            let (id, data) = read_secret(client, parent, r).await?;
+            let ca = data.get("ca.crt").cloned().filter(|c| !c.is_empty());
+            (id, credentials(&data, &repo.host), ca)
+        }
+    };
+    let desc = super::describe(&crate::api::Source {
+        oci: Some(o.clone()),
+        ..Default::default()
+    });
+    let reference = o
+        .digest
+        .clone()
+        .or_else(|| o.tag.clone())
+        .unwrap_or_default();
+    let identity = format!(
+        "oci {} path={prefix} insecure={} secret={secret_id}",
+        o.url, o.insecure
+    );
+    let revision_of = |digest: &str| match &o.tag {
+        Some(t) => format!("oci:{t}@{digest}"),
+        None => format!("oci:{digest}"),
+    };
+    if let Some(d) = &o.digest
+        && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
+    {
+        return Ok(Fetched {
+            manifests: m,
+            revision: revision_of(d),
+            kind: "oci",
+            downloaded: false,
+        });
+    }
+    let failed = SourceError::Failed;
+    let mut session = Session {
+        http: s.http_client(ca.as_deref())?,
+        base: format!(
+            "{}://{}",
+            if o.insecure { "http" } else { "https" },
+            repo.host
+        ),
+        repo: repo.name.clone(),
+        basic,
+        auth: None,
+        max: s.limits.max_download,
+    };
+    // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
+    let mut expected = o.digest.clone();
+    if o.tag.is_some() {
+        let resp = session
+            .request(
+                Method::HEAD,
+                &format!("manifests/{reference}"),
+                Some(MANIFEST_TYPES),
+            )
+            .await
+            .map_err(failed)?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Err(failed(format!(
+                "the registry has no tag {reference:?} in {}",
+                repo.name
+            )));
+        }
+        if !resp.status().is_success() {
+            return Err(failed(format!(
+                "HEAD manifest {reference}: the registry answered {}",
+                resp.status()
+            )));
+        }
+        expected = resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .filter(|d| is_sha256_digest(d));
+        if let Some(d) = &expected
+            && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
+        {
+            return Ok(Fetched {
+                manifests: m,
+                revision: revision_of(d),
+                kind: "oci",
+                downloaded: false,
+            });
+        }
+    }
+    // The manifest, verified against the digest asked for (or announced).
+    let resp = session
+        .request(
+            Method::GET,
+            &format!("manifests/{reference}"),
+            Some(MANIFEST_TYPES),
+        )
+        .await
+        .map_err(failed)?;
+    if resp.status() == StatusCode::NOT_FOUND {
+        return Err(failed(format!(
+            "the registry has no manifest {reference:?} in {}",
+            repo.name
+        )));
+    }
+    if !resp.status().is_success() {
+        return Err(failed(format!(
+            "GET manifest {reference}: the registry answered {}",
+            resp.status()
+        )));
+    }
+    let announced = resp
+        .headers()
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = read_capped(resp, 4 << 20)
+        .await
+        .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
+    let digest = format!("sha256:{}", sha256_hex(&body));
+    for want in [
+        expected.as_ref(),
+        announced.as_ref().filter(|d| is_sha256_digest(d)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if *want != digest {
+            return Err(failed(format!(
+                "manifest {reference}: digest mismatch: expected {want}, downloaded manifest has {digest}; refusing it"
+            )));
+        }
+    }
+    let manifest: Value = serde_json::from_slice(&body)
+        .map_err(|e| failed(format!("manifest {reference} is not JSON: {e}")))?;
+    let media_type = manifest
+        .get("mediaType")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if media_type.contains("index") || media_type.contains("manifest.list") {
+        return Err(failed(format!(
+            "{reference} is an image index ({media_type}), not an artifact with manifests"
+        )));
+    }
+    let layers = manifest
+        .get("layers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| failed(format!("manifest {reference} has no layers")))?;
+    let mut files: Vec<SourceFile> = Vec::new();
+    for (i, layer) in layers.iter().enumerate() {
+        let d = layer
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !is_sha256_digest(d) {
+            return Err(failed(format!(
+                "layer {i} has digest {d:?}; only sha256 digests are supported"
+            )));
+        }
+        let size = layer.get("size").and_then(Value::as_u64).unwrap_or(0);
+        if size > s.limits.max_download {
+            return Err(failed(format!(
+                "layer {i} is {size} bytes, more than the limit of {}",
+                s.limits.max_download
+            )));
+        }
+        let title = layer
+            .get("annotations")
+            .and_then(|a| a.get(TITLE))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let blob = session
+            .get_verified(&format!("blobs/{d}"), None, d, &format!("layer {i} ({d})"))
+            .await
+            .map_err(failed)?;
+        if archive::is_gzip(&blob) {
+            let limits = s.limits.clone();
+            let pfx = prefix.clone();
+            let mut got =
+                tokio::task::spawn_blocking(move || archive::read_tar_gz(&blob, &pfx, &limits))
+                    .await
+                    .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
+                    .map_err(|e| failed(format!("layer {i}: {e}")))?;
+            files.append(&mut got);
+        } else if let Some(t) = title {
+            let Some(path) = archive::clean_relative(&t) else {
+                return Err(failed(format!(
+                    "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
+                )));
+            };
+            if path.starts_with(&prefix) && archive::is_manifest_file(&path) {
+                let text = String::from_utf8(blob)
+                    .map_err(|_| failed(format!("{path} is not UTF-8 text")))?;
+                files.push(SourceFile { path, text });
+            }
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifests = Arc::new(parse_files(&desc, &files)?);
+    let revision = revision_of(&digest);
+    s.cache.put(
+        &identity,
+        Cached {
+            revision: revision.clone(),
+            manifests: manifests.clone(),
+            etag: None,
+            last_modified: None,
+        },
+    );
+    Ok(Fetched {
+        manifests,
+        revision,
+        kind: "oci",
+        downloaded: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("oci://127.0.0.1:5000/a/b-c").expect("ok"),
+            Repository {
+                host: "127.0.0.1:5000".into(),
+                name: "a/b-c".into()
+            }
+        );
+        for bad in [
+            "https://x/y",
+            "oci://x",
+            "oci://x/",
+            "oci://x/Upper",
+            "oci://x/a:tag",
+            "oci://u@x/a",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn challenges() {
+        let (s, p) = parse_challenge(
+            r#"Bearer realm="https://auth.example.com/token",service="registry.example.com",scope="repository:a/b:pull""#,
+        )
+        .expect("parsed");
+        assert_eq!(s, "bearer");
+        assert_eq!(p["realm"], "https://auth.example.com/token");
+        assert_eq!(p["service"], "registry.example.com");
+        assert_eq!(p["scope"], "repository:a/b:pull");
+        let (s, p) = parse_challenge(r#"Basic realm="Registry Realm""#).expect("parsed");
+        assert_eq!(s, "basic");
+        assert_eq!(p["realm"], "Registry Realm");
+    }
+
+    #[test]
+    fn docker_config_credentials() {
+        let auth = base64::engine::general_purpose::STANDARD.encode("me:pw");
+        let cfg = format!(r#"{{"auths":{{"https://r.example.com":{{"auth":"{auth}"}}}}}}"#);
+        let data = BTreeMap::from([(".dockerconfigjson".to_string(), cfg.into_bytes())]);
+        assert_eq!(
+            credentials(&data, "r.example.com"),
+            Some(("me".into(), "pw".into()))
+        );
+        assert_eq!(credentials(&data, "other.example.com"), None);
+    }
+
+    #[test]
+    fn validation() {
+        let o = |tag: Option<&str>, digest: Option<&str>| OciSource {
+            url: "oci://r/a".into(),
+            tag: tag.map(Into::into),
+            digest: digest.map(Into::into),
+            ..Default::default()
+        };
+        assert!(validate(&o(Some("v1.0"), None)).is_ok());
+        assert!(validate(&o(None, Some(&format!("sha256:{}", "a".repeat(64))))).is_ok());
+        assert!(validate(&o(None, None)).is_err());
+        assert!(validate(&o(Some("v1"), Some("sha256:x"))).is_err());
+        assert!(validate(&o(None, Some("md5:x"))).is_err());
+    }
+}

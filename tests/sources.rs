@@ -1,0 +1,1065 @@
+//! Manifest sources end to end: the in-process operator reads ConfigMaps, Secrets, HTTP(S)
+//! documents and bundles, Git repositories and OCI artifacts from real servers on loopback
+//! (started by these tests: an HTTPS server with a self-signed CA, `git http-backend`, the
+//! CNCF distribution registry) and applies them to the real control plane.
+
+#[path = "support/operator.rs"]
+mod operator;
+#[path = "support/servers.rs"]
+mod servers;
+mod support;
+
+use std::sync::Arc;
+
+use applyset_operator::{api::ApplySetStatus, controller::Operator};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use operator::*;
+use serde_json::{Value, json};
+use servers::*;
+
+fn init() {
+    applyset_operator::sources::install_crypto_provider();
+}
+
+/// A ConfigMap document.
+fn cm_doc(name: &str, value: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  v: \"{value}\"\n")
+}
+
+fn docs(d: &[String]) -> String {
+    d.join("---\n")
+}
+
+/// The `v` value of ConfigMap `name`, or None when it does not exist.
+async fn cm_value(h: &Harness, ns: &str, name: &str) -> Option<String> {
+    let obj = get_obj(&h.client, &configmap_ar(), Some(ns), name).await?;
+    obj.data
+        .get("data")
+        .and_then(|d| d.get("v"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+async fn assert_members(h: &Harness, ns: &str, present: &[&str], absent: &[&str]) {
+    for n in present {
+        assert!(
+            exists(&h.client, &configmap_ar(), Some(ns), n).await,
+            "ConfigMap {ns}/{n} should exist"
+        );
+    }
+    for n in absent {
+        assert!(
+            !exists(&h.client, &configmap_ar(), Some(ns), n).await,
+            "ConfigMap {ns}/{n} should not exist"
+        );
+    }
+}
+
+/// Waits until status shows Ready=True with a lastAppliedRevision other than `old`.
+async fn wait_new_revision(set: &Parent, old: &str) -> ApplySetStatus {
+    set.wait_until(
+        &format!("a lastAppliedRevision other than {old}"),
+        LONG_DEADLINE,
+        |_, st| {
+            let st = st?;
+            let applied = st.last_applied_revision.as_deref()?;
+            (applied != old && ready(st).status == "True").then(|| st.clone())
+        },
+    )
+    .await
+}
+
+fn applied(st: &ApplySetStatus) -> String {
+    st.last_applied_revision
+        .clone()
+        .unwrap_or_else(|| panic!("no lastAppliedRevision: {}", status_json(st)))
+}
+
+async fn put_configmap(h: &Harness, ns: &str, name: &str, data: Value) {
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), ns);
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}),
+    )
+    .expect("configmap");
+    api.patch(
+        name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("apply configmap");
+}
+
+async fn put_secret(h: &Harness, ns: &str, name: &str, data: &[(&str, &[u8])]) {
+    let api: Api<Secret> = Api::namespaced(h.client.clone(), ns);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(b64.encode(v))))
+        .collect();
+    let s: Secret = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}),
+    )
+    .expect("secret");
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&s))
+        .await
+        .expect("apply secret");
+}
+
+fn message(st: &ApplySetStatus) -> String {
+    ready(st).message.clone()
+}
+
+fn assert_not_stalled(st: &ApplySetStatus) {
+    assert!(
+        condition(st, "Stalled").is_none(),
+        "a source failure is retried, not Stalled: {}",
+        status_json(st)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConfigMap and Secret
+
+/// Documents in ConfigMap keys (only .yaml/.yml/.json); a change of the ConfigMap is applied
+/// at once through the watch (interval and retryInterval are an hour); a YAML error names the
+/// key and line; a missing ConfigMap is picked up as soon as it is created.
+#[tokio::test]
+async fn configmap_source_follows_changes_through_the_watch() {
+    init();
+    let h = Harness::new("src-cm").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    put_configmap(
+        &h,
+        &ns,
+        "bundle",
+        json!({
+            "app.yaml": docs(&[cm_doc("a", "1"), cm_doc("b", "1")]),
+            "more.yml": cm_doc("c", "1"),
+            "notes.txt": cm_doc("ignored", "1"),
+        }),
+    )
+    .await;
+    let set = h.applyset("cm");
+    set.create(json!({"interval": "1h", "retryInterval": "1h",
+        "sources": [{"configMap": {"name": "bundle"}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_members(&h, &ns, &["a", "b", "c"], &["ignored"]).await;
+    let rev = applied(&st);
+    assert!(
+        rev.starts_with("sha256:") && rev.contains(&format!("; configMap:{ns}/bundle@")),
+        "revision {rev}"
+    );
+    assert_eq!(summary(&st).members, 3);
+
+    // A change of the ConfigMap: applied and pruned without waiting for the interval.
+    put_configmap(
+        &h,
+        &ns,
+        "bundle",
+        json!({"app.yaml": cm_doc("a", "2"), "d.json": r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d"}}"#}),
+    )
+    .await;
+    let st = wait_new_revision(&set, &rev).await;
+    assert_members(&h, &ns, &["a", "d"], &["b", "c"]).await;
+    assert_eq!(cm_value(&h, &ns, "a").await.as_deref(), Some("2"));
+    assert_eq!(summary(&st).pruned, 2, "{}", status_json(&st));
+
+    // A YAML error names the source, the key and the line; nothing changes.
+    let a_rv = rv(&h.client, &configmap_ar(), Some(&ns), "a").await;
+    put_configmap(
+        &h,
+        &ns,
+        "bundle",
+        json!({"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata: [x, y\n"}),
+    )
+    .await;
+    let st = set
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!("configMap {ns}/bundle key app.yaml, line ")),
+        "{msg}"
+    );
+    assert_members(&h, &ns, &["a", "d"], &[]).await;
+    assert_eq!(rv(&h.client, &configmap_ar(), Some(&ns), "a").await, a_rv);
+
+    // A source that does not exist yet: SourceFailed, then applied as soon as it appears.
+    let later = h.applyset("later");
+    later
+        .create(json!({"interval": "1h", "retryInterval": "1h", "targetNamespace": h.extra_namespace("src-cm2").await,
+            "sources": [{"configMap": {"name": "later"}}]}))
+        .await;
+    let st = later.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(message(&st).contains("does not exist"), "{}", message(&st));
+    assert_not_stalled(&st);
+    put_configmap(&h, &ns, "later", json!({"x.yaml": cm_doc("later-x", "1")})).await;
+    later.wait_ready().await;
+    stop(op).await;
+}
+
+/// Secret sources with listed keys; a ClusterApplySet must name the namespace of its
+/// ConfigMap/Secret; the CRD refuses an entry with two kinds.
+#[tokio::test]
+async fn secret_source_and_cluster_applyset_namespaces() {
+    init();
+    let h = Harness::new("src-secret").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    put_secret(
+        &h,
+        &ns,
+        "bundle",
+        &[
+            ("x.yaml", cm_doc("sx", "1").as_bytes()),
+            ("y.yaml", cm_doc("sy", "1").as_bytes()),
+        ],
+    )
+    .await;
+    let set = h.applyset("secret");
+    set.create(json!({"sources": [{"secret": {"name": "bundle", "keys": ["y.yaml"]}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_members(&h, &ns, &["sy"], &["sx"]).await;
+    assert!(applied(&st).contains(&format!("; secret:{ns}/bundle@")));
+
+    // ClusterApplySet: the namespace is required.
+    let target = h.extra_namespace("src-secret-t").await;
+    let cset = h.cluster_applyset(&unique("src-cset"));
+    cset.create(json!({"targetNamespace": target, "sources": [{"secret": {"name": "bundle"}}]}))
+        .await;
+    let st = cset
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    assert!(
+        message(&st).contains("must name the namespace"),
+        "{}",
+        message(&st)
+    );
+    assert_condition(&st, "Stalled", "True");
+    cset.patch_spec(json!({"sources": [{"secret": {"name": "bundle", "namespace": ns}}]}))
+        .await;
+    cset.wait_ready().await;
+    assert_members(&h, &target, &["sx", "sy"], &[]).await;
+
+    // The CRD's CEL rule: exactly one kind per entry.
+    let bad: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "two-kinds", "namespace": ns},
+        "spec": {"sources": [{"configMap": {"name": "a"}, "http": {"url": "https://example.com/a.yaml"}}]}
+    }))
+    .expect("object");
+    let err = set
+        .api()
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect_err("two kinds in one entry are refused");
+    assert!(
+        err.to_string()
+            .contains("exactly one of configMap, secret, http, git or oci"),
+        "{err}"
+    );
+    cset.delete().await;
+    cset.wait_gone(DEADLINE).await;
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP(S)
+
+/// HTTPS with a self-signed CA and a bearer token from the secretRef; an unchanged document
+/// costs a 304 per interval; new content is applied and the rest pruned; without the CA the
+/// server is not trusted.
+#[tokio::test]
+async fn http_source_over_tls_with_ca_token_etag_and_new_revision() {
+    init();
+    let h = Harness::new("src-https").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let tls = Arc::new(Tls::new());
+    let server = FileServer::start(Some(tls.clone())).await;
+    server.require_auth(Some("Bearer s3cret".into()));
+    let v1 = docs(&[cm_doc("a", "1"), cm_doc("b", "1")]);
+    server.put("/app.yaml", v1.clone());
+    put_secret(
+        &h,
+        &ns,
+        "https-creds",
+        &[("token", b"s3cret"), ("ca.crt", tls.ca_pem.as_bytes())],
+    )
+    .await;
+    let set = h.applyset("https");
+    set.create(json!({"interval": "2s", "sources": [{"http": {
+        "url": server.url("/app.yaml"), "secretRef": {"name": "https-creds"}}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_members(&h, &ns, &["a", "b"], &[]).await;
+    let rev = applied(&st);
+    assert!(
+        rev.ends_with(&format!("; http:sha256:{}", sha256_hex(v1.as_bytes()))),
+        "{rev}"
+    );
+
+    // The cheap check: conditional GETs answered 304, no new download.
+    let full = server.full_responses();
+    let metrics = op.metrics();
+    let cached = metrics.source_fetches("http", "cached");
+    wait_reconciles(&op, 2).await;
+    assert_eq!(
+        server.full_responses(),
+        full,
+        "unchanged content is not downloaded again"
+    );
+    assert!(server.not_modified() >= 1, "a 304 answers the check");
+    assert!(metrics.source_fetches("http", "cached") > cached);
+
+    // New content: applied at the next interval, b pruned.
+    server.put("/app.yaml", docs(&[cm_doc("a", "2"), cm_doc("c", "1")]));
+    let st = wait_new_revision(&set, &rev).await;
+    assert_members(&h, &ns, &["a", "c"], &["b"]).await;
+    assert_eq!(cm_value(&h, &ns, "a").await.as_deref(), Some("2"));
+    assert_eq!(summary(&st).pruned, 1);
+
+    // Without the CA (and the token) the server's certificate is not trusted.
+    let other = h.extra_namespace("src-https2").await;
+    let noca = h.applyset("noca");
+    noca.create(
+        json!({"targetNamespace": other, "sources": [{"http": {"url": server.url("/app.yaml")}}]}),
+    )
+    .await;
+    let st = noca.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(
+        message(&st).to_lowercase().contains("certificate"),
+        "{}",
+        message(&st)
+    );
+    assert_members(&h, &other, &[], &["a", "c"]).await;
+    stop(op).await;
+}
+
+/// A tar.gz bundle: `path` picks a directory, non-manifest files are ignored; a sha256
+/// mismatch is SourceFailed and nothing is applied or pruned.
+#[tokio::test]
+async fn http_bundle_with_path_and_sha256_mismatch() {
+    init();
+    let h = Harness::new("src-bundle").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let server = FileServer::start(None).await;
+    let a = cm_doc("a", "1");
+    let b = cm_doc("b", "1");
+    let c = cm_doc("c", "1");
+    let bundle = tar_gz(&[
+        Entry::Dir("deploy/"),
+        Entry::File("deploy/a.yaml", a.as_bytes()),
+        Entry::File("deploy/sub/b.yml", b.as_bytes()),
+        Entry::File("deploy/README.md", b"# not a manifest"),
+        Entry::File("deploy/run.sh", b"#!/bin/sh\nexit 1\n"),
+        Entry::File("other/c.yaml", c.as_bytes()),
+    ]);
+    let sha = sha256_hex(&bundle);
+    server.put("/bundle.tgz", bundle);
+    let set = h.applyset("bundle");
+    set.create(json!({"sources": [{"http": {"url": server.url("/bundle.tgz"), "path": "deploy", "sha256": sha}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_members(&h, &ns, &["a", "b"], &["c"]).await;
+    assert_eq!(summary(&st).members, 2);
+    let rev = applied(&st);
+    assert!(rev.ends_with(&format!("http:sha256:{sha}")), "{rev}");
+    let rvs = resource_versions(
+        &h.client,
+        &[
+            (configmap_ar(), Some(ns.clone()), "a".into()),
+            (configmap_ar(), Some(ns.clone()), "b".into()),
+        ],
+    )
+    .await;
+
+    // A wrong pin (with a path that would drop b): SourceFailed, nothing applied or pruned.
+    let wrong = "0".repeat(64);
+    set.patch_spec(json!({"sources": [{"http": {"url": server.url("/bundle.tgz"), "path": "other", "sha256": wrong}}]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!("sha256 is {sha}")) && msg.contains(&wrong),
+        "{msg}"
+    );
+    assert_not_stalled(&st);
+    assert_eq!(st.last_applied_revision.as_deref(), Some(rev.as_str()));
+    assert_members(&h, &ns, &["a", "b"], &["c"]).await;
+    wait_reconciles(&op, 2).await;
+    let after = resource_versions(
+        &h.client,
+        &[
+            (configmap_ar(), Some(ns.clone()), "a".into()),
+            (configmap_ar(), Some(ns.clone()), "b".into()),
+        ],
+    )
+    .await;
+    assert_eq!(after, rvs, "members untouched while the source fails");
+    stop(op).await;
+}
+
+/// An unreachable source: SourceFailed, retried with backoff, members untouched; when the
+/// server is back the set is Ready again.
+#[tokio::test]
+async fn unreachable_source_is_retried_and_members_stay() {
+    init();
+    let h = Harness::new("src-down").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let server = FileServer::start(None).await;
+    server.put("/app.yaml", docs(&[cm_doc("a", "1"), cm_doc("b", "1")]));
+    let set = h.applyset("down");
+    set.create(json!({"interval": "3s", "retryInterval": "1s",
+        "sources": [{"http": {"url": server.url("/app.yaml")}}]}))
+        .await;
+    set.wait_ready().await;
+    let objs = vec![
+        (configmap_ar(), Some(ns.clone()), "a".to_owned()),
+        (configmap_ar(), Some(ns.clone()), "b".to_owned()),
+    ];
+    let rvs = resource_versions(&h.client, &objs).await;
+
+    server.stop();
+    let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(message(&st).contains("retrying"), "{}", message(&st));
+    assert!(st.last_error.is_some());
+    assert_not_stalled(&st);
+    let failed = op.metrics().source_fetches("any", "failed");
+    // Retries keep failing (with backoff) and touch no member.
+    eventually("two more failed source reads", LONG_DEADLINE, || {
+        let m = op.metrics();
+        async move { (m.source_fetches("any", "failed") >= failed + 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(resource_versions(&h.client, &objs).await, rvs);
+
+    server.restart().await;
+    let st = set.wait_ready().await;
+    assert!(st.last_error.is_none());
+    assert_eq!(resource_versions(&h.client, &objs).await, rvs);
+    stop(op).await;
+}
+
+/// Hostile archives are refused as a whole: traversal, absolute paths, symbolic and hard
+/// links, a decompression bomb over the cap. Nothing of them is applied.
+#[tokio::test]
+async fn hostile_archives_are_refused() {
+    init();
+    let h = Harness::new("src-hostile").await;
+    let mut config = h.config();
+    config.source_limits.max_unpacked = 1 << 20;
+    let op = Operator::start(h.client.clone(), config);
+    let server = FileServer::start(None).await;
+    let ok = cm_doc("innocent", "1");
+    let zeros = vec![b' '; 3 << 20];
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "traversal",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::File("../evil.yaml", ok.as_bytes()),
+            ]),
+            "leaves the archive root",
+        ),
+        (
+            "nested-traversal",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::File("a/../../evil.yaml", ok.as_bytes()),
+            ]),
+            "leaves the archive root",
+        ),
+        (
+            "absolute",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::File("/etc/evil.yaml", ok.as_bytes()),
+            ]),
+            "absolute path",
+        ),
+        (
+            "symlink",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::Symlink("link.yaml", "/etc/passwd"),
+            ]),
+            "is a link",
+        ),
+        (
+            "symlink-dir",
+            tar_gz(&[
+                Entry::Symlink("up", "../.."),
+                Entry::File("ok.yaml", ok.as_bytes()),
+            ]),
+            "is a link",
+        ),
+        (
+            "hardlink",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::HardLink("hard.yaml", "../../../etc/shadow"),
+            ]),
+            "is a link",
+        ),
+        (
+            "bomb",
+            tar_gz(&[
+                Entry::File("ok.yaml", ok.as_bytes()),
+                Entry::File("big.yaml", &zeros),
+            ]),
+            "decompresses to more than 1048576 bytes",
+        ),
+    ];
+    let mut sets = Vec::new();
+    for (name, data, _) in &cases {
+        server.put(&format!("/{name}.tgz"), data.clone());
+        let set = h.applyset(name);
+        set.create(json!({"sources": [{"http": {"url": server.url(&format!("/{name}.tgz"))}}]}))
+            .await;
+        sets.push(set);
+    }
+    for ((name, _, expected), set) in cases.iter().zip(&sets) {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        assert!(message(&st).contains(expected), "{name}: {}", message(&st));
+    }
+    assert_members(&h, &h.ns, &[], &["innocent"]).await;
+
+    // Non-manifest files are ignored, not refused.
+    server.put(
+        "/mixed.tgz",
+        tar_gz(&[
+            Entry::File("ok.yaml", ok.as_bytes()),
+            Entry::File("install.sh", b"curl | sh"),
+            Entry::File("data.bin", &[0, 1, 2, 255]),
+        ]),
+    );
+    let mixed = h.applyset("mixed");
+    mixed
+        .create(json!({"sources": [{"http": {"url": server.url("/mixed.tgz")}}]}))
+        .await;
+    let st = mixed.wait_ready().await;
+    assert_eq!(summary(&st).members, 1);
+    assert_members(&h, &h.ns, &["innocent"], &[]).await;
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Git
+
+/// A branch over smart HTTPS (a self-signed CA from the secretRef) with basic auth: a new commit is applied and pruned; a tag and a
+/// pinned commit read their own content; an unchanged branch is not fetched again; a YAML
+/// error names the file and line; without credentials the fetch fails.
+#[tokio::test]
+async fn git_source_branch_tag_commit_and_new_revision() {
+    init();
+    let h = Harness::new("src-git").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let tls = Arc::new(Tls::new());
+    let server = GitServer::start(
+        Some(format!("Basic {}", b64.encode("reader:pw"))),
+        Some(tls.clone()),
+    )
+    .await;
+    let repo = server.repo("apps");
+    let c1 = repo.commit(
+        &[
+            ("deploy/a.yaml", Some(&cm_doc("a", "1"))),
+            ("deploy/nested/b.yml", Some(&cm_doc("b", "1"))),
+            ("deploy/README.md", Some("docs")),
+            ("other/x.yaml", Some(&cm_doc("outside", "1"))),
+        ],
+        "first",
+    );
+    repo.tag("v1");
+    put_secret(
+        &h,
+        &ns,
+        "git-creds",
+        &[
+            ("username", b"reader"),
+            ("password", b"pw"),
+            ("ca.crt", tls.ca_pem.as_bytes()),
+        ],
+    )
+    .await;
+    let git = |r: Value| json!({"git": {"url": server.url("apps"), "ref": r, "path": "deploy", "secretRef": {"name": "git-creds"}}});
+
+    let branch = h.applyset("branch");
+    branch
+        .create(json!({"interval": "2s", "sources": [git(json!({"branch": "main"}))]}))
+        .await;
+    let st = branch.wait_ready().await;
+    assert_members(&h, &ns, &["a", "b"], &["outside"]).await;
+    let rev = applied(&st);
+    assert!(rev.ends_with(&format!("; git:main@sha1:{c1}")), "{rev}");
+
+    // The cheap check: the branch did not move, nothing is fetched.
+    let metrics = op.metrics();
+    let downloads = metrics.source_fetches("git", "downloaded");
+    let cached = metrics.source_fetches("git", "cached");
+    wait_reconciles(&op, 2).await;
+    assert_eq!(metrics.source_fetches("git", "downloaded"), downloads);
+    assert!(metrics.source_fetches("git", "cached") > cached);
+
+    // A new commit: applied at the next interval, b pruned.
+    let c2 = repo.commit(
+        &[
+            ("deploy/a.yaml", Some(&cm_doc("a", "2"))),
+            ("deploy/nested/b.yml", None),
+            (
+                "deploy/d.json",
+                Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d"}}"#),
+            ),
+        ],
+        "second",
+    );
+    let st = wait_new_revision(&branch, &rev).await;
+    assert!(
+        applied(&st).ends_with(&format!("; git:main@sha1:{c2}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &ns, &["a", "d"], &["b"]).await;
+    assert_eq!(cm_value(&h, &ns, "a").await.as_deref(), Some("2"));
+
+    // A tag and a pinned commit, each into a namespace of its own.
+    let tag_ns = h.extra_namespace("src-git-tag").await;
+    let tag = h.applyset("tag");
+    tag.create(json!({"targetNamespace": tag_ns, "sources": [git(json!({"tag": "v1"}))]}))
+        .await;
+    let pin_ns = h.extra_namespace("src-git-pin").await;
+    let pinned = h.applyset("pinned");
+    pinned
+        .create(json!({"targetNamespace": pin_ns, "sources": [git(json!({"commit": c1}))]}))
+        .await;
+    let st = tag.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; git:v1@sha1:{c1}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &tag_ns, &["a", "b"], &["d"]).await;
+    let st = pinned.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; git:sha1:{c1}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &pin_ns, &["a", "b"], &["d"]).await;
+    assert_eq!(cm_value(&h, &pin_ns, "a").await.as_deref(), Some("1"));
+
+    // A YAML error names the source, the file and the line.
+    repo.commit(
+        &[(
+            "deploy/bad.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: e\ndata: [x\n"),
+        )],
+        "broken",
+    );
+    let st = branch
+        .wait_until(
+            "ValidationFailed for the broken commit",
+            LONG_DEADLINE,
+            |_, st| {
+                let st = st?;
+                (ready(st).reason == "ValidationFailed").then(|| st.clone())
+            },
+        )
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "git {}@main file deploy/bad.yaml, line ",
+            server.url("apps")
+        )),
+        "{msg}"
+    );
+    assert_members(&h, &ns, &["a", "d"], &[]).await;
+
+    // Without the credentials the server refuses.
+    let anon_ns = h.extra_namespace("src-git-anon").await;
+    let anon = h.applyset("anon");
+    anon.create(json!({"targetNamespace": anon_ns, "sources": [{"git": {"url": server.url("apps"), "ref": {"branch": "main"}}}]}))
+        .await;
+    let st = anon.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert_not_stalled(&st);
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// OCI
+
+fn artifact(files: &[(&str, &str)]) -> Vec<u8> {
+    let entries: Vec<Entry<'_>> = files
+        .iter()
+        .map(|(p, c)| Entry::File(p, c.as_bytes()))
+        .collect();
+    tar_gz(&entries)
+}
+
+/// A Flux-style artifact in the CNCF distribution registry, by tag and by digest; a new push
+/// to the tag is applied and pruned; an unchanged tag costs one HEAD.
+#[tokio::test]
+async fn oci_source_tag_digest_and_new_revision() {
+    init();
+    let h = Harness::new("src-oci").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let registry = Registry::start().await;
+    let d1 = push_artifact(
+        &registry,
+        "team/manifests",
+        "v1",
+        &artifact(&[
+            ("a.yaml", &cm_doc("a", "1")),
+            ("sub/b.yaml", &cm_doc("b", "1")),
+            ("README.md", "docs"),
+        ]),
+    )
+    .await;
+    let oci = |extra: Value| {
+        let mut o = json!({"url": registry.url("team/manifests"), "insecure": true});
+        for (k, v) in extra.as_object().expect("object") {
+            o[k] = v.clone();
+        }
+        json!({"oci": o})
+    };
+    let set = h.applyset("tag");
+    set.create(json!({"interval": "2s", "sources": [oci(json!({"tag": "v1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_members(&h, &ns, &["a", "b"], &[]).await;
+    let rev = applied(&st);
+    assert!(rev.ends_with(&format!("; oci:v1@{d1}")), "{rev}");
+
+    let metrics = op.metrics();
+    let downloads = metrics.source_fetches("oci", "downloaded");
+    wait_reconciles(&op, 2).await;
+    assert_eq!(
+        metrics.source_fetches("oci", "downloaded"),
+        downloads,
+        "an unchanged tag is not downloaded again"
+    );
+
+    let pin_ns = h.extra_namespace("src-oci-pin").await;
+    let pinned = h.applyset("digest");
+    pinned
+        .create(json!({"targetNamespace": pin_ns, "sources": [oci(json!({"digest": d1, "path": "sub"}))]}))
+        .await;
+    let st = pinned.wait_ready().await;
+    assert!(applied(&st).ends_with(&format!("; oci:{d1}")));
+    assert_members(&h, &pin_ns, &["b"], &["a"]).await;
+
+    // A new push to the tag: applied and pruned; the pinned digest stays.
+    let d2 = push_artifact(
+        &registry,
+        "team/manifests",
+        "v1",
+        &artifact(&[("a.yaml", &cm_doc("a", "2")), ("c.yaml", &cm_doc("c", "1"))]),
+    )
+    .await;
+    let st = wait_new_revision(&set, &rev).await;
+    assert!(applied(&st).ends_with(&format!("; oci:v1@{d2}")));
+    assert_members(&h, &ns, &["a", "c"], &["b"]).await;
+    assert_eq!(cm_value(&h, &ns, "a").await.as_deref(), Some("2"));
+    assert_members(&h, &pin_ns, &["b"], &[]).await;
+
+    // A tag that does not exist.
+    let none_ns = h.extra_namespace("src-oci-none").await;
+    let missing = h.applyset("missing");
+    missing
+        .create(json!({"targetNamespace": none_ns, "sources": [oci(json!({"tag": "nope"}))]}))
+        .await;
+    let st = missing
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    assert!(message(&st).contains("no tag \"nope\""), "{}", message(&st));
+    stop(op).await;
+}
+
+/// A registry that serves content not matching its digests (a manifest whose bytes do not
+/// hash to the announced digest, a layer that does not match its descriptor): SourceFailed,
+/// nothing applied, nothing pruned.
+#[tokio::test]
+async fn oci_digest_mismatch_is_refused_and_nothing_is_pruned() {
+    init();
+    let h = Harness::new("src-ocibad").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let fake = FileServer::start(None).await;
+    fake.put("/v2/", "{}");
+    let good = artifact(&[("a.yaml", &cm_doc("a", "1")), ("b.yaml", &cm_doc("b", "1"))]);
+    serve_artifact(&fake, "repo", "v1", &good, &good, None);
+    let url = format!("oci://{}/repo", fake.addr);
+    let set = h.applyset("tampered");
+    set.create(json!({"interval": "2s", "sources": [{"oci": {"url": url, "tag": "v1", "insecure": true}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    let rev = applied(&st);
+    let objs = vec![
+        (configmap_ar(), Some(ns.clone()), "a".to_owned()),
+        (configmap_ar(), Some(ns.clone()), "b".to_owned()),
+    ];
+    let rvs = resource_versions(&h.client, &objs).await;
+
+    // A layer whose bytes do not match its digest (it would drop b and add evil).
+    let next = artifact(&[("a.yaml", &cm_doc("a", "2"))]);
+    let evil = artifact(&[("evil.yaml", &cm_doc("evil", "1"))]);
+    serve_artifact(&fake, "repo", "v1", &next, &evil, None);
+    let st = set
+        .wait_until(
+            "SourceFailed for the tampered layer",
+            LONG_DEADLINE,
+            |_, st| {
+                let st = st?;
+                (ready(st).reason == "SourceFailed").then(|| st.clone())
+            },
+        )
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains("layer 0") && msg.contains("digest mismatch"),
+        "{msg}"
+    );
+    assert_not_stalled(&st);
+    assert_eq!(st.last_applied_revision.as_deref(), Some(rev.as_str()));
+    assert_members(&h, &ns, &["a", "b"], &["evil"]).await;
+
+    // A manifest whose bytes do not hash to the digest the registry announces.
+    let forged = format!("sha256:{}", "1".repeat(64));
+    serve_artifact(&fake, "repo", "v1", &next, &next, Some(&forged));
+    let st = set
+        .wait_until(
+            "SourceFailed for the forged manifest digest",
+            LONG_DEADLINE,
+            |_, st| {
+                let st = st?;
+                let m = &ready(st).message;
+                (ready(st).reason == "SourceFailed" && m.contains(&forged)).then(|| st.clone())
+            },
+        )
+        .await;
+    assert!(message(&st).contains("digest mismatch"), "{}", message(&st));
+    wait_reconciles(&op, 2).await;
+    assert_eq!(
+        resource_versions(&h.client, &objs).await,
+        rvs,
+        "nothing applied or pruned"
+    );
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Examples
+
+/// Every example under examples/sources/ parses, deserializes into the API types and passes
+/// the sources' validation; together they cover every source kind.
+#[test]
+fn source_examples_are_valid_and_cover_every_kind() {
+    use applyset_operator::{
+        api::{ApplySet, ClusterApplySet},
+        applyset::ParentRef,
+        manifest::{Origin, parse_documents},
+        parent::Parent as _,
+        sources,
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sources");
+    let mut kinds = std::collections::BTreeSet::new();
+    for file in [
+        "configmap.yaml",
+        "secret.yaml",
+        "http.yaml",
+        "git.yaml",
+        "oci.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("read example");
+        let docs = parse_documents(&text, &Origin::file("examples/sources", file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut parents = 0;
+        for d in docs {
+            let value = Value::Object(d.object.clone());
+            let (parent, spec): (ParentRef, _) = match d.kind.as_str() {
+                "ApplySet" => {
+                    let a: ApplySet =
+                        serde_json::from_value(value).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    (a.parent_ref(), a.spec)
+                }
+                "ClusterApplySet" => {
+                    let c: ClusterApplySet =
+                        serde_json::from_value(value).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    (c.parent_ref(), c.spec.0)
+                }
+                _ => continue,
+            };
+            parents += 1;
+            sources::validate(&parent, &spec).unwrap_or_else(|e| panic!("{file}: {e}"));
+            for s in &spec.sources {
+                kinds.insert(
+                    sources::describe(s)
+                        .split(' ')
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                );
+            }
+        }
+        assert_eq!(parents, 1, "{file} has one ApplySet or ClusterApplySet");
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["configMap", "git", "http", "oci", "secret"]
+    );
+}
+
+/// Git over ssh (OpenSSH's sshd on loopback, `git-upload-pack` of Debian's git): the identity
+/// and known_hosts from the secretRef; a host key that does not match is refused.
+#[tokio::test]
+async fn git_source_over_ssh_with_identity_and_known_hosts() {
+    init();
+    if !is_root() {
+        eprintln!(
+            "skipped: sshd needs root for privilege separation (the project's machines and CI run as root)"
+        );
+        return;
+    }
+    let h = Harness::new("src-ssh").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let git_server = GitServer::start(None, None).await;
+    let repo = git_server.repo("over-ssh");
+    let c1 = repo.commit(&[("k8s/a.yaml", Some(&cm_doc("ssh-a", "1")))], "first");
+    let ssh = SshServer::start().await;
+    put_secret(
+        &h,
+        &ns,
+        "ssh-creds",
+        &[
+            ("identity", ssh.identity.as_bytes()),
+            ("known_hosts", ssh.known_hosts.as_bytes()),
+        ],
+    )
+    .await;
+    let set = h.applyset("ssh");
+    set.create(json!({"sources": [{"git": {"url": ssh.url(&repo), "ref": {"branch": "main"}, "path": "k8s", "secretRef": {"name": "ssh-creds"}}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; git:main@sha1:{c1}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &ns, &["ssh-a"], &[]).await;
+
+    // Another host key in known_hosts: the connection is refused.
+    let other = SshServer::start().await;
+    let wrong = ssh
+        .known_hosts
+        .split_whitespace()
+        .next()
+        .map(|host| {
+            let mut parts = other.known_hosts.split_whitespace().skip(1);
+            format!(
+                "{host} {} {}\n",
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    put_secret(
+        &h,
+        &ns,
+        "ssh-wrong-host",
+        &[
+            ("identity", ssh.identity.as_bytes()),
+            ("known_hosts", wrong.as_bytes()),
+        ],
+    )
+    .await;
+    let spoof_ns = h.extra_namespace("src-ssh2").await;
+    let spoofed = h.applyset("spoofed");
+    spoofed
+        .create(json!({"targetNamespace": spoof_ns, "sources": [{"git": {"url": ssh.url(&repo), "ref": {"branch": "main"}, "path": "k8s", "secretRef": {"name": "ssh-wrong-host"}}}]}))
+        .await;
+    let st = spoofed
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    assert_not_stalled(&st);
+    assert_members(&h, &spoof_ns, &[], &["ssh-a"]).await;
+    stop(op).await;
+}
+
+/// Registry credentials from a kubernetes.io/dockerconfigjson Secret, exchanged for a bearer
+/// token through the registry's token service (the Docker token protocol of its
+/// `WWW-Authenticate: Bearer realm=…` challenge); without them the pull is refused.
+#[tokio::test]
+async fn oci_registry_credentials_through_the_token_protocol() {
+    init();
+    let h = Harness::new("src-ocitoken").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let fake = FileServer::start(None).await;
+    fake.require_auth_for(
+        "/token",
+        &format!("Basic {}", b64.encode("puller:secret")),
+        "Basic realm=\"token\"",
+    );
+    fake.put("/token", r#"{"token": "tok-123"}"#);
+    fake.require_auth_for(
+        "/v2/",
+        "Bearer tok-123",
+        &format!(
+            "Bearer realm=\"http://{}/token\",service=\"fake-registry\",scope=\"repository:private/apps:pull\"",
+            fake.addr
+        ),
+    );
+    let layer = artifact(&[("a.yaml", &cm_doc("private-a", "1"))]);
+    let digest = serve_artifact(&fake, "private/apps", "v1", &layer, &layer, None);
+    let dockercfg =
+        json!({"auths": {fake.addr.to_string(): {"auth": b64.encode("puller:secret")}}});
+    put_secret(
+        &h,
+        &ns,
+        "registry-creds",
+        &[(".dockerconfigjson", dockercfg.to_string().as_bytes())],
+    )
+    .await;
+    let url = format!("oci://{}/private/apps", fake.addr);
+    let set = h.applyset("private");
+    set.create(json!({"sources": [{"oci": {"url": url, "tag": "v1", "insecure": true, "secretRef": {"name": "registry-creds"}}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert!(
+        applied(&st).ends_with(&format!("; oci:v1@{digest}")),
+        "{}",
+        applied(&st)
+    );
+    assert_members(&h, &ns, &["private-a"], &[]).await;
+
+    let anon_ns = h.extra_namespace("src-ocitoken2").await;
+    let anon = h.applyset("anonymous");
+    anon.create(json!({"targetNamespace": anon_ns, "sources": [{"oci": {"url": url, "tag": "v1", "insecure": true}}]}))
+        .await;
+    let st = anon.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(
+        message(&st).contains("token service answered 401"),
+        "{}",
+        message(&st)
+    );
+    assert_members(&h, &anon_ns, &[], &["private-a"]).await;
+    stop(op).await;
+}
