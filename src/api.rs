@@ -179,7 +179,8 @@ pub struct ObjectSource {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 
-    /// Its namespace. Defaults to the ApplySet's namespace; a ClusterApplySet must set it.
+    /// Its namespace. An ApplySet may only reference its own namespace (the default); a
+    /// ClusterApplySet must set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 
@@ -197,7 +198,8 @@ pub struct SecretReference {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 
-    /// Its namespace. Defaults to the ApplySet's namespace; a ClusterApplySet must set it.
+    /// Its namespace. An ApplySet may only reference its own namespace (the default); a
+    /// ClusterApplySet must set it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
 }

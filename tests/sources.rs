@@ -1063,3 +1063,630 @@ async fn oci_registry_credentials_through_the_token_protocol() {
     assert_members(&h, &anon_ns, &[], &["private-a"]).await;
     stop(op).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Review findings: namespaces, empty sources, pins, limits, deadlines, redaction
+
+/// A namespaced ApplySet may reference ConfigMaps and Secrets (sources and secretRefs) only in
+/// its own namespace: otherwise the operator's cluster-wide read of Secrets would lend another
+/// team's credentials (or manifests) to whoever may create an ApplySet. ValidationFailed and
+/// Stalled, naming the field; no request reaches the URL; nothing is applied.
+#[tokio::test]
+async fn namespaced_applyset_cannot_reference_another_namespace() {
+    init();
+    let h = Harness::new("src-xns").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let team_b = h.extra_namespace("src-xns-b").await;
+    put_secret(&h, &team_b, "creds", &[("token", b"team-b-token")]).await;
+    put_configmap(
+        &h,
+        &team_b,
+        "bundle",
+        json!({"a.yaml": cm_doc("stolen", "1")}),
+    )
+    .await;
+    // The "attacker's" server accepts exactly team b's token.
+    let attacker = FileServer::start(None).await;
+    attacker.require_auth(Some("Bearer team-b-token".into()));
+    attacker.put("/x.yaml", cm_doc("exfiltrated", "1"));
+
+    let cases = [
+        (
+            "via-http",
+            json!({"http": {"url": attacker.url("/x.yaml"), "secretRef": {"name": "creds", "namespace": team_b}}}),
+            "http.secretRef.namespace",
+        ),
+        (
+            "via-git",
+            json!({"git": {"url": attacker.url("/repo.git"), "ref": {"branch": "main"}, "secretRef": {"name": "creds", "namespace": team_b}}}),
+            "git.secretRef.namespace",
+        ),
+        (
+            "via-oci",
+            json!({"oci": {"url": format!("oci://{}/repo", attacker.addr), "tag": "v1", "insecure": true, "secretRef": {"name": "creds", "namespace": team_b}}}),
+            "oci.secretRef.namespace",
+        ),
+        (
+            "via-configmap",
+            json!({"configMap": {"name": "bundle", "namespace": team_b}}),
+            "configMap.namespace",
+        ),
+        (
+            "via-secret",
+            json!({"secret": {"name": "creds", "namespace": team_b}}),
+            "secret.namespace",
+        ),
+    ];
+    let mut sets = Vec::new();
+    for (name, source, _) in &cases {
+        let set = h.applyset(name);
+        set.create(json!({"sources": [source]})).await;
+        sets.push(set);
+    }
+    for ((name, _, field), set) in cases.iter().zip(&sets) {
+        let st = set
+            .wait_ready_reason(Some("False"), "ValidationFailed")
+            .await;
+        let msg = message(&st);
+        assert!(
+            msg.contains("spec.sources[0] (") && msg.contains(field),
+            "{name}: {msg}"
+        );
+        assert!(
+            msg.contains("only reference ConfigMaps and Secrets in its own namespace"),
+            "{name}: {msg}"
+        );
+        assert_condition(&st, "Stalled", "True");
+    }
+    assert_eq!(attacker.requests(), 0, "no request reached the URL");
+    assert_members(&h, &ns, &[], &["exfiltrated", "stolen"]).await;
+
+    // Naming its own namespace explicitly is fine.
+    put_configmap(&h, &ns, "own", json!({"a.yaml": cm_doc("own-a", "1")})).await;
+    let own = h.applyset("own");
+    own.create(json!({"sources": [{"configMap": {"name": "own", "namespace": ns}}]}))
+        .await;
+    own.wait_ready().await;
+    assert_members(&h, &ns, &["own-a"], &[]).await;
+    stop(op).await;
+}
+
+/// With a `sha256` pin, cached content is served only if it is the pinned content: a changed
+/// pin is never confirmed by a 304 of the cached (other) content.
+#[tokio::test]
+async fn http_pin_is_checked_even_when_the_server_answers_304() {
+    init();
+    let h = Harness::new("src-pin304").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let server = FileServer::start(None).await;
+    let v1 = docs(&[cm_doc("a", "1"), cm_doc("b", "1")]);
+    server.put("/app.yaml", v1.clone());
+    let url = server.url("/app.yaml");
+    let set = h.applyset("pinned");
+    set.create(json!({"interval": "2s", "sources": [{"http": {"url": url}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    let rev = applied(&st);
+    let objs = vec![
+        (configmap_ar(), Some(ns.clone()), "a".to_owned()),
+        (configmap_ar(), Some(ns.clone()), "b".to_owned()),
+    ];
+    let rvs = resource_versions(&h.client, &objs).await;
+    // The cache holds v1 with its ETag; the server would answer a conditional GET with 304.
+    let wrong = sha256_hex(b"some other content");
+    set.patch_spec(json!({"sources": [{"http": {"url": url, "sha256": wrong}}]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!("sha256 is {}", sha256_hex(v1.as_bytes()))) && msg.contains(&wrong),
+        "{msg}"
+    );
+    assert_eq!(st.last_applied_revision.as_deref(), Some(rev.as_str()));
+    assert_eq!(resource_versions(&h.client, &objs).await, rvs);
+
+    // The right pin: applied; then served from the cache without any request.
+    let right = sha256_hex(v1.as_bytes());
+    set.patch_spec(json!({"sources": [{"http": {"url": url, "sha256": right}}]}))
+        .await;
+    set.wait_until("Ready with the right pin", LONG_DEADLINE, |_, st| {
+        let st = st?;
+        (ready(st).status == "True").then_some(())
+    })
+    .await;
+    let requests = server.requests();
+    wait_reconciles(&op, 2).await;
+    assert_eq!(
+        server.requests(),
+        requests,
+        "pinned cached content costs nothing"
+    );
+    assert_eq!(resource_versions(&h.client, &objs).await, rvs);
+    stop(op).await;
+}
+
+/// A source that resolves to nothing is a failure, never an empty source (which would prune
+/// its members): a git `path` that disappears, or holds no manifest; an http bundle whose
+/// `path` disappears; a ConfigMap without manifest keys. SourceFailed, nothing pruned.
+#[tokio::test]
+async fn sources_that_resolve_to_nothing_fail_and_prune_nothing() {
+    init();
+    let h = Harness::new("src-empty").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+
+    // Git: the path disappears, then exists without manifests, then comes back.
+    let git_server = GitServer::start(None, None).await;
+    let repo = git_server.repo("vanishing");
+    repo.commit(
+        &[
+            ("deploy/a.yaml", Some(&cm_doc("ga", "1"))),
+            ("deploy/b.yaml", Some(&cm_doc("gb", "1"))),
+            ("README.md", Some("docs")),
+        ],
+        "first",
+    );
+    let git_set = h.applyset("git");
+    git_set
+        .create(json!({"interval": "2s", "sources": [{"git": {"url": git_server.url("vanishing"), "ref": {"branch": "main"}, "path": "deploy"}}]}))
+        .await;
+    let st = git_set.wait_ready().await;
+    let git_rev = applied(&st);
+    let git_objs = vec![
+        (configmap_ar(), Some(ns.clone()), "ga".to_owned()),
+        (configmap_ar(), Some(ns.clone()), "gb".to_owned()),
+    ];
+    let git_rvs = resource_versions(&h.client, &git_objs).await;
+    let c2 = repo.commit(
+        &[("deploy/a.yaml", None), ("deploy/b.yaml", None)],
+        "remove deploy",
+    );
+    let st = git_set
+        .wait_until(
+            "SourceFailed for the missing path",
+            LONG_DEADLINE,
+            |_, st| {
+                let st = st?;
+                (ready(st).reason == "SourceFailed").then(|| st.clone())
+            },
+        )
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!("path deploy does not exist at commit {c2}")),
+        "{msg}"
+    );
+    assert!(msg.contains("nothing applied or pruned"), "{msg}");
+    assert_not_stalled(&st);
+    assert_eq!(st.last_applied_revision.as_deref(), Some(git_rev.as_str()));
+    let c3 = repo.commit(&[("deploy/NOTES.md", Some("no manifests"))], "notes only");
+    let st = git_set
+        .wait_until("SourceFailed for no manifests", LONG_DEADLINE, |_, st| {
+            let st = st?;
+            let m = &ready(st).message;
+            (ready(st).reason == "SourceFailed" && m.contains(&c3)).then(|| st.clone())
+        })
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "no manifest files (.yaml, .yml, .json) under path deploy at commit {c3}"
+        )),
+        "{msg}"
+    );
+    assert_eq!(resource_versions(&h.client, &git_objs).await, git_rvs);
+
+    // HTTP bundle: the path disappears.
+    let server = FileServer::start(None).await;
+    server.put(
+        "/bundle.tgz",
+        tar_gz(&[Entry::File("deploy/h.yaml", cm_doc("ha", "1").as_bytes())]),
+    );
+    let http_set = h.applyset("http");
+    http_set
+        .create(json!({"interval": "2s", "sources": [{"http": {"url": server.url("/bundle.tgz"), "path": "deploy"}}]}))
+        .await;
+    http_set.wait_ready().await;
+    let http_objs = vec![(configmap_ar(), Some(ns.clone()), "ha".to_owned())];
+    let http_rvs = resource_versions(&h.client, &http_objs).await;
+    server.put(
+        "/bundle.tgz",
+        tar_gz(&[Entry::File("other/h.yaml", cm_doc("ha", "2").as_bytes())]),
+    );
+    let st = http_set
+        .wait_until(
+            "SourceFailed for the missing path",
+            LONG_DEADLINE,
+            |_, st| {
+                let st = st?;
+                (ready(st).reason == "SourceFailed").then(|| st.clone())
+            },
+        )
+        .await;
+    assert!(
+        message(&st).contains("path deploy does not exist in the bundle"),
+        "{}",
+        message(&st)
+    );
+
+    // A ConfigMap without manifest keys.
+    put_configmap(&h, &ns, "cm-bundle", json!({"a.yaml": cm_doc("ca", "1")})).await;
+    let cm_set = h.applyset("cm");
+    cm_set
+        .create(json!({"sources": [{"configMap": {"name": "cm-bundle"}}]}))
+        .await;
+    cm_set.wait_ready().await;
+    // The same field manager applies without the manifest key: it is removed.
+    put_configmap(&h, &ns, "cm-bundle", json!({"notes.txt": "nothing here"})).await;
+    let st = cm_set
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    assert!(
+        message(&st).contains(&format!(
+            "no manifest files (.yaml, .yml, .json) among the data keys of ConfigMap {ns}/cm-bundle"
+        )),
+        "{}",
+        message(&st)
+    );
+
+    wait_reconciles(&op, 2).await;
+    assert_eq!(resource_versions(&h.client, &git_objs).await, git_rvs);
+    assert_eq!(resource_versions(&h.client, &http_objs).await, http_rvs);
+    assert_members(&h, &ns, &["ga", "gb", "ha", "ca"], &[]).await;
+
+    // The git path comes back: applied again.
+    repo.commit(&[("deploy/a.yaml", Some(&cm_doc("ga", "2")))], "back");
+    git_set.wait_ready().await;
+    assert_eq!(cm_value(&h, &ns, "ga").await.as_deref(), Some("2"));
+    stop(op).await;
+}
+
+/// Deterministic bytes that do not compress (xorshift).
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Git downloads and reads are bounded: the pack is refused beyond the download cap while it
+/// is received; only the subtree at `path` is walked, every entry counted; a blob's size is
+/// checked before it is inflated.
+#[tokio::test]
+async fn git_fetches_are_bounded() {
+    init();
+    let h = Harness::new("src-gitcap").await;
+    let mut config = h.config();
+    config.source_limits.max_download = 1 << 20;
+    config.source_limits.max_unpacked = 256 << 10;
+    config.source_limits.max_entries = 8;
+    let op = Operator::start(h.client.clone(), config);
+    let server = GitServer::start(None, None).await;
+    // Printable noise: hardly compresses, so the pack is well over the cap.
+    let big_blob: String = noise(3 << 20, 7)
+        .iter()
+        .map(|b| char::from(b % 94 + 33))
+        .collect();
+    let big = server.repo("big-pack");
+    big.commit(
+        &[
+            ("deploy/a.yaml", Some(&cm_doc("big-a", "1"))),
+            ("assets/blob.bin", Some(&big_blob)),
+        ],
+        "big",
+    );
+    let many = server.repo("many-entries");
+    let names: Vec<String> = (0..10).map(|i| format!("deploy/f{i}.txt")).collect();
+    let mut files: Vec<(&str, Option<&str>)> =
+        names.iter().map(|n| (n.as_str(), Some("x"))).collect();
+    let many_a = cm_doc("many-a", "1");
+    files.push(("deploy/a.yaml", Some(&many_a)));
+    many.commit(&files, "many");
+    let wide = server.repo("wide-elsewhere");
+    let others: Vec<String> = (0..30).map(|i| format!("other/f{i}.yaml")).collect();
+    let other_doc = cm_doc("elsewhere", "1");
+    let mut files: Vec<(&str, Option<&str>)> = others
+        .iter()
+        .map(|n| (n.as_str(), Some(other_doc.as_str())))
+        .collect();
+    let wide_a = cm_doc("wide-a", "1");
+    files.push(("deploy/a.yaml", Some(&wide_a)));
+    wide.commit(&files, "wide");
+    let large = server.repo("large-manifest");
+    let filler = format!(
+        "{}{}",
+        cm_doc("large-a", "1"),
+        "# filler comment line that compresses very well\n".repeat(8000)
+    );
+    large.commit(&[("deploy/a.yaml", Some(&filler))], "large");
+
+    let git = |repo: &str| json!({"sources": [{"git": {"url": server.url(repo), "ref": {"branch": "main"}, "path": "deploy"}}]});
+    let cases = [
+        (
+            "big-pack",
+            "the pack is more than 1048576 bytes (the download limit)",
+        ),
+        ("many-entries", "more than 8 entries under the path"),
+        (
+            "large-manifest",
+            "exceed 262144 bytes (the limit) at deploy/a.yaml",
+        ),
+    ];
+    let mut sets = Vec::new();
+    for (repo, _) in &cases {
+        let set = h.applyset(repo);
+        set.create(git(repo)).await;
+        sets.push(set);
+    }
+    // Entries outside the path do not count.
+    let wide_set = h.applyset("wide");
+    wide_set.create(git("wide-elsewhere")).await;
+    for ((repo, expected), set) in cases.iter().zip(&sets) {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        assert!(message(&st).contains(expected), "{repo}: {}", message(&st));
+        assert_not_stalled(&st);
+    }
+    wide_set.wait_ready().await;
+    assert_members(
+        &h,
+        &h.ns,
+        &["wide-a"],
+        &["big-a", "many-a", "large-a", "elsewhere"],
+    )
+    .await;
+    stop(op).await;
+}
+
+/// Serves an artifact with these layers (plain blobs, titled when a title is given) on the
+/// hand-made registry; returns the manifest digest.
+fn serve_layers(
+    fake: &FileServer,
+    repo: &str,
+    tag: &str,
+    layers: &[(Vec<u8>, Option<&str>)],
+) -> String {
+    let config = b"{}".to_vec();
+    let dc = format!("sha256:{}", sha256_hex(&config));
+    fake.put(&format!("/v2/{repo}/blobs/{dc}"), config.clone());
+    let mut descriptors = Vec::new();
+    for (data, title) in layers {
+        let d = format!("sha256:{}", sha256_hex(data));
+        fake.put(&format!("/v2/{repo}/blobs/{d}"), data.clone());
+        let mut desc = json!({"mediaType": FLUX_LAYER, "digest": d, "size": data.len()});
+        if let Some(t) = title {
+            desc["annotations"] = json!({"org.opencontainers.image.title": t});
+        }
+        descriptors.push(desc);
+    }
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": FLUX_CONFIG, "digest": dc, "size": config.len()},
+        "layers": descriptors,
+    }))
+    .expect("manifest");
+    let dm = format!("sha256:{}", sha256_hex(&manifest));
+    for reference in [tag, dm.as_str()] {
+        fake.put_with(
+            &format!("/v2/{repo}/manifests/{reference}"),
+            manifest.clone(),
+            "application/vnd.oci.image.manifest.v1+json",
+            &[("docker-content-digest", &dm)],
+        );
+    }
+    dm
+}
+
+/// OCI bounds are per artifact: one unpacked budget over all layers, one download budget over
+/// the manifest and all layers, at most 16 layers; a path missing from the artifact fails; a
+/// token service over plain http is refused for a registry reached over https.
+#[tokio::test]
+async fn oci_limits_are_per_artifact() {
+    init();
+    let h = Harness::new("src-ocicap").await;
+    let mut config = h.config();
+    config.source_limits.max_unpacked = 1 << 20;
+    config.source_limits.max_download = 2 << 20;
+    let op = Operator::start(h.client.clone(), config);
+    let fake = FileServer::start(None).await;
+    fake.put("/v2/", "{}");
+    // Two layers of 600 KiB unpacked each: each fits alone, not together.
+    let spaces = format!("{}#{}\n", cm_doc("unpacked", "1"), " ".repeat(600 << 10));
+    let layer = |name: &str| tar_gz(&[Entry::File(name, spaces.as_bytes())]);
+    serve_layers(
+        &fake,
+        "unpacked",
+        "v1",
+        &[(layer("a.yaml"), None), (layer("b.yaml"), None)],
+    );
+    // Three incompressible layers of 900 KiB: each fits the download cap, not together.
+    let downloads: Vec<(Vec<u8>, Option<&str>)> = (0..3)
+        .map(|i| (noise(900 << 10, i + 1), Some("x.bin")))
+        .collect();
+    serve_layers(&fake, "download", "v1", &downloads);
+    // Seventeen small layers.
+    let doc = cm_doc("layered", "1");
+    let titles: Vec<String> = (0..17).map(|i| format!("l{i}.yaml")).collect();
+    let many: Vec<(Vec<u8>, Option<&str>)> = titles
+        .iter()
+        .map(|t| (doc.clone().into_bytes(), Some(t.as_str())))
+        .collect();
+    serve_layers(&fake, "layers", "v1", &many);
+    // A path that is not in the artifact.
+    serve_layers(
+        &fake,
+        "nopath",
+        "v1",
+        &[(
+            tar_gz(&[Entry::File("deploy/a.yaml", doc.as_bytes())]),
+            None,
+        )],
+    );
+    let oci = |repo: &str, extra: Value| {
+        let mut o =
+            json!({"url": format!("oci://{}/{repo}", fake.addr), "tag": "v1", "insecure": true});
+        for (k, v) in extra.as_object().expect("object") {
+            o[k] = v.clone();
+        }
+        json!({"sources": [{"oci": o}]})
+    };
+    let cases = [
+        (
+            "unpacked",
+            json!({}),
+            "decompresses to more than 1048576 bytes",
+        ),
+        (
+            "download",
+            json!({}),
+            "more than 2097152 bytes (the download limit, for the manifest and all layers together)",
+        ),
+        (
+            "layers",
+            json!({}),
+            "has 17 layers, more than the limit of 16",
+        ),
+        (
+            "nopath",
+            json!({"path": "other"}),
+            "path other does not exist in the artifact",
+        ),
+    ];
+    let mut sets = Vec::new();
+    for (repo, extra, _) in &cases {
+        let set = h.applyset(repo);
+        set.create(oci(repo, extra.clone())).await;
+        sets.push(set);
+    }
+    for ((repo, _, expected), set) in cases.iter().zip(&sets) {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        assert!(message(&st).contains(expected), "{repo}: {}", message(&st));
+    }
+    assert_members(&h, &h.ns, &[], &["unpacked", "layered"]).await;
+
+    // A registry over https whose token service is plain http: refused, credentials unsent.
+    let tls = Arc::new(Tls::new());
+    let secure = FileServer::start(Some(tls.clone())).await;
+    let token_server = FileServer::start(None).await;
+    token_server.put("/token", r#"{"token": "t"}"#);
+    secure.require_auth_for(
+        "/v2/",
+        "Bearer t",
+        &format!(
+            "Bearer realm=\"http://{}/token\",service=\"s\"",
+            token_server.addr
+        ),
+    );
+    put_secret(
+        &h,
+        &h.ns,
+        "tls-registry",
+        &[
+            ("username", b"u"),
+            ("password", b"p"),
+            ("ca.crt", tls.ca_pem.as_bytes()),
+        ],
+    )
+    .await;
+    let realm = h.applyset("http-realm");
+    realm
+        .create(json!({"sources": [{"oci": {"url": format!("oci://{}/repo", secure.addr), "tag": "v1", "secretRef": {"name": "tls-registry"}}}]}))
+        .await;
+    let st = realm.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(
+        message(&st).contains("is http://, not https://"),
+        "{}",
+        message(&st)
+    );
+    assert_eq!(
+        token_server.requests(),
+        0,
+        "no credentials went to the http realm"
+    );
+    stop(op).await;
+}
+
+/// A TCP server that accepts connections and never answers.
+async fn silent_server() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, task)
+}
+
+/// The sources of a set share one deadline (not one each, in sequence) and are read
+/// concurrently; the message names the sources not read. URLs in messages carry no query
+/// (tokens of signed URLs).
+#[tokio::test]
+async fn sources_share_one_deadline_and_messages_hide_queries() {
+    init();
+    let h = Harness::new("src-deadline").await;
+    let mut config = h.config();
+    config.source_limits.timeout = std::time::Duration::from_secs(3);
+    let op = Operator::start(h.client.clone(), config);
+    let (addr, silent) = silent_server().await;
+    let set = h.applyset("slow");
+    let started = std::time::Instant::now();
+    set.create(json!({"retryInterval": "1h", "sources": [
+        {"http": {"url": format!("http://{addr}/a.yaml?token=s3cret-a")}},
+        {"http": {"url": format!("http://{addr}/b.yaml?token=s3cret-b")}},
+        {"http": {"url": format!("http://{addr}/c.yaml?token=s3cret-c")}},
+    ]}))
+    .await;
+    let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let elapsed = started.elapsed();
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "spec.sources[0] (http http://{addr}/a.yaml) and 2 more: not read within 3s"
+        )),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cret"), "{msg}");
+    assert!(
+        elapsed < std::time::Duration::from_secs(8),
+        "one deadline of 3 s for three sources, not 3 × 3 s: {elapsed:?}"
+    );
+    silent.abort();
+
+    // Errors of the request itself (404, connection refused) show no query either.
+    let server = FileServer::start(None).await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let missing = h.applyset("missing");
+    missing
+        .create(json!({"sources": [{"http": {"url": server.url("/missing.yaml?token=s3cret-d")}}]}))
+        .await;
+    let refused = h.applyset("refused");
+    refused
+        .create(json!({"sources": [{"http": {"url": format!("http://{closed}/x.yaml?X-Amz-Signature=s3cret-e")}}]}))
+        .await;
+    for set in [&missing, &refused] {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        let msg = message(&st);
+        assert!(!msg.contains("s3cret"), "{msg}");
+        assert!(
+            !st.last_error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("s3cret")
+        );
+    }
+    stop(op).await;
+}

@@ -9,6 +9,10 @@
 //!   manifests), a device, a FIFO or any other special entry;
 //! - more than [`Limits::max_unpacked`] bytes after decompression (a decompression bomb is
 //!   stopped while it inflates, not after), or more than [`Limits::max_entries`] entries.
+//!   These bounds are a [`Budget`] shared by all archives of one source (the layers of an OCI
+//!   artifact count together).
+//!
+//! Every gzip member is decompressed (a `.tar.gz` may be several concatenated members).
 //!
 //! Only regular files ending in `.yaml`, `.yml` or `.json` under the chosen directory are
 //! read; everything else is skipped. Files come back sorted by path (byte-wise), so the
@@ -95,27 +99,95 @@ fn is_cap(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<CapExceeded>())
 }
 
+/// What may still be unpacked. One budget covers every archive of a source (all layers of an
+/// OCI artifact together), so that splitting content over many archives gains nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Bytes that may still be decompressed.
+    pub unpacked: u64,
+    /// Archive entries that may still be read.
+    pub entries: usize,
+    /// The limits the budget started from (for messages).
+    pub max_unpacked: u64,
+    pub max_entries: usize,
+}
+
+impl Budget {
+    pub fn new(limits: &Limits) -> Self {
+        Self {
+            unpacked: limits.max_unpacked,
+            entries: limits.max_entries,
+            max_unpacked: limits.max_unpacked,
+            max_entries: limits.max_entries,
+        }
+    }
+
+    /// Takes `bytes` of unpacked content (a file that is not an archive, e.g. an OCI layer read
+    /// as one manifest file) and one entry.
+    pub fn take_file(&mut self, bytes: u64) -> Result<(), String> {
+        if self.entries == 0 {
+            return Err(self.too_many_entries());
+        }
+        if bytes > self.unpacked {
+            return Err(self.too_big());
+        }
+        self.entries -= 1;
+        self.unpacked -= bytes;
+        Ok(())
+    }
+
+    fn too_big(&self) -> String {
+        format!(
+            "the archive decompresses to more than {} bytes (the limit); refusing it",
+            self.max_unpacked
+        )
+    }
+
+    fn too_many_entries(&self) -> String {
+        format!(
+            "the archive has more than {} entries (the limit); refusing it",
+            self.max_entries
+        )
+    }
+}
+
+/// What [`read_tar_gz_with`] found.
+#[derive(Debug)]
+pub struct Unpacked {
+    /// The manifest files under the prefix, sorted by path.
+    pub files: Vec<SourceFile>,
+    /// Whether any entry (a directory or a file of any kind) lies at or under the prefix: a
+    /// `path` that names nothing in the archive is an error, not an empty source.
+    pub prefix_found: bool,
+    /// What is left of the budget.
+    pub budget: Budget,
+}
+
 /// Reads the manifest files under `prefix` (see [`directory_prefix`]) from a gzip-compressed
 /// tar archive. The error is a complete sentence fragment naming what was refused.
 pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<SourceFile>, String> {
+    read_tar_gz_with(data, prefix, Budget::new(limits)).map(|u| u.files)
+}
+
+/// Like [`read_tar_gz`], within what is left of `budget` (shared by the archives of a source).
+/// Every gzip member is read (`MultiGzDecoder`: concatenated members are one stream).
+pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unpacked, String> {
     let capped = Capped {
-        inner: flate2::read::GzDecoder::new(data),
+        inner: flate2::read::MultiGzDecoder::new(data),
         read: 0,
-        limit: limits.max_unpacked,
+        limit: budget.unpacked,
     };
-    let too_big = || {
-        format!(
-            "the archive decompresses to more than {} bytes (the limit); refusing it",
-            limits.max_unpacked
-        )
-    };
+    let too_big = || budget.too_big();
     let mut archive = tar::Archive::new(capped);
     let entries = archive
         .entries()
         .map_err(|e| format!("not a readable tar.gz archive: {e}"))?;
     let mut files = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for (count, entry) in entries.enumerate() {
+    let mut prefix_found = prefix.is_empty();
+    let dir = prefix.trim_end_matches('/');
+    let mut count = 0usize;
+    for entry in entries {
         let mut entry = entry.map_err(|e| {
             if is_cap(&e) {
                 too_big()
@@ -123,12 +195,10 @@ pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<Sou
                 format!("not a readable tar.gz archive: {e}")
             }
         })?;
-        if count >= limits.max_entries {
-            return Err(format!(
-                "the archive has more than {} entries (the limit); refusing it",
-                limits.max_entries
-            ));
+        if count >= budget.entries {
+            return Err(budget.too_many_entries());
         }
+        count += 1;
         let raw = entry.path_bytes();
         let name = String::from_utf8_lossy(&raw).into_owned();
         let Some(path) = clean_relative(&name) else {
@@ -146,7 +216,13 @@ pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<Sou
                 "entry {name:?} is a link (to {target:?}); links are not allowed in a manifest archive, refusing it"
             ));
         }
-        if kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+        if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
+            continue;
+        }
+        if !prefix_found && !path.is_empty() && (path == dir || path.starts_with(prefix)) {
+            prefix_found = true;
+        }
+        if kind.is_dir() {
             continue;
         }
         if !(kind.is_file() || kind.is_contiguous()) {
@@ -184,7 +260,16 @@ pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<Sou
         }
     })?;
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    let left = Budget {
+        unpacked: budget.unpacked.saturating_sub(rest.read),
+        entries: budget.entries.saturating_sub(count),
+        ..budget
+    };
+    Ok(Unpacked {
+        files,
+        prefix_found,
+        budget: left,
+    })
 }
 
 #[cfg(test)]
@@ -309,6 +394,87 @@ pub(crate) mod tests {
         };
         assert!(read_tar_gz(&data, "", &l).is_err());
         assert!(read_tar_gz(b"\x1f\x8bnot gzip", "", &limits()).is_err());
+    }
+
+    #[test]
+    fn one_budget_covers_several_archives() {
+        let l = Limits {
+            max_unpacked: 64 << 10,
+            max_entries: 3,
+            ..Limits::default()
+        };
+        let half = vec![b' '; 20 << 10];
+        let data = tar_gz(&[Entry::File("a.yaml", &half)]);
+        let first = read_tar_gz_with(&data, "", Budget::new(&l)).expect("fits");
+        assert!(first.budget.unpacked < l.max_unpacked - (20 << 10));
+        assert_eq!(first.budget.entries, 2);
+        let second = read_tar_gz_with(&data, "", first.budget).expect("still fits");
+        // The third copy would fit alone, not after the first two.
+        assert!(read_tar_gz_with(&data, "", Budget::new(&l)).is_ok());
+        let err = read_tar_gz_with(&data, "", second.budget).expect_err("over the budget");
+        assert!(
+            err.contains("decompresses to more than 65536 bytes"),
+            "{err}"
+        );
+        // Entries too.
+        let small = tar_gz(&[Entry::File("a.yaml", CM), Entry::File("b.yaml", CM)]);
+        let left = read_tar_gz_with(&small, "", Budget::new(&l))
+            .expect("fits")
+            .budget;
+        let err = read_tar_gz_with(&small, "", left).expect_err("entries");
+        assert!(err.contains("more than 3 entries"), "{err}");
+        let mut b = Budget::new(&l);
+        assert!(b.take_file(60 << 10).is_ok());
+        assert!(b.take_file(5 << 10).is_err());
+    }
+
+    #[test]
+    fn tells_whether_the_prefix_exists() {
+        let data = tar_gz(&[
+            Entry::Dir("deploy/"),
+            Entry::Dir("empty/"),
+            Entry::File("deploy/a.yaml", CM),
+            Entry::File("docs/readme.md", b"x"),
+        ]);
+        let found = |p: &str| {
+            read_tar_gz_with(&data, p, Budget::new(&limits()))
+                .expect("ok")
+                .prefix_found
+        };
+        assert!(found(""));
+        assert!(found("deploy/"));
+        assert!(
+            found("empty/"),
+            "an empty directory exists (and yields no file)"
+        );
+        assert!(found("docs/"));
+        assert!(!found("missing/"));
+        assert!(!found("deplo/"));
+    }
+
+    #[test]
+    fn reads_every_gzip_member() {
+        // A tar stream split over two concatenated gzip members.
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, data) in [("a.yaml", CM), ("b.yaml", CM)] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            builder.append_data(&mut h, name, data).expect("append");
+        }
+        let tar = builder.into_inner().expect("tar");
+        let split = 512 + 512;
+        let gz = |part: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            std::io::Write::write_all(&mut e, part).expect("gzip");
+            e.finish().expect("gzip")
+        };
+        let mut data = gz(&tar[..split]);
+        data.extend(gz(&tar[split..]));
+        let files = read_tar_gz(&data, "", &limits()).expect("ok");
+        let names: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["a.yaml", "b.yaml"]);
     }
 
     #[test]

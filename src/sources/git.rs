@@ -10,23 +10,32 @@
 //! Transports: https/http through gix's reqwest backend (rustls), with basic credentials and
 //! an extra CA from the secretRef; ssh through the `ssh` program (as git does), with the
 //! secretRef's `identity` and `known_hosts` written to the scratch directory (mode 0600) and
-//! passed as `core.sshCommand`. `file://` and local paths are refused: a source must not read
-//! the operator's own file system.
+//! passed as `core.sshCommand` (no prompts, connect timeout, keep-alives); the key files are
+//! removed as soon as the fetch ends, whatever its outcome. `file://` and local paths are
+//! refused: a source must not read the operator's own file system.
+//!
+//! Bounds: the pack is counted as it is received and the fetch interrupted beyond
+//! [`Limits::max_download`]; no object may allocate more than [`Limits::max_unpacked`]
+//! (`gitoxide.objects.allocLimit`); only the subtree at `path` is walked, every entry counted
+//! against [`Limits::max_entries`] and every object's size, read from its header before it is
+//! inflated, against [`Limits::max_unpacked`]; https connects within 15 s and the whole
+//! transfer is bounded by [`Limits::timeout`]. A `path` that does not exist at the commit is
+//! an error, not an empty source.
 
 use std::{
     collections::BTreeMap,
     path::Path,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
 use kube::Client;
 
 use super::{
-    Cached, Fetched, Limits, SourceError, SourceFile, Sources, archive, parse_files, read_secret,
-    redact, secret_text,
+    Cached, Fetched, Limits, Naming, SourceError, SourceFile, Sources, archive, parse_blocking,
+    read_secret, redact, secret_text, under_path,
 };
 use crate::{
     api::{GitReference, GitSource},
@@ -200,19 +209,22 @@ pub async fn fetch(
             "internal: unchanged without a cached revision".into(),
         )),
         (Outcome::Fetched { commit, files }, _) => {
-            let manifests = Arc::new(parse_files(&desc, &files)?);
+            let where_ = format!("{} at commit {commit}", under_path(&prefix));
+            let parsed =
+                parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
             let revision = revision_of(&commit);
             s.cache.put(
                 &identity,
                 Cached {
                     revision: revision.clone(),
-                    manifests: manifests.clone(),
+                    manifests: parsed.manifests.clone(),
                     etag: None,
                     last_modified: None,
+                    bytes: parsed.bytes,
                 },
             );
             Ok(Fetched {
-                manifests,
+                manifests: parsed.manifests,
                 revision,
                 kind: "git",
                 downloaded: true,
@@ -297,6 +309,159 @@ fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
+/// Bound on connecting to a Git server (https and ssh).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The options of the ssh program: no prompts, bounded connection set-up, and a dead peer
+/// noticed within about 45 s (keep-alives every 15 s, two may go unanswered).
+const SSH_OPTIONS: &str = "-o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=15 -o ServerAliveInterval=15 -o ServerAliveCountMax=2";
+
+/// What the pack download may use; shared by the progress children gix creates.
+struct PackBudget {
+    received: AtomicU64,
+    limit: u64,
+    exceeded: AtomicBool,
+    interrupt: Arc<AtomicBool>,
+}
+
+/// A gix progress that counts the bytes of the pack as gix reads them from the server (the
+/// `read pack` child, which every byte of the pack passes through) and interrupts the fetch
+/// once they exceed the download limit: the pack is never received beyond it.
+struct PackCap {
+    id: gix::progress::Id,
+    counter: gix::progress::StepShared,
+    budget: Arc<PackBudget>,
+}
+
+impl PackCap {
+    fn new(limit: u64, interrupt: Arc<AtomicBool>) -> Self {
+        Self {
+            id: gix::progress::UNKNOWN,
+            counter: Default::default(),
+            budget: Arc::new(PackBudget {
+                received: AtomicU64::new(0),
+                limit,
+                exceeded: AtomicBool::new(false),
+                interrupt,
+            }),
+        }
+    }
+
+    fn child(&self, id: gix::progress::Id) -> Self {
+        Self {
+            id,
+            counter: Default::default(),
+            budget: self.budget.clone(),
+        }
+    }
+
+    fn read_pack_id() -> gix::progress::Id {
+        gix::odb::pack::bundle::write::ProgressId::ReadPackBytes.into()
+    }
+}
+
+impl gix::progress::Count for PackCap {
+    fn set(&self, step: gix::progress::Step) {
+        self.counter.store(step, Ordering::Relaxed);
+    }
+
+    fn step(&self) -> gix::progress::Step {
+        self.counter.load(Ordering::Relaxed)
+    }
+
+    fn inc_by(&self, step: gix::progress::Step) {
+        self.counter.fetch_add(step, Ordering::Relaxed);
+        if self.id == Self::read_pack_id() {
+            let b = &self.budget;
+            let before = b.received.fetch_add(step as u64, Ordering::SeqCst);
+            if before.saturating_add(step as u64) > b.limit {
+                b.exceeded.store(true, Ordering::SeqCst);
+                b.interrupt.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn counter(&self) -> gix::progress::StepShared {
+        self.counter.clone()
+    }
+}
+
+impl gix::progress::Progress for PackCap {
+    fn init(&mut self, _max: Option<gix::progress::Step>, _unit: Option<gix::progress::Unit>) {}
+
+    fn set_name(&mut self, _name: String) {}
+
+    fn name(&self) -> Option<String> {
+        None
+    }
+
+    fn id(&self) -> gix::progress::Id {
+        self.id
+    }
+
+    fn message(&self, _level: gix::progress::MessageLevel, _message: String) {}
+}
+
+impl gix::progress::NestedProgress for PackCap {
+    type SubProgress = PackCap;
+
+    fn add_child(&mut self, _name: impl Into<String>) -> Self::SubProgress {
+        self.child(gix::progress::UNKNOWN)
+    }
+
+    fn add_child_with_id(
+        &mut self,
+        _name: impl Into<String>,
+        id: gix::progress::Id,
+    ) -> Self::SubProgress {
+        self.child(id)
+    }
+}
+
+/// What the tree walk may still read: bytes of inflated objects (trees and manifest blobs)
+/// and tree entries.
+struct TreeBudget {
+    bytes: u64,
+    entries: usize,
+    limits: Limits,
+}
+
+impl TreeBudget {
+    /// Takes an object of `size` bytes (from its header, before it is inflated).
+    fn take_bytes(&mut self, size: u64, what: &str) -> Result<(), String> {
+        if size > self.bytes {
+            return Err(format!(
+                "the files under the path exceed {} bytes (the limit) at {what} ({size} bytes); refusing them",
+                self.limits.max_unpacked
+            ));
+        }
+        self.bytes -= size;
+        Ok(())
+    }
+
+    fn take_entry(&mut self) -> Result<(), String> {
+        if self.entries == 0 {
+            return Err(format!(
+                "more than {} entries under the path (the limit); refusing them",
+                self.limits.max_entries
+            ));
+        }
+        self.entries -= 1;
+        Ok(())
+    }
+}
+
+/// Removes files (the ssh keys) when dropped, on every way out of the fetch; the scratch
+/// directory around them goes too when its `TempDir` drops.
+struct RemoveOnDrop(Vec<std::path::PathBuf>);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn fetch_blocking(
     work_dir: &Path,
@@ -306,7 +471,7 @@ fn fetch_blocking(
     cached_commit: Option<&str>,
     prefix: &str,
     limits: &Limits,
-    interrupt: &AtomicBool,
+    interrupt: &Arc<AtomicBool>,
 ) -> Result<Outcome, String> {
     use gix::remote::Direction;
 
@@ -321,13 +486,21 @@ fn fetch_blocking(
                 work_dir.display()
             )
         })?;
+    let mut keys = RemoveOnDrop(Vec::new());
     let repo_dir = scratch.path().join("repo.git");
     gix::init_bare(&repo_dir)
         .map_err(|e| format!("initialising a scratch repository: {}", chain(&e)))?;
-    if scheme_of(url)? == "ssh" {
-        let mut cmd = String::from("ssh -o BatchMode=yes -o IdentitiesOnly=yes");
+    // No object may claim more memory than the manifests may take together.
+    let mut config = format!(
+        "[gitoxide \"objects\"]\n\tallocLimit = {}\n",
+        limits.max_unpacked.max(1 << 20)
+    );
+    let ssh = scheme_of(url)? == "ssh";
+    if ssh {
+        let mut cmd = format!("ssh {SSH_OPTIONS}");
         if let Some(id) = &creds.identity {
             let p = scratch.path().join("identity");
+            keys.0.push(p.clone());
             write_private(&p, id)
                 .map_err(|e| format!("writing the ssh identity: {}", chain(&e)))?;
             cmd.push_str(&format!(" -i {}", shell_quote(&p)));
@@ -335,6 +508,7 @@ fn fetch_blocking(
         match &creds.known_hosts {
             Some(kh) => {
                 let p = scratch.path().join("known_hosts");
+                keys.0.push(p.clone());
                 write_private(&p, kh).map_err(|e| format!("writing known_hosts: {}", chain(&e)))?;
                 cmd.push_str(&format!(
                     " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
@@ -346,16 +520,17 @@ fn fetch_blocking(
                     .into(),
             ),
         }
-        let config = repo_dir.join("config");
-        let mut text = std::fs::read_to_string(&config)
-            .map_err(|e| format!("reading the scratch repository's config: {}", chain(&e)))?;
-        text.push_str(&format!(
+        config.push_str(&format!(
             "[core]\n\tsshCommand = \"{}\"\n",
             cmd.replace('\\', "\\\\").replace('"', "\\\"")
         ));
-        std::fs::write(&config, text)
-            .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))?;
     }
+    let config_path = repo_dir.join("config");
+    let mut text = std::fs::read_to_string(&config_path)
+        .map_err(|e| format!("reading the scratch repository's config: {}", chain(&e)))?;
+    text.push_str(&config);
+    std::fs::write(&config_path, text)
+        .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))?;
     // Isolated: no system or user git configuration, no credential helpers, no prompts.
     let repo = gix::open_opts(&repo_dir, gix::open::Options::isolated())
         .map_err(|e| format!("opening the scratch repository: {}", chain(&e)))?;
@@ -382,21 +557,36 @@ fn fetch_blocking(
         },
         _ => Ok(None),
     });
-    let connection = match &creds.ca {
-        Some(pem) => {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {}", chain(&e)))?;
-            let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
-                configure_client: Some(Box::new(move |b| Ok(b.tls_certs_merge(certs.clone())))),
-                configure_request: None,
+    let connection = if ssh {
+        connection
+    } else {
+        // https/http: bounded connection set-up and transfer, and the secretRef's CA.
+        let certs =
+            match &creds.ca {
+                Some(pem) => Some(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                    format!("ca.crt is not a PEM certificate bundle: {}", chain(&e))
+                })?),
+                None => None,
             };
-            let opts = gix::protocol::transport::client::blocking_io::http::Options {
-                backend: Some(Arc::new(std::sync::Mutex::new(backend))),
-                ..Default::default()
-            };
-            connection.with_transport_options(Box::new(opts))
-        }
-        None => connection,
+        let timeout = limits.timeout;
+        let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
+            configure_client: Some(Box::new(move |b| {
+                let b = b.connect_timeout(CONNECT_TIMEOUT).timeout(timeout);
+                Ok(match &certs {
+                    Some(c) => b.tls_certs_merge(c.clone()),
+                    None => b,
+                })
+            })),
+            configure_request: None,
+        };
+        let opts = gix::protocol::transport::client::blocking_io::http::Options {
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            low_speed_limit_bytes_per_second: 1024,
+            low_speed_time_seconds: 30,
+            backend: Some(Arc::new(std::sync::Mutex::new(backend))),
+            ..Default::default()
+        };
+        connection.with_transport_options(Box::new(opts))
     };
     let prepare = connection
         .prepare_fetch(gix::progress::Discard, Default::default())
@@ -426,67 +616,158 @@ fn fetch_blocking(
     if reference.commit.is_none() && cached_commit == Some(wanted.to_string().as_str()) {
         return Ok(Outcome::Unchanged);
     }
-    prepare
+    let cap = PackCap::new(limits.max_download, interrupt.clone());
+    let budget = cap.budget.clone();
+    let received = prepare
         .with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(
             std::num::NonZeroU32::MIN,
         ))
-        .receive(gix::progress::Discard, interrupt)
-        .map_err(|e| format!("fetching {}: {}", ref_name(reference), chain(&e)))?;
+        .receive(cap, interrupt);
+    // The keys are not needed any more, whatever happened.
+    drop(keys);
+    if budget.exceeded.load(Ordering::SeqCst) {
+        return Err(format!(
+            "fetching {}: the pack is more than {} bytes (the download limit); refusing it",
+            ref_name(reference),
+            limits.max_download
+        ));
+    }
+    received.map_err(|e| format!("fetching {}: {}", ref_name(reference), chain(&e)))?;
     let commit = repo
         .find_object(wanted)
         .map_err(|e| format!("the fetched object {wanted} is missing: {}", chain(&e)))?
         .peel_to_commit()
         .map_err(|e| format!("{wanted} is not a commit: {}", chain(&e)))?;
     let commit_id = commit.id.to_string();
-    let tree = commit
-        .tree()
-        .map_err(|e| format!("reading the tree of {commit_id}: {}", chain(&e)))?;
-    let entries = tree
-        .traverse()
-        .breadthfirst
-        .files()
-        .map_err(|e| format!("reading the tree of {commit_id}: {}", chain(&e)))?;
-    let mut files = Vec::new();
-    let mut total = 0u64;
-    for e in entries {
-        let path = String::from_utf8_lossy(&e.filepath).into_owned();
-        if !path.starts_with(prefix) || !archive::is_manifest_file(&path) {
-            continue;
-        }
-        if e.mode.is_link() {
-            return Err(format!(
-                "{path} is a symbolic link; links are not followed, declare the manifest as a file"
-            ));
-        }
-        if !e.mode.is_blob() {
-            continue;
-        }
-        if files.len() >= limits.max_entries {
-            return Err(format!(
-                "more than {} manifest files under the path (the limit)",
-                limits.max_entries
-            ));
-        }
-        let blob = repo
-            .find_object(e.oid)
-            .map_err(|err| format!("reading {path}: {}", chain(&err)))?;
-        total = total.saturating_add(blob.data.len() as u64);
-        if total > limits.max_unpacked {
-            return Err(format!(
-                "the manifests under the path exceed {} bytes (the limit)",
-                limits.max_unpacked
-            ));
-        }
-        let text = String::from_utf8(blob.data.clone())
-            .map_err(|_| format!("{path} is not UTF-8 text; manifests must be UTF-8"))?;
-        files.push(SourceFile { path, text });
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let root = commit
+        .tree_id()
+        .map_err(|e| format!("reading the tree of {commit_id}: {}", chain(&e)))?
+        .detach();
+    let mut budget = TreeBudget {
+        bytes: limits.max_unpacked,
+        entries: limits.max_entries,
+        limits: limits.clone(),
+    };
+    let files = read_tree(
+        &repo,
+        root,
+        prefix,
+        &commit_id,
+        &mut budget,
+        interrupt.as_ref(),
+    )?;
     // The scratch directory goes when `scratch` drops (after `repo`, declared later).
     Ok(Outcome::Fetched {
         commit: commit_id,
         files,
     })
+}
+
+/// Loads tree `id`, its size taken from the budget (from the header, before inflating it).
+fn load_tree<'r>(
+    repo: &'r gix::Repository,
+    id: gix::ObjectId,
+    what: &str,
+    budget: &mut TreeBudget,
+) -> Result<gix::Tree<'r>, String> {
+    let header = repo
+        .find_header(id)
+        .map_err(|e| format!("reading the tree {what}: {}", chain(&e)))?;
+    budget.take_bytes(header.size(), what)?;
+    repo.find_tree(id)
+        .map_err(|e| format!("reading the tree {what}: {}", chain(&e)))
+}
+
+/// The manifest files under `prefix` in tree `root`: walks down to the directory, then only
+/// that subtree, counting every entry (of any kind) and the size of every object read against
+/// the budget, each blob's size checked from its header before it is inflated. A `prefix`
+/// that does not exist (or is not a directory) is an error.
+fn read_tree(
+    repo: &gix::Repository,
+    root: gix::ObjectId,
+    prefix: &str,
+    commit: &str,
+    budget: &mut TreeBudget,
+    interrupt: &AtomicBool,
+) -> Result<Vec<SourceFile>, String> {
+    let dir = prefix.trim_end_matches('/');
+    let mut id = root;
+    let mut walked = String::new();
+    for component in dir.split('/').filter(|c| !c.is_empty()) {
+        let tree = load_tree(repo, id, &format!("of {walked:?}"), budget)?;
+        if !walked.is_empty() {
+            walked.push('/');
+        }
+        walked.push_str(component);
+        let detail = |what: &str| {
+            if walked == dir {
+                String::new()
+            } else {
+                format!(" ({walked} {what})")
+            }
+        };
+        let entry = tree.find_entry(component).ok_or_else(|| {
+            format!(
+                "path {dir} does not exist at commit {commit}{}; fix path",
+                detail("is missing")
+            )
+        })?;
+        if !entry.mode().is_tree() {
+            return Err(format!(
+                "path {dir} is not a directory at commit {commit}{}; fix path",
+                detail("is not a directory")
+            ));
+        }
+        id = entry.object_id();
+    }
+    let mut files = Vec::new();
+    let mut queue = std::collections::VecDeque::from([(id, dir.to_string())]);
+    while let Some((id, dir)) = queue.pop_front() {
+        if interrupt.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        let tree = load_tree(repo, id, &format!("{dir:?}"), budget)?;
+        for entry in tree.iter() {
+            let entry = entry.map_err(|e| format!("reading the tree {dir:?}: {}", chain(&e)))?;
+            budget.take_entry()?;
+            let name = String::from_utf8_lossy(entry.filename());
+            let path = if dir.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{dir}/{name}")
+            };
+            let mode = entry.mode();
+            if mode.is_tree() {
+                queue.push_back((entry.object_id(), path));
+                continue;
+            }
+            if !archive::is_manifest_file(&path) {
+                continue;
+            }
+            if mode.is_link() {
+                return Err(format!(
+                    "{path} is a symbolic link; links are not followed, declare the manifest as a file"
+                ));
+            }
+            if !mode.is_blob() {
+                continue;
+            }
+            let oid = entry.object_id();
+            let header = repo
+                .find_header(oid)
+                .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
+            budget.take_bytes(header.size(), &path)?;
+            let mut blob = repo
+                .find_object(oid)
+                .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
+            let data = std::mem::take(&mut blob.data);
+            let text = String::from_utf8(data)
+                .map_err(|_| format!("{path} is not UTF-8 text; manifests must be UTF-8"))?;
+            files.push(SourceFile { path, text });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
 }
 
 #[cfg(test)]

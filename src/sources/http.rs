@@ -3,22 +3,18 @@
 //!
 //! Checks per interval: with a `sha256` pin and the content cached, none; otherwise one
 //! conditional GET (`If-None-Match` / `If-Modified-Since` from the cached response), whose
-//! `304 Not Modified` costs no download. Downloads are capped ([`super::Limits`]).
-
-use std::sync::Arc;
+//! `304 Not Modified` costs no download. Downloads are capped ([`super::Limits`]). With a
+//! `sha256` pin, cached content is served only when it is the pinned content; otherwise the
+//! GET is unconditional (a 304 must not confirm content the pin does not match).
 
 use kube::Client;
 use reqwest::{StatusCode, header};
 
 use super::{
-    Cached, Fetched, SourceError, Sources, archive, parse_files, read_secret, redact, secret_text,
-    sha256_hex,
+    Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, parse_blocking,
+    read_secret, redact, secret_text, sha256_hex, under_path,
 };
-use crate::{
-    api::HttpSource,
-    applyset::ParentRef,
-    manifest::{Origin, parse_documents},
-};
+use crate::{api::HttpSource, applyset::ParentRef};
 
 pub fn validate(h: &HttpSource) -> Result<(), String> {
     let u = url::Url::parse(&h.url).map_err(|e| format!("url is not a valid URL: {e}"))?;
@@ -105,10 +101,13 @@ pub async fn read_capped(mut resp: reqwest::Response, max: u64) -> Result<Vec<u8
     Ok(body)
 }
 
-/// The error text of a request failure, with its causes (reqwest hides the TLS reason in them).
-pub fn request_error(e: &reqwest::Error) -> String {
+/// The error text of a request failure, with its causes (reqwest hides the TLS reason in
+/// them), without the request's URL: callers name the URL themselves, redacted (a query may
+/// hold a token, and a redirect may lead to a signed URL).
+pub fn request_error(e: reqwest::Error) -> String {
+    let e = e.without_url();
     let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         let s_msg = s.to_string();
         if !msg.contains(&s_msg) {
@@ -137,8 +136,12 @@ pub async fn fetch(
         auth.secret.as_deref().unwrap_or("")
     );
     let cached = s.cache.get(&identity);
-    if let (Some(pin), Some(c)) = (&h.sha256, &cached)
-        && c.revision == format!("http:sha256:{pin}")
+    let pinned = h
+        .sha256
+        .as_ref()
+        .map(|p| format!("http:sha256:{}", p.to_ascii_lowercase()));
+    if let (Some(pin), Some(c)) = (&pinned, &cached)
+        && c.revision == *pin
     {
         return Ok(Fetched {
             manifests: c.manifests.clone(),
@@ -147,9 +150,12 @@ pub async fn fetch(
             downloaded: false,
         });
     }
+    // With a pin, the cached content (not the pinned one, or it would have been served above)
+    // must not be confirmed by a 304: download and verify.
+    let conditional = cached.as_ref().filter(|_| pinned.is_none());
     let http = s.http_client(auth.ca.as_deref())?;
     let mut rb = auth.apply(http.get(&h.url));
-    if let Some(c) = &cached {
+    if let Some(c) = conditional {
         if let Some(e) = &c.etag {
             rb = rb.header(header::IF_NONE_MATCH, e);
         }
@@ -160,17 +166,20 @@ pub async fn fetch(
     let resp = rb
         .send()
         .await
-        .map_err(|e| SourceError::Failed(format!("GET {url}: {}", request_error(&e))))?;
+        .map_err(|e| SourceError::Failed(format!("GET {url}: {}", request_error(e))))?;
     let status = resp.status();
-    if status == StatusCode::NOT_MODIFIED
-        && let Some(c) = cached
-    {
-        return Ok(Fetched {
-            manifests: c.manifests,
-            revision: c.revision,
-            kind: "http",
-            downloaded: false,
-        });
+    if status == StatusCode::NOT_MODIFIED {
+        return match conditional {
+            Some(c) => Ok(Fetched {
+                manifests: c.manifests.clone(),
+                revision: c.revision.clone(),
+                kind: "http",
+                downloaded: false,
+            }),
+            None => Err(SourceError::Failed(format!(
+                "GET {url}: the server answered 304 Not Modified to an unconditional request"
+            ))),
+        };
     }
     if !status.is_success() {
         return Err(SourceError::Failed(format!(
@@ -197,9 +206,12 @@ pub async fn fetch(
         )));
     }
     let revision = format!("http:sha256:{digest}");
-    let manifests = match cached.filter(|c| c.revision == revision) {
-        Some(c) => c.manifests,
-        None => Arc::new(decode(&desc, body, &prefix, &s.limits).await?),
+    let (manifests, bytes) = match cached.filter(|c| c.revision == revision) {
+        Some(c) => (c.manifests, c.bytes),
+        None => {
+            let p = decode(&desc, body, &prefix, &s.limits).await?;
+            (p.manifests, p.bytes)
+        }
     };
     s.cache.put(
         &identity,
@@ -208,6 +220,7 @@ pub async fn fetch(
             manifests: manifests.clone(),
             etag,
             last_modified,
+            bytes,
         },
     );
     Ok(Fetched {
@@ -218,28 +231,51 @@ pub async fn fetch(
     })
 }
 
-/// A tar.gz bundle (by content) or a single text document.
+/// A tar.gz bundle (by content) or a single text document; unpacked and parsed on blocking
+/// threads. A `path` that is not in the bundle, and a bundle or document without manifests,
+/// are errors (an empty source would prune its members).
 async fn decode(
     desc: &str,
     body: Vec<u8>,
     prefix: &str,
     limits: &super::Limits,
-) -> Result<Vec<crate::manifest::Manifest>, SourceError> {
+) -> Result<Parsed, SourceError> {
     if archive::is_gzip(&body) {
-        let limits = limits.clone();
-        let prefix = prefix.to_string();
-        let files =
-            tokio::task::spawn_blocking(move || archive::read_tar_gz(&body, &prefix, &limits))
+        let budget = archive::Budget::new(limits);
+        let pfx = prefix.to_string();
+        let unpacked =
+            tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&body, &pfx, budget))
                 .await
                 .map_err(|e| SourceError::Failed(format!("unpacking: {e}")))?
                 .map_err(SourceError::Failed)?;
-        Ok(parse_files(desc, &files)?)
+        if !unpacked.prefix_found {
+            return Err(SourceError::Failed(format!(
+                "path {} does not exist in the bundle; fix path",
+                prefix.trim_end_matches('/')
+            )));
+        }
+        parse_blocking(
+            desc.to_string(),
+            unpacked.files,
+            Naming::Files,
+            format!("in the bundle{}", under_path(prefix)),
+        )
+        .await
     } else {
         let text = String::from_utf8(body).map_err(|_| {
             SourceError::Failed(
                 "the content is neither a .tar.gz bundle nor UTF-8 YAML/JSON text".into(),
             )
         })?;
-        Ok(parse_documents(&text, &Origin::source(desc))?)
+        parse_blocking(
+            desc.to_string(),
+            vec![SourceFile {
+                path: String::new(),
+                text,
+            }],
+            Naming::Document,
+            "in the document".into(),
+        )
+        .await
     }
 }

@@ -7,13 +7,26 @@
 //! | source | revision | the cheap check per interval |
 //! |---|---|---|
 //! | configMap / secret | `configMap:<ns>/<name>@<resourceVersion>` | one GET |
-//! | http | `http:sha256:<hex of the content>` | a conditional GET (ETag / Last-Modified); none when `sha256` pins it |
+//! | http | `http:sha256:<hex of the content>` | a conditional GET (ETag / Last-Modified); none when the cached content is the one `sha256` pins (a GET without conditions when it is not) |
 //! | git | `git:<ref>@sha1:<commit>` | one ref listing (no fetch unless the commit changed); none for a `commit` |
 //! | oci | `oci:<tag>@sha256:<manifest digest>` | one HEAD of the manifest; none for a `digest` |
 //!
-//! Content is cached by revision ([`Cache`]): an unchanged source is not downloaded or parsed
-//! again. Untrusted content goes through [`archive`] (tar.gz) with its defences; only
-//! `.yaml`, `.yml` and `.json` files are read, sorted by path.
+//! Content is cached by revision ([`Cache`], bounded by entries and by the estimated memory of
+//! the parsed manifests): an unchanged source is not downloaded or parsed again. Untrusted
+//! content goes through [`archive`] (tar.gz) with its defences; only `.yaml`, `.yml` and
+//! `.json` files are read, sorted by path, and parsed on blocking threads (never on the async
+//! workers).
+//!
+//! The sources of one parent are read concurrently (at most [`FETCH_CONCURRENCY`] at once)
+//! under one deadline for all of them ([`Limits::timeout`]).
+//!
+//! A source that yields nothing (a `path` that does not exist, no manifest files, files
+//! without objects) is a failure, never an empty source: an empty source would prune its
+//! members.
+//!
+//! A namespaced ApplySet may only reference ConfigMaps and Secrets (sources and `secretRef`s)
+//! in its own namespace: the operator can read Secrets everywhere, and must not lend that
+//! right to whoever may create an ApplySet. A ClusterApplySet names the namespace.
 //!
 //! Errors are of three kinds ([`SourceError`]): the spec is wrong (`Invalid`, reported as
 //! ValidationFailed), the content does not parse (`Manifest`, ValidationFailed naming the
@@ -45,14 +58,21 @@ use crate::{
 /// Bounds on what a source may make the operator download and unpack.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Largest download (HTTP body, OCI blob) in bytes.
+    /// Largest download in bytes: an HTTP body, an OCI artifact (its manifest and all its
+    /// layers together), a Git pack.
     pub max_download: u64,
-    /// Largest total size of an archive after decompression, and of a Git tree's manifests.
+    /// Largest total size after decompression: of an HTTP bundle, of all layers of an OCI
+    /// artifact together, of the trees and manifests read from a Git commit (and the largest
+    /// single Git object).
     pub max_unpacked: u64,
-    /// Most entries in an archive (or manifest files in a Git tree).
+    /// Most entries: of an HTTP bundle, of all layers of an OCI artifact together, under the
+    /// `path` of a Git commit (files of any kind and directories).
     pub max_entries: usize,
-    /// Bound on one fetch (connect, transfer, unpack).
+    /// Bound on reading all sources of a parent (connect, transfer, unpack, parse); one
+    /// deadline for all of them, which are read concurrently.
     pub timeout: Duration,
+    /// Estimated memory of the parsed manifests the content cache may hold, in bytes.
+    pub max_cached: u64,
 }
 
 impl Default for Limits {
@@ -62,6 +82,7 @@ impl Default for Limits {
             max_unpacked: 256 << 20,
             max_entries: 10_000,
             timeout: Duration::from_secs(120),
+            max_cached: 128 << 20,
         }
     }
 }
@@ -165,14 +186,25 @@ struct Entry {
     /// HTTP validators of the response the content came from.
     etag: Option<String>,
     last_modified: Option<String>,
+    /// Estimated memory of `manifests` ([`estimate_bytes`]).
+    bytes: u64,
     used: Instant,
 }
 
-/// Content by source identity, kept while its revision is unchanged; bounded (least recently
-/// used entries go first).
+/// Content by source identity, kept while its revision is unchanged; bounded by a number of
+/// entries and by the estimated memory of their manifests (least recently used entries go
+/// first). Identities are sources (URL, ref, path, credentials), not parents: parents that
+/// read the same source share one entry, and an entry nobody reads any more ages out.
 pub struct Cache {
-    entries: Mutex<HashMap<String, Entry>>,
+    inner: Mutex<CacheInner>,
     capacity: usize,
+    max_bytes: u64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    entries: HashMap<String, Entry>,
+    bytes: u64,
 }
 
 /// What the cache holds for an identity.
@@ -182,25 +214,29 @@ pub struct Cached {
     pub manifests: Arc<Vec<Manifest>>,
     pub etag: Option<String>,
     pub last_modified: Option<String>,
+    /// Estimated memory of `manifests` ([`estimate_bytes`]).
+    pub bytes: u64,
 }
 
 impl Cache {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, max_bytes: u64) -> Self {
         Self {
-            entries: Mutex::new(HashMap::new()),
+            inner: Mutex::new(CacheInner::default()),
             capacity: capacity.max(1),
+            max_bytes,
         }
     }
 
     pub fn get(&self, identity: &str) -> Option<Cached> {
-        let mut m = self.entries.lock().ok()?;
-        let e = m.get_mut(identity)?;
+        let mut m = self.inner.lock().ok()?;
+        let e = m.entries.get_mut(identity)?;
         e.used = Instant::now();
         Some(Cached {
             revision: e.revision.clone(),
             manifests: e.manifests.clone(),
             etag: e.etag.clone(),
             last_modified: e.last_modified.clone(),
+            bytes: e.bytes,
         })
     }
 
@@ -211,36 +247,97 @@ impl Cache {
             .map(|c| c.manifests)
     }
 
+    /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
+    /// used other entries until both bounds hold. Content larger than the whole byte budget is
+    /// not cached at all (it is read again next time).
     pub fn put(&self, identity: &str, c: Cached) {
-        let Ok(mut m) = self.entries.lock() else {
+        let Ok(mut m) = self.inner.lock() else {
             return;
         };
-        if m.len() >= self.capacity
-            && !m.contains_key(identity)
-            && let Some(oldest) = m.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| k.clone())
-        {
-            m.remove(&oldest);
+        let m = &mut *m;
+        if let Some(old) = m.entries.remove(identity) {
+            m.bytes = m.bytes.saturating_sub(old.bytes);
         }
-        m.insert(
+        if c.bytes > self.max_bytes {
+            return;
+        }
+        while !m.entries.is_empty()
+            && (m.entries.len() >= self.capacity
+                || m.bytes.saturating_add(c.bytes) > self.max_bytes)
+        {
+            let Some(oldest) = m
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(e) = m.entries.remove(&oldest) {
+                m.bytes = m.bytes.saturating_sub(e.bytes);
+            }
+        }
+        m.bytes = m.bytes.saturating_add(c.bytes);
+        m.entries.insert(
             identity.to_string(),
             Entry {
                 revision: c.revision,
                 manifests: c.manifests,
                 etag: c.etag,
                 last_modified: c.last_modified,
+                bytes: c.bytes,
                 used: Instant::now(),
             },
         );
     }
 
     pub fn len(&self) -> usize {
-        self.entries.lock().map(|m| m.len()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|m| m.entries.len())
+            .unwrap_or_default()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The estimated memory of everything cached.
+    pub fn bytes(&self) -> u64 {
+        self.inner.lock().map(|m| m.bytes).unwrap_or_default()
+    }
 }
+
+/// An estimate of the memory the parsed `manifests` take: the JSON trees (a node costs about
+/// the size of a `serde_json::Value` plus map overhead; strings their length) and the
+/// per-manifest fields. Cheap (one walk), and good enough to bound the cache.
+pub fn estimate_bytes(manifests: &[Manifest]) -> u64 {
+    fn value(v: &serde_json::Value) -> u64 {
+        const NODE: u64 = std::mem::size_of::<serde_json::Value>() as u64;
+        NODE + match v {
+            serde_json::Value::String(s) => s.len() as u64,
+            serde_json::Value::Array(a) => a.iter().map(value).sum(),
+            serde_json::Value::Object(o) => map(o),
+            _ => 0,
+        }
+    }
+    fn map(o: &serde_json::Map<String, serde_json::Value>) -> u64 {
+        // Key string, its header and the map's per-entry overhead.
+        o.iter().map(|(k, v)| k.len() as u64 + 48 + value(v)).sum()
+    }
+    manifests
+        .iter()
+        .map(|m| {
+            std::mem::size_of::<Manifest>() as u64
+                + 256
+                + map(&m.object)
+                + (m.api_version.len() + m.kind.len() + m.name.len()) as u64 * 2
+        })
+        .sum()
+}
+
+/// How many sources of one parent are read at once.
+pub const FETCH_CONCURRENCY: usize = 4;
 
 /// Everything the sources share: the HTTP client, the content cache, the index of referenced
 /// objects, limits and a scratch directory (Git needs a repository on disk).
@@ -248,8 +345,108 @@ pub struct Sources {
     pub limits: Limits,
     pub cache: Cache,
     pub index: Index,
-    work_dir: PathBuf,
+    work_dir: WorkDir,
     default_client: Mutex<Option<reqwest::Client>>,
+}
+
+/// The scratch directory of one [`Sources`]: `run-<random>/` under the configured directory,
+/// holding a locked `.lock` file while in use. It is removed when the `Sources` goes, and at
+/// startup every `run-*` directory whose lock nobody holds (left by a killed process: it may
+/// hold ssh keys) is removed, without touching the directories of live processes that share
+/// the configured directory.
+struct WorkDir {
+    path: PathBuf,
+    /// Held (locked) while this directory is in use; `None` when the directory could not be
+    /// prepared (fetches then create what they need and report errors themselves).
+    _lock: Option<std::fs::File>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// `run-*` directories without a `.lock` file are removed only when older than this (one may
+/// be between its creation and its lock).
+const UNLOCKED_GRACE: Duration = Duration::from_secs(600);
+/// Scratch directories of earlier versions (`git-*` directly in the configured directory) are
+/// removed when older than this (a fetch never takes as long).
+const LEGACY_GRACE: Duration = Duration::from_secs(3600);
+
+impl WorkDir {
+    fn prepare(base: PathBuf) -> Self {
+        clean_stale(&base);
+        let made = std::fs::create_dir_all(&base)
+            .and_then(|()| {
+                tempfile::Builder::new()
+                    .prefix("run-")
+                    .rand_bytes(8)
+                    .tempdir_in(&base)
+            })
+            .and_then(|dir| {
+                let lock = std::fs::File::create(dir.path().join(".lock"))?;
+                lock.try_lock().map_err(std::io::Error::other)?;
+                Ok((dir, lock))
+            });
+        match made {
+            Ok((dir, lock)) => Self {
+                path: dir.path().to_path_buf(),
+                _lock: Some(lock),
+                _dir: Some(dir),
+            },
+            Err(e) => {
+                tracing::warn!(dir = %base.display(), error = %e, "cannot prepare the sources' scratch directory; git sources will fail until it is writable");
+                Self {
+                    path: base.join("run-unlocked"),
+                    _lock: None,
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+fn older_than(meta: &std::fs::Metadata, age: Duration) -> bool {
+    meta.modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_some_and(|e| e > age)
+}
+
+/// Removes scratch directories nobody uses any more (see [`WorkDir`]).
+fn clean_stale(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        let stale = if name.starts_with("run-") {
+            match std::fs::File::open(path.join(".lock")) {
+                // Locked by a live process: in use. Unlocked: its process is gone.
+                Ok(f) => f.try_lock().is_ok(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    older_than(&meta, UNLOCKED_GRACE)
+                }
+                Err(_) => false,
+            }
+        } else {
+            name.starts_with("git-") && older_than(&meta, LEGACY_GRACE)
+        };
+        if stale {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {
+                    tracing::info!(dir = %path.display(), "removed a stale source scratch directory")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %path.display(), error = %e, "cannot remove a stale source scratch directory")
+                }
+            }
+        }
+    }
 }
 
 /// Installs ring as the process's rustls crypto provider (kube uses ring too; reqwest and
@@ -261,11 +458,12 @@ pub fn install_crypto_provider() {
 impl Sources {
     pub fn new(limits: Limits, work_dir: Option<PathBuf>) -> Self {
         install_crypto_provider();
+        let base = work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator"));
         Self {
+            cache: Cache::new(256, limits.max_cached),
             limits,
-            cache: Cache::new(256),
             index: Index::default(),
-            work_dir: work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator")),
+            work_dir: WorkDir::prepare(base),
             default_client: Mutex::new(None),
         }
     }
@@ -276,7 +474,9 @@ impl Sources {
             let mut b = reqwest::Client::builder()
                 .user_agent(concat!("applyset-operator/", env!("CARGO_PKG_VERSION")))
                 .connect_timeout(Duration::from_secs(15))
-                .timeout(self.limits.timeout)
+                // The deadline of `fetch_all` bounds every request; this is only a backstop
+                // (later, so that the deadline's message, naming the sources, wins).
+                .timeout(self.limits.timeout.saturating_add(Duration::from_secs(5)))
                 .redirect(reqwest::redirect::Policy::limited(5));
             if let Some(pem) = ca {
                 let certs = reqwest::Certificate::from_pem_bundle(pem)
@@ -304,28 +504,62 @@ impl Sources {
         Ok(c)
     }
 
-    /// Reads every source of `spec` in order. The first failure stops.
+    /// Reads every source of `spec`, at most [`FETCH_CONCURRENCY`] at once, under one
+    /// deadline for all of them ([`Limits::timeout`]); the results are in spec order. A
+    /// failure stops the rest (the first failing source in spec order is reported).
     pub async fn fetch_all(
         &self,
         client: &Client,
         parent: &ParentRef,
         spec: &ApplySetSpec,
     ) -> Result<Vec<Fetched>, SourceError> {
-        let mut out = Vec::with_capacity(spec.sources.len());
-        for (i, source) in spec.sources.iter().enumerate() {
-            let fetched =
-                tokio::time::timeout(self.limits.timeout, self.fetch(client, parent, i, source))
-                    .await
-                    .map_err(|_| {
-                        SourceError::Failed(format!(
-                            "spec.sources[{i}] ({}): not read within {:?}",
-                            describe(source),
-                            self.limits.timeout
-                        ))
-                    })??;
-            out.push(fetched);
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let done = Mutex::new(vec![false; spec.sources.len()]);
+        let done_ref = &done;
+        let reads: Vec<_> = spec
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, source)| async move {
+                let r = self.fetch(client, parent, i, source).await;
+                if let Ok(mut d) = done_ref.lock()
+                    && let Some(slot) = d.get_mut(i)
+                {
+                    *slot = true;
+                }
+                r
+            })
+            .collect();
+        let all = futures::stream::iter(reads)
+            .buffered(FETCH_CONCURRENCY)
+            .try_collect::<Vec<_>>();
+        match tokio::time::timeout(self.limits.timeout, all).await {
+            Ok(r) => r,
+            Err(_) => {
+                let pending: Vec<String> = done
+                    .lock()
+                    .map(|d| d.clone())
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, done)| !**done)
+                    .filter_map(|(i, _)| {
+                        spec.sources
+                            .get(i)
+                            .map(|s| format!("spec.sources[{i}] ({})", describe(s)))
+                    })
+                    .collect();
+                let which = match pending.as_slice() {
+                    [] => "spec.sources".to_string(),
+                    [one] => one.clone(),
+                    [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+                };
+                Err(SourceError::Failed(format!(
+                    "{which}: not read within {:?} (one deadline for all sources of the set, --source-timeout)",
+                    self.limits.timeout
+                )))
+            }
         }
-        Ok(out)
     }
 
     /// Reads source `index` of `parent`.
@@ -394,7 +628,7 @@ impl Sources {
     }
 
     fn work_dir(&self) -> &std::path::Path {
-        &self.work_dir
+        &self.work_dir.path
     }
 }
 
@@ -463,22 +697,38 @@ pub fn describe(source: &Source) -> String {
     }
 }
 
-/// A URL without user info (a password in a URL must never reach status or logs).
+/// A URL as it may be shown in status, events and logs: without user info (a password in a
+/// URL must never reach them), query or fragment (tokens of signed URLs: `?token=…`,
+/// `X-Amz-Signature=…`); that is `scheme://host[:port]/path`. A string that is not a URL
+/// (e.g. scp-like `git@host:path`) is cut at `?` or `#`.
 pub fn redact(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+        Ok(mut u) => {
+            let has_secret = !u.username().is_empty()
+                || u.password().is_some()
+                || u.query().is_some()
+                || u.fragment().is_some();
+            if !has_secret {
+                return url.to_string();
+            }
             let _ = u.set_username("");
             let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
             u.to_string()
         }
-        _ => url.to_string(),
+        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
     }
 }
 
-/// The namespace of a referenced ConfigMap / Secret: as given, else the ApplySet's; a
-/// ClusterApplySet must give one.
+/// The namespace of a referenced ConfigMap / Secret: the ApplySet's own (given or not; a
+/// namespaced ApplySet may not reference another namespace), or for a ClusterApplySet the one
+/// given (it must give one).
 pub fn resolve_namespace(parent: &ParentRef, given: Option<&str>) -> Result<String, String> {
     match (given.filter(|n| !n.is_empty()), &parent.namespace) {
+        (Some(n), Some(own)) if n != own => Err(format!(
+            "namespace {n:?} is not the ApplySet's own namespace {own:?}: an ApplySet may only reference ConfigMaps and Secrets in its own namespace; remove namespace (or set it to {own:?}) and create the object there, or use a ClusterApplySet"
+        )),
         (Some(n), _) => Ok(n.to_string()),
         (None, Some(n)) => Ok(n.clone()),
         (None, None) => Err(
@@ -488,31 +738,37 @@ pub fn resolve_namespace(parent: &ParentRef, given: Option<&str>) -> Result<Stri
     }
 }
 
-/// Validates the sources of a spec without any I/O (exactly one kind each; namespaces of a
-/// ClusterApplySet; well-formed refs and paths). The message names the source.
+/// Validates the sources of a spec without any I/O (exactly one kind each; namespaces of
+/// referenced ConfigMaps and Secrets; well-formed refs and paths). The message names the
+/// source and the field.
 pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), String> {
     for (i, s) in spec.sources.iter().enumerate() {
         let at = |m: String| format!("spec.sources[{i}] ({}): {m}", describe(s));
         let kind = kind_of(s).map_err(at)?;
-        let need_ns = |ns: Option<&str>| resolve_namespace(parent, ns).map(|_| ());
+        let need_ns = |field: &str, ns: Option<&str>| {
+            resolve_namespace(parent, ns)
+                .map(|_| ())
+                .map_err(|m| at(format!("{field}.namespace: {m}")))
+        };
         match kind {
-            Kind::ConfigMap(o) | Kind::Secret(o) => need_ns(o.namespace.as_deref()).map_err(at)?,
+            Kind::ConfigMap(o) => need_ns("configMap", o.namespace.as_deref())?,
+            Kind::Secret(o) => need_ns("secret", o.namespace.as_deref())?,
             Kind::Http(h) => {
                 http::validate(h).map_err(at)?;
                 if let Some(r) = &h.secret_ref {
-                    need_ns(r.namespace.as_deref()).map_err(at)?;
+                    need_ns("http.secretRef", r.namespace.as_deref())?;
                 }
             }
             Kind::Git(g) => {
                 git::validate(g).map_err(at)?;
                 if let Some(r) = &g.secret_ref {
-                    need_ns(r.namespace.as_deref()).map_err(at)?;
+                    need_ns("git.secretRef", r.namespace.as_deref())?;
                 }
             }
             Kind::Oci(o) => {
                 oci::validate(o).map_err(at)?;
                 if let Some(r) = &o.secret_ref {
-                    need_ns(r.namespace.as_deref()).map_err(at)?;
+                    need_ns("oci.secretRef", r.namespace.as_deref())?;
                 }
             }
         }
@@ -580,6 +836,76 @@ pub fn parse_files_as_keys(
     Ok(out)
 }
 
+/// How the files of a source are named in origins (and so in error messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// `… file <path>, line …`
+    Files,
+    /// `… key <key>, line …` (ConfigMap and Secret data keys)
+    Keys,
+    /// The source is one document (an HTTP document): `… line …`.
+    Document,
+}
+
+/// Parsed manifests with their estimated memory (for the cache).
+pub struct Parsed {
+    pub manifests: Arc<Vec<Manifest>>,
+    pub bytes: u64,
+}
+
+/// What an empty source is told to do.
+const EMPTY_HINT: &str = "a source that yields nothing is refused rather than read as empty (which would prune its members); fix the path or the content, or remove the source from spec.sources";
+
+/// Parses `files` of source `desc` on a blocking thread (YAML of up to `max_unpacked` bytes
+/// must not stall the async workers). A source without manifest files, or whose files hold no
+/// object, is refused (`Failed`); `where_` says where nothing was found, e.g.
+/// `under path deploy at commit 0a1b…`.
+pub async fn parse_blocking(
+    desc: String,
+    files: Vec<SourceFile>,
+    naming: Naming,
+    where_: String,
+) -> Result<Parsed, SourceError> {
+    if files.is_empty() {
+        return Err(SourceError::Failed(format!(
+            "no manifest files (.yaml, .yml, .json) {where_}; {EMPTY_HINT}"
+        )));
+    }
+    tokio::task::spawn_blocking(move || {
+        let manifests = match naming {
+            Naming::Files => parse_files(&desc, &files)?,
+            Naming::Keys => parse_files_as_keys(&desc, &files)?,
+            Naming::Document => {
+                let mut out = Vec::new();
+                for f in &files {
+                    out.extend(parse_documents(&f.text, &Origin::source(&desc))?);
+                }
+                out
+            }
+        };
+        if manifests.is_empty() {
+            return Err(SourceError::Failed(format!(
+                "the manifests {where_} hold no objects; {EMPTY_HINT}"
+            )));
+        }
+        let bytes = estimate_bytes(&manifests);
+        Ok(Parsed {
+            manifests: Arc::new(manifests),
+            bytes,
+        })
+    })
+    .await
+    .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))?
+}
+
+/// ` under path <dir>` for a non-empty directory prefix (`dir/`), else "".
+pub fn under_path(prefix: &str) -> String {
+    match prefix.trim_end_matches('/') {
+        "" => String::new(),
+        dir => format!(" under path {dir}"),
+    }
+}
+
 /// Lowercase hex SHA-256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
@@ -603,6 +929,7 @@ pub fn combined_revision(set_digest: &str, sources: &[Fetched]) -> String {
 mod tests {
     use super::*;
     use crate::api::{GitReference, GitSource, HttpSource, ObjectSource, OciSource};
+    use crate::manifest::{Origin, parse_documents};
 
     fn cm(ns: Option<&str>) -> Source {
         Source {
@@ -686,27 +1013,234 @@ mod tests {
         assert_eq!(describe(&s), "oci oci://r.example.com/a/b:v1");
     }
 
+    fn cached(r: &str, bytes: u64) -> Cached {
+        Cached {
+            revision: r.into(),
+            manifests: Arc::new(vec![]),
+            etag: None,
+            last_modified: None,
+            bytes,
+        }
+    }
+
     #[test]
     fn cache_is_bounded_and_keyed_by_revision() {
-        let c = Cache::new(2);
-        let put = |k: &str, r: &str| {
-            c.put(
-                k,
-                Cached {
-                    revision: r.into(),
-                    manifests: Arc::new(vec![]),
-                    etag: None,
-                    last_modified: None,
-                },
-            )
-        };
-        put("a", "1");
-        put("b", "1");
+        let c = Cache::new(2, 1 << 20);
+        c.put("a", cached("1", 1));
+        c.put("b", cached("1", 1));
         assert!(c.get_revision("a", "1").is_some());
         assert!(c.get_revision("a", "2").is_none());
-        put("c", "1");
+        c.put("c", cached("1", 1));
         assert_eq!(c.len(), 2);
         assert!(c.get("b").is_none(), "least recently used went first");
+    }
+
+    #[test]
+    fn cache_is_bounded_by_bytes() {
+        let c = Cache::new(100, 1000);
+        c.put("a", cached("1", 400));
+        c.put("b", cached("1", 400));
+        assert_eq!(c.bytes(), 800);
+        assert!(c.get("a").is_some(), "a is now more recent than b");
+        c.put("c", cached("1", 400));
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.bytes(), 800);
+        assert!(c.get("b").is_none(), "least recently used went first");
+        assert!(c.get("a").is_some() && c.get("c").is_some());
+        // Replacing an entry replaces its bytes.
+        c.put("a", cached("2", 100));
+        assert_eq!(c.bytes(), 500);
+        // Content larger than the whole budget is not cached, and replaces nothing else.
+        c.put("huge", cached("1", 1001));
+        assert!(c.get("huge").is_none());
+        assert_eq!(c.len(), 2);
+        // ... and an identity whose new content is too large loses its old content.
+        c.put("a", cached("3", 5000));
+        assert!(c.get("a").is_none());
+        assert_eq!(c.bytes(), 400);
+    }
+
+    #[test]
+    fn estimated_bytes_grow_with_content() {
+        let parse = |t: &str| parse_documents(t, &Origin::source("test")).expect("parses");
+        let small = parse("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
+        let big = parse(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  v: \"{}\"\n",
+            "x".repeat(100_000)
+        ));
+        let (s, b) = (estimate_bytes(&small), estimate_bytes(&big));
+        assert!(s > 100 && s < 10_000, "{s}");
+        assert!(b > 100_000 && b < 200_000, "{b}");
+    }
+
+    #[test]
+    fn namespaced_parents_reference_only_their_namespace() {
+        let parent = ParentRef::applyset("team-a", "set");
+        // The own namespace, given or not, is fine.
+        for ns in [None, Some("team-a")] {
+            let spec = ApplySetSpec {
+                sources: vec![cm(ns)],
+                ..Default::default()
+            };
+            assert!(validate(&parent, &spec).is_ok(), "{ns:?}");
+        }
+        let secret_ref = Some(SecretReference {
+            name: "creds".into(),
+            namespace: Some("team-b".into()),
+        });
+        let cases = [
+            (cm(Some("team-b")), "configMap.namespace"),
+            (
+                Source {
+                    secret: Some(ObjectSource {
+                        name: "s".into(),
+                        namespace: Some("team-b".into()),
+                        keys: vec![],
+                    }),
+                    ..Default::default()
+                },
+                "secret.namespace",
+            ),
+            (
+                Source {
+                    http: Some(HttpSource {
+                        url: "https://attacker.example/x".into(),
+                        secret_ref: secret_ref.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                "http.secretRef.namespace",
+            ),
+            (
+                Source {
+                    git: Some(GitSource {
+                        url: "https://attacker.example/r.git".into(),
+                        reference: GitReference {
+                            branch: Some("main".into()),
+                            ..Default::default()
+                        },
+                        secret_ref: secret_ref.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                "git.secretRef.namespace",
+            ),
+            (
+                Source {
+                    oci: Some(OciSource {
+                        url: "oci://attacker.example/a".into(),
+                        tag: Some("v1".into()),
+                        secret_ref: secret_ref.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                "oci.secretRef.namespace",
+            ),
+        ];
+        for (source, field) in cases {
+            let spec = ApplySetSpec {
+                sources: vec![source],
+                ..Default::default()
+            };
+            let err = validate(&parent, &spec).expect_err(field);
+            assert!(err.starts_with("spec.sources[0] ("), "{err}");
+            assert!(err.contains(field), "{field}: {err}");
+            assert!(
+                err.contains("only reference ConfigMaps and Secrets in its own namespace"),
+                "{err}"
+            );
+            assert!(
+                Sources::references(&parent, &spec).is_empty(),
+                "a refused reference is not watched"
+            );
+            // The fetch path refuses it too (defence in depth).
+            assert!(resolve_namespace(&parent, Some("team-b")).is_err());
+            // A ClusterApplySet may name any namespace.
+            assert!(validate(&ParentRef::cluster("c"), &spec).is_ok(), "{field}");
+        }
+    }
+
+    #[test]
+    fn redaction_drops_user_info_query_and_fragment() {
+        assert_eq!(
+            redact("https://u:p@example.com/a/b.yaml?token=s3cret&x=1#frag"),
+            "https://example.com/a/b.yaml"
+        );
+        assert_eq!(
+            redact("https://bucket.s3.example.com/o.tgz?X-Amz-Signature=abc"),
+            "https://bucket.s3.example.com/o.tgz"
+        );
+        assert_eq!(
+            redact("https://example.com/a.yaml"),
+            "https://example.com/a.yaml"
+        );
+        assert_eq!(
+            redact("git@example.com:org/r.git"),
+            "git@example.com:org/r.git"
+        );
+        assert_eq!(redact("not a url?token=x"), "not a url");
+        let s = Source {
+            http: Some(HttpSource {
+                url: "https://example.com/a.yaml?token=s3cret".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(describe(&s), "http https://example.com/a.yaml");
+    }
+
+    #[tokio::test]
+    async fn empty_sources_are_refused() {
+        let err = parse_blocking("t".into(), vec![], Naming::Files, "under path x".into())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("no manifest files (.yaml, .yml, .json) under path x"),
+            "{err}"
+        );
+        assert!(err.contains("would prune"), "{err}");
+        let only_comments = vec![SourceFile {
+            path: "a.yaml".into(),
+            text: "# nothing\n---\n".into(),
+        }];
+        let err = parse_blocking("t".into(), only_comments, Naming::Files, "in x".into())
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("hold no objects"), "{err}");
+    }
+
+    #[test]
+    fn stale_scratch_directories_are_removed_live_ones_kept() {
+        let base = tempfile::tempdir().expect("tempdir");
+        let live = WorkDir::prepare(base.path().to_path_buf());
+        assert!(live.path.join(".lock").exists());
+        // A directory left by a dead process: its lock file exists but nobody holds it.
+        let dead = base.path().join("run-dead");
+        std::fs::create_dir_all(&dead).expect("mkdir");
+        std::fs::write(dead.join(".lock"), b"").expect("lock file");
+        std::fs::write(dead.join("identity"), b"key").expect("key");
+        // A fresh directory without a lock (being created) is kept.
+        let fresh = base.path().join("run-fresh");
+        std::fs::create_dir_all(&fresh).expect("mkdir");
+        let other = WorkDir::prepare(base.path().to_path_buf());
+        assert!(!dead.exists(), "the dead process's directory is removed");
+        assert!(live.path.exists(), "a live one is kept");
+        assert!(fresh.exists(), "one being created is kept");
+        assert_ne!(live.path, other.path);
+        let (lp, op) = (live.path.clone(), other.path.clone());
+        drop(live);
+        drop(other);
+        assert!(
+            !lp.exists() && !op.exists(),
+            "removed when the Sources goes"
+        );
     }
 
     #[test]

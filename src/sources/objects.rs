@@ -71,9 +71,10 @@ pub async fn fetch(
         }
     };
     let files = select_keys(&data, &source.keys, kind_name, &ns, &source.name, limits)?;
-    let manifests = super::parse_files_as_keys(&desc, &files)?;
+    let where_ = format!("among the data keys of {kind_name} {ns}/{}", source.name);
+    let parsed = super::parse_blocking(desc, files, super::Naming::Keys, where_).await?;
     Ok(Fetched {
-        manifests: std::sync::Arc::new(manifests),
+        manifests: parsed.manifests,
         revision: format!("{noun}:{ns}/{}@{rv}", source.name),
         kind: noun,
         downloaded: true,

@@ -13,10 +13,17 @@
 //! `.dockerconfigjson`), sent as basic auth or exchanged for a bearer token when the
 //! registry's `WWW-Authenticate` challenge asks for one (the Docker token protocol).
 //!
+//! Bounds are per artifact, not per layer: one download budget for the manifest and all
+//! layers ([`super::Limits::max_download`]), one unpacked-size and entry budget for all layers
+//! ([`archive::Budget`]), and at most [`MAX_LAYERS`] layers.
+//!
+//! The token service of a bearer challenge must be https (http only with `insecure`), and
+//! receives the basic credentials only over https or when it is the registry's own host.
+//!
 //! Checks per interval: with a digest (cached), none; with a tag, one `HEAD` of the manifest,
 //! and nothing more while the digest stays the same.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use kube::Client;
@@ -24,8 +31,8 @@ use reqwest::{Method, StatusCode, header};
 use serde_json::Value;
 
 use super::{
-    Cached, Fetched, SourceError, SourceFile, Sources, archive, http::read_capped,
-    http::request_error, parse_files, read_secret, secret_text, sha256_hex,
+    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, http::read_capped,
+    http::request_error, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
 };
 use crate::{api::OciSource, applyset::ParentRef};
 
@@ -130,11 +137,31 @@ fn credentials(data: &BTreeMap<String, Vec<u8>>, host: &str) -> Option<(String, 
 struct Session {
     http: reqwest::Client,
     base: String,
+    /// `host[:port]` of the registry.
+    host: String,
     repo: String,
+    /// Plain http allowed (`insecure`), for the registry and its token service.
+    insecure: bool,
     basic: Option<(String, String)>,
     /// `Authorization` header value once a challenge was answered.
     auth: Option<String>,
-    max: u64,
+}
+
+/// The most layers an artifact may have (a Flux artifact has one, ORAS one per file pushed).
+pub const MAX_LAYERS: usize = 16;
+
+/// The largest manifest read (its own cap, taken from the download budget too).
+const MAX_MANIFEST: u64 = 4 << 20;
+
+/// Whether basic credentials may go to the token service at `realm`: over https, or to the
+/// registry's own host (which gets them anyway).
+fn may_send_credentials(realm: &url::Url, registry_host: &str) -> bool {
+    let realm_host = match (realm.host_str(), realm.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_string(),
+        (None, _) => return false,
+    };
+    realm.scheme() == "https" || realm_host.eq_ignore_ascii_case(registry_host)
 }
 
 /// Parses `Bearer realm="…",service="…",scope="…"` (or `Basic realm=…`).
@@ -175,7 +202,7 @@ impl Session {
         }
         rb.send()
             .await
-            .map_err(|e| format!("{method} {url}: {}", request_error(&e)))
+            .map_err(|e| format!("{method} {url}: {}", request_error(e)))
     }
 
     /// A request, answering one authentication challenge if the registry asks.
@@ -201,8 +228,21 @@ impl Session {
                     .get("realm")
                     .ok_or("the registry's bearer challenge has no realm")?;
                 let mut token_url = url::Url::parse(realm).map_err(|e| {
-                    format!("the registry's token realm {realm:?} is not a URL: {e}")
+                    format!(
+                        "the registry's token realm {:?} is not a URL: {e}",
+                        redact(realm)
+                    )
                 })?;
+                match token_url.scheme() {
+                    "https" => {}
+                    "http" if self.insecure => {}
+                    other => {
+                        return Err(format!(
+                            "the registry's token realm {} is {other}://, not https:// (set insecure: true only for a registry reached over plain http)",
+                            redact(realm)
+                        ));
+                    }
+                }
                 {
                     let mut q = token_url.query_pairs_mut();
                     if let Some(s) = params.get("service") {
@@ -215,13 +255,15 @@ impl Session {
                     q.append_pair("scope", &scope);
                 }
                 let mut rb = self.http.get(token_url.as_str());
-                if let Some((u, p)) = &self.basic {
+                if let Some((u, p)) = &self.basic
+                    && may_send_credentials(&token_url, &self.host)
+                {
                     rb = rb.basic_auth(u, Some(p));
                 }
                 let tr = rb
                     .send()
                     .await
-                    .map_err(|e| format!("getting a registry token: {}", request_error(&e)))?;
+                    .map_err(|e| format!("getting a registry token: {}", request_error(e)))?;
                 if !tr.status().is_success() {
                     return Err(format!(
                         "the registry's token service answered {} (check the secretRef's credentials)",
@@ -255,12 +297,14 @@ impl Session {
         self.send(&method, &url, accept).await
     }
 
+    /// GETs `path`, at most `max` bytes, and verifies it against `digest`.
     async fn get_verified(
         &mut self,
         path: &str,
         accept: Option<&str>,
         digest: &str,
         what: &str,
+        max: u64,
     ) -> Result<Vec<u8>, String> {
         let resp = self.request(Method::GET, path, accept).await?;
         if !resp.status().is_success() {
@@ -269,7 +313,7 @@ impl Session {
                 resp.status()
             ));
         }
-        let body = read_capped(resp, self.max)
+        let body = read_capped(resp, max)
             .await
             .map_err(|e| format!("GET {what}: {e}"))?;
         let got = format!("sha256:{}", sha256_hex(&body));
@@ -334,10 +378,11 @@ pub async fn fetch(
             if o.insecure { "http" } else { "https" },
             repo.host
         ),
+        host: repo.host.clone(),
         repo: repo.name.clone(),
+        insecure: o.insecure,
         basic,
         auth: None,
-        max: s.limits.max_download,
     };
     // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
     let mut expected = o.digest.clone();
@@ -379,6 +424,14 @@ pub async fn fetch(
             });
         }
     }
+    // One download budget for the whole artifact: the manifest and every layer.
+    let max_download = s.limits.max_download;
+    let mut download_left = max_download;
+    let over_budget = || {
+        failed(format!(
+            "the artifact is more than {max_download} bytes (the download limit, for the manifest and all layers together); refusing it"
+        ))
+    };
     // The manifest, verified against the digest asked for (or announced).
     let resp = session
         .request(
@@ -405,9 +458,10 @@ pub async fn fetch(
         .get("docker-content-digest")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let body = read_capped(resp, 4 << 20)
+    let body = read_capped(resp, MAX_MANIFEST.min(download_left))
         .await
         .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
+    download_left = download_left.saturating_sub(body.len() as u64);
     let digest = format!("sha256:{}", sha256_hex(&body));
     for want in [
         expected.as_ref(),
@@ -437,6 +491,22 @@ pub async fn fetch(
         .get("layers")
         .and_then(Value::as_array)
         .ok_or_else(|| failed(format!("manifest {reference} has no layers")))?;
+    if layers.len() > MAX_LAYERS {
+        return Err(failed(format!(
+            "manifest {reference} has {} layers, more than the limit of {MAX_LAYERS}; refusing it",
+            layers.len()
+        )));
+    }
+    // The declared sizes, before anything is downloaded (the downloads are capped anyway).
+    let declared: u64 = layers
+        .iter()
+        .map(|l| l.get("size").and_then(Value::as_u64).unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    if declared > download_left {
+        return Err(over_budget());
+    }
+    let mut budget = archive::Budget::new(&s.limits);
+    let mut prefix_found = prefix.is_empty();
     let mut files: Vec<SourceFile> = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
         let d = layer
@@ -448,58 +518,85 @@ pub async fn fetch(
                 "layer {i} has digest {d:?}; only sha256 digests are supported"
             )));
         }
-        let size = layer.get("size").and_then(Value::as_u64).unwrap_or(0);
-        if size > s.limits.max_download {
-            return Err(failed(format!(
-                "layer {i} is {size} bytes, more than the limit of {}",
-                s.limits.max_download
-            )));
-        }
         let title = layer
             .get("annotations")
             .and_then(|a| a.get(TITLE))
             .and_then(Value::as_str)
             .map(str::to_string);
         let blob = session
-            .get_verified(&format!("blobs/{d}"), None, d, &format!("layer {i} ({d})"))
+            .get_verified(
+                &format!("blobs/{d}"),
+                None,
+                d,
+                &format!("layer {i} ({d})"),
+                download_left,
+            )
             .await
-            .map_err(failed)?;
+            .map_err(|e| {
+                if e.contains("more than the limit") {
+                    over_budget()
+                } else {
+                    failed(e)
+                }
+            })?;
+        download_left = download_left.saturating_sub(blob.len() as u64);
         if archive::is_gzip(&blob) {
-            let limits = s.limits.clone();
             let pfx = prefix.clone();
-            let mut got =
-                tokio::task::spawn_blocking(move || archive::read_tar_gz(&blob, &pfx, &limits))
+            let unpacked =
+                tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&blob, &pfx, budget))
                     .await
                     .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
-                    .map_err(|e| failed(format!("layer {i}: {e}")))?;
-            files.append(&mut got);
+                    .map_err(|e| {
+                        failed(format!(
+                            "layer {i}: {e} (the limits count all layers of the artifact together)"
+                        ))
+                    })?;
+            budget = unpacked.budget;
+            prefix_found |= unpacked.prefix_found;
+            files.extend(unpacked.files);
         } else if let Some(t) = title {
             let Some(path) = archive::clean_relative(&t) else {
                 return Err(failed(format!(
                     "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
                 )));
             };
+            if path.starts_with(&prefix) {
+                prefix_found = true;
+            }
             if path.starts_with(&prefix) && archive::is_manifest_file(&path) {
+                budget.take_file(blob.len() as u64).map_err(|e| {
+                    failed(format!(
+                        "layer {i}: {e} (the limits count all layers of the artifact together)"
+                    ))
+                })?;
                 let text = String::from_utf8(blob)
                     .map_err(|_| failed(format!("{path} is not UTF-8 text")))?;
                 files.push(SourceFile { path, text });
             }
         }
     }
+    if !prefix_found {
+        return Err(failed(format!(
+            "path {} does not exist in the artifact {reference} ({digest}); fix path",
+            prefix.trim_end_matches('/')
+        )));
+    }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    let manifests = Arc::new(parse_files(&desc, &files)?);
+    let where_ = format!("in the artifact's layers{}", under_path(&prefix));
+    let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
     let revision = revision_of(&digest);
     s.cache.put(
         &identity,
         Cached {
             revision: revision.clone(),
-            manifests: manifests.clone(),
+            manifests: parsed.manifests.clone(),
             etag: None,
             last_modified: None,
+            bytes: parsed.bytes,
         },
     );
     Ok(Fetched {
-        manifests,
+        manifests: parsed.manifests,
         revision,
         kind: "oci",
         downloaded: true,
@@ -544,6 +641,27 @@ mod tests {
         let (s, p) = parse_challenge(r#"Basic realm="Registry Realm""#).expect("parsed");
         assert_eq!(s, "basic");
         assert_eq!(p["realm"], "Registry Realm");
+    }
+
+    #[test]
+    fn credentials_go_only_to_safe_token_services() {
+        let u = |s: &str| url::Url::parse(s).expect("url");
+        assert!(may_send_credentials(
+            &u("https://auth.example.com/token"),
+            "r.example.com"
+        ));
+        assert!(may_send_credentials(
+            &u("http://127.0.0.1:5000/token"),
+            "127.0.0.1:5000"
+        ));
+        assert!(!may_send_credentials(
+            &u("http://auth.example.com/token"),
+            "r.example.com"
+        ));
+        assert!(!may_send_credentials(
+            &u("http://127.0.0.1:5001/token"),
+            "127.0.0.1:5000"
+        ));
     }
 
     #[test]
