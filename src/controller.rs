@@ -68,7 +68,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            concurrency: 4,
+            concurrency: 8,
             apply_concurrency: 16,
             watch_namespace: None,
             label_selector: None,

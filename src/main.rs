@@ -38,7 +38,7 @@ enum LogFormat {
 #[derive(clap::Args)]
 struct RunArgs {
     /// ApplySets reconciled at once.
-    #[arg(long, env = "APPLYSET_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "APPLYSET_CONCURRENCY", default_value_t = 8)]
     concurrency: u16,
     /// Member requests in flight per ApplySet.
     #[arg(long, env = "APPLYSET_APPLY_CONCURRENCY", default_value_t = 16)]
@@ -84,7 +84,7 @@ struct RunArgs {
     /// Largest unpacked size of a source's archive or manifests, in MiB.
     #[arg(long, env = "APPLYSET_SOURCE_MAX_UNPACKED_MIB", default_value_t = 256)]
     source_max_unpacked_mib: u64,
-    /// Bound on reading one source, in seconds.
+    /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
 }

@@ -262,9 +262,12 @@ impl MemberWatches {
         }
     }
 
-    /// Records a successful apply.
+    /// Records a successful apply. The resourceVersion the apply returned is also the live
+    /// one as of now (the watch may not have delivered it yet); a later change by anyone
+    /// arrives after it, as watch events of one object are ordered.
     pub fn record(&self, id: &str, member: &MemberRef, hash: u64, resource_version: String) {
         if let Ok(mut s) = self.state.lock() {
+            s.live.insert(member.clone(), resource_version.clone());
             s.applied
                 .entry(id.to_string())
                 .or_default()

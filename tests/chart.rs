@@ -252,7 +252,7 @@ fn default_render_is_a_hardened_single_replica_with_leader_election() {
             "--health-addr=0.0.0.0:8081",
             "--leader-elect",
             "--log-format=json",
-            "--concurrency=4"
+            "--concurrency=8"
         ]
     );
     let pod = &deploy["spec"]["template"]["spec"];
@@ -396,10 +396,10 @@ fn two_replicas_add_a_disruption_budget_and_force_leader_election() {
     assert!(!args(one(&docs, "Deployment")).contains(&"--leader-elect".to_string()));
 
     // Watch namespace and concurrency become flags.
-    let docs = template(&["--set", "watchNamespace=team-a", "--set", "concurrency=8"]);
+    let docs = template(&["--set", "watchNamespace=team-a", "--set", "concurrency=12"]);
     let a = args(one(&docs, "Deployment"));
     assert!(a.contains(&"--watch-namespace=team-a".to_string()), "{a:?}");
-    assert!(a.contains(&"--concurrency=8".to_string()), "{a:?}");
+    assert!(a.contains(&"--concurrency=12".to_string()), "{a:?}");
 }
 
 #[test]
