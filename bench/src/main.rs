@@ -769,10 +769,13 @@ async fn run_shape(
     let all_ready = start.elapsed().as_secs_f64();
     let (op_after, _, _) = op.counters();
     let api_after = apiserver_requests(kubectl, kubeconfig);
+    let peak_rss_mib = op.peak_rss_mib();
+    // Clean up while this operator still runs: it holds the ApplySets' finalizers.
+    delete_namespace(client, &ns).await?;
     Ok(Shape {
         sets: k,
         all_ready,
-        peak_rss_mib: op.peak_rss_mib(),
+        peak_rss_mib,
         operator_requests: op_after - op_before,
         apiserver_requests: api_after - api_before,
     })
@@ -914,7 +917,6 @@ async fn run(args: Args) -> Res<()> {
     for &k in &args.shapes {
         eprintln!("bench: {k} ApplySets × 4 members");
         shapes.push(run_shape(&client, &args, &kubectl, &kubeconfig, k, &work).await?);
-        delete_namespace(&client, &format!("flux-{k}")).await?;
     }
     let mut sets = Vec::new();
     let op = OperatorProc::start(
