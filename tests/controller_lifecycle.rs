@@ -351,7 +351,11 @@ async fn no_op_reconcile_writes_nothing() {
             break;
         }
     }
-    assert!(converged, "every reconcile wrote the parent:\n{}", set.describe().await);
+    assert!(
+        converged,
+        "every reconcile wrote the parent:\n{}",
+        set.describe().await
+    );
 
     let objs = vec![
         (configmap_ar(), Some(ns.to_owned()), "a".to_owned()),
