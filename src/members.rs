@@ -197,6 +197,14 @@ impl MemberWatches {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
+        // An event older than what our own apply returned (delivered after we recorded it)
+        // is stale, not drift. resourceVersions are etcd revisions; one that does not parse
+        // counts as drift (the safe side: one more reconcile).
+        if let (Some(event), Some(known)) = (&rv, s.live.get(&r))
+            && older(event, known)
+        {
+            return Vec::new();
+        }
         match &rv {
             Some(v) => s.live.insert(r.clone(), v.clone()),
             None => s.live.remove(&r),
@@ -312,5 +320,29 @@ impl MemberWatches {
                 h.abort();
             }
         }
+    }
+}
+
+/// Whether resourceVersion `a` is older than `b` (both etcd revisions).
+fn older(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_events_are_recognised() {
+        assert!(older("41", "42"));
+        assert!(!older("42", "42"));
+        assert!(!older("43", "42"));
+        assert!(
+            !older("x", "42"),
+            "unparsable is not stale: it counts as drift"
+        );
     }
 }
