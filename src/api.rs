@@ -350,11 +350,12 @@ pub struct ApplySetStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
 
-    /// Digest of the rendered desired set last applied and pruned in full.
+    /// Revision last applied and pruned in full: the digest of the rendered set, followed by
+    /// each source's revision (commit, digest, resourceVersion), separated by "; ".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_revision: Option<String>,
 
-    /// Digest of the desired set last attempted.
+    /// Revision last attempted (same form as lastAppliedRevision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_revision: Option<String>,
 
