@@ -212,23 +212,14 @@ pub async fn fetch(
             let where_ = format!("{} at commit {commit}", under_path(&prefix));
             let parsed =
                 parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
-            let revision = revision_of(&commit);
-            s.cache.put(
-                &identity,
-                Cached {
-                    revision: revision.clone(),
-                    manifests: parsed.manifests.clone(),
-                    etag: None,
-                    last_modified: None,
-                    bytes: parsed.bytes,
-                },
-            );
-            Ok(Fetched {
+            let cached = Cached {
+                revision: revision_of(&commit),
                 manifests: parsed.manifests,
-                revision,
-                kind: "git",
-                downloaded: true,
-            })
+                etag: None,
+                last_modified: None,
+                bytes: parsed.bytes,
+            };
+            Ok(s.cache.store(&identity, "git", cached))
         }
     }
 }

@@ -213,22 +213,14 @@ pub async fn fetch(
             (p.manifests, p.bytes)
         }
     };
-    s.cache.put(
-        &identity,
-        Cached {
-            revision: revision.clone(),
-            manifests: manifests.clone(),
-            etag,
-            last_modified,
-            bytes,
-        },
-    );
-    Ok(Fetched {
-        manifests,
+    let cached = Cached {
         revision,
-        kind: "http",
-        downloaded: true,
-    })
+        manifests,
+        etag,
+        last_modified,
+        bytes,
+    };
+    Ok(s.cache.store(&identity, "http", cached))
 }
 
 /// A tar.gz bundle (by content) or a single text document; unpacked and parsed on blocking

@@ -250,6 +250,18 @@ impl Cache {
     /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
     /// used other entries until both bounds hold. Content larger than the whole byte budget is
     /// not cached at all (it is read again next time).
+    /// Caches freshly downloaded content and returns it as fetched.
+    pub fn store(&self, identity: &str, kind: &'static str, c: Cached) -> Fetched {
+        let fetched = Fetched {
+            manifests: c.manifests.clone(),
+            revision: c.revision.clone(),
+            kind,
+            downloaded: true,
+        };
+        self.put(identity, c);
+        fetched
+    }
+
     pub fn put(&self, identity: &str, c: Cached) {
         let Ok(mut m) = self.inner.lock() else {
             return;

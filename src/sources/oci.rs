@@ -584,23 +584,14 @@ pub async fn fetch(
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let where_ = format!("in the artifact's layers{}", under_path(&prefix));
     let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
-    let revision = revision_of(&digest);
-    s.cache.put(
-        &identity,
-        Cached {
-            revision: revision.clone(),
-            manifests: parsed.manifests.clone(),
-            etag: None,
-            last_modified: None,
-            bytes: parsed.bytes,
-        },
-    );
-    Ok(Fetched {
+    let cached = Cached {
+        revision: revision_of(&digest),
         manifests: parsed.manifests,
-        revision,
-        kind: "oci",
-        downloaded: true,
-    })
+        etag: None,
+        last_modified: None,
+        bytes: parsed.bytes,
+    };
+    Ok(s.cache.store(&identity, "oci", cached))
 }
 
 #[cfg(test)]
