@@ -17,6 +17,18 @@ pub struct LeaseConfig {
     pub grace_secs: u64,
 }
 
+/// The field manager with which a replica writes the lease: unique per identity.
+/// The API server takes at most 128 characters; a longer identity (pod names may have 253)
+/// keeps its end, where a pod name carries its unique suffix.
+pub fn field_manager(identity: &str) -> String {
+    const PREFIX: &str = "applyset-operator-leader-";
+    const MAX: usize = 128;
+    let room = MAX - PREFIX.len();
+    let skip = identity.chars().count().saturating_sub(room);
+    let tail: String = identity.chars().skip(skip).collect();
+    format!("{PREFIX}{tail}")
+}
+
 /// A running election: `is_leader` follows this replica's state.
 pub struct Election {
     pub is_leader: watch::Receiver<bool>,
@@ -30,7 +42,11 @@ impl Election {
             .with_identity(&cfg.identity)
             .with_duration(cfg.duration_secs)
             .with_grace(cfg.grace_secs)
-            .with_field_manager("applyset-operator-leader")
+            // One field manager per replica: taking an orphaned lease is a server-side apply
+            // without force, and only a *different* manager owning `holderIdentity` makes the
+            // second of two simultaneous takers fail with a conflict. A shared manager would
+            // let both succeed and both lead.
+            .with_field_manager(field_manager(&cfg.identity))
             .build()
             .await?;
         let (is_leader, task) = manager.watch().await;
@@ -57,5 +73,20 @@ impl Election {
             }
             Err(e) => tracing::warn!(error = %e, "lease task ended abnormally"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_write_the_lease_under_distinct_field_managers() {
+        assert_ne!(field_manager("pod-a"), field_manager("pod-b"));
+        assert_eq!(field_manager("pod-a"), "applyset-operator-leader-pod-a");
+        let long = format!("{}-7f9c4-abcde", "x".repeat(240));
+        let fm = field_manager(&long);
+        assert_eq!(fm.len(), 128);
+        assert!(fm.ends_with("-7f9c4-abcde"));
     }
 }
