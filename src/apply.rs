@@ -157,16 +157,14 @@ async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outc
     {
         return Outcome::Unchanged;
     }
-    let outcome = apply_body(&api, member, &body, opts).await;
-    if let Some(w) = watches {
-        match &outcome.1 {
-            Some(rv) if outcome.0.is_success() => {
-                w.record(opts.id, &member.reference, hash, rv.clone())
-            }
-            _ => w.forget(opts.id, Some(&member.reference)),
-        }
+    let applying = watches.map(|w| w.applying(opts.id, &member.reference));
+    let (outcome, rv) = apply_body(&api, member, &body, opts).await;
+    if let (Some(applying), Some(rv)) = (applying, rv)
+        && outcome.is_success()
+    {
+        applying.record(hash, rv);
     }
-    outcome.0
+    outcome
 }
 
 /// Applies one body; returns the outcome and the resourceVersion the server answered with.

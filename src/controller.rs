@@ -1136,7 +1136,7 @@ async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
 
 async fn cleanup_members<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
-    ctx.members.forget(&parent.id(), None);
+    ctx.members.forget(&parent.id());
     ctx.sources.index.remove(&parent);
     ctx.metrics.set_members(&parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {

@@ -50,6 +50,15 @@ struct State {
     applied: HashMap<String, HashMap<MemberRef, (u64, String)>>,
     /// Parent ID → parent.
     parents: HashMap<String, ParentRef>,
+    /// Members with an apply in flight: how many, and the newest resourceVersion an event
+    /// brought meanwhile.
+    in_flight: HashMap<MemberRef, InFlight>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    count: usize,
+    newest: Option<String>,
 }
 
 /// Member watches and applied-state records, shared by all reconciles.
@@ -132,13 +141,13 @@ impl MemberWatches {
                 }
                 watcher::Event::Apply(o) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        let drifted = self.observe(r, Some(rv), id);
+                        let drifted = self.observe(r, Some(rv.clone()), Some(rv), id);
                         self.trigger(drifted);
                     }
                 }
                 watcher::Event::Delete(o) => {
-                    if let Some((r, _, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        let drifted = self.observe(r, None, id);
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
+                        let drifted = self.observe(r, None, Some(rv), id);
                         self.trigger(drifted);
                     }
                 }
@@ -193,7 +202,14 @@ impl MemberWatches {
     }
 
     /// Records one change; returns the parent to reconcile if this was drift.
-    fn observe(&self, r: MemberRef, rv: Option<String>, id: Option<String>) -> Vec<ParentRef> {
+    /// `rv` is the live resourceVersion (`None`: deleted); `event_rv` the event's own.
+    fn observe(
+        &self,
+        r: MemberRef,
+        rv: Option<String>,
+        event_rv: Option<String>,
+        id: Option<String>,
+    ) -> Vec<ParentRef> {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
@@ -209,6 +225,16 @@ impl MemberWatches {
             Some(v) => s.live.insert(r.clone(), v.clone()),
             None => s.live.remove(&r),
         };
+        // While we apply the member, an event may be our own write arriving before the
+        // apply's answer: the apply decides when it ends (see [`Applying`]).
+        if let Some(f) = s.in_flight.get_mut(&r) {
+            if let Some(v) = event_rv
+                && f.newest.as_ref().is_none_or(|n| older(n, &v))
+            {
+                f.newest = Some(v);
+            }
+            return Vec::new();
+        }
         // The parent that applied it (by the label, or, for a deletion that lost it, by
         // whoever recorded the member).
         let owners: Vec<String> = match id {
@@ -270,16 +296,60 @@ impl MemberWatches {
         }
     }
 
-    /// Records a successful apply. The resourceVersion the apply returned is also the live
-    /// one as of now (the watch may not have delivered it yet); a later change by anyone
-    /// arrives after it, as watch events of one object are ordered.
-    pub fn record(&self, id: &str, member: &MemberRef, hash: u64, resource_version: String) {
+    /// Marks an apply of `member` by parent `id` as in flight until the returned guard is
+    /// recorded or dropped. Events of the member meanwhile do not count as drift by
+    /// themselves: the watch can deliver our own write before the apply's answer.
+    pub fn applying<'a>(&'a self, id: &str, member: &MemberRef) -> Applying<'a> {
         if let Ok(mut s) = self.state.lock() {
-            s.live.insert(member.clone(), resource_version.clone());
-            s.applied
-                .entry(id.to_string())
-                .or_default()
-                .insert(member.clone(), (hash, resource_version));
+            s.in_flight.entry(member.clone()).or_default().count += 1;
+        }
+        Applying {
+            watches: self,
+            id: id.to_string(),
+            member: member.clone(),
+            recorded: false,
+        }
+    }
+
+    /// Ends an apply in flight; `applied` is (body hash, resourceVersion answered) of a
+    /// successful one. Returns the parent to reconcile if an event newer than the answer
+    /// arrived meanwhile (somebody changed the member after us).
+    fn finish(
+        &self,
+        id: &str,
+        member: &MemberRef,
+        applied: Option<(u64, String)>,
+    ) -> Vec<ParentRef> {
+        let Ok(mut s) = self.state.lock() else {
+            return Vec::new();
+        };
+        let newest = match s.in_flight.get_mut(member) {
+            Some(f) if f.count > 1 => {
+                f.count -= 1;
+                f.newest.clone()
+            }
+            Some(_) => s.in_flight.remove(member).and_then(|f| f.newest),
+            None => None,
+        };
+        let Some((hash, rv)) = applied else {
+            if let Some(a) = s.applied.get_mut(id) {
+                a.remove(member);
+            }
+            return Vec::new();
+        };
+        let drifted = newest.as_ref().is_some_and(|n| older(&rv, n));
+        if !drifted {
+            // The answer is the live version as of now; a later change by anyone arrives
+            // after it, as the events of one object are ordered.
+            s.live.insert(member.clone(), rv.clone());
+        }
+        s.applied
+            .entry(id.to_string())
+            .or_default()
+            .insert(member.clone(), (hash, rv));
+        match s.parents.get(id) {
+            Some(p) if drifted => vec![p.clone()],
+            _ => Vec::new(),
         }
     }
 
@@ -294,20 +364,40 @@ impl MemberWatches {
         }
     }
 
-    /// Forgets a parent (deleted) or a member whose apply failed.
-    pub fn forget(&self, id: &str, member: Option<&MemberRef>) {
+    /// Forgets a parent (deleted).
+    pub fn forget(&self, id: &str) {
         if let Ok(mut s) = self.state.lock() {
-            match member {
-                Some(m) => {
-                    if let Some(a) = s.applied.get_mut(id) {
-                        a.remove(m);
-                    }
-                }
-                None => {
-                    s.applied.remove(id);
-                    s.parents.remove(id);
-                }
-            }
+            s.applied.remove(id);
+            s.parents.remove(id);
+        }
+    }
+}
+
+/// An apply in flight (from [`MemberWatches::applying`]). [`Applying::record`] a success;
+/// dropping it otherwise (a failure, or a cancelled reconcile) forgets what the parent last
+/// applied of the member, so it is sent again next time.
+pub struct Applying<'a> {
+    watches: &'a MemberWatches,
+    id: String,
+    member: MemberRef,
+    recorded: bool,
+}
+
+impl Applying<'_> {
+    /// Records a successful apply of a body of hash `hash`, answered with `resource_version`.
+    pub fn record(mut self, hash: u64, resource_version: String) {
+        self.recorded = true;
+        let drifted = self
+            .watches
+            .finish(&self.id, &self.member, Some((hash, resource_version)));
+        self.watches.trigger(drifted);
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.watches.finish(&self.id, &self.member, None);
         }
     }
 }
@@ -334,6 +424,110 @@ fn older(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn member(name: &str) -> MemberRef {
+        MemberRef {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        }
+    }
+
+    /// A registry with parent ns/p declaring member `a`, its kind synced; no connection is
+    /// made (the client is never used by these calls).
+    fn registry() -> (Arc<MemberWatches>, Triggers, String, MemberRef) {
+        let cfg = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = Client::try_from(cfg).expect("client");
+        let (w, t) = MemberWatches::new(client);
+        let parent = ParentRef::applyset("ns", "p");
+        let a = member("a");
+        w.register(&parent, &HashSet::from([a.clone()]));
+        w.replace_kind(&GroupKind::new("", "ConfigMap"), HashMap::new());
+        (w, t, parent.id(), a)
+    }
+
+    fn triggered(t: &mut Triggers) -> usize {
+        let mut n = 0;
+        while t.applysets.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    fn event(w: &MemberWatches, r: &MemberRef, rv: &str, id: &str) -> Vec<ParentRef> {
+        w.observe(r.clone(), Some(rv.into()), Some(rv.into()), Some(id.into()))
+    }
+
+    #[tokio::test]
+    async fn our_own_write_seen_before_the_answer_is_not_drift() {
+        let (w, mut t, id, a) = registry();
+        w.applying(&id, &a).record(1, "5".into());
+        // A changed body is applied; its event overtakes the answer.
+        let applying = w.applying(&id, &a);
+        assert!(event(&w, &a, "10", &id).is_empty());
+        applying.record(2, "10".into());
+        assert_eq!(triggered(&mut t), 0);
+        assert!(
+            w.unchanged(&id, &a, 2),
+            "the next identical apply is skipped"
+        );
+        // The same event delivered again, or an older one: still nothing.
+        assert!(event(&w, &a, "10", &id).is_empty());
+        assert!(event(&w, &a, "5", &id).is_empty());
+        // Somebody else's later change is drift.
+        assert_eq!(event(&w, &a, "11", &id).len(), 1);
+        assert!(!w.unchanged(&id, &a, 2));
+    }
+
+    #[tokio::test]
+    async fn a_change_after_our_apply_seen_while_in_flight_is_drift() {
+        let (w, mut t, id, a) = registry();
+        let applying = w.applying(&id, &a);
+        assert!(event(&w, &a, "10", &id).is_empty());
+        assert!(event(&w, &a, "12", &id).is_empty());
+        applying.record(1, "10".into());
+        assert_eq!(triggered(&mut t), 1, "the parent is reconciled again");
+        assert!(!w.unchanged(&id, &a, 1), "the member is sent again");
+    }
+
+    #[tokio::test]
+    async fn a_deletion_after_our_apply_seen_while_in_flight_is_drift() {
+        let (w, mut t, id, a) = registry();
+        let applying = w.applying(&id, &a);
+        assert!(
+            w.observe(a.clone(), None, Some("12".into()), None)
+                .is_empty()
+        );
+        applying.record(1, "10".into());
+        assert_eq!(triggered(&mut t), 1);
+        assert!(!w.unchanged(&id, &a, 1));
+    }
+
+    #[tokio::test]
+    async fn a_deletion_before_our_create_is_not_drift() {
+        let (w, mut t, id, a) = registry();
+        let applying = w.applying(&id, &a);
+        assert!(
+            w.observe(a.clone(), None, Some("8".into()), None)
+                .is_empty()
+        );
+        applying.record(1, "10".into());
+        assert_eq!(triggered(&mut t), 0);
+        assert!(w.unchanged(&id, &a, 1));
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_cancelled_apply_is_sent_again_and_drift_counts_again() {
+        let (w, mut t, id, a) = registry();
+        w.applying(&id, &a).record(1, "10".into());
+        assert!(w.unchanged(&id, &a, 1));
+        drop(w.applying(&id, &a)); // failed, or its reconcile was cancelled
+        assert!(!w.unchanged(&id, &a, 1));
+        assert_eq!(triggered(&mut t), 0);
+        w.applying(&id, &a).record(2, "11".into());
+        assert_eq!(event(&w, &a, "12", &id).len(), 1, "not in flight any more");
+    }
 
     #[test]
     fn stale_events_are_recognised() {

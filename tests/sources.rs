@@ -24,6 +24,12 @@ use servers::*;
 
 fn init() {
     applyset_operator::sources::install_crypto_provider();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
 }
 
 /// A ConfigMap document.
