@@ -19,6 +19,7 @@ use kube::{
     discovery::Scope,
 };
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::{
     api::MemberRef,
@@ -85,6 +86,8 @@ pub struct Options<'a> {
     pub deadline: Instant,
     /// Where unchanged members are recognised (and successful applies recorded).
     pub watches: Option<&'a crate::members::MemberWatches>,
+    /// Shared bound on member writes in flight (across parents), if any.
+    pub writes: Option<&'a Semaphore>,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -158,6 +161,11 @@ async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outc
         return Outcome::Unchanged;
     }
     let applying = watches.map(|w| w.applying(opts.id, &member.reference));
+    // A closed semaphore (never closed here) would only lift the bound.
+    let _permit = match opts.writes {
+        Some(s) => s.acquire().await.ok(),
+        None => None,
+    };
     let (outcome, rv) = apply_body(&api, member, &body, opts).await;
     if let (Some(applying), Some(rv)) = (applying, rv)
         && outcome.is_success()

@@ -24,7 +24,10 @@ use kube::{
     },
 };
 use serde_json::json;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{Semaphore, watch},
+    task::JoinHandle,
+};
 
 use crate::{
     Error, Result,
@@ -53,7 +56,8 @@ pub const MAX_LISTED: usize = 500;
 pub struct Config {
     /// Parents reconciled at once.
     pub concurrency: u16,
-    /// Member requests in flight per parent.
+    /// Member writes (applies and deletes) in flight, across all parents at once: one large
+    /// set may use them all, many small ones share them.
     pub apply_concurrency: usize,
     /// Only ApplySets in this namespace (ClusterApplySets are always watched).
     pub watch_namespace: Option<String>,
@@ -69,7 +73,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             concurrency: 8,
-            apply_concurrency: 16,
+            apply_concurrency: 64,
             watch_namespace: None,
             label_selector: None,
             source_limits: sources::Limits::default(),
@@ -88,6 +92,8 @@ pub struct Context {
     pub config: Config,
     /// Source fetching: HTTP client, content cache, index of referenced ConfigMaps/Secrets.
     pub sources: Sources,
+    /// Permits for member writes in flight ([`Config::apply_concurrency`]).
+    pub writes: Arc<Semaphore>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -105,6 +111,7 @@ impl Context {
         Self {
             sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
             resolver: Resolver::new(client.clone()),
+            writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -257,16 +264,15 @@ impl Operator {
     }
 }
 
-/// What triggers a reconcile: spec changes (generation), deletion, finalizers, a new
+/// What triggers a reconcile: spec changes (generation), deletion, a new
 /// `applyset.dev/reconcile-requested-at`, and whether the parent passes the ownership checks
 /// (so removing a wrong id label repairs it at once) — not status writes, and not the
-/// operator's own metadata writes.
+/// operator's own metadata writes (labels, annotations, the finalizer it adds on the way).
 fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     let meta = obj.meta();
     let mut h = DefaultHasher::new();
     meta.generation.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
-    meta.finalizers.hash(&mut h);
     parent::check_ownership(meta, &obj.parent_ref())
         .is_ok()
         .hash(&mut h);
@@ -448,6 +454,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
         return report(ctx, &*obj, Report::failed(Reason::OwnershipConflict, msg)).await;
     }
     let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
+    let obj = add_finalizer(&api, obj).await?;
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(obj) => apply_parent(obj, ctx).await,
@@ -456,6 +463,27 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Adds our finalizer to a parent that lacks it (and is not being deleted), and goes on with
+/// the object the server returned: the first reconcile of a new parent applies at once,
+/// rather than ending after the finalizer (as `kube::runtime::finalizer` does) and waiting
+/// for the next. The resourceVersion makes it fail on a stale copy (retried).
+async fn add_finalizer<P: Parent>(api: &Api<P>, obj: Arc<P>) -> Result<Arc<P>> {
+    if obj.meta().deletion_timestamp.is_some() || obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(obj);
+    }
+    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = json!({"metadata": {
+        "resourceVersion": obj.meta().resource_version,
+        "finalizers": finalizers,
+    }});
+    let patched = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(Arc::new(patched))
 }
 
 /// The outcome of one reconcile, as reported in status.
@@ -809,6 +837,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         conc,
     )
     .await?;
+    tracing::debug!(parent = %parent, live = live.len(), ms = now.elapsed().as_millis(), "listed");
     let existing = prune::by_reference(&live);
     let opts = apply::Options {
         field_manager: &manager,
@@ -820,6 +849,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         started,
         deadline,
         watches: Some(&ctx.members),
+        writes: Some(&ctx.writes),
     };
 
     // Applies (or plans) within spec.timeout; a timeout prunes nothing.
@@ -900,6 +930,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         Err(r) => return report(ctx, &*obj, r).await,
     };
     let mut summary = summarize(&results);
+    tracing::debug!(parent = %parent, members = results.len(), ms = now.elapsed().as_millis(), "applied");
     count_applied(ctx, &summary);
     if let Some(r) = failure_report(&results, &desired.revision) {
         return report(
@@ -947,7 +978,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         for (m, why) in &sel.retained {
             tracing::info!(parent = %parent, member = %m.reference, reason = ?why, "not pruned");
         }
-        let deleted = prune::delete_all(&ctx.client, &sel.delete, conc).await;
+        let deleted = prune::delete_all(&ctx.client, &sel.delete, conc, Some(&ctx.writes)).await;
         let mut errors = Vec::new();
         let mut changed = Vec::new();
         for (reference, r) in deleted {
@@ -1000,6 +1031,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     }
 
     // 6. Status.
+    tracing::debug!(parent = %parent, ms = now.elapsed().as_millis(), "pruned");
     ctx.metrics
         .set_members(&parent.to_string(), summary.members);
     let msg = format!(
@@ -1171,7 +1203,7 @@ async fn cleanup_members<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action
         &namespaces,
         &parent.member_field_manager(),
     );
-    let results = prune::delete_all(&ctx.client, &sel.delete, conc).await;
+    let results = prune::delete_all(&ctx.client, &sel.delete, conc, Some(&ctx.writes)).await;
     let mut pruned = 0u64;
     let mut problems = Vec::new();
     for (reference, r) in results {

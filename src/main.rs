@@ -40,8 +40,9 @@ struct RunArgs {
     /// ApplySets reconciled at once.
     #[arg(long, env = "APPLYSET_CONCURRENCY", default_value_t = 8)]
     concurrency: u16,
-    /// Member requests in flight per ApplySet.
-    #[arg(long, env = "APPLYSET_APPLY_CONCURRENCY", default_value_t = 16)]
+    /// Member writes (applies, deletes) in flight across all ApplySets; one large set may
+    /// use them all. Also the number of concurrent member LISTs of one reconcile.
+    #[arg(long, env = "APPLYSET_APPLY_CONCURRENCY", default_value_t = 64)]
     apply_concurrency: usize,
     /// Only reconcile ApplySets in this namespace (ClusterApplySets are always reconciled).
     #[arg(long, env = "APPLYSET_WATCH_NAMESPACE")]

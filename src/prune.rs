@@ -17,6 +17,7 @@ use kube::{
     discovery::{ApiResource, Scope},
 };
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::{
     Error, Result,
@@ -345,6 +346,7 @@ pub async fn delete_all(
     client: &Client,
     items: &[LiveMember],
     concurrency: usize,
+    writes: Option<&Semaphore>,
 ) -> Vec<(MemberRef, Result<Deleted, String>)> {
     let mut groups: BTreeMap<u8, Vec<&LiveMember>> = BTreeMap::new();
     for m in items {
@@ -363,6 +365,10 @@ pub async fn delete_all(
             .map(|i| {
                 let m = group[i];
                 async move {
+                    let _permit = match writes {
+                        Some(s) => s.acquire().await.ok(),
+                        None => None,
+                    };
                     let uid = m.meta.uid.clone().unwrap_or_default();
                     let r = delete_with_uid(
                         client,
