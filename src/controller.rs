@@ -453,8 +453,15 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
         let msg = format!("{parent}: {e}");
         return report(ctx, &*obj, Report::failed(Reason::OwnershipConflict, msg)).await;
     }
+    // Not being deleted: apply. The finalizer is not added on its own first (and the
+    // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
+    // metadata (`parent::write`), which precedes any member write, so a new parent is applied
+    // in its first reconcile.
+    if obj.meta().deletion_timestamp.is_none() {
+        return apply_parent(obj, ctx).await;
+    }
+    // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
     let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
-    let obj = add_finalizer(&api, obj).await?;
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(obj) => apply_parent(obj, ctx).await,
@@ -463,27 +470,6 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-/// Adds our finalizer to a parent that lacks it (and is not being deleted), and goes on with
-/// the object the server returned: the first reconcile of a new parent applies at once,
-/// rather than ending after the finalizer (as `kube::runtime::finalizer` does) and waiting
-/// for the next. The resourceVersion makes it fail on a stale copy (retried).
-async fn add_finalizer<P: Parent>(api: &Api<P>, obj: Arc<P>) -> Result<Arc<P>> {
-    if obj.meta().deletion_timestamp.is_some() || obj.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(obj);
-    }
-    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
-    let mut finalizers = obj.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
-    let patch = json!({"metadata": {
-        "resourceVersion": obj.meta().resource_version,
-        "finalizers": finalizers,
-    }});
-    let patched = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    Ok(Arc::new(patched))
 }
 
 /// The outcome of one reconcile, as reported in status.
@@ -695,7 +681,6 @@ async fn apply_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
 
 async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let spec = obj.spec();
-    let parent = obj.parent_ref();
     if spec.suspend {
         return report(
             ctx,
@@ -707,7 +692,18 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         )
         .await;
     }
-    mark_progressing(ctx, &*obj).await?;
+    // The progress mark (one more write of a possibly large object) goes out while the work
+    // starts; both end before the outcome is reported, so the outcome is the last word.
+    let (marked, decided) = tokio::join!(mark_progressing(ctx, &*obj), decide(&obj, ctx));
+    marked?;
+    report(ctx, &*obj, decided?).await
+}
+
+/// Steps 1 to 5 of the reconcile: what to report.
+async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
+    let t0 = Instant::now();
+    let spec = obj.spec();
+    let parent = obj.parent_ref();
 
     // 1. Render and validate: inline manifests, then every source. The referenced
     // ConfigMaps and Secrets are indexed first, so that creating a missing one triggers us.
@@ -716,17 +712,12 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         .set(&parent, Sources::references(&parent, spec));
     if let Err(msg) = sources::validate(&parent, spec) {
         let msg = format!("{parent}: {msg}");
-        return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
+        return Ok(Report::failed(Reason::ValidationFailed, msg));
     }
     let mut manifests = match render::inline_manifests(spec) {
         Ok(m) => m,
         Err(e) => {
-            return report(
-                ctx,
-                &*obj,
-                Report::failed(Reason::ValidationFailed, e.to_string()),
-            )
-            .await;
+            return Ok(Report::failed(Reason::ValidationFailed, e.to_string()));
         }
     };
     let fetched = match ctx.sources.fetch_all(&ctx.client, &parent, spec).await {
@@ -742,7 +733,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
             };
             ctx.metrics.source_fetched("any", "failed");
             tracing::info!(parent = %parent, reason = %reason, message = %msg, "source not usable");
-            return report(ctx, &*obj, Report::failed(reason, msg)).await;
+            return Ok(Report::failed(reason, msg));
         }
     };
     for f in &fetched {
@@ -760,17 +751,18 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
                 retry,
                 ..Report::failed(render_reason(&e), e.to_string())
             };
-            return report(ctx, &*obj, r).await;
+            return Ok(r);
         }
     };
     desired.revision = sources::combined_revision(&desired.revision, &fetched);
+    tracing::debug!(parent = %parent, ms = t0.elapsed().as_millis(), "rendered");
     let recorded_before = match parent::recorded(obj.meta(), &ctx.resolver).await? {
         Ok(r) => r,
         Err(e) => {
             let msg = format!(
                 "{parent}: its ApplySet annotations are malformed ({e}); fix or remove them"
             );
-            return report(ctx, &*obj, Report::failed(Reason::ValidationFailed, msg)).await;
+            return Ok(Report::failed(Reason::ValidationFailed, msg));
         }
     };
     // The empty-set guard: an empty set would prune everything recorded. (An empty set with
@@ -783,15 +775,10 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         let msg = format!(
             "{parent}: the desired set is empty; refusing to prune every member. Set spec.allowEmpty: true to allow it"
         );
-        return report(
-            ctx,
-            &*obj,
-            Report {
-                attempted: Some(desired.revision),
-                ..Report::failed(Reason::EmptySetRefused, msg)
-            },
-        )
-        .await;
+        return Ok(Report {
+            attempted: Some(desired.revision),
+            ..Report::failed(Reason::EmptySetRefused, msg)
+        });
     }
     let new_set = Recorded {
         group_kinds: desired.group_kinds(),
@@ -837,7 +824,7 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         conc,
     )
     .await?;
-    tracing::debug!(parent = %parent, live = live.len(), ms = now.elapsed().as_millis(), "listed");
+    tracing::debug!(parent = %parent, live = live.len(), ms = t0.elapsed().as_millis(), "listed");
     let existing = prune::by_reference(&live);
     let opts = apply::Options {
         field_manager: &manager,
@@ -872,10 +859,10 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     if spec.mode == Mode::Plan {
         let results = match apply_in_time.await {
             Ok(r) => r,
-            Err(r) => return report(ctx, &*obj, r).await,
+            Err(r) => return Ok(r),
         };
         if let Some(r) = failure_report(&results, &desired.revision) {
-            return report(ctx, &*obj, r).await;
+            return Ok(r);
         }
         let mut plan = Plan::default();
         for r in &results {
@@ -914,12 +901,12 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
             attempted: Some(desired.revision),
             ..Report::failed(Reason::PlanReady, msg)
         };
-        return report(ctx, &*obj, r).await;
+        return Ok(r);
     }
 
     // 2. Parent superset, before any member is touched.
     let superset = recorded_before.union(&new_set);
-    let mut live_parent = (*obj).clone();
+    let mut live_parent = (**obj).clone();
     if parent::write(&ctx.client, &live_parent, &superset, false).await? {
         set_recorded(&mut live_parent, &parent, &superset);
     }
@@ -927,21 +914,16 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
     // 3. Apply, staged and concurrent.
     let results = match apply_in_time.await {
         Ok(r) => r,
-        Err(r) => return report(ctx, &*obj, r).await,
+        Err(r) => return Ok(r),
     };
     let mut summary = summarize(&results);
-    tracing::debug!(parent = %parent, members = results.len(), ms = now.elapsed().as_millis(), "applied");
+    tracing::debug!(parent = %parent, members = results.len(), ms = t0.elapsed().as_millis(), "applied");
     count_applied(ctx, &summary);
     if let Some(r) = failure_report(&results, &desired.revision) {
-        return report(
-            ctx,
-            &*obj,
-            Report {
-                summary: Some(summary),
-                ..r
-            },
-        )
-        .await;
+        return Ok(Report {
+            summary: Some(summary),
+            ..r
+        });
     }
 
     // 4. Prune, only after every member applied. The decision is made on a fresh listing
@@ -1024,14 +1006,14 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
                 attempted: Some(desired.revision),
                 ..Report::failed(Reason::PruneFailed, msg)
             };
-            return report(ctx, &*obj, r).await;
+            return Ok(r);
         }
         // 5. Parent shrink: exactly the new set.
         parent::write(&ctx.client, &live_parent, &new_set, true).await?;
     }
 
     // 6. Status.
-    tracing::debug!(parent = %parent, ms = now.elapsed().as_millis(), "pruned");
+    tracing::debug!(parent = %parent, ms = t0.elapsed().as_millis(), "pruned");
     ctx.metrics
         .set_members(&parent.to_string(), summary.members);
     let msg = format!(
@@ -1055,11 +1037,16 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         applied: Some(desired.revision),
         retry: false,
     };
-    report(ctx, &*obj, r).await
+    Ok(r)
 }
 
+/// What `parent::write` wrote, on our copy of the parent.
 fn set_recorded<P: Parent>(obj: &mut P, parent: &applyset::ParentRef, set: &Recorded) {
     let meta = obj.meta_mut();
+    let finalizers = meta.finalizers.get_or_insert_with(Default::default);
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        finalizers.push(FINALIZER.into());
+    }
     meta.labels
         .get_or_insert_with(Default::default)
         .insert(LABEL_ID.into(), parent.id());

@@ -20,8 +20,8 @@ use crate::{
     api::{ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet},
     applyset::{
         self, ANNOTATION_ADDITIONAL_NAMESPACES, ANNOTATION_CONTAINS_GROUP_KINDS,
-        ANNOTATION_CONTAINS_GROUP_RESOURCES, ANNOTATION_TOOLING, ConventionError, GroupKind,
-        LABEL_ID, OwnershipError, PARENT_FIELD_MANAGER, ParentKind, ParentRef,
+        ANNOTATION_CONTAINS_GROUP_RESOURCES, ANNOTATION_TOOLING, ConventionError, FINALIZER,
+        GroupKind, LABEL_ID, OwnershipError, PARENT_FIELD_MANAGER, ParentKind, ParentRef,
     },
     discovery::Resolver,
 };
@@ -183,8 +183,8 @@ fn desired_metadata(
     (labels, annotations)
 }
 
-/// Writes the parent's id label and annotations for `set` unless the live object already has
-/// exactly them. With `drop_deprecated`, also removes `contains-group-resources` (after a
+/// Writes the parent's id label, annotations for `set` and finalizer unless the live object
+/// already has exactly them. With `drop_deprecated`, also removes `contains-group-resources` (after a
 /// complete reconcile, when the new annotation alone describes the set). Returns whether it
 /// wrote.
 pub async fn write<P: Parent>(
@@ -201,7 +201,8 @@ pub async fn write<P: Parent>(
     let same = labels.iter().all(|(k, v)| live_labels.get(k) == Some(v))
         && annotations
             .iter()
-            .all(|(k, v)| live_annotations.get(k) == Some(v));
+            .all(|(k, v)| live_annotations.get(k) == Some(v))
+        && meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
     let deprecated =
         drop_deprecated && live_annotations.contains_key(ANNOTATION_CONTAINS_GROUP_RESOURCES);
     let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
@@ -210,7 +211,10 @@ pub async fn write<P: Parent>(
         let body = json!({
             "apiVersion": P::api_version(&()),
             "kind": P::kind(&()),
-            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            // The finalizer too (`finalizers` is a set: others' entries stay): every member
+            // write comes after this one, so the cleanup on deletion is in place before.
+            "metadata": {"name": name, "labels": labels, "annotations": annotations,
+                "finalizers": [FINALIZER]},
         });
         api.patch(
             &name,

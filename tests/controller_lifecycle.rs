@@ -148,7 +148,8 @@ async fn delete_policy_prunes_every_member_then_removes_the_finalizer() {
     stop(op).await;
 }
 
-/// deletionPolicy Orphan: the parent goes, its members stay (still labelled).
+/// deletionPolicy Orphan: the parent goes, its members stay (still labelled). Another
+/// controller's finalizer on the parent is left alone throughout.
 #[tokio::test]
 async fn orphan_policy_leaves_the_members() {
     let h = Harness::new("orphan").await;
@@ -160,7 +161,38 @@ async fn orphan_policy_leaves_the_members() {
         .await;
     set.wait_ready().await;
     assert!(set.live().await.finalizers().iter().any(|f| f == FINALIZER));
+
+    // Somebody else's finalizer; then a new kind, so the parent's metadata is written again.
+    let hold = "example.com/hold";
+    set.patch_metadata(json!({"finalizers": [FINALIZER, hold]}))
+        .await;
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"})),
+        configmap("b", json!({"k": "1"})), secret("c")]}))
+        .await;
+    set.wait_ready().await;
+    let live = set.live().await;
+    assert!(
+        live.annotations()
+            .get("applyset.kubernetes.io/contains-group-kinds")
+            .is_some_and(|v| v.contains("Secret")),
+        "the parent's metadata was written: {:?}",
+        live.annotations()
+    );
+    let mut finalizers = live.finalizers().to_vec();
+    finalizers.sort();
+    assert_eq!(finalizers, vec![FINALIZER.to_string(), hold.to_string()]);
+
     set.delete().await;
+    set.wait_until("our finalizer to go", DEADLINE, |o, _| {
+        (!o.finalizers().iter().any(|f| f == FINALIZER)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        set.live().await.finalizers(),
+        [hold.to_string()],
+        "the other finalizer stays"
+    );
+    set.patch_metadata(json!({"finalizers": null})).await;
     set.wait_gone(DEADLINE).await;
     assert_eq!(
         list_part_of(&h.client, &configmap_ar(), Some(ns), &set.id()).await,

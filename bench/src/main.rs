@@ -5,7 +5,10 @@
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
+//!                [--no-kubectl]
 //! ```
+//!
+//! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -45,6 +48,7 @@ struct Args {
     out: PathBuf,
     operator: PathBuf,
     concurrency: Option<u16>,
+    kubectl: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -54,6 +58,7 @@ fn parse_args() -> Res<Args> {
         out: PathBuf::from("bench/results"),
         operator: PathBuf::from("target/release/applyset-operator"),
         concurrency: None,
+        kubectl: true,
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -86,6 +91,7 @@ fn parse_args() -> Res<Args> {
                         .ok_or("--concurrency needs a number")?,
                 )
             }
+            "--no-kubectl" => a.kubectl = false,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -387,7 +393,19 @@ fn is_ready(o: &DynamicObject) -> bool {
 
 /// Waits until ApplySet `name` is Ready at its current generation; returns the time since
 /// `since`.
+/// Watches (rather than polls) the object: repeated GETs of a large ApplySet would load the
+/// API server the operator is being measured against.
 async fn wait_ready(api: &Api<DynamicObject>, name: &str, since: Instant) -> Res<Duration> {
+    let ready =
+        kube::runtime::wait::await_condition(api.clone(), name, |o: Option<&DynamicObject>| {
+            o.is_some_and(is_ready)
+        });
+    let left = WAIT.saturating_sub(since.elapsed());
+    match tokio::time::timeout(left, ready).await {
+        Ok(Ok(_)) => return Ok(since.elapsed()),
+        Ok(Err(e)) => eprintln!("bench: watching {name}: {e}; polling"),
+        Err(_) => {}
+    }
     loop {
         if let Ok(o) = api.get(name).await
             && is_ready(&o)
@@ -784,6 +802,15 @@ async fn run_shape(
 // ------------------------------------------------------------------------------------------
 // Report
 
+/// `a / b`; NaN when `b` was not measured (NaN), never a division by zero.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b.is_nan() {
+        f64::NAN
+    } else {
+        a / b.max(1e-9)
+    }
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
@@ -808,8 +835,8 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
         ] {
             md.push_str(&format!(
                 "| {n} | {phase} | {o:.2} | {k:.2} | {c:.2} | {:.2} | {:.2} |\n",
-                o / k.max(1e-9),
-                o / c.max(1e-9)
+                ratio(o, k),
+                ratio(o, c)
             ));
         }
         json_sets.push(json!({"members": n,
@@ -849,8 +876,8 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
     md.push_str("\n## Targets\n\n| target | figure | verdict |\n|---|---|---|\n");
     let mut targets = Vec::new();
     if let Some((_, op, kc, ce, _)) = sets.iter().find(|s| s.0 == 1000) {
-        let a = op.create / kc.create.max(1e-9);
-        let b = op.create / ce.create.max(1e-9);
+        let a = ratio(op.create, kc.create);
+        let b = ratio(op.create, ce.create);
         targets.push((
             "first apply of 1000: ≤ 0.2 × kubectl".to_string(),
             format!("{a:.2} ×"),
@@ -930,7 +957,15 @@ async fn run(args: Args) -> Res<()> {
     for &n in &args.sizes {
         eprintln!("bench: one ApplySet of {n} members");
         let (o, extra) = run_operator_set(&client, &op, n).await?;
-        let k = run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?;
+        let k = if args.kubectl {
+            run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?
+        } else {
+            Timings {
+                create: f64::NAN,
+                noop: f64::NAN,
+                prune_half: f64::NAN,
+            }
+        };
         let c = run_ceiling_set(&client, n).await?;
         sets.push((n, o, k, c, extra));
     }
