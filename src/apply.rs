@@ -30,7 +30,6 @@ use crate::{
 /// What is known of a member's live object before the apply (from the prune listing).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveObject {
-    pub uid: String,
     pub resource_version: String,
 }
 

@@ -34,7 +34,7 @@ use crate::{
     api::{
         ApplySet, ApplySetStatus, ClusterApplySet, DeletionPolicy, MemberRef, Mode, Plan, Summary,
     },
-    apply::{self, Outcome},
+    apply::{self, LiveObject, Outcome},
     applyset::{self, ANNOTATION_TOOLING, FINALIZER, GroupKind, LABEL_ID},
     discovery::Resolver,
     members::MemberWatches,
@@ -812,20 +812,40 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
     let deadline = now.checked_add(spec.timeout()).unwrap_or(now);
     let started = k8s_openapi::jiff::Timestamp::now().as_second();
 
-    // What of this set is live already (metadata only): counts the apply's outcomes and
-    // gives the prune candidates. Reading touches no member.
-    let live = prune::list(
-        &ctx.client,
-        &ctx.resolver,
-        &known,
-        &listed_kinds,
-        &listed_namespaces,
-        &id,
-        conc,
-    )
-    .await?;
-    tracing::debug!(parent = %parent, live = live.len(), ms = t0.elapsed().as_millis(), "listed");
-    let existing = prune::by_reference(&live);
+    // What of this set is live already: counts the apply's outcomes and gives the prune
+    // candidates. The member watches know it when they cover every kind involved; only if
+    // they do not, or if they show something to prune (an object labelled ours that is not
+    // declared), is it listed (metadata only): a prune is decided on a LIST, never on the
+    // cache. Reading touches no member.
+    let cached = ctx.members.members_of(&id, &listed_kinds);
+    let list_needed = match &cached {
+        None => true,
+        Some(c) => spec.prune && c.keys().any(|r| !declared.contains_key(r)),
+    };
+    let (live, existing) = match cached {
+        Some(c) if !list_needed => {
+            let existing = c
+                .into_iter()
+                .map(|(r, resource_version)| (r, LiveObject { resource_version }))
+                .collect();
+            (Vec::new(), existing)
+        }
+        _ => {
+            let live = prune::list(
+                &ctx.client,
+                &ctx.resolver,
+                &known,
+                &listed_kinds,
+                &listed_namespaces,
+                &id,
+                conc,
+            )
+            .await?;
+            let existing = prune::by_reference(&live);
+            (live, existing)
+        }
+    };
+    tracing::debug!(parent = %parent, listed = list_needed, live = existing.len(), ms = t0.elapsed().as_millis(), "listed");
     let opts = apply::Options {
         field_manager: &manager,
         id: &id,

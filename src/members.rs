@@ -42,8 +42,8 @@ pub fn body_hash(body: &serde_json::Value) -> u64 {
 
 #[derive(Default)]
 struct State {
-    /// Live resourceVersion of labelled objects, by kind and reference.
-    live: HashMap<MemberRef, String>,
+    /// Labelled objects, by kind and reference: resourceVersion and `part-of` value.
+    live: HashMap<MemberRef, Live>,
     /// Kinds whose watch has completed its initial list (their `live` entries are current).
     synced: HashSet<GroupKind>,
     /// Per parent ID: member → (body hash, resourceVersion after our last apply).
@@ -53,6 +53,11 @@ struct State {
     /// Members with an apply in flight: how many, and the newest resourceVersion an event
     /// brought meanwhile.
     in_flight: HashMap<MemberRef, InFlight>,
+}
+
+struct Live {
+    rv: String,
+    id: Option<String>,
 }
 
 #[derive(Default)]
@@ -119,7 +124,7 @@ impl MemberWatches {
             Api::all_with(self.client.clone(), &resolved.resource);
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
         let mut events = watcher(api, cfg).default_backoff().boxed();
-        let mut pending: HashMap<MemberRef, String> = HashMap::new();
+        let mut pending: HashMap<MemberRef, Live> = HashMap::new();
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -131,8 +136,8 @@ impl MemberWatches {
             match event {
                 watcher::Event::Init => pending.clear(),
                 watcher::Event::InitApply(o) => {
-                    if let Some((r, rv, _)) = Self::key(&gk, resolved.namespaced, &o) {
-                        pending.insert(r, rv);
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
+                        pending.insert(r, Live { rv, id });
                     }
                 }
                 watcher::Event::InitDone => {
@@ -181,7 +186,7 @@ impl MemberWatches {
 
     /// Replaces what is known of one kind after a (re)list; returns parents whose members
     /// drifted meanwhile.
-    fn replace_kind(&self, gk: &GroupKind, fresh: HashMap<MemberRef, String>) -> Vec<ParentRef> {
+    fn replace_kind(&self, gk: &GroupKind, fresh: HashMap<MemberRef, Live>) -> Vec<ParentRef> {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
@@ -192,7 +197,7 @@ impl MemberWatches {
         let mut drifted = Vec::new();
         for (id, members) in &s.applied {
             let moved = members.iter().any(|(r, (_, rv))| {
-                r.group == gk.group && r.kind == gk.kind && s.live.get(r) != Some(rv)
+                r.group == gk.group && r.kind == gk.kind && s.live.get(r).map(|l| &l.rv) != Some(rv)
             });
             if moved && let Some(p) = s.parents.get(id) {
                 drifted.push(p.clone());
@@ -217,12 +222,18 @@ impl MemberWatches {
         // is stale, not drift. resourceVersions are etcd revisions; one that does not parse
         // counts as drift (the safe side: one more reconcile).
         if let (Some(event), Some(known)) = (&rv, s.live.get(&r))
-            && older(event, known)
+            && older(event, &known.rv)
         {
             return Vec::new();
         }
         match &rv {
-            Some(v) => s.live.insert(r.clone(), v.clone()),
+            Some(v) => s.live.insert(
+                r.clone(),
+                Live {
+                    rv: v.clone(),
+                    id: id.clone(),
+                },
+            ),
             None => s.live.remove(&r),
         };
         // While we apply the member, an event may be our own write arriving before the
@@ -291,9 +302,36 @@ impl MemberWatches {
             return false;
         }
         match s.applied.get(id).and_then(|m| m.get(member)) {
-            Some((h, rv)) => *h == hash && s.live.get(member) == Some(rv),
+            Some((h, rv)) => *h == hash && s.live.get(member).map(|l| &l.rv) == Some(rv),
             None => false,
         }
+    }
+
+    /// The live objects labelled `part-of=<id>` of `kinds`, as the watches see them
+    /// (reference → resourceVersion), if every one of those kinds is watched and its initial
+    /// list is done; `None` otherwise. Eventually consistent: an object labelled a moment ago
+    /// may be missing, which makes a prune decision later, never a wrong one.
+    pub fn members_of(
+        &self,
+        id: &str,
+        kinds: &std::collections::BTreeSet<GroupKind>,
+    ) -> Option<HashMap<MemberRef, String>> {
+        let s = self.state.lock().ok()?;
+        if !kinds.iter().all(|gk| s.synced.contains(gk)) {
+            return None;
+        }
+        Some(
+            s.live
+                .iter()
+                .filter(|(r, l)| {
+                    l.id.as_deref() == Some(id)
+                        && kinds
+                            .iter()
+                            .any(|gk| gk.group == r.group && gk.kind == r.kind)
+                })
+                .map(|(r, l)| (r.clone(), l.rv.clone()))
+                .collect(),
+        )
     }
 
     /// Marks an apply of `member` by parent `id` as in flight until the returned guard is
@@ -341,7 +379,13 @@ impl MemberWatches {
         if !drifted {
             // The answer is the live version as of now; a later change by anyone arrives
             // after it, as the events of one object are ordered.
-            s.live.insert(member.clone(), rv.clone());
+            s.live.insert(
+                member.clone(),
+                Live {
+                    rv: rv.clone(),
+                    id: Some(id.to_string()),
+                },
+            );
         }
         s.applied
             .entry(id.to_string())
@@ -478,6 +522,35 @@ mod tests {
         // Somebody else's later change is drift.
         assert_eq!(event(&w, &a, "11", &id).len(), 1);
         assert!(!w.unchanged(&id, &a, 2));
+    }
+
+    #[tokio::test]
+    async fn members_of_a_parent_come_from_synced_watches_only() {
+        let (w, _t, id, a) = registry();
+        let cm = GroupKind::new("", "ConfigMap");
+        let secret = GroupKind::new("", "Secret");
+        w.applying(&id, &a).record(1, "10".into());
+        // Somebody else's labelled object, and an object of another set.
+        assert!(event(&w, &member("stray"), "11", &id).is_empty());
+        assert!(event(&w, &member("other"), "12", "another-id").is_empty());
+        let only_cm = std::collections::BTreeSet::from([cm.clone()]);
+        let got = w.members_of(&id, &only_cm).expect("ConfigMaps are synced");
+        assert_eq!(
+            got,
+            HashMap::from([
+                (a.clone(), "10".to_string()),
+                (member("stray"), "11".to_string())
+            ])
+        );
+        // A kind whose watch has not listed yet: unknown, so the caller lists.
+        let both = std::collections::BTreeSet::from([cm, secret]);
+        assert_eq!(w.members_of(&id, &both), None);
+        // A deletion leaves the cache.
+        assert!(
+            w.observe(member("stray"), None, Some("13".into()), Some(id.clone()))
+                .is_empty()
+        );
+        assert_eq!(w.members_of(&id, &only_cm).map(|m| m.len()), Some(1));
     }
 
     #[tokio::test]

@@ -40,7 +40,6 @@ pub struct LiveMember {
 impl LiveMember {
     pub fn live(&self) -> LiveObject {
         LiveObject {
-            uid: self.meta.uid.clone().unwrap_or_default(),
             resource_version: self.meta.resource_version.clone().unwrap_or_default(),
         }
     }
