@@ -30,7 +30,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, CustomResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
     discovery::Scope,
 };
@@ -768,21 +768,40 @@ async fn run_shape(
         .buffer_unordered(32)
         .try_collect::<Vec<()>>()
         .await?;
-    loop {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list.items.iter().filter(|o| is_ready(o)).count();
-        if ready == k {
-            break;
+    // Watched, not polled: LISTs of all K ApplySets several times a second would load the
+    // API server the operator is measured against.
+    let ready = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let all_ready = async {
+        use kube::runtime::WatchStreamExt;
+        let mut events = kube::runtime::watcher(api.clone(), Default::default())
+            .default_backoff()
+            .boxed();
+        while let Some(e) = events.next().await {
+            let objs = match e {
+                Ok(kube::runtime::watcher::Event::Apply(o))
+                | Ok(kube::runtime::watcher::Event::InitApply(o)) => vec![o],
+                _ => continue,
+            };
+            let Ok(mut r) = ready.lock() else { continue };
+            for o in objs {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if is_ready(&o) {
+                    r.insert(name);
+                } else {
+                    r.remove(&name);
+                }
+            }
+            if r.len() == k {
+                return;
+            }
         }
-        if start.elapsed() > WAIT {
-            return Err(format!(
-                "only {ready} of {k} ApplySets Ready within {WAIT:?}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if tokio::time::timeout(WAIT.saturating_sub(start.elapsed()), all_ready)
+        .await
+        .is_err()
+    {
+        let n = ready.lock().map(|r| r.len()).unwrap_or_default();
+        return Err(format!("only {n} of {k} ApplySets Ready within {WAIT:?}"));
     }
     let all_ready = start.elapsed().as_secs_f64();
     let (op_after, _, _) = op.counters();
