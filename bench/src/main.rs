@@ -975,9 +975,15 @@ async fn run(args: Args) -> Res<()> {
     warm_up(&client).await?;
     for &n in &args.sizes {
         eprintln!("bench: one ApplySet of {n} members");
+        // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
+        // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
+        // must not slow down the next one's measurement.
         let (o, extra) = run_operator_set(&client, &op, n).await?;
+        delete_namespace(&client, &format!("op-{n}")).await?;
         let k = if args.kubectl {
-            run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?
+            let k = run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?;
+            delete_namespace(&client, &format!("kubectl-{n}")).await?;
+            k
         } else {
             Timings {
                 create: f64::NAN,
@@ -986,6 +992,7 @@ async fn run(args: Args) -> Res<()> {
             }
         };
         let c = run_ceiling_set(&client, n).await?;
+        delete_namespace(&client, &format!("ceiling-{n}")).await?;
         sets.push((n, o, k, c, extra));
     }
     let rss_sets = op.peak_rss_mib();
