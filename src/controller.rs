@@ -813,24 +813,31 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
     let started = k8s_openapi::jiff::Timestamp::now().as_second();
 
     // What of this set is live already: counts the apply's outcomes and gives the prune
-    // candidates. The member watches know it when they cover every kind involved; only if
-    // they do not, or if they show something to prune (an object labelled ours that is not
-    // declared), is it listed (metadata only): a prune is decided on a LIST, never on the
-    // cache. Reading touches no member.
-    let cached = ctx.members.members_of(&id, &listed_kinds);
-    let list_needed = match &cached {
-        None => true,
-        Some(c) => spec.prune && c.keys().any(|r| !declared.contains_key(r)),
+    // candidates. The member watches know it when they cover every kind involved; if they do
+    // not, it is listed (metadata only). A prune is decided on a LIST made after the apply,
+    // never on the watches: they only tell whether there is anything to decide (an object
+    // labelled ours that is no longer declared). Reading touches no member.
+    let list_for_prune = || {
+        prune::list(
+            &ctx.client,
+            &ctx.resolver,
+            &known,
+            &recorded_before.group_kinds,
+            &prune_namespaces,
+            &id,
+            conc,
+        )
     };
-    let (live, existing) = match cached {
-        Some(c) if !list_needed => {
+    let (live, existing) = match ctx.members.members_of(&id, &listed_kinds) {
+        Some(c) => {
+            let undeclared = c.keys().any(|r| !declared.contains_key(r));
             let existing = c
                 .into_iter()
                 .map(|(r, resource_version)| (r, LiveObject { resource_version }))
                 .collect();
-            (Vec::new(), existing)
+            (Live::Watched { undeclared }, existing)
         }
-        _ => {
+        None => {
             let live = prune::list(
                 &ctx.client,
                 &ctx.resolver,
@@ -842,10 +849,10 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
             )
             .await?;
             let existing = prune::by_reference(&live);
-            (live, existing)
+            (Live::Listed(live), existing)
         }
     };
-    tracing::debug!(parent = %parent, listed = list_needed, live = existing.len(), ms = t0.elapsed().as_millis(), "listed");
+    tracing::debug!(parent = %parent, listed = matches!(live, Live::Listed(_)), live = existing.len(), ms = t0.elapsed().as_millis(), "listed");
     let opts = apply::Options {
         field_manager: &manager,
         id: &id,
@@ -893,8 +900,13 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
             }
         }
         if spec.prune {
+            let listed = match live {
+                Live::Listed(l) => l,
+                Live::Watched { undeclared: true } => list_for_prune().await?,
+                Live::Watched { undeclared: false } => Vec::new(),
+            };
             let sel = prune::select(
-                &live,
+                &listed,
                 &declared,
                 &recorded_before.group_kinds,
                 &prune_namespaces,
@@ -946,36 +958,31 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
         });
     }
 
-    // 4. Prune, only after every member applied. The decision is made on a fresh listing
-    // (the one above may be as old as the apply), and each delete is conditional on the object
-    // being unchanged since that listing.
+    // 4. Prune, only after every member applied. The decision is made on a listing made
+    // now (one from before the apply may be as old as the apply), and each delete is
+    // conditional on the object being unchanged since that listing.
     if spec.prune {
-        let mut sel = prune::select(
-            &live,
-            &declared,
-            &recorded_before.group_kinds,
-            &prune_namespaces,
-            &manager,
-        );
-        if !sel.delete.is_empty() {
-            let fresh = prune::list(
-                &ctx.client,
-                &ctx.resolver,
-                &known,
-                &recorded_before.group_kinds,
-                &prune_namespaces,
-                &id,
-                conc,
-            )
-            .await?;
-            sel = prune::select(
-                &fresh,
+        let select = |live: &[prune::LiveMember]| {
+            prune::select(
+                live,
                 &declared,
                 &recorded_before.group_kinds,
                 &prune_namespaces,
                 &manager,
-            );
-        }
+            )
+        };
+        let sel = match &live {
+            Live::Listed(l) => {
+                let earlier = select(l);
+                if earlier.delete.is_empty() {
+                    earlier
+                } else {
+                    select(&list_for_prune().await?)
+                }
+            }
+            Live::Watched { undeclared: true } => select(&list_for_prune().await?),
+            Live::Watched { undeclared: false } => prune::Selection::default(),
+        };
         summary.retained = count(sel.retained.len());
         for (m, why) in &sel.retained {
             tracing::info!(parent = %parent, member = %m.reference, reason = ?why, "not pruned");
@@ -1058,6 +1065,15 @@ async fn decide<P: Parent>(obj: &Arc<P>, ctx: &Context) -> Result<Report> {
         retry: false,
     };
     Ok(r)
+}
+
+/// What a reconcile knows of the set's live members before the apply.
+enum Live {
+    /// Listed (metadata only).
+    Listed(Vec<prune::LiveMember>),
+    /// From the member watches, which cover every kind involved; `undeclared`: they show an
+    /// object labelled with this set that is no longer declared.
+    Watched { undeclared: bool },
 }
 
 /// What `parent::write` wrote, on our copy of the parent.
