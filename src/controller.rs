@@ -48,6 +48,8 @@ use crate::{
 
 /// The field manager of status writes.
 pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
+/// A reconcile running longer than this marks the parent Reconciling in status.
+const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 /// status.members and the plan lists are capped at this many entries.
 pub const MAX_LISTED: usize = 500;
 
@@ -692,10 +694,20 @@ async fn apply_declared<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action>
         )
         .await;
     }
-    // The progress mark (one more write of a possibly large object) goes out while the work
-    // starts; both end before the outcome is reported, so the outcome is the last word.
-    let (marked, decided) = tokio::join!(mark_progressing(ctx, &*obj), decide(&obj, ctx));
-    marked?;
+    // A reconcile still running after PROGRESS_AFTER says so in status (Reconciling=True);
+    // a quicker one goes straight to its outcome, sparing a write of a possibly large
+    // object. A mark that has started is finished before the outcome is written, so the
+    // outcome is always the last word.
+    let work = decide(&obj, ctx);
+    tokio::pin!(work);
+    let decided = tokio::select! {
+        decided = &mut work => decided,
+        () = tokio::time::sleep(PROGRESS_AFTER) => {
+            let (marked, decided) = tokio::join!(mark_progressing(ctx, &*obj), &mut work);
+            marked?;
+            decided
+        }
+    };
     report(ctx, &*obj, decided?).await
 }
 

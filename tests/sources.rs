@@ -1653,7 +1653,26 @@ async fn sources_share_one_deadline_and_messages_hide_queries() {
         {"http": {"url": format!("http://{addr}/c.yaml?token=s3cret-c")}},
     ]}))
     .await;
+    // A reconcile that takes a while says so meanwhile (the outcome removes the mark, so
+    // seeing it at all means it came first).
+    let progressing = set
+        .wait_until(
+            "Reconciling=True while the sources hang",
+            DEADLINE,
+            |_, st| {
+                st.and_then(|st| condition(st, "Reconciling"))
+                    .filter(|c| c.status == "True" && c.reason == "Progressing")
+                    .map(|c| c.message.clone())
+            },
+        )
+        .await;
+    assert_eq!(progressing, "reconciling generation 1");
     let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+    assert!(
+        condition(&st, "Reconciling").is_none(),
+        "the outcome replaces the mark: {}",
+        status_json(&st)
+    );
     let elapsed = started.elapsed();
     let msg = message(&st);
     assert!(
