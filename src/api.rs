@@ -420,6 +420,27 @@ pub struct MemberRef {
     pub name: String,
 }
 
+impl MemberRef {
+    /// The reference of a live object of kind `gk` from its metadata (a namespace only for
+    /// a namespaced kind); `None` without a name.
+    pub fn of_live(
+        gk: &crate::applyset::GroupKind,
+        namespaced: bool,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<MemberRef> {
+        Some(MemberRef {
+            group: gk.group.clone(),
+            kind: gk.kind.clone(),
+            namespace: if namespaced {
+                meta.namespace.clone()
+            } else {
+                None
+            },
+            name: meta.name.clone()?,
+        })
+    }
+}
+
 impl std::fmt::Display for MemberRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.group.is_empty() {

@@ -89,6 +89,15 @@ pub struct Options<'a> {
     pub writes: Option<&'a Semaphore>,
 }
 
+/// A permit of the shared bound on member writes, held while one write is in flight. (A
+/// closed semaphore, which nothing here closes, would only lift the bound.)
+pub async fn write_permit(writes: Option<&Semaphore>) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    match writes {
+        Some(s) => s.acquire().await.ok(),
+        None => None,
+    }
+}
+
 /// Applies the members stage by stage. Every member gets a result.
 pub async fn apply_all(
     client: &Client,
@@ -160,11 +169,7 @@ async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outc
         return Outcome::Unchanged;
     }
     let applying = watches.map(|w| w.applying(opts.id, &member.reference));
-    // A closed semaphore (never closed here) would only lift the bound.
-    let _permit = match opts.writes {
-        Some(s) => s.acquire().await.ok(),
-        None => None,
-    };
+    let _permit = write_permit(opts.writes).await;
     let (outcome, rv) = apply_body(&api, member, &body, opts).await;
     if let (Some(applying), Some(rv)) = (applying, rv)
         && outcome.is_success()

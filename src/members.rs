@@ -43,7 +43,7 @@ pub fn body_hash(body: &serde_json::Value) -> u64 {
 #[derive(Default)]
 struct State {
     /// Labelled objects, by kind and reference: resourceVersion and `part-of` value.
-    live: HashMap<MemberRef, Live>,
+    live: HashMap<MemberRef, Labelled>,
     /// Kinds whose watch has completed its initial list (their `live` entries are current).
     synced: HashSet<GroupKind>,
     /// Per parent ID: member → (body hash, resourceVersion after our last apply).
@@ -55,7 +55,7 @@ struct State {
     in_flight: HashMap<MemberRef, InFlight>,
 }
 
-struct Live {
+struct Labelled {
     rv: String,
     id: Option<String>,
 }
@@ -124,7 +124,7 @@ impl MemberWatches {
             Api::all_with(self.client.clone(), &resolved.resource);
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
         let mut events = watcher(api, cfg).default_backoff().boxed();
-        let mut pending: HashMap<MemberRef, Live> = HashMap::new();
+        let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(e) => e,
@@ -137,7 +137,7 @@ impl MemberWatches {
                 watcher::Event::Init => pending.clear(),
                 watcher::Event::InitApply(o) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        pending.insert(r, Live { rv, id });
+                        pending.insert(r, Labelled { rv, id });
                     }
                 }
                 watcher::Event::InitDone => {
@@ -165,16 +165,7 @@ impl MemberWatches {
         namespaced: bool,
         o: &PartialObjectMeta<DynamicObject>,
     ) -> Option<(MemberRef, String, Option<String>)> {
-        let r = MemberRef {
-            group: gk.group.clone(),
-            kind: gk.kind.clone(),
-            namespace: if namespaced {
-                o.metadata.namespace.clone()
-            } else {
-                None
-            },
-            name: o.metadata.name.clone()?,
-        };
+        let r = MemberRef::of_live(gk, namespaced, &o.metadata)?;
         let id = o
             .metadata
             .labels
@@ -186,7 +177,7 @@ impl MemberWatches {
 
     /// Replaces what is known of one kind after a (re)list; returns parents whose members
     /// drifted meanwhile.
-    fn replace_kind(&self, gk: &GroupKind, fresh: HashMap<MemberRef, Live>) -> Vec<ParentRef> {
+    fn replace_kind(&self, gk: &GroupKind, fresh: HashMap<MemberRef, Labelled>) -> Vec<ParentRef> {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
@@ -229,7 +220,7 @@ impl MemberWatches {
         match &rv {
             Some(v) => s.live.insert(
                 r.clone(),
-                Live {
+                Labelled {
                     rv: v.clone(),
                     id: id.clone(),
                 },
@@ -381,7 +372,7 @@ impl MemberWatches {
             // after it, as the events of one object are ordered.
             s.live.insert(
                 member.clone(),
-                Live {
+                Labelled {
                     rv: rv.clone(),
                     id: Some(id.to_string()),
                 },

@@ -136,20 +136,14 @@ async fn list_one(
             Err(e) => return Err(e.into()),
         };
         for item in page.items {
-            let name = item.metadata.name.clone().unwrap_or_default();
+            // Listed objects always have a name.
+            let Some(reference) = MemberRef::of_live(&gk, namespaced, &item.metadata) else {
+                continue;
+            };
             out.push(LiveMember {
                 resource: resource.clone(),
                 namespaced,
-                reference: MemberRef {
-                    group: gk.group.clone(),
-                    kind: gk.kind.clone(),
-                    namespace: if namespaced {
-                        item.metadata.namespace.clone()
-                    } else {
-                        None
-                    },
-                    name,
-                },
+                reference,
                 meta: item.metadata,
             });
         }
@@ -364,10 +358,7 @@ pub async fn delete_all(
             .map(|i| {
                 let m = group[i];
                 async move {
-                    let _permit = match writes {
-                        Some(s) => s.acquire().await.ok(),
-                        None => None,
-                    };
+                    let _permit = crate::apply::write_permit(writes).await;
                     let uid = m.meta.uid.clone().unwrap_or_default();
                     let r = delete_with_uid(
                         client,

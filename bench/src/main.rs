@@ -646,28 +646,35 @@ async fn run_kubectl_set(
     })
 }
 
-async fn ssa_all(client: &Client, ns: &str, objs: &[Value]) -> Res<()> {
+/// What the ceiling sends for each object.
+#[derive(Clone, Copy)]
+enum Request {
+    Apply,
+    Delete,
+}
+
+/// One request per object, 64 in flight, no controller logic: the API server's ceiling.
+async fn ceiling_requests(client: &Client, ns: &str, objs: &[Value], request: Request) -> Res<()> {
     stream::iter(objs.iter())
-        .map(|o| {
-            let client = client.clone();
-            let ar = resource_of(o);
-            let name = o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let o = o.clone();
-            async move {
-                let api: Api<DynamicObject> =
-                    Api::dynamic(client, &ar, &Scope::Namespaced).constrain(ns);
-                api.patch(
-                    &name,
-                    &PatchParams::apply("ceiling").force(),
-                    &Patch::Apply(&o),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("{name}: {e}"))
-            }
+        .map(|o| async move {
+            let api: Api<DynamicObject> =
+                Api::dynamic(client.clone(), &resource_of(o), &Scope::Namespaced).constrain(ns);
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            let sent = match request {
+                Request::Apply => api
+                    .patch(
+                        name,
+                        &PatchParams::apply("ceiling").force(),
+                        &Patch::Apply(o),
+                    )
+                    .await
+                    .map(|_| ()),
+                Request::Delete => api
+                    .delete(name, &DeleteParams::background())
+                    .await
+                    .map(|_| ()),
+            };
+            sent.map_err(|e| format!("{name}: {e}"))
         })
         .buffer_unordered(64)
         .try_collect::<Vec<()>>()
@@ -680,33 +687,13 @@ async fn run_ceiling_set(client: &Client, n: usize) -> Res<Timings> {
     create_namespace(client, &ns).await?;
     let objs = members(n, "m");
     let start = Instant::now();
-    ssa_all(client, &ns, &objs).await?;
+    ceiling_requests(client, &ns, &objs, Request::Apply).await?;
     let create = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    ssa_all(client, &ns, &objs).await?;
+    ceiling_requests(client, &ns, &objs, Request::Apply).await?;
     let noop = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    stream::iter(objs[n / 2..].iter())
-        .map(|o| {
-            let client = client.clone();
-            let ar = resource_of(o);
-            let name = o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let ns = ns.clone();
-            async move {
-                let api: Api<DynamicObject> =
-                    Api::dynamic(client, &ar, &Scope::Namespaced).constrain(&ns);
-                api.delete(&name, &DeleteParams::background())
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-        })
-        .buffer_unordered(64)
-        .try_collect::<Vec<()>>()
-        .await?;
+    ceiling_requests(client, &ns, &objs[n / 2..], Request::Delete).await?;
     let prune_half = start.elapsed().as_secs_f64();
     Ok(Timings {
         create,
