@@ -22,7 +22,7 @@ deps: ## install what building and testing need (apt packages; Go and Rust are o
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
