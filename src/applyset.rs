@@ -125,28 +125,6 @@ pub enum OwnershipError {
         /// The computed ID.
         expected: String,
     },
-    /// A declared manifest already carries the part-of label.
-    #[error(
-        "{member} sets the label {LABEL_PART_OF}={value:?} in its manifest; the operator sets this label itself; remove it from the manifest"
-    )]
-    ManifestPartOf {
-        /// The member, as displayed in messages.
-        member: String,
-        /// The declared label value.
-        value: String,
-    },
-    /// A live object belongs to a different ApplySet.
-    #[error(
-        "{member} already belongs to another ApplySet (label {LABEL_PART_OF}={other_id:?}, this ApplySet's ID is {our_id:?}); ApplySets must not overlap: remove the object from one of the two ApplySets, or remove the label from the live object if the other ApplySet no longer exists"
-    )]
-    OverlappingApplySet {
-        /// The member, as displayed in messages.
-        member: String,
-        /// The ID found on the live object.
-        other_id: String,
-        /// This ApplySet's ID.
-        our_id: String,
-    },
 }
 
 /// A member whose namespace is wrong or cannot be determined.
@@ -585,39 +563,6 @@ pub fn check_parent_id(existing: Option<&str>, expected: &str) -> Result<(), Own
         Some(value) => Err(OwnershipError::IdMismatch {
             found: value.to_owned(),
             expected: expected.to_owned(),
-        }),
-    }
-}
-
-/// Checks a declared manifest's labels: any `part-of` label (whatever its value, even this
-/// ApplySet's ID) makes the manifest invalid, as in kubectl.
-pub fn check_manifest_part_of(
-    labels: Option<&BTreeMap<String, String>>,
-    member_display: &str,
-) -> Result<(), OwnershipError> {
-    match labels.and_then(|l| l.get(LABEL_PART_OF)) {
-        None => Ok(()),
-        Some(value) => Err(OwnershipError::ManifestPartOf {
-            member: member_display.to_owned(),
-            value: value.clone(),
-        }),
-    }
-}
-
-/// Checks a live object's labels: no `part-of` label or one equal to `our_id` is fine; any
-/// other value means the object belongs to another ApplySet (overlap) and is refused.
-pub fn check_live_part_of(
-    labels: Option<&BTreeMap<String, String>>,
-    our_id: &str,
-    member_display: &str,
-) -> Result<(), OwnershipError> {
-    match labels.and_then(|l| l.get(LABEL_PART_OF)) {
-        None => Ok(()),
-        Some(value) if value == our_id => Ok(()),
-        Some(value) => Err(OwnershipError::OverlappingApplySet {
-            member: member_display.to_owned(),
-            other_id: value.clone(),
-            our_id: our_id.to_owned(),
         }),
     }
 }
@@ -1429,74 +1374,6 @@ mod tests {
         );
         // An empty value is still a different value.
         assert!(check_parent_id(Some(""), expected).is_err());
-    }
-
-    // ---- part-of ---------------------------------------------------------------------
-
-    #[test]
-    fn check_manifest_part_of_cases() {
-        let member = "ConfigMap team-a/settings";
-        assert_eq!(check_manifest_part_of(None, member), Ok(()));
-        assert_eq!(
-            check_manifest_part_of(Some(&BTreeMap::new()), member),
-            Ok(())
-        );
-        assert_eq!(
-            check_manifest_part_of(Some(&labels(&[("app", "web")])), member),
-            Ok(())
-        );
-        let our_id = ParentRef::applyset("team-a", "web").id();
-        for value in ["applyset-other-v1", our_id.as_str(), ""] {
-            let l = labels(&[("app", "web"), (LABEL_PART_OF, value)]);
-            let err = check_manifest_part_of(Some(&l), member).unwrap_err();
-            assert_eq!(
-                err,
-                OwnershipError::ManifestPartOf {
-                    member: member.to_owned(),
-                    value: value.to_owned()
-                }
-            );
-            let msg = err.to_string();
-            assert!(msg.starts_with(member), "{msg}");
-            assert!(msg.contains(LABEL_PART_OF), "{msg}");
-            assert!(msg.contains("remove it from the manifest"), "{msg}");
-        }
-    }
-
-    #[test]
-    fn check_live_part_of_cases() {
-        let member = "Deployment.apps team-a/web";
-        let our_id = ParentRef::applyset("team-a", "web").id();
-        assert_eq!(check_live_part_of(None, &our_id, member), Ok(()));
-        assert_eq!(
-            check_live_part_of(Some(&BTreeMap::new()), &our_id, member),
-            Ok(())
-        );
-        assert_eq!(
-            check_live_part_of(Some(&labels(&[("app", "web")])), &our_id, member),
-            Ok(())
-        );
-        assert_eq!(
-            check_live_part_of(Some(&labels(&[(LABEL_PART_OF, &our_id)])), &our_id, member),
-            Ok(())
-        );
-        let other = ParentRef::cluster("platform").id();
-        let err = check_live_part_of(Some(&labels(&[(LABEL_PART_OF, &other)])), &our_id, member)
-            .unwrap_err();
-        assert_eq!(
-            err,
-            OwnershipError::OverlappingApplySet {
-                member: member.to_owned(),
-                other_id: other.clone(),
-                our_id: our_id.clone(),
-            }
-        );
-        let msg = err.to_string();
-        assert!(msg.starts_with(member), "{msg}");
-        assert!(msg.contains(&other), "{msg}");
-        assert!(msg.contains(&our_id), "{msg}");
-        assert!(msg.contains("another ApplySet"), "{msg}");
-        assert!(msg.contains("must not overlap"), "{msg}");
     }
 
     // ---- parent references and field managers ----------------------------------------

@@ -9,26 +9,27 @@
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
-//! - [`apply`]: staged, concurrent server-side apply of the members.
-//! - [`prune`]: finding and safely deleting members that are no longer declared.
+//! - [`engine`]: the per-set engine — a scope computed once per reconcile (ID, field manager,
+//!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
+//!   and carry out a prune, reporting per member in one vocabulary.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
-//! - [`controller`]: the reconcile loop that ties them together.
+//! - [`controller`]: the controllers and the reconcile, SPEC §4 as a line of named steps that
+//!   orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`leader`]: leader election on a Lease.
 
 pub mod api;
-pub mod apply;
 pub mod applyset;
 pub mod controller;
 pub mod discovery;
+pub mod engine;
 pub mod leader;
 pub mod manifest;
 pub mod members;
 pub mod metrics;
 pub mod parent;
-pub mod prune;
 pub mod render;
 pub mod server;
 pub mod sources;

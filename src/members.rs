@@ -388,12 +388,12 @@ impl MemberWatches {
         }
     }
 
-    /// Registers a parent and drops records of members it no longer declares.
-    pub fn register(&self, parent: &ParentRef, declared: &HashSet<MemberRef>) {
+    /// Registers parent `parent` of ID `id` and drops records of members it no longer
+    /// declares.
+    pub fn register(&self, id: &str, parent: &ParentRef, declared: &HashSet<MemberRef>) {
         if let Ok(mut s) = self.state.lock() {
-            let id = parent.id();
-            s.parents.insert(id.clone(), parent.clone());
-            if let Some(m) = s.applied.get_mut(&id) {
+            s.parents.insert(id.to_string(), parent.clone());
+            if let Some(m) = s.applied.get_mut(id) {
                 m.retain(|r, _| declared.contains(r));
             }
         }
@@ -477,7 +477,7 @@ mod tests {
         let (w, t) = MemberWatches::new(client);
         let parent = ParentRef::applyset("ns", "p");
         let a = member("a");
-        w.register(&parent, &HashSet::from([a.clone()]));
+        w.register(&parent.id(), &parent, &HashSet::from([a.clone()]));
         w.replace_kind(&GroupKind::new("", "ConfigMap"), HashMap::new());
         (w, t, parent.id(), a)
     }

@@ -184,29 +184,27 @@ fn desired_metadata(
 }
 
 /// Writes the parent's id label, annotations for `set` and finalizer unless the live object
-/// already has exactly them. With `drop_deprecated`, also removes `contains-group-resources` (after a
-/// complete reconcile, when the new annotation alone describes the set). Returns whether it
-/// wrote.
+/// already has exactly them. With `drop_deprecated`, also removes `contains-group-resources`
+/// (after a complete reconcile, when the new annotation alone describes the set). Returns the
+/// parent as the server stored it (`obj` itself when nothing needed writing).
 pub async fn write<P: Parent>(
     client: &Client,
     obj: &P,
     set: &Recorded,
     drop_deprecated: bool,
-) -> Result<bool> {
+) -> Result<P> {
     let parent = obj.parent_ref();
     let (labels, annotations) = desired_metadata(&parent, set);
     let meta = obj.meta();
-    let live_labels = meta.labels.clone().unwrap_or_default();
-    let live_annotations = meta.annotations.clone().unwrap_or_default();
-    let same = labels.iter().all(|(k, v)| live_labels.get(k) == Some(v))
-        && annotations
-            .iter()
-            .all(|(k, v)| live_annotations.get(k) == Some(v))
-        && meta.finalizers.iter().flatten().any(|f| f == FINALIZER);
-    let deprecated =
-        drop_deprecated && live_annotations.contains_key(ANNOTATION_CONTAINS_GROUP_RESOURCES);
-    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let same = has_metadata(meta, &labels, &annotations);
+    let deprecated = drop_deprecated
+        && meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_CONTAINS_GROUP_RESOURCES));
+    let name = meta.name.clone().ok_or(Error::Unnamed("parent"))?;
     let api = P::api(client.clone(), parent.namespace.as_deref());
+    let mut stored = None;
     if !same {
         let body = json!({
             "apiVersion": P::api_version(&()),
@@ -216,18 +214,31 @@ pub async fn write<P: Parent>(
             "metadata": {"name": name, "labels": labels, "annotations": annotations,
                 "finalizers": [FINALIZER]},
         });
-        api.patch(
-            &name,
-            &PatchParams::apply(PARENT_FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await?;
+        let params = PatchParams::apply(PARENT_FIELD_MANAGER).force();
+        stored = Some(api.patch(&name, &params, &Patch::Apply(body)).await?);
     }
     if deprecated {
         let body =
             json!({"metadata": {"annotations": {ANNOTATION_CONTAINS_GROUP_RESOURCES: null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
-            .await?;
+        stored = Some(
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await?,
+        );
     }
-    Ok(!same || deprecated)
+    Ok(stored.unwrap_or_else(|| obj.clone()))
+}
+
+/// Whether `meta` carries every one of `labels` and `annotations` and our finalizer.
+fn has_metadata(
+    meta: &ObjectMeta,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> bool {
+    let contains = |live: &Option<BTreeMap<String, String>>, want: &BTreeMap<String, String>| {
+        want.iter()
+            .all(|(k, v)| live.as_ref().and_then(|l| l.get(k)) == Some(v))
+    };
+    contains(&meta.labels, labels)
+        && contains(&meta.annotations, annotations)
+        && meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
 }

@@ -1,7 +1,8 @@
 //! Render: the desired set of a parent. Every producer of manifests (inline `spec.manifests`
-//! today, sources later) yields [`Manifest`]s; render validates them together, resolves each
-//! kind to the API resource the server serves, applies the namespace rules, and orders the
-//! members in stages. Any failure stops the reconcile before anything is written.
+//! and each of `spec.sources`) yields [`Manifest`]s, already validated one by one; render
+//! validates them together (duplicates), resolves each kind to the API resource the server
+//! serves, applies the namespace rules, and orders the members in stages. Any failure stops
+//! the reconcile before anything is written.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,50 +12,11 @@ use serde_json::Value;
 use crate::{
     Result,
     api::{ApplySetSpec, MemberRef},
-    applyset::{self, GroupKind, OwnershipError, ParentRef, ScopeError},
+    applyset::{self, GroupKind, ParentRef, ScopeError},
     discovery::{Resolved, Resolver},
+    engine::kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
 };
-
-/// Apply order: definitions (CRDs and Namespaces) before everything that may live in or
-/// depend on them. Prune goes the other way (see [`Stage::prune_order`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
-    Definitions,
-    Resources,
-}
-
-impl Stage {
-    pub fn of(group: &str, kind: &str) -> Stage {
-        if is_crd(group, kind) || is_namespace(group, kind) {
-            Stage::Definitions
-        } else {
-            Stage::Resources
-        }
-    }
-}
-
-pub fn is_crd(group: &str, kind: &str) -> bool {
-    group == "apiextensions.k8s.io" && kind == "CustomResourceDefinition"
-}
-
-pub fn is_namespace(group: &str, kind: &str) -> bool {
-    group.is_empty() && kind == "Namespace"
-}
-
-/// Deletion order of prune: namespaced objects, then cluster-scoped ones, then Namespaces,
-/// then CRDs (so custom resources go before their definition, contents before namespaces).
-pub fn prune_order(group: &str, kind: &str, namespaced: bool) -> u8 {
-    if is_crd(group, kind) {
-        3
-    } else if is_namespace(group, kind) {
-        2
-    } else if namespaced {
-        0
-    } else {
-        1
-    }
-}
 
 /// A declared object, resolved and ready to apply.
 #[derive(Clone, Debug)]
@@ -114,9 +76,6 @@ impl DesiredSet {
             .map(|m| (m.reference.clone(), m.resource.clone()))
             .collect()
     }
-    pub fn references(&self) -> BTreeSet<MemberRef> {
-        self.members.iter().map(|m| m.reference.clone()).collect()
-    }
 }
 
 /// Why a desired set could not be rendered. Only a change of the spec (or the cluster's
@@ -127,8 +86,6 @@ pub enum RenderError {
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Scope(#[from] ScopeError),
-    #[error(transparent)]
-    Ownership(#[from] OwnershipError),
     #[error(
         "{origin}: {kind} {name}: the cluster serves no kind {kind} in {api_version}; install its CustomResourceDefinition first or declare it in this set"
     )]
@@ -143,7 +100,10 @@ pub enum RenderError {
 /// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
 fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<(String, String, String), Resolved> {
     let mut out = BTreeMap::new();
-    for m in manifests.iter().filter(|m| is_crd(&m.group, &m.kind)) {
+    for m in manifests
+        .iter()
+        .filter(|m| kinds::is_crd(&m.group, &m.kind))
+    {
         let spec = m.object.get("spec");
         let group = spec.and_then(|s| s.get("group")).and_then(Value::as_str);
         let names = spec.and_then(|s| s.get("names"));
@@ -213,10 +173,6 @@ pub async fn render(
     let mut members = Vec::with_capacity(manifests.len());
     for m in manifests {
         let display = format!("{} ({} {})", m.origin, m.kind, m.name);
-        let labels = labels_of(&m.object);
-        if let Err(e) = applyset::check_manifest_part_of(labels.as_ref(), &display) {
-            return Ok(Err(e.into()));
-        }
         let gvk = (m.group.clone(), m.version.clone(), m.kind.clone());
         let resolved = match served.get(&gvk) {
             Some(r) => r.clone(),
@@ -291,10 +247,6 @@ fn string_map(v: Option<&Value>) -> Option<BTreeMap<String, String>> {
             .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
             .collect()
     })
-}
-
-pub fn labels_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMap<String, String>> {
-    string_map(object.get("metadata").and_then(|m| m.get("labels")))
 }
 
 pub fn annotations_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMap<String, String>> {

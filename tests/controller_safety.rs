@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use applyset_operator::prune::{Deleted, delete_with_uid};
+use applyset_operator::engine::prune::{Deleted, delete_with_uid};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, ResourceExt,
@@ -587,7 +587,7 @@ async fn an_object_changed_after_the_prune_decision_is_not_deleted() {
     )
     .await
     .expect("annotate");
-    let r = applyset_operator::prune::delete_if_unchanged(
+    let r = applyset_operator::engine::prune::delete_if_unchanged(
         &h.client,
         &configmap_ar(),
         Some(ns),

@@ -1,171 +1,36 @@
-//! Prune: find the objects of this ApplySet that are no longer declared, and delete them
-//! safely.
+//! Prune: decide which objects of the set are no longer declared and provably ours, and
+//! delete them safely.
 //!
-//! Candidates come from metadata-only LISTs by the `part-of` label for every recorded kind in
-//! the recorded namespaces. [`select`] keeps only what is provably ours: not declared, not
-//! annotated `applyset.dev/prune: disabled`, its `part-of` label owned by our member field
-//! manager, and no controller owner reference. Deletes carry a UID precondition (an object
-//! re-created meanwhile is left alone) and run in reverse dependency order.
+//! Candidates come from metadata-only LISTs by the `part-of` label ([`super::live`]) for every
+//! kind the parent recorded before this reconcile, in the namespaces it recorded. [`select`]
+//! keeps only what is provably ours: not declared, not annotated
+//! `applyset.dev/prune: disabled`, its `part-of` label owned by our member field manager, and
+//! no controller owner reference; a Namespace or CRD that holds something kept is kept too.
+//! Deletes carry a UID precondition (an object re-created meanwhile is left alone) and run in
+//! reverse dependency order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ListParams, ObjectMeta, Preconditions},
-    core::{DynamicObject, PartialObjectMeta},
+    api::{DeleteParams, ObjectMeta, Preconditions},
+    core::DynamicObject,
     discovery::{ApiResource, Scope},
 };
 use serde_json::Value;
-use tokio::sync::Semaphore;
 
+use super::{
+    Extent, SetScope, kinds,
+    live::{self, Live, LiveMember, Observed},
+    outcome::{MemberResult, Outcome, Retained},
+};
 use crate::{
     Error, Result,
     api::MemberRef,
-    apply::LiveObject,
     applyset::{self, GroupKind, LABEL_PART_OF},
     discovery::{Resolved, Resolver},
-    render,
 };
-
-/// A live object labelled with our ApplySet ID.
-#[derive(Clone, Debug)]
-pub struct LiveMember {
-    pub resource: ApiResource,
-    pub namespaced: bool,
-    pub reference: MemberRef,
-    pub meta: ObjectMeta,
-}
-
-impl LiveMember {
-    pub fn live(&self) -> LiveObject {
-        LiveObject {
-            resource_version: self.meta.resource_version.clone().unwrap_or_default(),
-        }
-    }
-}
-
-/// Lists, metadata only, every object labelled `part-of=<id>` of the given kinds: in each of
-/// `namespaces` for namespaced kinds, cluster-wide for cluster-scoped ones. Kinds in `known`
-/// (resolved by the render, including kinds of CRDs declared in the set) are not looked up
-/// again; kinds the server no longer serves (a deleted CRD) and kinds we may not list are
-/// skipped.
-#[allow(clippy::too_many_arguments)]
-pub async fn list(
-    client: &Client,
-    resolver: &Resolver,
-    known: &HashMap<GroupKind, Resolved>,
-    kinds: &BTreeSet<GroupKind>,
-    namespaces: &BTreeSet<String>,
-    id: &str,
-    concurrency: usize,
-) -> Result<Vec<LiveMember>> {
-    let unknown: Vec<GroupKind> = kinds
-        .iter()
-        .filter(|gk| !known.contains_key(*gk))
-        .cloned()
-        .collect();
-    let looked_up = resolver.resolve_group_kinds(&unknown).await?;
-    let mut targets: Vec<(GroupKind, ApiResource, bool, Option<String>)> = Vec::new();
-    for gk in kinds {
-        let resolved = known.get(gk).or_else(|| looked_up.get(gk)).cloned();
-        let Some(resolved) = resolved else {
-            tracing::debug!(kind = %gk, "not served any more; its objects are not prune candidates");
-            continue;
-        };
-        if resolved.namespaced {
-            for ns in namespaces {
-                targets.push((
-                    gk.clone(),
-                    resolved.resource.clone(),
-                    true,
-                    Some(ns.clone()),
-                ));
-            }
-        } else {
-            targets.push((gk.clone(), resolved.resource.clone(), false, None));
-        }
-    }
-    let selector = format!("{LABEL_PART_OF}={id}");
-    let lists: Vec<Vec<LiveMember>> = stream::iter(targets)
-        .map(|(gk, resource, namespaced, ns)| {
-            let selector = selector.clone();
-            async move { list_one(client, gk, resource, namespaced, ns, &selector).await }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .try_collect()
-        .await?;
-    Ok(lists.into_iter().flatten().collect())
-}
-
-async fn list_one(
-    client: &Client,
-    gk: GroupKind,
-    resource: ApiResource,
-    namespaced: bool,
-    namespace: Option<String>,
-    selector: &str,
-) -> Result<Vec<LiveMember>> {
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    let mut out = Vec::new();
-    let mut params = ListParams::default().labels(selector).limit(500);
-    loop {
-        let page = match api.list_metadata(&params).await {
-            Ok(p) => p,
-            Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                // Skipping would lose track of members: refuse instead (the superset stays).
-                return Err(Error::Forbidden {
-                    what: format!(
-                        "list {} ({}) in {}",
-                        resource.plural,
-                        if resource.group.is_empty() {
-                            "core"
-                        } else {
-                            resource.group.as_str()
-                        },
-                        namespace.as_deref().unwrap_or("all namespaces")
-                    ),
-                    message: s.message.clone(),
-                });
-            }
-            // Not served (yet, or any more): also the plain 404 of a route that does not exist.
-            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => return Ok(out),
-            Err(e) => return Err(e.into()),
-        };
-        for item in page.items {
-            // Listed objects always have a name.
-            let Some(reference) = MemberRef::of_live(&gk, namespaced, &item.metadata) else {
-                continue;
-            };
-            out.push(LiveMember {
-                resource: resource.clone(),
-                namespaced,
-                reference,
-                meta: item.metadata,
-            });
-        }
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(out),
-        }
-    }
-}
-
-/// Why a candidate is kept.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Retained {
-    /// Annotated `applyset.dev/prune: disabled`.
-    PruneDisabled,
-    /// Its `part-of` label is not managed by our member field manager (someone copied it).
-    LabelNotOurs,
-    /// It has a controller owner reference (something else manages its life).
-    Controlled(String),
-    /// A Namespace or CRD whose deletion would take a retained object with it.
-    HoldsRetained(String),
-}
 
 /// The outcome of [`select`].
 #[derive(Clone, Debug, Default)]
@@ -174,16 +39,53 @@ pub struct Selection {
     pub retained: Vec<(LiveMember, Retained)>,
 }
 
-/// Chooses what to delete among the live objects: those of `kinds` in `namespaces` (the
-/// kinds and namespaces recorded on the parent before this reconcile; cluster-scoped objects
-/// regardless of namespace) that are not `declared`, minus those that must be kept. A
-/// Namespace or CRD is kept while a retained object lives in it or is of its kind: deleting
-/// it would delete that object too.
+/// What the set declares now: each member and its resource.
+pub type Declared = HashMap<MemberRef, ApiResource>;
+
+/// Decides what to prune. The watches only tell whether there is anything to decide (an
+/// object labelled ours that is no longer declared); a selection is made on a listing. With
+/// `fresh`, a selection that deletes anything is made on a listing made now (after the
+/// apply: one from before may be as old as the apply); without, an earlier listing serves.
+pub async fn decide(
+    scope: &SetScope,
+    resolver: &Resolver,
+    known: &HashMap<GroupKind, Resolved>,
+    extent: &Extent,
+    declared: &Declared,
+    live: &Live,
+    fresh: bool,
+) -> Result<Selection> {
+    let select_from = |l: &[LiveMember]| select(l, declared, extent, &scope.manager);
+    let list_now = || {
+        live::list(
+            scope,
+            resolver,
+            known,
+            &extent.prune_kinds,
+            &extent.prune_namespaces,
+        )
+    };
+    Ok(match &live.observed {
+        Observed::Listed(l) => {
+            let earlier = select_from(l);
+            if earlier.delete.is_empty() || !fresh {
+                earlier
+            } else {
+                select_from(&list_now().await?)
+            }
+        }
+        Observed::Watched { undeclared: true } => select_from(&list_now().await?),
+        Observed::Watched { undeclared: false } => Selection::default(),
+    })
+}
+
+/// Chooses what to delete among the live objects: those of the extent's prune kinds in its
+/// prune namespaces (cluster-scoped objects regardless of namespace) that are not
+/// `declared`, minus those that must be kept.
 pub fn select(
     live: &[LiveMember],
-    declared: &HashMap<MemberRef, ApiResource>,
-    kinds: &BTreeSet<GroupKind>,
-    namespaces: &BTreeSet<String>,
+    declared: &Declared,
+    extent: &Extent,
     manager: &str,
 ) -> Selection {
     let mut s = Selection::default();
@@ -193,31 +95,41 @@ pub fn select(
             .reference
             .namespace
             .as_ref()
-            .is_none_or(|ns| namespaces.contains(ns));
-        if declared.contains_key(&m.reference) || !kinds.contains(&gk) || !in_scope {
+            .is_none_or(|ns| extent.prune_namespaces.contains(ns));
+        if declared.contains_key(&m.reference) || !extent.prune_kinds.contains(&gk) || !in_scope {
             continue;
         }
-        if applyset::is_prune_disabled(m.meta.annotations.as_ref()) {
-            s.retained.push((m.clone(), Retained::PruneDisabled));
-        } else if let Some(owner) = m
-            .meta
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-        {
-            s.retained.push((
-                m.clone(),
-                Retained::Controlled(format!("{} {}", owner.kind, owner.name)),
-            ));
-        } else if !label_owned_by(&m.meta, manager) {
-            s.retained.push((m.clone(), Retained::LabelNotOurs));
-        } else {
-            s.delete.push(m.clone());
+        match retained(&m.meta, manager) {
+            Some(why) => s.retained.push((m.clone(), why)),
+            None => s.delete.push(m.clone()),
         }
     }
-    // Anything kept — retained candidates and declared members alike — pins its Namespace
-    // and the CRD of its kind.
+    keep_holders(s, declared)
+}
+
+/// Why a candidate must be kept, judged by its own metadata; `None` if it may go.
+fn retained(meta: &ObjectMeta, manager: &str) -> Option<Retained> {
+    if applyset::is_prune_disabled(meta.annotations.as_ref()) {
+        return Some(Retained::PruneDisabled);
+    }
+    if let Some(owner) = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+    {
+        return Some(Retained::Controlled(format!(
+            "{} {}",
+            owner.kind, owner.name
+        )));
+    }
+    (!label_owned_by(meta, manager)).then_some(Retained::LabelNotOurs)
+}
+
+/// Moves to `retained` every Namespace or CRD in `s.delete` that holds something kept — a
+/// retained candidate or a declared member lives in it or is of its kind: deleting it would
+/// delete that object too.
+fn keep_holders(mut s: Selection, declared: &Declared) -> Selection {
     let mut pinned_namespaces: BTreeMap<String, String> = BTreeMap::new();
     let mut pinned_crds: BTreeMap<String, String> = BTreeMap::new();
     let kept = s
@@ -237,25 +149,22 @@ pub fn select(
                 .or_insert_with(|| reference.to_string());
         }
     }
-    let (delete, keep): (Vec<LiveMember>, Vec<LiveMember>) =
-        std::mem::take(&mut s.delete).into_iter().partition(|m| {
-            let pin = if render::is_namespace(&m.reference.group, &m.reference.kind) {
-                pinned_namespaces.get(&m.reference.name)
-            } else if render::is_crd(&m.reference.group, &m.reference.kind) {
-                pinned_crds.get(&m.reference.name)
-            } else {
-                None
-            };
-            pin.is_none()
-        });
-    for m in keep {
-        let holder = if render::is_namespace(&m.reference.group, &m.reference.kind) {
-            pinned_namespaces.get(&m.reference.name)
+    let holder = |m: &LiveMember| {
+        let (group, kind) = (&m.reference.group, &m.reference.kind);
+        if kinds::is_namespace(group, kind) {
+            pinned_namespaces.get(&m.reference.name).cloned()
+        } else if kinds::is_crd(group, kind) {
+            pinned_crds.get(&m.reference.name).cloned()
         } else {
-            pinned_crds.get(&m.reference.name)
-        };
-        let why = Retained::HoldsRetained(holder.cloned().unwrap_or_default());
-        s.retained.push((m, why));
+            None
+        }
+    };
+    let mut delete = Vec::with_capacity(s.delete.len());
+    for m in std::mem::take(&mut s.delete) {
+        match holder(&m) {
+            Some(h) => s.retained.push((m, Retained::HoldsRetained(h))),
+            None => delete.push(m),
+        }
     }
     s.delete = delete;
     s
@@ -276,7 +185,27 @@ pub fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
     })
 }
 
-/// The result of a delete with a UID precondition.
+/// Carries out a selection: the retained candidates as results, then the deletes.
+pub async fn prune(scope: &SetScope, selection: Selection) -> Vec<MemberResult> {
+    let mut results = Vec::with_capacity(selection.delete.len() + selection.retained.len());
+    for (m, why) in selection.retained {
+        tracing::info!(member = %m.reference, reason = ?why, "not pruned");
+        results.push(MemberResult::new(m.reference, Outcome::Retained(why)));
+    }
+    for r in delete_all(scope, &selection.delete).await {
+        match &r.outcome {
+            Outcome::Pruned => tracing::info!(member = %r.reference, "pruned"),
+            Outcome::Retained(Retained::Recreated) => {
+                tracing::info!(member = %r.reference, "re-created meanwhile; not pruned")
+            }
+            _ => {}
+        }
+        results.push(r);
+    }
+    results
+}
+
+/// The result of a delete with preconditions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deleted {
     /// Deletion started (background propagation).
@@ -286,8 +215,19 @@ pub enum Deleted {
     /// An object of that name exists with another UID (re-created): left alone.
     UidMismatch,
     /// The object changed since it was listed (its resourceVersion moved): left alone this
-    /// time; the next reconcile looks again.
+    /// time; the next reconcile looks again. Only with a resourceVersion precondition.
     Changed,
+}
+
+impl Deleted {
+    fn outcome(self) -> Outcome {
+        match self {
+            Deleted::Deleted => Outcome::Pruned,
+            Deleted::Gone => Outcome::Gone,
+            Deleted::UidMismatch => Outcome::Retained(Retained::Recreated),
+            Deleted::Changed => Outcome::Changed,
+        }
+    }
 }
 
 /// Deletes one object if, and only if, it still has `uid`.
@@ -331,53 +271,24 @@ pub async fn delete_if_unchanged(
 }
 
 /// Deletes `items` in reverse dependency order (namespaced objects, cluster-scoped objects,
-/// Namespaces, CRDs), concurrently within a group, each only if unchanged since listed. A
-/// group with a failure (or a changed object) stops the later groups: a Namespace or CRD is
-/// never deleted while something that should go before it is still there. Returns one result
-/// per item attempted.
-pub async fn delete_all(
-    client: &Client,
-    items: &[LiveMember],
-    concurrency: usize,
-    writes: Option<&Semaphore>,
-) -> Vec<(MemberRef, Result<Deleted, String>)> {
+/// Namespaces, CRDs), concurrently within a group, each with a UID precondition. A group
+/// with a failure (or a changed object) stops the later groups: a Namespace or CRD is never
+/// deleted while something that should go before it is still there. Returns one result per
+/// item attempted.
+pub async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberResult> {
     let mut groups: BTreeMap<u8, Vec<&LiveMember>> = BTreeMap::new();
     for m in items {
-        groups
-            .entry(render::prune_order(
-                &m.reference.group,
-                &m.reference.kind,
-                m.namespaced,
-            ))
-            .or_default()
-            .push(m);
+        let order = kinds::prune_order(&m.reference.group, &m.reference.kind, m.namespaced);
+        groups.entry(order).or_default().push(m);
     }
     let mut out = Vec::with_capacity(items.len());
     for (_, group) in groups {
-        let results: Vec<_> = stream::iter(0..group.len())
-            .map(|i| {
-                let m = group[i];
-                async move {
-                    let _permit = crate::apply::write_permit(writes).await;
-                    let uid = m.meta.uid.clone().unwrap_or_default();
-                    let r = delete_with_uid(
-                        client,
-                        &m.resource,
-                        m.reference.namespace.as_deref(),
-                        &m.reference.name,
-                        &uid,
-                    )
-                    .await
-                    .map_err(|e| format!("{}: {e}", m.reference));
-                    (m.reference.clone(), r)
-                }
-            })
-            .buffer_unordered(concurrency.max(1))
+        let results: Vec<MemberResult> = stream::iter(0..group.len())
+            .map(|i| delete_one(scope, group[i]))
+            .buffer_unordered(scope.concurrency)
             .collect()
             .await;
-        let stop = results
-            .iter()
-            .any(|(_, r)| matches!(r, Err(_) | Ok(Deleted::Changed)));
+        let stop = results.iter().any(|r| r.outcome.is_unfinished_prune());
         out.extend(results);
         if stop {
             break;
@@ -386,11 +297,24 @@ pub async fn delete_all(
     out
 }
 
-/// Live members by reference (for classifying apply outcomes).
-pub fn by_reference(live: &[LiveMember]) -> HashMap<MemberRef, LiveObject> {
-    live.iter()
-        .map(|m| (m.reference.clone(), m.live()))
-        .collect()
+async fn delete_one(scope: &SetScope, m: &LiveMember) -> MemberResult {
+    let _permit = scope.write_permit().await;
+    let uid = m.meta.uid.clone().unwrap_or_default();
+    let r = delete_with_uid(
+        &scope.client,
+        &m.resource,
+        m.reference.namespace.as_deref(),
+        &m.reference.name,
+        &uid,
+    )
+    .await;
+    let outcome = match r {
+        Ok(d) => d.outcome(),
+        Err(e) => Outcome::DeleteFailed {
+            message: format!("{}: {e}", m.reference),
+        },
+    };
+    MemberResult::new(m.reference.clone(), outcome)
 }
 
 #[cfg(test)]
@@ -400,6 +324,7 @@ mod tests {
         FieldsV1, ManagedFieldsEntry, OwnerReference,
     };
     use serde_json::json;
+    use std::collections::BTreeSet;
 
     const MANAGER: &str = "applyset.dev/ns/team/web";
 
@@ -432,6 +357,14 @@ mod tests {
         }
     }
 
+    fn ext(prune_kinds: BTreeSet<GroupKind>, prune_namespaces: BTreeSet<String>) -> Extent {
+        Extent {
+            prune_kinds,
+            prune_namespaces,
+            ..Extent::default()
+        }
+    }
+
     fn kinds(ks: &[&str]) -> BTreeSet<GroupKind> {
         ks.iter().map(|k| GroupKind::new("", *k)).collect()
     }
@@ -451,7 +384,7 @@ mod tests {
             live("ConfigMap", "b", Some(MANAGER)),
         ];
         let declared = HashMap::from([(l[0].reference.clone(), l[0].resource.clone())]);
-        let s = select(&l, &declared, &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&l, &declared, &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert_eq!(
             s.delete
                 .iter()
@@ -465,7 +398,7 @@ mod tests {
     #[test]
     fn kinds_not_recorded_before_are_not_candidates() {
         let l = [live("Secret", "s", Some(MANAGER))];
-        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert!(s.delete.is_empty() && s.retained.is_empty());
     }
 
@@ -476,7 +409,7 @@ mod tests {
             "applyset.dev/prune".into(),
             "disabled".into(),
         )]));
-        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert!(s.delete.is_empty());
         assert_eq!(s.retained[0].1, Retained::PruneDisabled);
     }
@@ -487,7 +420,7 @@ mod tests {
             live("ConfigMap", "x", Some("intruder")),
             live("ConfigMap", "y", None),
         ];
-        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert!(s.delete.is_empty());
         assert!(s.retained.iter().all(|(_, r)| *r == Retained::LabelNotOurs));
         assert_eq!(s.retained.len(), 2);
@@ -496,7 +429,7 @@ mod tests {
     #[test]
     fn another_parents_manager_does_not_count() {
         let l = [live("ConfigMap", "x", Some("applyset.dev/ns/team/other"))];
-        let s = select(&l, &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert!(s.delete.is_empty());
     }
 
@@ -512,8 +445,7 @@ mod tests {
         let s = select(
             &[m.clone()],
             &none(),
-            &kinds(&["ConfigMap"]),
-            &team(),
+            &ext(kinds(&["ConfigMap"]), team()),
             MANAGER,
         );
         assert_eq!(
@@ -524,7 +456,7 @@ mod tests {
         if let Some(refs) = m.meta.owner_references.as_mut() {
             refs[0].controller = Some(false);
         }
-        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert_eq!(s.delete.len(), 1);
     }
 
@@ -540,7 +472,7 @@ mod tests {
     fn objects_outside_the_recorded_namespaces_are_not_candidates() {
         let mut m = live("ConfigMap", "elsewhere", Some(MANAGER));
         m.reference.namespace = Some("other".into());
-        let s = select(&[m], &none(), &kinds(&["ConfigMap"]), &team(), MANAGER);
+        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
         assert!(s.delete.is_empty() && s.retained.is_empty());
     }
 
@@ -555,8 +487,7 @@ mod tests {
         let s = select(
             &[keep, ns],
             &none(),
-            &kinds(&["ConfigMap", "Namespace"]),
-            &team(),
+            &ext(kinds(&["ConfigMap", "Namespace"]), team()),
             MANAGER,
         );
         assert!(s.delete.is_empty(), "{:?}", s.delete);
@@ -570,7 +501,12 @@ mod tests {
         let declared =
             HashMap::from([(declared_cm.reference.clone(), declared_cm.resource.clone())]);
         let ns = cluster("", "Namespace", "team");
-        let s = select(&[ns], &declared, &kinds(&["Namespace"]), &team(), MANAGER);
+        let s = select(
+            &[ns],
+            &declared,
+            &ext(kinds(&["Namespace"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty());
     }
 
@@ -604,7 +540,7 @@ mod tests {
             plural: "widgets".into(),
         };
         let declared = HashMap::from([(w, resource)]);
-        let s = select(&[widgets, gadgets], &declared, &crds, &team(), MANAGER);
+        let s = select(&[widgets, gadgets], &declared, &ext(crds, team()), MANAGER);
         let deleted: Vec<&str> = s.delete.iter().map(|m| m.reference.name.as_str()).collect();
         assert_eq!(deleted, ["gadgets.example.com"]);
         assert_eq!(s.retained.len(), 1);

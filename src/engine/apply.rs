@@ -13,94 +13,37 @@ use std::{
 use futures::{StreamExt, stream};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client,
+    Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
     core::Status,
     discovery::Scope,
 };
 use serde_json::Value;
-use tokio::sync::Semaphore;
 
-use crate::{
-    api::MemberRef,
-    applyset::LABEL_PART_OF,
-    render::{Member, Stage},
+use super::{
+    SetScope,
+    kinds::{self, Stage},
+    live::LiveObject,
+    outcome::{MemberResult, Outcome},
 };
+use crate::{api::MemberRef, applyset::LABEL_PART_OF, render::Member};
 
-/// What is known of a member's live object before the apply (from the prune listing).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveObject {
-    pub resource_version: String,
-}
-
-/// The result of applying one member.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    Configured,
-    Unchanged,
-    /// Fields owned by other managers (without `force`).
-    Conflict {
-        managers: Vec<String>,
-        message: String,
-    },
-    /// The live object carries the `part-of` label of another ApplySet.
-    Owned {
-        message: String,
-    },
-    Failed {
-        message: String,
-    },
-}
-
-impl Outcome {
-    pub fn is_success(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Created | Outcome::Configured | Outcome::Unchanged
-        )
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct MemberResult {
-    pub reference: MemberRef,
-    pub outcome: Outcome,
-}
-
-/// How to apply.
+/// How to apply (what the scope does not say).
 pub struct Options<'a> {
-    pub field_manager: &'a str,
-    /// The ApplySet ID, injected as the `part-of` label.
-    pub id: &'a str,
     pub force: bool,
     pub dry_run: bool,
-    pub concurrency: usize,
-    /// Live members by reference, from the listing that precedes the apply.
+    /// Live members by reference, learnt before the apply.
     pub existing: &'a HashMap<MemberRef, LiveObject>,
     /// Seconds since the epoch when the reconcile started: an object created at or after it
     /// was created by this apply.
     pub started: i64,
     /// CRDs must be Established by then.
     pub deadline: Instant,
-    /// Where unchanged members are recognised (and successful applies recorded).
-    pub watches: Option<&'a crate::members::MemberWatches>,
-    /// Shared bound on member writes in flight (across parents), if any.
-    pub writes: Option<&'a Semaphore>,
-}
-
-/// A permit of the shared bound on member writes, held while one write is in flight. (A
-/// closed semaphore, which nothing here closes, would only lift the bound.)
-pub async fn write_permit(writes: Option<&Semaphore>) -> Option<tokio::sync::SemaphorePermit<'_>> {
-    match writes {
-        Some(s) => s.acquire().await.ok(),
-        None => None,
-    }
 }
 
 /// Applies the members stage by stage. Every member gets a result.
-pub async fn apply_all(
-    client: &Client,
+pub async fn apply_staged(
+    scope: &SetScope,
     members: &[Member],
     opts: &Options<'_>,
 ) -> Vec<MemberResult> {
@@ -108,27 +51,26 @@ pub async fn apply_all(
     for stage in [Stage::Definitions, Stage::Resources] {
         let staged: Vec<&Member> = members.iter().filter(|m| m.stage == stage).collect();
         // Indices, not references, keep the closure free of higher-ranked lifetimes.
-        let mut stage_results: Vec<MemberResult> = stream::iter(0..staged.len())
-            .map(|i| {
-                let m = staged[i];
-                async move {
-                    MemberResult {
-                        reference: m.reference.clone(),
-                        outcome: apply_one(client, m, opts).await,
+        let mut stage_results: Vec<MemberResult> =
+            stream::iter(0..staged.len())
+                .map(|i| {
+                    let m = staged[i];
+                    async move {
+                        MemberResult::new(m.reference.clone(), apply_one(scope, m, opts).await)
                     }
-                }
-            })
-            .buffer_unordered(opts.concurrency.max(1))
-            .collect()
-            .await;
+                })
+                .buffer_unordered(scope.concurrency)
+                .collect()
+                .await;
         if stage == Stage::Definitions && !opts.dry_run {
-            wait_for_crds(client, &staged, &mut stage_results, opts.deadline).await;
+            wait_for_crds(scope, &mut stage_results, opts.deadline).await;
         }
         results.extend(stage_results);
     }
     results
 }
 
+/// The object to send: the member with our `part-of` label.
 fn body(member: &Member, id: &str) -> Value {
     let mut object = member.object.clone();
     let meta = object
@@ -145,151 +87,195 @@ fn body(member: &Member, id: &str) -> Value {
     Value::Object(object)
 }
 
-fn member_api(client: &Client, member: &Member) -> Api<DynamicObject> {
-    let scope = if member.namespaced {
+fn member_api(scope: &SetScope, member: &Member) -> Api<DynamicObject> {
+    let kind_scope = if member.namespaced {
         Scope::Namespaced
     } else {
         Scope::Cluster
     };
-    let api = Api::dynamic(client.clone(), &member.resource, &scope);
+    let api = Api::dynamic(scope.client.clone(), &member.resource, &kind_scope);
     match &member.reference.namespace {
         Some(ns) => api.constrain(ns),
         None => api,
     }
 }
 
-async fn apply_one(client: &Client, member: &Member, opts: &Options<'_>) -> Outcome {
-    let api = member_api(client, member);
-    let body = body(member, opts.id);
+/// Applies one member unless the watches know it unchanged; records a success there.
+async fn apply_one(scope: &SetScope, member: &Member, opts: &Options<'_>) -> Outcome {
+    let api = member_api(scope, member);
+    let body = body(member, &scope.id);
     let hash = crate::members::body_hash(&body);
-    let watches = opts.watches.filter(|_| !opts.dry_run);
+    let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(w) = watches
-        && w.unchanged(opts.id, &member.reference, hash)
+        && w.unchanged(&scope.id, &member.reference, hash)
     {
         return Outcome::Unchanged;
     }
-    let applying = watches.map(|w| w.applying(opts.id, &member.reference));
-    let _permit = write_permit(opts.writes).await;
-    let (outcome, rv) = apply_body(&api, member, &body, opts).await;
+    let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
+    let _permit = scope.write_permit().await;
+    let (outcome, rv) = apply_body(&api, scope, member, &body, opts).await;
     if let (Some(applying), Some(rv)) = (applying, rv)
-        && outcome.is_success()
+        && outcome.is_applied()
     {
         applying.record(hash, rv);
     }
     outcome
 }
 
+/// One member's apply requests: the parameters and the body.
+struct Request<'a> {
+    api: &'a Api<DynamicObject>,
+    name: &'a str,
+    body: &'a Value,
+    manager: &'a str,
+    dry_run: bool,
+}
+
+impl Request<'_> {
+    async fn send(&self, force: bool) -> kube::Result<DynamicObject> {
+        let mut p = PatchParams::apply(self.manager);
+        p.force = force;
+        p.dry_run = self.dry_run;
+        self.api
+            .patch(self.name, &p, &Patch::Apply(self.body))
+            .await
+    }
+
+    /// Sends without force; a server-side apply creates missing objects, so a 404 means the
+    /// route is not served (a CRD Established a moment ago) or the namespace does not exist
+    /// yet (being created concurrently). Both settle within seconds: retried up to 10 s.
+    async fn send_settled(&self, deadline: Instant) -> kube::Result<DynamicObject> {
+        let mut result = self.send(false).await;
+        let settle = Instant::now() + Duration::from_secs(10);
+        while !self.dry_run
+            && matches!(&result, Err(kube::Error::Api(s)) if s.code == 404)
+            && Instant::now() < settle.min(deadline)
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            result = self.send(false).await;
+        }
+        result
+    }
+}
+
 /// Applies one body; returns the outcome and the resourceVersion the server answered with.
 async fn apply_body(
     api: &Api<DynamicObject>,
+    scope: &SetScope,
     member: &Member,
     body: &Value,
     opts: &Options<'_>,
 ) -> (Outcome, Option<String>) {
-    let name = &member.reference.name;
-    let params = |force: bool| {
-        let mut p = PatchParams::apply(opts.field_manager);
-        p.force = force;
-        p.dry_run = opts.dry_run;
-        p
+    let request = Request {
+        api,
+        name: &member.reference.name,
+        body,
+        manager: &scope.manager,
+        dry_run: opts.dry_run,
     };
-    let mut result = api.patch(name, &params(false), &Patch::Apply(body)).await;
-    // A server-side apply creates missing objects, so a 404 means the route is not served
-    // (a CRD Established a moment ago) or the namespace does not exist yet (being created
-    // concurrently). Both settle within seconds.
-    let settle = Instant::now() + Duration::from_secs(10);
-    while !opts.dry_run
-        && matches!(&result, Err(kube::Error::Api(s)) if s.code == 404)
-        && Instant::now() < settle.min(opts.deadline)
-    {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        result = api.patch(name, &params(false), &Patch::Apply(body)).await;
-    }
-
+    let mut result = request.send_settled(opts.deadline).await;
     if let Err(kube::Error::Api(status)) = &result
         && status.is_conflict()
     {
-        let conflict = Conflict::from_status(status);
-        if conflict.on_part_of {
-            let message = format!(
-                "{}: the live object belongs to another ApplySet (its {LABEL_PART_OF} label is managed by {}); it is left alone. Remove it from one of the two sets",
-                member.reference,
-                conflict.managers.join(", ")
-            );
-            return (Outcome::Owned { message }, None);
+        if let Some(refused) = refuse_conflict(member, status, opts.force) {
+            return (refused, None);
         }
-        if !opts.force {
-            return (
-                Outcome::Conflict {
-                    message: format!(
-                        "{}: conflict with field manager(s) {}: {}; set spec.force: true to take the fields over",
-                        member.reference,
-                        conflict
-                            .managers
-                            .iter()
-                            .map(|m| format!("\"{m}\""))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        conflict.fields.join(", ")
-                    ),
-                    managers: conflict.managers,
-                },
-                None,
-            );
-        }
-        result = api.patch(name, &params(true), &Patch::Apply(body)).await;
+        result = request.send(true).await;
     }
-
     if let Err(kube::Error::Api(status)) = &result
         && is_immutable(status)
     {
-        if !member.force_recreate {
-            let message = format!(
-                "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
-                member.reference, status.message
-            );
-            return (Outcome::Failed { message }, None);
+        if let Some(refused) = recreate_for_immutable(api, member, status, opts).await {
+            return (refused, None);
         }
-        if opts.dry_run {
-            return (Outcome::Configured, None);
-        }
-        if let Err(e) = recreate(api, name, opts.deadline).await {
-            let message = format!(
-                "{}: re-creating after an immutable change: {e}",
-                member.reference
-            );
-            return (Outcome::Failed { message }, None);
-        }
-        result = api
-            .patch(name, &params(opts.force), &Patch::Apply(body))
-            .await;
+        result = request.send(opts.force).await;
     }
-
     match result {
         Ok(applied) => {
             let rv = applied.metadata.resource_version.clone();
             (classify(api, member, &applied, opts).await, rv)
         }
-        // In a plan, an object whose namespace or CRD the plan itself creates cannot be
-        // dry-run yet: it would be created.
-        Err(kube::Error::Api(status)) if opts.dry_run && status.is_not_found() => {
-            (Outcome::Created, None)
-        }
-        Err(kube::Error::Api(status)) => (
-            Outcome::Failed {
-                message: format!("{}: {}", member.reference, status.message),
-            },
-            None,
-        ),
-        Err(e) => (
-            Outcome::Failed {
-                message: format!("{}: {e}", member.reference),
-            },
-            None,
-        ),
+        Err(e) => (failed(member, e, opts.dry_run), None),
     }
 }
 
+/// The outcome of a conflict, unless `force` takes the fields over (`None`): a conflict on
+/// the `part-of` label is never forced (the object belongs to another ApplySet).
+fn refuse_conflict(member: &Member, status: &Status, force: bool) -> Option<Outcome> {
+    let conflict = Conflict::from_status(status);
+    if conflict.on_part_of {
+        let message = format!(
+            "{}: the live object belongs to another ApplySet (its {LABEL_PART_OF} label is managed by {}); it is left alone. Remove it from one of the two sets",
+            member.reference,
+            conflict.managers.join(", ")
+        );
+        return Some(Outcome::Owned { message });
+    }
+    if force {
+        return None;
+    }
+    let message = format!(
+        "{}: conflict with field manager(s) {}: {}; set spec.force: true to take the fields over",
+        member.reference,
+        conflict
+            .managers
+            .iter()
+            .map(|m| format!("\"{m}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+        conflict.fields.join(", ")
+    );
+    Some(Outcome::Conflict {
+        message,
+        managers: conflict.managers,
+    })
+}
+
+/// After an immutable-field error: deletes and re-creates a member annotated
+/// `applyset.dev/force: enabled` (`None`: apply again), else the outcome to report. A plan
+/// reports it as configured.
+async fn recreate_for_immutable(
+    api: &Api<DynamicObject>,
+    member: &Member,
+    status: &Status,
+    opts: &Options<'_>,
+) -> Option<Outcome> {
+    if !member.force_recreate {
+        let message = format!(
+            "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
+            member.reference, status.message
+        );
+        return Some(Outcome::Failed { message });
+    }
+    if opts.dry_run {
+        return Some(Outcome::Configured);
+    }
+    match recreate(api, &member.reference.name, opts.deadline).await {
+        Ok(()) => None,
+        Err(e) => Some(Outcome::Failed {
+            message: format!(
+                "{}: re-creating after an immutable change: {e}",
+                member.reference
+            ),
+        }),
+    }
+}
+
+/// The outcome of a failed request. In a plan, an object whose namespace or CRD the plan
+/// itself creates cannot be dry-run yet: it would be created.
+fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
+    match e {
+        kube::Error::Api(status) if dry_run && status.is_not_found() => Outcome::Created,
+        kube::Error::Api(status) => Outcome::Failed {
+            message: format!("{}: {}", member.reference, status.message),
+        },
+        e => Outcome::Failed {
+            message: format!("{}: {e}", member.reference),
+        },
+    }
+}
+
+/// Created, configured or unchanged, from what was live before and the server's answer.
 async fn classify(
     api: &Api<DynamicObject>,
     member: &Member,
@@ -428,25 +414,18 @@ fn quoted(message: &str) -> Vec<String> {
     out
 }
 
-async fn wait_for_crds(
-    client: &Client,
-    staged: &[&Member],
-    results: &mut [MemberResult],
-    deadline: Instant,
-) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+/// Waits until every CRD applied in `results` is Established (polling its status), turning a
+/// CRD that is not by `deadline` into a failure: its custom resources are not applied.
+async fn wait_for_crds(scope: &SetScope, results: &mut [MemberResult], deadline: Instant) {
+    let crds: Api<CustomResourceDefinition> = Api::all(scope.client.clone());
     for result in results.iter_mut() {
-        let is_crd = staged.iter().any(|m| {
-            m.reference == result.reference
-                && crate::render::is_crd(&m.reference.group, &m.reference.kind)
-        });
-        if !is_crd || !result.outcome.is_success() {
+        let r = &result.reference;
+        if !kinds::is_crd(&r.group, &r.kind) || !result.outcome.is_applied() {
             continue;
         }
-        let name = &result.reference.name;
         let mut last: String;
         loop {
-            match crds.get_opt(name).await {
+            match crds.get_opt(&r.name).await {
                 Ok(Some(crd)) if established(&crd) => break,
                 Ok(Some(crd)) => last = not_established_reason(&crd),
                 Ok(None) => last = "not found".into(),
@@ -455,8 +434,7 @@ async fn wait_for_crds(
             if Instant::now() >= deadline {
                 result.outcome = Outcome::Failed {
                     message: format!(
-                        "{}: not Established before the reconcile timeout ({last}); its custom resources were not applied",
-                        result.reference
+                        "{r}: not Established before the reconcile timeout ({last}); its custom resources were not applied"
                     ),
                 };
                 break;

@@ -1,0 +1,91 @@
+//! Deletion of a parent: with `deletionPolicy: Delete` every member is pruned (same safety
+//! rules, reverse order) before the finalizer goes; with `Orphan` the members stay.
+
+use std::{collections::HashMap, sync::Arc};
+
+use kube::runtime::controller::Action;
+
+use super::{
+    Context,
+    report::{self, Report},
+};
+use crate::{
+    Error, Result,
+    api::DeletionPolicy,
+    engine::{
+        Extent, SetScope, live,
+        outcome::{Outcome, tally},
+        prune,
+    },
+    parent::{self, Parent, Recorded},
+    status::Reason,
+};
+
+/// The finalizer's cleanup; it is removed when this returns Ok. A failure keeps the
+/// finalizer and is reported in status (setting `deletionPolicy: Orphan` lets the deletion
+/// finish).
+pub async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Result<Action> {
+    match delete_members(&*obj, ctx, scope).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            let msg = format!(
+                "{}: deleting its members failed: {e}. The object stays until this succeeds; set spec.deletionPolicy: Orphan to delete it without its members",
+                scope.parent
+            );
+            tracing::warn!(error = %e, "cleanup failed");
+            report::write(ctx, scope, &*obj, Report::failed(Reason::PruneFailed, msg)).await?;
+            Err(e)
+        }
+    }
+}
+
+/// Forgets the parent, then (policy Delete) prunes every member it recorded.
+async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Action> {
+    ctx.members.forget(&scope.id);
+    ctx.sources.index.remove(&scope.parent);
+    ctx.metrics.set_members(&scope.parent.to_string(), 0);
+    if obj.spec().deletion_policy == DeletionPolicy::Orphan {
+        tracing::info!("deleted with deletionPolicy Orphan; members left in place");
+        return Ok(Action::await_change());
+    }
+    let recorded = parent::recorded(obj.meta(), &ctx.resolver)
+        .await?
+        .map_err(|e| Error::Prune(format!("its ApplySet annotations are malformed ({e})")))?;
+    // Nothing is declared any more: every recorded member is a candidate.
+    let extent = Extent::new(
+        scope.parent.namespace.as_deref(),
+        &recorded,
+        Recorded::default(),
+    );
+    let nothing = HashMap::new();
+    let listed = live::list(
+        scope,
+        &ctx.resolver,
+        &HashMap::new(),
+        &extent.prune_kinds,
+        &extent.prune_namespaces,
+    )
+    .await?;
+    let selection = prune::select(&listed, &nothing, &extent, &scope.manager);
+    let results = prune::prune(scope, selection).await;
+    let summary = tally(&results);
+    ctx.metrics
+        .pruned(u64::try_from(summary.pruned).unwrap_or_default());
+    let problems: Vec<String> = results
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            Outcome::DeleteFailed { message } => Some(message.clone()),
+            Outcome::Changed => Some(format!("{} changed while being deleted", r.reference)),
+            _ => None,
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(Error::Prune(problems.join("; ")));
+    }
+    tracing::info!(
+        pruned = summary.pruned,
+        retained = summary.retained,
+        "deleted with its members"
+    );
+    Ok(Action::await_change())
+}

@@ -1,0 +1,495 @@
+//! The controllers: one per parent kind (ApplySet, ClusterApplySet), what triggers a
+//! reconcile, and the reconcile's entry point (a span per reconcile, panics contained,
+//! deletion through the finalizer). The reconcile itself, SPEC §4 as a straight line of
+//! steps, is in [`reconcile`]; deletion in [`cleanup`]; what is written to status in
+//! [`report`].
+
+mod cleanup;
+mod reconcile;
+mod report;
+
+use std::{
+    collections::HashMap,
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::PartialObjectMeta,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::{self, Action},
+        events::{Recorder, Reporter},
+        finalizer::{Event as Finalizer, finalizer},
+        reflector,
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use tokio::{
+    sync::{Semaphore, watch},
+    task::JoinHandle,
+};
+use tracing::Instrument;
+
+use crate::{
+    Error, Result,
+    api::{ApplySet, ClusterApplySet},
+    applyset::{self, FINALIZER, ParentRef},
+    discovery::Resolver,
+    engine::SetScope,
+    members::MemberWatches,
+    metrics::Metrics,
+    parent::{self, Parent},
+    sources::{self, ObjectKey, ObjectKind, Sources},
+    status::Reason,
+};
+use report::Report;
+
+/// The field manager of status writes.
+pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
+/// status.members and the plan lists are capped at this many entries.
+pub const MAX_LISTED: usize = 500;
+
+/// How the operator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Parents reconciled at once.
+    pub concurrency: u16,
+    /// Member writes (applies and deletes) in flight, across all parents at once: one large
+    /// set may use them all, many small ones share them.
+    pub apply_concurrency: usize,
+    /// Only ApplySets in this namespace (ClusterApplySets are always watched).
+    pub watch_namespace: Option<String>,
+    /// Only parents (both kinds) whose labels match this selector.
+    pub label_selector: Option<String>,
+    /// Bounds on what sources may download and unpack.
+    pub source_limits: sources::Limits,
+    /// Scratch directory of the sources (default: the system's temporary directory).
+    pub source_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            apply_concurrency: 64,
+            watch_namespace: None,
+            label_selector: None,
+            source_limits: sources::Limits::default(),
+            source_dir: None,
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub resolver: Resolver,
+    pub members: Arc<MemberWatches>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub config: Config,
+    /// Source fetching: HTTP client, content cache, index of referenced ConfigMaps/Secrets.
+    pub sources: Sources,
+    /// Permits for member writes in flight ([`Config::apply_concurrency`]).
+    pub writes: Arc<Semaphore>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        members: Arc<MemberWatches>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "applyset-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
+            resolver: Resolver::new(client.clone()),
+            writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
+            members,
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            config,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The delay before retrying a failed parent: `retry` doubled per consecutive failure,
+    /// at most `cap`.
+    fn backoff(&self, key: &str, retry: Duration, cap: Duration) -> Duration {
+        let n = self
+            .failures
+            .lock()
+            .map(|mut f| {
+                let n = f.entry(key.to_string()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            })
+            .unwrap_or(1);
+        let factor = 2u32.saturating_pow(n.saturating_sub(1).min(16));
+        retry.saturating_mul(factor).min(cap.max(retry))
+    }
+
+    /// The scope of one parent's reconcile: acting with the operator's client, within the
+    /// shared write bound, with the member watches.
+    fn scope(&self, parent: ParentRef) -> SetScope {
+        SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
+            .with_writes(self.writes.clone())
+            .with_watches(self.members.clone())
+    }
+
+    fn succeeded(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+}
+
+/// Whether the caches (reflector stores) of both controllers have synced.
+#[derive(Default)]
+pub struct Readiness {
+    applysets: std::sync::atomic::AtomicBool,
+    cluster_applysets: std::sync::atomic::AtomicBool,
+}
+
+impl Readiness {
+    fn mark(&self, kind: applyset::ParentKind) {
+        use std::sync::atomic::Ordering::SeqCst;
+        match kind {
+            applyset::ParentKind::ApplySet => self.applysets.store(true, SeqCst),
+            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.store(true, SeqCst),
+        }
+    }
+
+    fn is_synced(&self, kind: applyset::ParentKind) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        match kind {
+            applyset::ParentKind::ApplySet => self.applysets.load(SeqCst),
+            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.load(SeqCst),
+        }
+    }
+
+    /// `None` when both caches synced, else which kinds are still listing.
+    pub fn waiting_for(&self) -> Option<String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut waiting = Vec::new();
+        if !self.applysets.load(SeqCst) {
+            waiting.push("applysets.applyset.dev");
+        }
+        if !self.cluster_applysets.load(SeqCst) {
+            waiting.push("clusterapplysets.applyset.dev");
+        }
+        (!waiting.is_empty()).then(|| waiting.join(", "))
+    }
+}
+
+/// A running operator (both controllers).
+pub struct Operator {
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    members: Arc<MemberWatches>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts the controllers for ApplySet and ClusterApplySet on the current runtime.
+    pub fn start(client: Client, config: Config) -> Operator {
+        let metrics = Arc::new(Metrics::new());
+        Self::start_with(client, config, metrics)
+    }
+
+    pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
+        let (tx, rx) = watch::channel(false);
+        let (members, triggers) = MemberWatches::new(client.clone());
+        let ctx = Arc::new(Context::new(
+            client,
+            config,
+            metrics.clone(),
+            members.clone(),
+        ));
+        let readiness = Arc::new(Readiness::default());
+        let ready = readiness.clone();
+        let stop_watches = members.clone();
+        let task = tokio::spawn(async move {
+            tokio::join!(
+                run_controller::<ApplySet>(
+                    ctx.clone(),
+                    rx.clone(),
+                    ready.clone(),
+                    triggers.applysets
+                ),
+                run_controller::<ClusterApplySet>(
+                    ctx.clone(),
+                    rx.clone(),
+                    ready.clone(),
+                    triggers.cluster_applysets
+                )
+            );
+            stop_watches.stop();
+        });
+        Operator {
+            metrics,
+            readiness,
+            members,
+            shutdown: tx,
+            task,
+        }
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Whether the controllers' caches have synced (for `/readyz`).
+    pub fn readiness(&self) -> Arc<Readiness> {
+        self.readiness.clone()
+    }
+
+    /// Stops taking new work, lets in-flight reconciles finish, and returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Stops at once: in-flight reconciles end at their next await point (like SIGKILL).
+    pub fn abort(self) {
+        self.task.abort();
+        self.members.stop();
+    }
+
+    /// Resolves when the controllers have ended by themselves (they only do on a fatal
+    /// error); does not consume the operator, so it can be raced against a shutdown signal.
+    pub async fn finished(&mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// What triggers a reconcile: spec changes (generation), deletion, a new
+/// `applyset.dev/reconcile-requested-at`, and whether the parent passes the ownership checks
+/// (so removing a wrong id label repairs it at once) — not status writes, and not the
+/// operator's own metadata writes (labels, annotations, the finalizer it adds on the way).
+fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
+    let meta = obj.meta();
+    let mut h = DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    parent::check_ownership(meta, &obj.parent_ref())
+        .is_ok()
+        .hash(&mut h);
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(applyset::ANNOTATION_RECONCILE_REQUESTED_AT))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+async fn run_controller<P: Parent>(
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    ready: Arc<Readiness>,
+    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
+) {
+    let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
+    let mut wc = watcher::Config::default().any_semantic();
+    if let Some(sel) = &ctx.config.label_selector {
+        wc = wc.labels(sel);
+    }
+    let (reader, writer) = reflector::store();
+    let synced = {
+        let reader = reader.clone();
+        let ready = ready.clone();
+        async move {
+            if reader.wait_until_ready().await.is_ok() {
+                ready.mark(P::KIND);
+                tracing::info!(kind = P::KIND.kind(), "cache synced");
+            }
+        }
+    };
+    let stream = watcher(api, wc)
+        .default_backoff()
+        .modify(|o: &mut P| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(trigger_hash::<P>, Default::default());
+    let mut shutdown_unsynced = shutdown.clone();
+    let stop = async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    let controller = Controller::for_stream(stream, reader)
+        .reconcile_on(drift)
+        .watches_stream(
+            referenced_watch::<ConfigMap>(&ctx),
+            referenced_mapper::<P, ConfigMap>(ctx.clone(), ObjectKind::ConfigMap),
+        )
+        .watches_stream(
+            referenced_watch::<Secret>(&ctx),
+            referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
+        )
+        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        .graceful_shutdown_on(stop)
+        .run(reconcile::<P>, error_policy::<P>, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                match e {
+                    controller::Error::ObjectNotFound(_) => {}
+                    e => tracing::warn!(error = %e, "controller"),
+                }
+            }
+        });
+    // The sync watcher ends with the controller (it never outlives it). A shutdown before
+    // the cache synced ends the controller at once: kube-runtime does not reconcile before
+    // its store is ready (so nothing is in flight), and its graceful shutdown would wait for
+    // a store that can no longer fill.
+    let unsynced_shutdown = async {
+        let _ = shutdown_unsynced.wait_for(|s| *s).await;
+        if ready.is_synced(P::KIND) {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = controller => {}
+        _ = async { synced.await; std::future::pending::<()>().await } => {}
+        _ = unsynced_shutdown => tracing::info!(kind = P::KIND.kind(), "stopped before the cache synced"),
+    }
+}
+
+/// A metadata-only watch of ConfigMaps or Secrets (in the watch namespace, if any): their
+/// changes reconcile the parents that reference them (sources and secretRefs). Only
+/// referenced objects trigger anything (see [`referenced_mapper`]); nothing is cached.
+fn referenced_watch<K>(
+    ctx: &Context,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = match &ctx.config.watch_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .touched_objects()
+}
+
+/// Maps a changed ConfigMap / Secret to the parents of kind `P` that reference it.
+fn referenced_mapper<P: Parent, K>(
+    ctx: Arc<Context>,
+    kind: ObjectKind,
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<P>> + Send + Sync + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    move |obj: PartialObjectMeta<K>| {
+        if ctx.sources.index.is_empty() {
+            return Vec::new();
+        }
+        let key = ObjectKey {
+            kind,
+            namespace: obj.namespace().unwrap_or_default(),
+            name: obj.name_any(),
+        };
+        ctx.sources
+            .index
+            .parents_of(&key, P::KIND)
+            .into_iter()
+            .map(|p| {
+                let r = ObjectRef::<P>::new(&p.name);
+                match p.namespace {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One reconcile of one parent, in a span that carries the parent (every log line of the
+/// reconcile, engine and sources included, is tied to it).
+async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+    let span = tracing::info_span!("reconcile", parent = %obj.parent_ref());
+    reconcile_contained(obj, ctx).instrument(span).await
+}
+
+async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+    use futures::FutureExt;
+    let started = Instant::now();
+    // A panic must not take both controllers down with it: it becomes this parent's error.
+    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(Error::Panic(what))
+        });
+    let label = match &result {
+        Ok(_) => "success",
+        Err(e) => e.metric_label(),
+    };
+    ctx.metrics
+        .reconciled(P::KIND.kind(), label, started.elapsed());
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        result = label,
+        "reconciled"
+    );
+    result
+}
+
+fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(parent = %obj.parent_ref(), error = %error, "reconcile failed");
+    let spec = obj.spec();
+    let key = obj.parent_ref().to_string();
+    Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+}
+
+/// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,
+/// cleans up behind the finalizer.
+async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+    let scope = ctx.scope(obj.parent_ref());
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    // A parent that is not ours is not touched at all: no finalizer, no metadata.
+    if !deleting && let Err(e) = parent::check_ownership(obj.meta(), &scope.parent) {
+        let msg = format!("{}: {e}", scope.parent);
+        let r = Report::failed(Reason::OwnershipConflict, msg);
+        return report::write(ctx, &scope, &*obj, r).await;
+    }
+    // Not being deleted: apply. The finalizer is not added on its own first (and the
+    // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
+    // metadata (`parent::write`), which precedes any member write, so a new parent is applied
+    // in its first reconcile.
+    if !deleting {
+        return reconcile::apply(obj, ctx, &scope).await;
+    }
+    // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
+    let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Finalizer::Apply(obj) => reconcile::apply(obj, ctx, &scope).await,
+            Finalizer::Cleanup(obj) => cleanup::cleanup(obj, ctx, &scope).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}

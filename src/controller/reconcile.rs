@@ -1,0 +1,505 @@
+//! The reconcile of a parent that is not being deleted: SPEC §4 as a straight line of named
+//! steps — render → guard → superset → apply → prune → shrink → report — with Plan mode a
+//! step of its own. Each step returns what the next one needs, or stops the reconcile with
+//! the [`Report`] to write.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use kube::runtime::controller::Action;
+
+use super::{
+    Context,
+    report::{self, Report},
+};
+use crate::{
+    Error, Result,
+    api::{ApplySetSpec, Mode},
+    applyset::GroupKind,
+    discovery::Resolved,
+    engine::{
+        Extent, SetScope, apply,
+        live::{self, Live},
+        outcome::{MemberResult, tally},
+        prune::{self, Declared},
+    },
+    parent::{self, Parent, Recorded},
+    render::{self, DesiredSet, RenderError},
+    sources::{self, Fetched, SourceError, Sources},
+    status::Reason,
+};
+
+/// A reconcile running longer than this marks the parent Reconciling in status.
+const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a reconcile stops before its end: a report to write, or an error of the operator's
+/// own I/O (reported as ApplyFailed and retried).
+enum Stop {
+    Report(Box<Report>),
+    Error(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Error(e)
+    }
+}
+
+impl From<kube::Error> for Stop {
+    fn from(e: kube::Error) -> Self {
+        Stop::Error(e.into())
+    }
+}
+
+impl From<Report> for Stop {
+    fn from(r: Report) -> Self {
+        Stop::Report(Box::new(r))
+    }
+}
+
+type Step<T> = std::result::Result<T, Stop>;
+
+/// Applies the parent's set and reports the outcome; failures of the API itself (not of
+/// what was declared) are reported as ApplyFailed and retried with backoff.
+pub async fn apply<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Result<Action> {
+    match apply_reported(obj.clone(), ctx, scope).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            let msg = format!("{}: {e}; retrying", scope.parent);
+            tracing::warn!(error = %e, "reconcile failed");
+            report::write(ctx, scope, &*obj, Report::failed(Reason::ApplyFailed, msg)).await
+        }
+    }
+}
+
+async fn apply_reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Result<Action> {
+    if obj.spec().suspend {
+        let msg = "reconciliation is suspended (spec.suspend)".to_string();
+        return report::write(ctx, scope, &*obj, Report::failed(Reason::Suspended, msg)).await;
+    }
+    // A reconcile still running after PROGRESS_AFTER says so in status (Reconciling=True);
+    // a quicker one goes straight to its outcome, sparing a write of a possibly large
+    // object. A mark that has started is finished before the outcome is written, so the
+    // outcome is always the last word.
+    let work = decide(&*obj, ctx, scope);
+    tokio::pin!(work);
+    let decided = tokio::select! {
+        decided = &mut work => decided,
+        () = tokio::time::sleep(PROGRESS_AFTER) => {
+            let (marked, decided) =
+                tokio::join!(report::mark_progressing(ctx, scope, &*obj), &mut work);
+            marked?;
+            decided
+        }
+    };
+    report::write(ctx, scope, &*obj, decided?).await
+}
+
+/// What to report: the steps' outcome, or the report one of them stopped with.
+async fn decide<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Report> {
+    match steps(obj, ctx, scope).await {
+        Ok(r) => Ok(r),
+        Err(Stop::Report(r)) => Ok(*r),
+        Err(Stop::Error(e)) => Err(e),
+    }
+}
+
+/// SPEC §4, steps 1 to 6.
+async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Report> {
+    let spec = obj.spec();
+    let clock = Clock::start(spec);
+    let desired = render(ctx, scope, spec).await?;
+    let before = recorded(ctx, scope, obj).await?;
+    guard_empty(scope, spec, &desired.set, &before)?;
+    let extent = Extent::new(
+        scope.parent.namespace.as_deref(),
+        &before,
+        desired.recorded(),
+    );
+    let live = observe(ctx, scope, &extent, &desired).await?;
+    if spec.mode == Mode::Plan {
+        return plan(ctx, scope, spec, &desired, &extent, &live, &clock).await;
+    }
+    let stored = superset(ctx, obj, &extent).await?;
+    let mut results = apply_members(scope, spec, &desired, &live, &clock).await?;
+    let pruned = prune_members(ctx, scope, spec, &desired, &extent, &live, &results).await?;
+    results.extend(pruned);
+    if spec.prune {
+        shrink(ctx, &stored, &extent).await?;
+    }
+    Ok(succeeded(ctx, scope, &desired, &results))
+}
+
+/// The reconcile's time bounds: `spec.timeout` from now, and now as Unix seconds (objects
+/// created at or after it were created by this reconcile).
+struct Clock {
+    deadline: Instant,
+    epoch: i64,
+}
+
+impl Clock {
+    fn start(spec: &ApplySetSpec) -> Self {
+        let now = Instant::now();
+        Clock {
+            deadline: now.checked_add(spec.timeout()).unwrap_or(now),
+            epoch: k8s_openapi::jiff::Timestamp::now().as_second(),
+        }
+    }
+}
+
+/// The rendered set and what is derived from it once.
+struct Desired {
+    set: DesiredSet,
+    /// How each declared kind resolved.
+    known: HashMap<GroupKind, Resolved>,
+    /// The declared members (what prune must keep).
+    declared: Declared,
+}
+
+impl Desired {
+    fn new(set: DesiredSet) -> Self {
+        Desired {
+            known: set.resolutions(),
+            declared: set.declared(),
+            set,
+        }
+    }
+
+    /// What the parent records for exactly this set.
+    fn recorded(&self) -> Recorded {
+        Recorded {
+            group_kinds: self.set.group_kinds(),
+            namespaces: self.set.namespaces(),
+        }
+    }
+}
+
+/// Step 1, render and validate: inline manifests, then every source. The referenced ConfigMaps
+/// and Secrets are indexed first, so that creating a missing one triggers a reconcile.
+async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<Desired> {
+    let parent = &scope.parent;
+    ctx.sources
+        .index
+        .set(parent, Sources::references(parent, spec));
+    if let Err(msg) = sources::validate(parent, spec) {
+        return Err(Report::failed(Reason::ValidationFailed, format!("{parent}: {msg}")).into());
+    }
+    let mut manifests = render::inline_manifests(spec)
+        .map_err(|e| Report::failed(Reason::ValidationFailed, e.to_string()))?;
+    let fetched = fetch(ctx, scope, spec).await?;
+    for f in &fetched {
+        manifests.extend(f.manifests.iter().cloned());
+    }
+    let mut set = render::render(parent, spec, manifests, &ctx.resolver)
+        .await?
+        .map_err(render_failure)?;
+    set.revision = sources::combined_revision(&set.revision, &fetched);
+    tracing::debug!(members = set.members.len(), "rendered");
+    Ok(Desired::new(set))
+}
+
+/// The sources' manifests; a source that cannot be used stops the reconcile (SourceFailed,
+/// retried) before anything is written.
+async fn fetch(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<Vec<Fetched>> {
+    let parent = &scope.parent;
+    match ctx.sources.fetch_all(&ctx.client, parent, spec).await {
+        Ok(fetched) => {
+            for f in &fetched {
+                let result = if f.downloaded { "downloaded" } else { "cached" };
+                ctx.metrics.source_fetched(f.kind, result);
+            }
+            Ok(fetched)
+        }
+        Err(e) => {
+            let (reason, msg) = match &e {
+                SourceError::Failed(m) => (
+                    Reason::SourceFailed,
+                    format!("{parent}: {m}; nothing applied or pruned, retrying"),
+                ),
+                SourceError::Invalid(m) => (Reason::ValidationFailed, format!("{parent}: {m}")),
+                SourceError::Manifest(m) => (Reason::ValidationFailed, m.to_string()),
+            };
+            ctx.metrics.source_fetched("any", "failed");
+            tracing::info!(reason = %reason, message = %msg, "source not usable");
+            Err(Report::failed(reason, msg).into())
+        }
+    }
+}
+
+/// A render failure: ValidationFailed (Stalled); a kind nobody serves yet may be installed
+/// by someone else (a CRD of another set), so that one is looked at again with backoff.
+fn render_failure(e: RenderError) -> Report {
+    Report {
+        retry: matches!(e, RenderError::UnknownKind { .. }),
+        ..Report::failed(Reason::ValidationFailed, e.to_string())
+    }
+}
+
+/// What the parent recorded before this reconcile.
+async fn recorded<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Step<Recorded> {
+    parent::recorded(obj.meta(), &ctx.resolver)
+        .await?
+        .map_err(|e| {
+            let msg = format!(
+                "{}: its ApplySet annotations are malformed ({e}); fix or remove them",
+                scope.parent
+            );
+            Report::failed(Reason::ValidationFailed, msg).into()
+        })
+}
+
+/// The empty-set guard: an empty set would prune everything recorded. (An empty set with
+/// nothing recorded, or with prune off, deletes nothing and is allowed.)
+fn guard_empty(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    set: &DesiredSet,
+    before: &Recorded,
+) -> Step<()> {
+    match empty_set_refused(spec, set.members.is_empty(), before) {
+        false => Ok(()),
+        true => {
+            let msg = format!(
+                "{}: the desired set is empty; refusing to prune every member. Set spec.allowEmpty: true to allow it",
+                scope.parent
+            );
+            Err(Report::failed(Reason::EmptySetRefused, msg)
+                .attempted(&set.revision)
+                .into())
+        }
+    }
+}
+
+/// Whether the empty-set guard refuses a reconcile.
+fn empty_set_refused(spec: &ApplySetSpec, empty: bool, before: &Recorded) -> bool {
+    empty && !spec.allow_empty && spec.prune && !before.group_kinds.is_empty()
+}
+
+/// What of the set is live (the member watches registered first, so they cover it next
+/// time).
+async fn observe(
+    ctx: &Context,
+    scope: &SetScope,
+    extent: &Extent,
+    desired: &Desired,
+) -> Step<Live> {
+    let t0 = Instant::now();
+    ctx.members.ensure_watched(&desired.known);
+    ctx.members.register(
+        &scope.id,
+        &scope.parent,
+        &desired.declared.keys().cloned().collect(),
+    );
+    let live = live::observe(
+        scope,
+        &ctx.resolver,
+        extent,
+        &desired.known,
+        &desired.declared,
+    )
+    .await?;
+    tracing::debug!(
+        live = live.existing.len(),
+        ms = t0.elapsed().as_millis(),
+        "observed"
+    );
+    Ok(live)
+}
+
+/// Plan mode: a server-side dry-run of the apply and the prune decision; nothing is written.
+async fn plan(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    desired: &Desired,
+    extent: &Extent,
+    live: &Live,
+    clock: &Clock,
+) -> Step<Report> {
+    let results = apply_within_timeout(scope, spec, desired, live, clock).await?;
+    if let Some(r) = report::apply_failure(&results, &desired.set.revision) {
+        return Ok(r);
+    }
+    let mut prune = Vec::new();
+    if spec.prune {
+        let selection = prune::decide(
+            scope,
+            &ctx.resolver,
+            &desired.known,
+            extent,
+            &desired.declared,
+            live,
+            false,
+        )
+        .await?;
+        prune = selection.delete.into_iter().map(|m| m.reference).collect();
+    }
+    Ok(report::plan(&results, prune, &desired.set.revision))
+}
+
+/// Step 2, parent superset: the parent records what it recorded and what is declared now
+/// (and carries our finalizer) before any member is touched. Returns the parent as stored.
+async fn superset<P: Parent>(ctx: &Context, obj: &P, extent: &Extent) -> Step<P> {
+    Ok(parent::write(&ctx.client, obj, &extent.superset, false).await?)
+}
+
+/// Step 3, apply, staged and concurrent; any member not applied stops the reconcile (nothing is
+/// pruned).
+async fn apply_members(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    desired: &Desired,
+    live: &Live,
+    clock: &Clock,
+) -> Step<Vec<MemberResult>> {
+    let t0 = Instant::now();
+    let results = apply_within_timeout(scope, spec, desired, live, clock).await?;
+    tracing::debug!(
+        members = results.len(),
+        ms = t0.elapsed().as_millis(),
+        "applied"
+    );
+    if let Some(r) = report::apply_failure(&results, &desired.set.revision) {
+        let summary = Some(tally(&results));
+        return Err(Report { summary, ..r }.into());
+    }
+    Ok(results)
+}
+
+/// Applies (or, in Plan mode, dry-runs) within spec.timeout; a timeout prunes nothing.
+async fn apply_within_timeout(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    desired: &Desired,
+    live: &Live,
+    clock: &Clock,
+) -> Step<Vec<MemberResult>> {
+    let opts = apply::Options {
+        force: spec.force,
+        dry_run: spec.mode == Mode::Plan,
+        existing: &live.existing,
+        started: clock.epoch,
+        deadline: clock.deadline,
+    };
+    let remaining = clock.deadline.saturating_duration_since(Instant::now());
+    let applying = apply::apply_staged(scope, &desired.set.members, &opts);
+    tokio::time::timeout(remaining, applying).await.map_err(|_| {
+        let msg = format!(
+            "{}: {} did not finish within spec.timeout ({}); nothing was pruned. Raise spec.timeout if the set is large or slow to apply",
+            scope.parent,
+            if opts.dry_run { "the plan" } else { "the apply" },
+            spec.timeout
+        );
+        Report::failed(Reason::ApplyFailed, msg)
+            .attempted(&desired.set.revision)
+            .into()
+    })
+}
+
+/// Step 4, prune, only after every member applied, decided on a listing made after the apply;
+/// a prune that does not finish stops the reconcile (the parent keeps its superset).
+/// `applied`: the apply's results, for the summary of a stop.
+async fn prune_members(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    desired: &Desired,
+    extent: &Extent,
+    live: &Live,
+    applied: &[MemberResult],
+) -> Step<Vec<MemberResult>> {
+    if !spec.prune {
+        return Ok(Vec::new());
+    }
+    let t0 = Instant::now();
+    let selection = prune::decide(
+        scope,
+        &ctx.resolver,
+        &desired.known,
+        extent,
+        &desired.declared,
+        live,
+        true,
+    )
+    .await?;
+    let results = prune::prune(scope, selection).await;
+    tracing::debug!(ms = t0.elapsed().as_millis(), "pruned");
+    let parent = scope.parent.to_string();
+    if let Some(r) = report::prune_failure(&parent, &results, &desired.set.revision) {
+        let all: Vec<MemberResult> = applied.iter().chain(&results).cloned().collect();
+        let summary = Some(tally(&all));
+        return Err(Report { summary, ..r }.into());
+    }
+    Ok(results)
+}
+
+/// Step 5, parent shrink after a complete prune: the parent records exactly the declared
+/// set (and drops the deprecated `contains-group-resources`).
+async fn shrink<P: Parent>(ctx: &Context, stored: &P, extent: &Extent) -> Step<()> {
+    parent::write(&ctx.client, stored, &extent.declared, true).await?;
+    Ok(())
+}
+
+/// Step 6, the report of a complete reconcile.
+fn succeeded(
+    ctx: &Context,
+    scope: &SetScope,
+    desired: &Desired,
+    results: &[MemberResult],
+) -> Report {
+    let summary = tally(results);
+    ctx.metrics
+        .set_members(&scope.parent.to_string(), summary.members);
+    let members = desired
+        .set
+        .members
+        .iter()
+        .map(|m| m.reference.clone())
+        .collect();
+    report::succeeded(summary, members, &desired.set.revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(prune: bool, allow_empty: bool) -> ApplySetSpec {
+        serde_json::from_value(serde_json::json!({"prune": prune, "allowEmpty": allow_empty}))
+            .expect("spec")
+    }
+
+    fn recorded(kinds: &[&str]) -> Recorded {
+        Recorded {
+            group_kinds: kinds.iter().map(|k| GroupKind::new("", *k)).collect(),
+            namespaces: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_empty_set_guard_refuses_only_an_empty_set_that_would_prune() {
+        let cm = recorded(&["ConfigMap"]);
+        assert!(empty_set_refused(&spec(true, false), true, &cm));
+        // Not empty, allowed, prune off, or nothing recorded: nothing to refuse.
+        assert!(!empty_set_refused(&spec(true, false), false, &cm));
+        assert!(!empty_set_refused(&spec(true, true), true, &cm));
+        assert!(!empty_set_refused(&spec(false, false), true, &cm));
+        assert!(!empty_set_refused(&spec(true, false), true, &recorded(&[])));
+    }
+
+    #[test]
+    fn render_failures_are_stalled_except_unknown_kinds() {
+        let unknown = RenderError::UnknownKind {
+            origin: crate::manifest::Origin::inline(0),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            name: "w".into(),
+        };
+        let r = render_failure(unknown);
+        assert_eq!(r.reason, Reason::ValidationFailed);
+        assert!(r.retry);
+        assert_eq!(report::next(&r), report::Next::Backoff);
+    }
+}

@@ -1,0 +1,663 @@
+//! What a reconcile reports: its outcome as a [`Report`] (built by pure functions from the
+//! members' results), the status it leads to, when to look again, and the writes of status
+//! and events (none when nothing changed).
+
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType},
+    },
+};
+use serde_json::json;
+
+use super::{Context, MAX_LISTED, STATUS_FIELD_MANAGER};
+use crate::{
+    Error, Result,
+    api::{ApplySetStatus, MemberRef, Plan, Summary},
+    engine::{
+        SetScope,
+        outcome::{MemberResult, Outcome},
+    },
+    parent::Parent,
+    status::{self, Reason},
+};
+
+/// The outcome of one reconcile, as reported in status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub ready: bool,
+    pub reason: Reason,
+    pub message: String,
+    pub summary: Option<Summary>,
+    pub members: Option<Vec<MemberRef>>,
+    pub plan: Option<Plan>,
+    pub attempted: Option<String>,
+    pub applied: Option<String>,
+    /// Retry with backoff even if the reason is a stalled one (something the operator does
+    /// not watch may fix it, e.g. a CRD installed by someone else).
+    pub retry: bool,
+}
+
+impl Report {
+    pub fn failed(reason: Reason, message: String) -> Self {
+        Report {
+            ready: false,
+            reason,
+            message,
+            summary: None,
+            members: None,
+            plan: None,
+            attempted: None,
+            applied: None,
+            retry: false,
+        }
+    }
+
+    /// The same report, for an attempt at `revision`.
+    pub fn attempted(self, revision: &str) -> Self {
+        Report {
+            attempted: Some(revision.to_string()),
+            ..self
+        }
+    }
+}
+
+/// At most five messages, then how many more.
+fn listing(messages: &[&str]) -> String {
+    let mut msg = messages
+        .iter()
+        .take(5)
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if messages.len() > 5 {
+        msg.push_str(&format!("; and {} more", messages.len() - 5));
+    }
+    msg
+}
+
+/// The report for members that failed to apply, if any: ownership first, then conflicts,
+/// then other failures (the reason is the first kind present; the message lists that kind).
+pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report> {
+    let mut owned = Vec::new();
+    let mut conflicts = Vec::new();
+    let mut failed = Vec::new();
+    for r in results {
+        match &r.outcome {
+            Outcome::Owned { message } => owned.push(message.as_str()),
+            Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
+            Outcome::Failed { message } => failed.push(message.as_str()),
+            _ => {}
+        }
+    }
+    let (reason, list) = if !owned.is_empty() {
+        (Reason::OwnershipConflict, owned)
+    } else if !conflicts.is_empty() {
+        (Reason::Conflict, conflicts)
+    } else if !failed.is_empty() {
+        (Reason::ApplyFailed, failed)
+    } else {
+        return None;
+    };
+    let msg = format!(
+        "{} member(s) not applied, nothing pruned: {}",
+        list.len(),
+        listing(&list)
+    );
+    Some(Report::failed(reason, msg).attempted(revision))
+}
+
+/// The report for a prune that did not finish (a delete failed, or an object changed while
+/// being pruned), if so: the parent keeps recording every kind.
+pub fn prune_failure(parent: &str, results: &[MemberResult], revision: &str) -> Option<Report> {
+    let mut errors = Vec::new();
+    let mut changed = Vec::new();
+    for r in results {
+        match &r.outcome {
+            Outcome::DeleteFailed { message } => errors.push(message.clone()),
+            Outcome::Changed => changed.push(r.reference.to_string()),
+            _ => {}
+        }
+    }
+    if errors.is_empty() && changed.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !errors.is_empty() {
+        parts.push(format!(
+            "{} delete(s) failed: {}",
+            errors.len(),
+            errors.join("; ")
+        ));
+    }
+    if !changed.is_empty() {
+        parts.push(format!(
+            "changed while being pruned (looked at again next time): {}",
+            changed.join(", ")
+        ));
+    }
+    let msg = format!(
+        "{parent}: prune incomplete, the parent keeps recording every kind: {}",
+        parts.join("; ")
+    );
+    Some(Report::failed(Reason::PruneFailed, msg).attempted(revision))
+}
+
+/// The report of Plan mode from the dry-run's results and what would be pruned: lists sorted
+/// and capped at [`MAX_LISTED`] each.
+pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> Report {
+    let mut plan = Plan {
+        prune,
+        ..Plan::default()
+    };
+    for r in results {
+        match r.outcome {
+            Outcome::Created => plan.create.push(r.reference.clone()),
+            Outcome::Configured => plan.update.push(r.reference.clone()),
+            _ => plan.unchanged += 1,
+        }
+    }
+    for list in [&mut plan.create, &mut plan.update, &mut plan.prune] {
+        list.sort();
+        if list.len() > MAX_LISTED {
+            list.truncate(MAX_LISTED);
+            plan.truncated = true;
+        }
+    }
+    let msg = format!(
+        "plan: {} to create, {} to update, {} to prune, {} unchanged (mode: Plan writes nothing)",
+        plan.create.len(),
+        plan.update.len(),
+        plan.prune.len(),
+        plan.unchanged
+    );
+    Report {
+        plan: Some(plan),
+        ..Report::failed(Reason::PlanReady, msg).attempted(revision)
+    }
+}
+
+/// The report of a complete reconcile.
+pub fn succeeded(summary: Summary, members: Vec<MemberRef>, revision: &str) -> Report {
+    let msg = format!(
+        "applied {} members ({} created, {} configured, {} unchanged), pruned {}",
+        summary.members, summary.created, summary.configured, summary.unchanged, summary.pruned
+    );
+    Report {
+        ready: true,
+        reason: Reason::ReconciliationSucceeded,
+        message: msg,
+        summary: Some(summary),
+        members: Some(members),
+        plan: None,
+        attempted: Some(revision.to_string()),
+        applied: Some(revision.to_string()),
+        retry: false,
+    }
+}
+
+/// The status that `r` leads to from `previous`.
+pub fn next_status(
+    previous: &ApplySetStatus,
+    generation: Option<i64>,
+    id: &str,
+    r: Report,
+) -> ApplySetStatus {
+    let mut next = previous.clone();
+    next.observed_generation = generation;
+    next.applyset_id = Some(id.to_string());
+    next.conditions = status::conditions_for(
+        &previous.conditions,
+        r.ready,
+        r.reason,
+        &r.message,
+        false,
+        generation,
+    );
+    if let Some(s) = r.summary {
+        next.summary = Some(s);
+    }
+    if let Some(m) = r.members {
+        next.members_truncated = m.len() > MAX_LISTED;
+        next.members = m.into_iter().take(MAX_LISTED).collect();
+    }
+    next.plan = r.plan;
+    if let Some(a) = r.attempted {
+        next.last_attempted_revision = Some(a);
+    }
+    if let Some(a) = r.applied {
+        next.last_applied_revision = Some(a);
+    }
+    next.last_error = if r.ready || r.reason == Reason::PlanReady || r.reason == Reason::Suspended {
+        None
+    } else {
+        Some(status::truncate(&r.message, 1024))
+    };
+    next
+}
+
+/// When to look again after a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// At the interval (and the failure count is reset when `reset`).
+    Interval { reset: bool },
+    /// With backoff.
+    Backoff,
+    /// Only on a change (suspended).
+    AwaitChange,
+}
+
+pub fn next(r: &Report) -> Next {
+    if r.ready || r.reason == Reason::PlanReady {
+        Next::Interval { reset: true }
+    } else if r.reason == Reason::Suspended {
+        Next::AwaitChange
+    } else if r.reason.is_stalled() && !r.retry {
+        // Only a change fixes it (which triggers a reconcile); still look at the interval.
+        Next::Interval { reset: false }
+    } else {
+        Next::Backoff
+    }
+}
+
+/// Counts the members' outcomes of a report in the metrics.
+fn count(ctx: &Context, s: &Summary) {
+    let m = &ctx.metrics;
+    let n = |v: i64| u64::try_from(v).unwrap_or_default();
+    m.applied("created", n(s.created));
+    m.applied("configured", n(s.configured));
+    m.applied("unchanged", n(s.unchanged));
+    m.applied("conflict", n(s.conflicts));
+    m.applied("failed", n(s.failed));
+    m.conflicts(n(s.conflicts));
+    m.pruned(n(s.pruned));
+}
+
+/// Writes the status a report leads to (only when it changed), publishes an event when the
+/// outcome changed, counts the members' outcomes, and returns when to look again.
+pub async fn write<P: Parent>(
+    ctx: &Context,
+    scope: &SetScope,
+    obj: &P,
+    r: Report,
+) -> Result<Action> {
+    let when = next(&r);
+    if r.reason != Reason::PlanReady
+        && let Some(s) = &r.summary
+    {
+        count(ctx, s);
+    }
+    let previous = obj.status().cloned().unwrap_or_default();
+    let next = next_status(&previous, obj.meta().generation, &scope.id, r);
+    write_status(ctx, obj, &previous, next).await?;
+    let key = scope.parent.to_string();
+    let spec = obj.spec();
+    Ok(match when {
+        Next::Interval { reset } => {
+            if reset {
+                ctx.succeeded(&key);
+            }
+            Action::requeue(spec.interval())
+        }
+        Next::AwaitChange => {
+            ctx.succeeded(&key);
+            Action::await_change()
+        }
+        Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
+    })
+}
+
+/// Applies `next` to the status subresource unless it equals `previous`; an event when the
+/// Ready condition's status or reason changed.
+async fn write_status<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    previous: &ApplySetStatus,
+    next: ApplySetStatus,
+) -> Result<()> {
+    if *previous == next {
+        return Ok(());
+    }
+    let ready = |s: &ApplySetStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == status::READY)
+            .cloned()
+    };
+    let (old_ready, new_ready) = (ready(previous), ready(&next));
+    let changed_outcome = match (&old_ready, &new_ready) {
+        (Some(o), Some(n)) => o.status != n.status || o.reason != n.reason,
+        _ => true,
+    };
+    patch_status(ctx, obj, &next).await?;
+    if changed_outcome && let Some(c) = new_ready {
+        publish(ctx, obj, &c).await;
+    }
+    Ok(())
+}
+
+/// Server-side applies `status` to the parent's status subresource.
+pub async fn patch_status<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    status: &ApplySetStatus,
+) -> Result<()> {
+    let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": status});
+    P::api(ctx.client.clone(), obj.namespace().as_deref())
+        .patch_status(
+            &name,
+            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+/// An event for a new Ready condition (Normal when ready or planned, else Warning).
+async fn publish<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) {
+    let event = KubeEvent {
+        type_: if c.status == "True" || c.reason == Reason::PlanReady.as_str() {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: c.reason.clone(),
+        note: Some(status::truncate(&c.message, 1000)),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an event failed");
+    }
+}
+
+/// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,
+/// Ready as it was (observed for the previous generation).
+pub async fn mark_progressing<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Result<()> {
+    let previous = obj.status().cloned().unwrap_or_default();
+    let next = progressing(&previous, obj.meta().generation, &scope.id);
+    if next == previous {
+        return Ok(());
+    }
+    patch_status(ctx, obj, &next).await
+}
+
+/// The status of a reconcile of `generation` in progress; `previous` itself when it already
+/// observed that generation.
+pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str) -> ApplySetStatus {
+    let ready = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::READY);
+    if previous.observed_generation == generation && ready.is_some() {
+        return previous.clone();
+    }
+    let (ready, reason, message) = ready
+        .map(|c| (c.status == "True", c.reason.clone(), c.message.clone()))
+        .unwrap_or((
+            false,
+            Reason::Progressing.as_str().into(),
+            "reconciling".into(),
+        ));
+    let mut next = previous.clone();
+    status::set(
+        &mut next.conditions,
+        status::READY,
+        ready,
+        &reason,
+        &message,
+        previous.observed_generation,
+    );
+    status::set(
+        &mut next.conditions,
+        status::RECONCILING,
+        true,
+        Reason::Progressing.as_str(),
+        &format!("reconciling generation {}", generation.unwrap_or_default()),
+        generation,
+    );
+    next.applyset_id = Some(id.to_string());
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::outcome::Retained;
+
+    fn member(name: &str) -> MemberRef {
+        MemberRef {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: Some("team".into()),
+            name: name.into(),
+        }
+    }
+
+    fn r(name: &str, outcome: Outcome) -> MemberResult {
+        MemberResult::new(member(name), outcome)
+    }
+
+    fn failed(m: &str) -> Outcome {
+        Outcome::Failed { message: m.into() }
+    }
+
+    #[test]
+    fn no_failure_report_when_every_member_applied() {
+        let results = [
+            r("a", Outcome::Created),
+            r("b", Outcome::Unchanged),
+            r("c", Outcome::Configured),
+        ];
+        assert_eq!(apply_failure(&results, "rev"), None);
+    }
+
+    #[test]
+    fn ownership_comes_before_conflicts_before_failures() {
+        let conflict = Outcome::Conflict {
+            managers: vec!["kubectl".into()],
+            message: "c: conflict".into(),
+        };
+        let owned = Outcome::Owned {
+            message: "o: owned".into(),
+        };
+        let all = [
+            r("f", failed("f: broken")),
+            r("c", conflict.clone()),
+            r("o", owned),
+        ];
+        let report = apply_failure(&all, "rev").expect("a failure");
+        assert_eq!(report.reason, Reason::OwnershipConflict);
+        assert_eq!(
+            report.message,
+            "1 member(s) not applied, nothing pruned: o: owned"
+        );
+        assert_eq!(report.attempted.as_deref(), Some("rev"));
+        assert!(!report.ready);
+        let report = apply_failure(&all[..2], "rev").expect("a failure");
+        assert_eq!(report.reason, Reason::Conflict);
+        assert_eq!(
+            report.message,
+            "1 member(s) not applied, nothing pruned: c: conflict"
+        );
+        let report = apply_failure(&all[..1], "rev").expect("a failure");
+        assert_eq!(report.reason, Reason::ApplyFailed);
+    }
+
+    #[test]
+    fn a_long_failure_list_names_five_and_counts_the_rest() {
+        let results: Vec<MemberResult> = (0..7)
+            .map(|i| r(&format!("m{i}"), failed(&format!("m{i}: x"))))
+            .collect();
+        let report = apply_failure(&results, "rev").expect("a failure");
+        assert_eq!(
+            report.message,
+            "7 member(s) not applied, nothing pruned: m0: x; m1: x; m2: x; m3: x; m4: x; and 2 more"
+        );
+    }
+
+    #[test]
+    fn prune_failure_names_failed_deletes_and_changed_objects() {
+        let ok = [
+            r("a", Outcome::Pruned),
+            r("b", Outcome::Gone),
+            r("c", Outcome::Retained(Retained::Recreated)),
+        ];
+        assert_eq!(prune_failure("ApplySet team/web", &ok, "rev"), None);
+        let bad = [
+            r("a", Outcome::Pruned),
+            r(
+                "d",
+                Outcome::DeleteFailed {
+                    message: "d: forbidden".into(),
+                },
+            ),
+            r("e", Outcome::Changed),
+        ];
+        let report = prune_failure("ApplySet team/web", &bad, "rev").expect("a failure");
+        assert_eq!(report.reason, Reason::PruneFailed);
+        assert_eq!(
+            report.message,
+            "ApplySet team/web: prune incomplete, the parent keeps recording every kind: 1 delete(s) failed: d: forbidden; changed while being pruned (looked at again next time): ConfigMap team/e"
+        );
+        assert_eq!(report.attempted.as_deref(), Some("rev"));
+    }
+
+    #[test]
+    fn a_plan_lists_creates_updates_and_prunes_sorted() {
+        let results = [
+            r("z", Outcome::Created),
+            r("a", Outcome::Created),
+            r("u", Outcome::Configured),
+            r("s", Outcome::Unchanged),
+            r("t", Outcome::Unchanged),
+        ];
+        let report = plan(&results, vec![member("p2"), member("p1")], "rev");
+        assert_eq!(report.reason, Reason::PlanReady);
+        assert!(!report.ready);
+        let p = report.plan.expect("a plan");
+        assert_eq!(p.create, [member("a"), member("z")]);
+        assert_eq!(p.update, [member("u")]);
+        assert_eq!(p.prune, [member("p1"), member("p2")]);
+        assert_eq!(p.unchanged, 2);
+        assert!(!p.truncated);
+        assert_eq!(
+            report.message,
+            "plan: 2 to create, 1 to update, 2 to prune, 2 unchanged (mode: Plan writes nothing)"
+        );
+        assert_eq!(
+            next(&Report {
+                plan: None,
+                ..report
+            }),
+            Next::Interval { reset: true }
+        );
+    }
+
+    #[test]
+    fn a_plan_caps_each_list() {
+        let results: Vec<MemberResult> = (0..MAX_LISTED + 3)
+            .map(|i| r(&format!("m{i:04}"), Outcome::Created))
+            .collect();
+        let p = plan(&results, Vec::new(), "rev").plan.expect("a plan");
+        assert_eq!(p.create.len(), MAX_LISTED);
+        assert!(p.truncated);
+    }
+
+    #[test]
+    fn success_counts_and_records_the_revision() {
+        let summary = Summary {
+            members: 3,
+            created: 1,
+            configured: 1,
+            unchanged: 1,
+            pruned: 2,
+            ..Summary::default()
+        };
+        let report = succeeded(summary, vec![member("a")], "rev");
+        assert!(report.ready);
+        assert_eq!(
+            report.message,
+            "applied 3 members (1 created, 1 configured, 1 unchanged), pruned 2"
+        );
+        assert_eq!(report.applied.as_deref(), Some("rev"));
+        let s = next_status(&ApplySetStatus::default(), Some(4), "id", report);
+        assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(s.last_applied_revision.as_deref(), Some("rev"));
+        assert_eq!(s.last_error, None);
+        assert_eq!(s.members, [member("a")]);
+        assert_eq!(s.applyset_id.as_deref(), Some("id"));
+    }
+
+    #[test]
+    fn a_failure_keeps_the_last_applied_revision_and_members() {
+        let ok = succeeded(Summary::default(), vec![member("a")], "rev1");
+        let before = next_status(&ApplySetStatus::default(), Some(1), "id", ok);
+        let bad = Report::failed(Reason::ApplyFailed, "broken".into()).attempted("rev2");
+        let after = next_status(&before, Some(2), "id", bad);
+        assert_eq!(after.last_applied_revision.as_deref(), Some("rev1"));
+        assert_eq!(after.last_attempted_revision.as_deref(), Some("rev2"));
+        assert_eq!(after.members, [member("a")]);
+        assert_eq!(after.last_error.as_deref(), Some("broken"));
+    }
+
+    #[test]
+    fn members_beyond_the_cap_are_truncated() {
+        let members: Vec<MemberRef> = (0..MAX_LISTED + 1)
+            .map(|i| member(&format!("{i}")))
+            .collect();
+        let s = next_status(
+            &ApplySetStatus::default(),
+            Some(1),
+            "id",
+            succeeded(Summary::default(), members, "rev"),
+        );
+        assert_eq!(s.members.len(), MAX_LISTED);
+        assert!(s.members_truncated);
+    }
+
+    #[test]
+    fn when_to_look_again() {
+        let failed = |reason| Report::failed(reason, String::new());
+        assert_eq!(next(&failed(Reason::Suspended)), Next::AwaitChange);
+        assert_eq!(next(&failed(Reason::ApplyFailed)), Next::Backoff);
+        assert_eq!(next(&failed(Reason::SourceFailed)), Next::Backoff);
+        assert_eq!(
+            next(&failed(Reason::ValidationFailed)),
+            Next::Interval { reset: false }
+        );
+        let retried = Report {
+            retry: true,
+            ..failed(Reason::ValidationFailed)
+        };
+        assert_eq!(next(&retried), Next::Backoff);
+    }
+
+    #[test]
+    fn progressing_marks_a_new_generation_only() {
+        let done = next_status(
+            &ApplySetStatus::default(),
+            Some(1),
+            "id",
+            succeeded(Summary::default(), Vec::new(), "rev"),
+        );
+        assert_eq!(progressing(&done, Some(1), "id"), done);
+        let marked = progressing(&done, Some(2), "id");
+        let types: Vec<&str> = marked.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [status::READY, status::RECONCILING]);
+        // Ready stays as observed for generation 1.
+        assert_eq!(marked.conditions[0].status, "True");
+        assert_eq!(marked.conditions[0].observed_generation, Some(1));
+        assert_eq!(marked.conditions[1].message, "reconciling generation 2");
+        let fresh = progressing(&ApplySetStatus::default(), Some(1), "id");
+        assert_eq!(fresh.conditions[0].status, "False");
+        assert_eq!(fresh.conditions[0].reason, "Progressing");
+    }
+}

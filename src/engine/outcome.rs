@@ -1,0 +1,225 @@
+//! What happened to each member in one reconcile: one vocabulary for the apply and the
+//! prune, tallied once into the status summary ([`tally`]).
+
+use crate::api::{MemberRef, Summary};
+
+/// What happened to one member (or prune candidate).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied: the object did not exist before.
+    Created,
+    /// Applied: its live state changed (or an existing object joined the set).
+    Configured,
+    /// Applied (or skipped as known unchanged): already as declared.
+    Unchanged,
+    /// Not applied: fields owned by other managers (without `force`).
+    Conflict {
+        managers: Vec<String>,
+        message: String,
+    },
+    /// Not applied: the live object carries the `part-of` label of another ApplySet.
+    Owned { message: String },
+    /// Not applied: any other failure.
+    Failed { message: String },
+    /// No longer declared, and deleted.
+    Pruned,
+    /// No longer declared, and kept.
+    Retained(Retained),
+    /// No longer declared, and already gone when deleted.
+    Gone,
+    /// No longer declared, but changed since it was listed: left alone this time.
+    Changed,
+    /// No longer declared, and its delete failed.
+    DeleteFailed { message: String },
+}
+
+impl Outcome {
+    /// An apply that succeeded.
+    pub fn is_applied(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Created | Outcome::Configured | Outcome::Unchanged
+        )
+    }
+
+    /// An outcome of applying a declared member (as opposed to pruning a candidate).
+    pub fn is_member(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Created
+                | Outcome::Configured
+                | Outcome::Unchanged
+                | Outcome::Conflict { .. }
+                | Outcome::Owned { .. }
+                | Outcome::Failed { .. }
+        )
+    }
+
+    /// A prune that did not finish: the parent must keep recording every kind.
+    pub fn is_unfinished_prune(&self) -> bool {
+        matches!(self, Outcome::Changed | Outcome::DeleteFailed { .. })
+    }
+}
+
+/// Why a prune candidate is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retained {
+    /// Annotated `applyset.dev/prune: disabled`.
+    PruneDisabled,
+    /// Its `part-of` label is not managed by our member field manager (someone copied it).
+    LabelNotOurs,
+    /// It has a controller owner reference (something else manages its life).
+    Controlled(String),
+    /// A Namespace or CRD whose deletion would take a kept object with it.
+    HoldsRetained(String),
+    /// An object of that name was re-created meanwhile (another UID).
+    Recreated,
+}
+
+/// One member's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberResult {
+    pub reference: MemberRef,
+    pub outcome: Outcome,
+}
+
+impl MemberResult {
+    pub fn new(reference: MemberRef, outcome: Outcome) -> Self {
+        Self { reference, outcome }
+    }
+}
+
+/// Saturating `usize` → `i64` for status counts.
+pub fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The status summary of a reconcile's results: `members` counts the declared members
+/// (every apply outcome, failed ones included), the rest one field per outcome. `Gone`,
+/// `Changed` and `DeleteFailed` count nowhere (the message reports the last two).
+pub fn tally(results: &[MemberResult]) -> Summary {
+    let mut s = Summary::default();
+    for r in results {
+        if r.outcome.is_member() {
+            s.members += 1;
+        }
+        match r.outcome {
+            Outcome::Created => s.created += 1,
+            Outcome::Configured => s.configured += 1,
+            Outcome::Unchanged => s.unchanged += 1,
+            Outcome::Conflict { .. } => s.conflicts += 1,
+            Outcome::Owned { .. } | Outcome::Failed { .. } => s.failed += 1,
+            Outcome::Pruned => s.pruned += 1,
+            Outcome::Retained(_) => s.retained += 1,
+            Outcome::Gone | Outcome::Changed | Outcome::DeleteFailed { .. } => {}
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(name: &str, outcome: Outcome) -> MemberResult {
+        MemberResult::new(
+            MemberRef {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some("team".into()),
+                name: name.into(),
+            },
+            outcome,
+        )
+    }
+
+    fn failed() -> Outcome {
+        Outcome::Failed {
+            message: "x".into(),
+        }
+    }
+
+    #[test]
+    fn empty_results_are_an_empty_summary() {
+        assert_eq!(tally(&[]), Summary::default());
+    }
+
+    #[test]
+    fn every_outcome_counts_in_its_own_field() {
+        let results = [
+            r("a", Outcome::Created),
+            r("b", Outcome::Created),
+            r("c", Outcome::Configured),
+            r("d", Outcome::Unchanged),
+            r(
+                "e",
+                Outcome::Conflict {
+                    managers: vec!["kubectl".into()],
+                    message: "m".into(),
+                },
+            ),
+            r(
+                "f",
+                Outcome::Owned {
+                    message: "m".into(),
+                },
+            ),
+            r("g", failed()),
+            r("h", Outcome::Pruned),
+            r("i", Outcome::Retained(Retained::PruneDisabled)),
+            r("j", Outcome::Retained(Retained::Recreated)),
+            r("k", Outcome::Gone),
+            r("l", Outcome::Changed),
+            r(
+                "m",
+                Outcome::DeleteFailed {
+                    message: "m".into(),
+                },
+            ),
+        ];
+        let s = tally(&results);
+        assert_eq!(
+            s,
+            Summary {
+                members: 7,
+                created: 2,
+                configured: 1,
+                unchanged: 1,
+                pruned: 1,
+                failed: 2,
+                conflicts: 1,
+                retained: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn prune_outcomes_are_not_members() {
+        let s = tally(&[r("x", Outcome::Pruned), r("y", Outcome::Gone)]);
+        assert_eq!(s.members, 0);
+        assert_eq!(s.pruned, 1);
+    }
+
+    #[test]
+    fn classification() {
+        assert!(Outcome::Unchanged.is_applied());
+        assert!(!failed().is_applied());
+        assert!(failed().is_member());
+        assert!(!Outcome::Pruned.is_member());
+        assert!(Outcome::Changed.is_unfinished_prune());
+        assert!(
+            Outcome::DeleteFailed {
+                message: "m".into()
+            }
+            .is_unfinished_prune()
+        );
+        assert!(!Outcome::Gone.is_unfinished_prune());
+        assert!(!Outcome::Retained(Retained::Recreated).is_unfinished_prune());
+    }
+
+    #[test]
+    fn count_saturates() {
+        assert_eq!(count(3), 3);
+        assert_eq!(count(usize::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,83 @@
+//! The per-set scope: everything about one parent that the engine's verbs need, computed
+//! once per reconcile (the ID is a sha256; the field manager and selector derive from it).
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use kube::Client;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::{
+    applyset::{self, LABEL_PART_OF, ParentRef},
+    members::MemberWatches,
+};
+
+/// One parent's identity and the means to act on its members.
+#[derive(Clone)]
+pub struct SetScope {
+    /// The parent (ApplySet or ClusterApplySet).
+    pub parent: ParentRef,
+    /// The ApplySet ID (`applyset-<hash>-v1`), the value of the members' `part-of` label.
+    pub id: String,
+    /// The field manager of member writes.
+    pub manager: String,
+    /// The label selector of the members: `part-of=<id>`.
+    pub selector: String,
+    /// The client every member request is made with.
+    pub client: Client,
+    /// Requests in flight at once within this set (applies, lists, deletes).
+    pub concurrency: usize,
+    /// Shared bound on member writes in flight across sets, if any.
+    writes: Option<Arc<Semaphore>>,
+    /// Where unchanged members are recognised and successful applies recorded, if anywhere.
+    watches: Option<Arc<MemberWatches>>,
+}
+
+impl SetScope {
+    /// The scope of `parent`, acting with `client`, without a shared write bound or watches.
+    pub fn new(parent: ParentRef, client: Client, concurrency: usize) -> Self {
+        let id = parent.id();
+        let manager = parent.member_field_manager();
+        let selector = format!("{LABEL_PART_OF}={id}");
+        Self {
+            parent,
+            id,
+            manager,
+            selector,
+            client,
+            concurrency: concurrency.max(1),
+            writes: None,
+            watches: None,
+        }
+    }
+
+    /// Bounds member writes by `writes`, shared with other sets.
+    pub fn with_writes(mut self, writes: Arc<Semaphore>) -> Self {
+        self.writes = Some(writes);
+        self
+    }
+
+    /// Uses the member watches to skip unchanged members and record applies.
+    pub fn with_watches(mut self, watches: Arc<MemberWatches>) -> Self {
+        self.watches = Some(watches);
+        self
+    }
+
+    pub fn watches(&self) -> Option<&MemberWatches> {
+        self.watches.as_deref()
+    }
+
+    /// A permit of the shared bound on member writes, held while one write is in flight
+    /// (`None` without a bound; a closed semaphore, which nothing closes, lifts it).
+    pub async fn write_permit(&self) -> Option<SemaphorePermit<'_>> {
+        match &self.writes {
+            Some(s) => s.acquire().await.ok(),
+            None => None,
+        }
+    }
+
+    /// The namespaces a set with `additional` recorded namespaces covers: those plus the
+    /// parent's own (an ApplySet's).
+    pub fn namespaces(&self, additional: &BTreeSet<String>) -> BTreeSet<String> {
+        applyset::prune_namespaces(self.parent.namespace.as_deref(), additional)
+    }
+}
