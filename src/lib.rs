@@ -7,6 +7,7 @@
 //! - [`manifest`]: parsing and validating declared objects (the render step's building blocks).
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
+//! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
 //! - [`engine`]: the per-set engine — a scope computed once per reconcile (ID, field manager,
@@ -25,6 +26,7 @@ pub mod applyset;
 pub mod controller;
 pub mod discovery;
 pub mod engine;
+pub mod kinds;
 pub mod leader;
 pub mod manifest;
 pub mod members;

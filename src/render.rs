@@ -4,7 +4,7 @@
 //! serves, applies the namespace rules, and orders the members in stages. Any failure stops
 //! the reconcile before anything is written.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::discovery::ApiResource;
 use serde_json::Value;
@@ -14,7 +14,7 @@ use crate::{
     api::{ApplySetSpec, MemberRef},
     applyset::{self, GroupKind, ParentRef, ScopeError},
     discovery::{Resolved, Resolver},
-    engine::kinds::{self, Stage},
+    kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
 };
 
@@ -98,7 +98,7 @@ pub enum RenderError {
 }
 
 /// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
-fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<(String, String, String), Resolved> {
+fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
     let mut out = BTreeMap::new();
     for m in manifests
         .iter()
@@ -153,7 +153,9 @@ pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestEr
 
 /// Renders the desired set of `parent` from already-parsed manifests.
 ///
-/// The outer `Result` is I/O (discovery); the inner one is what the user declared.
+/// The outer `Result` is I/O (discovery); the inner one is what the user declared. (A
+/// [`RenderError`] is large, but there is at most one per reconcile: not worth a box.)
+#[allow(clippy::result_large_err)]
 pub async fn render(
     parent: &ParentRef,
     spec: &ApplySetSpec,
@@ -162,66 +164,93 @@ pub async fn render(
 ) -> Result<Result<DesiredSet, RenderError>> {
     let declared = declared_kinds(&manifests);
     // Each distinct kind is resolved once, with at most one discovery refresh for all misses.
-    let mut gvks: Vec<(String, String, String)> = manifests
+    let mut gvks: Vec<Gvk> = manifests
         .iter()
-        .map(|m| (m.group.clone(), m.version.clone(), m.kind.clone()))
+        .map(gvk)
         .filter(|k| !declared.contains_key(k))
         .collect();
     gvks.sort();
     gvks.dedup();
     let served = resolver.resolve_all(&gvks).await?;
-    let mut members = Vec::with_capacity(manifests.len());
-    for m in manifests {
-        let display = format!("{} ({} {})", m.origin, m.kind, m.name);
-        let gvk = (m.group.clone(), m.version.clone(), m.kind.clone());
-        let resolved = match served.get(&gvk) {
-            Some(r) => r.clone(),
-            None => match declared.get(&gvk) {
-                Some(r) => r.clone(),
-                None => {
-                    return Ok(Err(RenderError::UnknownKind {
-                        origin: m.origin.clone(),
-                        api_version: m.api_version.clone(),
-                        kind: m.kind.clone(),
-                        name: m.name.clone(),
-                    }));
-                }
-            },
-        };
-        let namespace = match applyset::member_namespace(
-            resolved.namespaced,
-            m.namespace.as_deref(),
-            spec.target_namespace.as_deref(),
-            parent,
-            &display,
-        ) {
-            Ok(ns) => ns,
-            Err(e) => return Ok(Err(e.into())),
-        };
-        let mut object = m.object;
-        manifest::normalize(&mut object);
-        if let Some(Value::Object(meta)) = object.get_mut("metadata") {
-            match &namespace {
-                Some(ns) => meta.insert("namespace".into(), Value::String(ns.clone())),
-                None => meta.remove("namespace"),
-            };
-        }
-        let force_recreate = applyset::is_force_enabled(annotations_of(&object).as_ref());
-        members.push(Member {
-            reference: MemberRef {
-                group: m.group.clone(),
-                kind: m.kind.clone(),
-                namespace,
-                name: m.name.clone(),
-            },
-            stage: Stage::of(&m.group, &m.kind),
-            origin: m.origin,
-            object,
-            resource: resolved.resource,
-            namespaced: resolved.namespaced,
-            force_recreate,
+    let kinds = Kinds { served, declared };
+    let members: Result<Vec<Member>, RenderError> = manifests
+        .into_iter()
+        .map(|m| member(m, &kinds, spec, parent))
+        .collect();
+    Ok(members.and_then(desired_set))
+}
+
+/// (group, version, kind).
+type Gvk = (String, String, String);
+
+fn gvk(m: &Manifest) -> Gvk {
+    (m.group.clone(), m.version.clone(), m.kind.clone())
+}
+
+/// The kinds a set may use: served by the cluster, or defined by a CRD in the set.
+struct Kinds {
+    served: HashMap<Gvk, Resolved>,
+    declared: BTreeMap<Gvk, Resolved>,
+}
+
+/// One manifest as a member: its kind resolved, its namespace set by the namespace rules.
+#[allow(clippy::result_large_err)]
+fn member(
+    m: Manifest,
+    kinds: &Kinds,
+    spec: &ApplySetSpec,
+    parent: &ParentRef,
+) -> Result<Member, RenderError> {
+    let key = gvk(&m);
+    let Some(resolved) = kinds
+        .served
+        .get(&key)
+        .or_else(|| kinds.declared.get(&key))
+        .cloned()
+    else {
+        return Err(RenderError::UnknownKind {
+            origin: m.origin.clone(),
+            api_version: m.api_version.clone(),
+            kind: m.kind.clone(),
+            name: m.name.clone(),
         });
+    };
+    let display = format!("{} ({} {})", m.origin, m.kind, m.name);
+    let namespace = applyset::member_namespace(
+        resolved.namespaced,
+        m.namespace.as_deref(),
+        spec.target_namespace.as_deref(),
+        parent,
+        &display,
+    )?;
+    let mut object = m.object;
+    manifest::normalize(&mut object);
+    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+        match &namespace {
+            Some(ns) => meta.insert("namespace".into(), Value::String(ns.clone())),
+            None => meta.remove("namespace"),
+        };
     }
+    let force_recreate = applyset::is_force_enabled(annotations_of(&object).as_ref());
+    Ok(Member {
+        reference: MemberRef {
+            group: m.group.clone(),
+            kind: m.kind.clone(),
+            namespace,
+            name: m.name.clone(),
+        },
+        stage: Stage::of(&m.group, &m.kind),
+        origin: m.origin,
+        object,
+        resource: resolved.resource,
+        namespaced: resolved.namespaced,
+        force_recreate,
+    })
+}
+
+/// The members as a set: no duplicates, a digest, apply order.
+#[allow(clippy::result_large_err)]
+fn desired_set(mut members: Vec<Member>) -> Result<DesiredSet, RenderError> {
     let keys = members.iter().map(|m| {
         (
             MemberKey {
@@ -233,12 +262,10 @@ pub async fn render(
             &m.origin,
         )
     });
-    if let Err(e) = manifest::check_duplicates(keys) {
-        return Ok(Err(e.into()));
-    }
+    manifest::check_duplicates(keys)?;
     let revision = manifest::digest_objects(members.iter().map(|m| &m.object));
     members.sort_by(|a, b| (a.stage, &a.reference).cmp(&(b.stage, &b.reference)));
-    Ok(Ok(DesiredSet { members, revision }))
+    Ok(DesiredSet { members, revision })
 }
 
 fn string_map(v: Option<&Value>) -> Option<BTreeMap<String, String>> {

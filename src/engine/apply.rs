@@ -22,11 +22,15 @@ use serde_json::Value;
 
 use super::{
     SetScope,
-    kinds::{self, Stage},
     live::LiveObject,
     outcome::{MemberResult, Outcome},
 };
-use crate::{api::MemberRef, applyset::LABEL_PART_OF, render::Member};
+use crate::{
+    api::MemberRef,
+    applyset::LABEL_PART_OF,
+    kinds::{self, Stage},
+    render::Member,
+};
 
 /// How to apply (what the scope does not say).
 pub struct Options<'a> {

@@ -3,12 +3,10 @@
 //! carry out a prune ([`prune::decide`], [`prune::prune`]) — that the controller
 //! orchestrates. Every verb acts with the scope's client, under the scope's field manager,
 //! within the scope's write bound, and reports per member in one vocabulary
-//! ([`outcome::Outcome`]). Kind rules ([`kinds`]) and the reconcile's extent ([`Extent`])
-//! are pure.
+//! ([`outcome::Outcome`]). The reconcile's extent ([`Extent`]) is pure.
 
 pub mod apply;
 pub mod extent;
-pub mod kinds;
 pub mod live;
 pub mod outcome;
 pub mod prune;

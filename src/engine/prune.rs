@@ -21,7 +21,7 @@ use kube::{
 use serde_json::Value;
 
 use super::{
-    Extent, SetScope, kinds,
+    Extent, SetScope,
     live::{self, Live, LiveMember, Observed},
     outcome::{MemberResult, Outcome, Retained},
 };
@@ -30,6 +30,7 @@ use crate::{
     api::MemberRef,
     applyset::{self, GroupKind, LABEL_PART_OF},
     discovery::{Resolved, Resolver},
+    kinds,
 };
 
 /// The outcome of [`select`].
