@@ -136,20 +136,49 @@ fn identity() -> String {
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
     let metrics = Arc::new(Metrics::new());
-    let client = match kube::Config::infer().await {
-        Ok(c) => match applyset_operator::metrics::counting_client(c, metrics.clone()) {
-            Ok(c) => c,
+    let client = match kube_client(metrics.clone()).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let config = operator_config(&args);
+    tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
+
+    let health = Health::default();
+    if let Err(code) = serve(&args, &health, &metrics).await {
+        return code;
+    }
+    let election = if args.leader_elect {
+        match lead(&args, &client, &health).await {
+            Ok(e) => Some(e),
+            Err(code) => return code,
+        }
+    } else {
+        None
+    };
+    operate(client, config, metrics, &health, election).await
+}
+
+/// A Kubernetes client from the kubeconfig or service account, counting its requests in
+/// `metrics`; logs why there is none.
+async fn kube_client(metrics: Arc<Metrics>) -> Result<kube::Client, ExitCode> {
+    match kube::Config::infer().await {
+        Ok(c) => match applyset_operator::metrics::counting_client(c, metrics) {
+            Ok(c) => Ok(c),
             Err(e) => {
                 tracing::error!(error = %e, "cannot build a Kubernetes client");
-                return ExitCode::FAILURE;
+                Err(ExitCode::FAILURE)
             }
         },
         Err(e) => {
             tracing::error!(error = %e, "no Kubernetes configuration (set KUBECONFIG or run in a pod)");
-            return ExitCode::FAILURE;
+            Err(ExitCode::FAILURE)
         }
-    };
-    let config = Config {
+    }
+}
+
+/// The controllers' configuration from the command line.
+fn operator_config(args: &RunArgs) -> Config {
+    Config {
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency,
         watch_namespace: args.watch_namespace.clone(),
@@ -161,10 +190,12 @@ async fn run(args: RunArgs) -> ExitCode {
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),
-    };
-    tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
+    }
+}
 
-    let health = Health::default();
+/// Binds the health and metrics addresses and serves them in the background; logs why it
+/// cannot.
+async fn serve(args: &RunArgs, health: &Health, metrics: &Arc<Metrics>) -> Result<(), ExitCode> {
     let servers = async {
         let (h_addr, h) = server::health_server(&args.health_addr, health.clone()).await?;
         let (m_addr, m) = server::metrics_server(&args.metrics_addr, metrics.clone()).await?;
@@ -175,54 +206,75 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot listen on the health or metrics address");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
     tokio::spawn(health_srv);
     tokio::spawn(metrics_srv);
+    Ok(())
+}
 
-    let mut election = None;
-    if args.leader_elect {
-        let lease = LeaseConfig {
-            namespace: args
-                .leader_election_namespace
-                .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|n| !n.is_empty())
-                })
-                .unwrap_or_else(|| "default".into()),
-            name: args.leader_election_name.clone(),
-            identity: identity(),
-            duration_secs: args.lease_duration.max(2),
-            grace_secs: (args.lease_duration / 3).max(1),
-        };
-        health.set(Phase::Standby);
-        let mut e = match Election::start(client.clone(), &lease).await {
-            Ok(e) => e,
-            Err(err) => {
-                tracing::error!(error = %err, lease = ?lease, "leader election failed to start");
-                return ExitCode::FAILURE;
-            }
-        };
-        tracing::info!(identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for leadership");
-        tokio::select! {
-            _ = shutdown_signal() => {
-                e.release().await;
-                return ExitCode::SUCCESS;
-            }
-            acquired = e.acquired() => {
-                if !acquired {
-                    tracing::error!("leader election stopped before leadership was acquired");
-                    return ExitCode::FAILURE;
-                }
+/// The Lease of the leader election, from the command line and the environment.
+fn lease_config(args: &RunArgs) -> LeaseConfig {
+    LeaseConfig {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| "default".into()),
+        name: args.leader_election_name.clone(),
+        identity: identity(),
+        duration_secs: args.lease_duration.max(2),
+        grace_secs: (args.lease_duration / 3).max(1),
+    }
+}
+
+/// Stands by until this replica holds the Lease. `Err` is the exit code when it never will:
+/// success on a shutdown signal (the Lease released), failure when the election fails.
+async fn lead(
+    args: &RunArgs,
+    client: &kube::Client,
+    health: &Health,
+) -> Result<Election, ExitCode> {
+    let lease = lease_config(args);
+    health.set(Phase::Standby);
+    let mut e = match Election::start(client.clone(), &lease).await {
+        Ok(e) => e,
+        Err(err) => {
+            tracing::error!(error = %err, lease = ?lease, "leader election failed to start");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    tracing::info!(identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for leadership");
+    tokio::select! {
+        _ = shutdown_signal() => {
+            e.release().await;
+            return Err(ExitCode::SUCCESS);
+        }
+        acquired = e.acquired() => {
+            if !acquired {
+                tracing::error!("leader election stopped before leadership was acquired");
+                return Err(ExitCode::FAILURE);
             }
         }
-        tracing::info!(identity = %lease.identity, "leader: starting the controllers");
-        election = Some(e);
     }
+    tracing::info!(identity = %lease.identity, "leader: starting the controllers");
+    Ok(e)
+}
 
+/// Runs the controllers until a shutdown signal (in-flight reconciles finish), their
+/// unexpected end, or the loss of the Lease (exit at once); releases the Lease unless lost.
+async fn operate(
+    client: kube::Client,
+    config: Config,
+    metrics: Arc<Metrics>,
+    health: &Health,
+    mut election: Option<Election>,
+) -> ExitCode {
     let mut operator = Operator::start_with(client, config, metrics);
     health.set(Phase::Running(operator.readiness()));
     let lost = async {

@@ -462,136 +462,206 @@ impl Manifest {
 
     fn validate(object: Map<String, Value>, origin: Origin) -> Result<Manifest, ManifestError> {
         let describe = describe(&object);
-
-        let api_version = match object.get("apiVersion") {
-            None | Some(Value::Null) => {
-                return Err(api_version_error(origin, describe, "apiVersion is missing"));
-            }
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => {
-                let problem = format!("apiVersion must be a string but is {}", type_name(other));
-                return Err(api_version_error(origin, describe, problem));
-            }
+        let fields = match Fields::of(&object) {
+            Ok(fields) => fields,
+            Err(problem) => return Err(problem.into_error(origin, describe)),
         };
-        let (group, version) = match parse_api_version(&api_version) {
-            Ok(parsed) => parsed,
-            Err(problem) => return Err(api_version_error(origin, describe, problem)),
-        };
-
-        let kind = match object.get("kind") {
-            None | Some(Value::Null) => {
-                return Err(kind_error(origin, describe, "kind is missing"));
-            }
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => {
-                let problem = format!("kind must be a string but is {}", type_name(other));
-                return Err(kind_error(origin, describe, problem));
-            }
-        };
-        if let Err(problem) = check_kind(&kind) {
-            return Err(kind_error(origin, describe, problem));
-        }
-
-        let metadata = match object.get("metadata") {
-            None | Some(Value::Null) => {
-                return Err(name_error(origin, describe, "metadata.name is missing"));
-            }
-            Some(Value::Object(metadata)) => metadata,
-            Some(other) => {
-                return Err(ManifestError::Metadata {
-                    origin: Box::new(origin),
-                    object: describe,
-                    problem: format!("metadata must be a mapping but is {}", type_name(other)),
-                    fix: "write metadata as a mapping with at least name".to_string(),
-                });
-            }
-        };
-
-        let has_generate_name = metadata
-            .get("generateName")
-            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
-        let name = match metadata.get("name") {
-            None | Some(Value::Null) if has_generate_name => {
-                return Err(ManifestError::GenerateName {
-                    origin: Box::new(origin),
-                    object: describe,
-                });
-            }
-            Some(Value::String(s)) if s.is_empty() && has_generate_name => {
-                return Err(ManifestError::GenerateName {
-                    origin: Box::new(origin),
-                    object: describe,
-                });
-            }
-            None | Some(Value::Null) => {
-                return Err(name_error(origin, describe, "metadata.name is missing"));
-            }
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => {
-                let problem = format!(
-                    "metadata.name must be a string but is {} (quote it)",
-                    type_name(other)
-                );
-                return Err(name_error(origin, describe, problem));
-            }
-        };
-        if let Err(problem) = check_name(&name) {
-            return Err(name_error(origin, describe, problem));
-        }
-
-        let namespace = match metadata.get("namespace") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.is_empty() => None,
-            Some(Value::String(s)) => {
-                if let Err(problem) = check_namespace(s) {
-                    return Err(namespace_error(origin, describe, problem));
-                }
-                Some(s.clone())
-            }
-            Some(other) => {
-                let problem = format!(
-                    "metadata.namespace must be a string but is {} (quote it)",
-                    type_name(other)
-                );
-                return Err(namespace_error(origin, describe, problem));
-            }
-        };
-
-        for field in ["labels", "annotations"] {
-            if let Err(problem) = check_string_map(metadata.get(field), field) {
-                return Err(ManifestError::Metadata {
-                    origin: Box::new(origin),
-                    object: describe,
-                    problem,
-                    fix: format!(
-                        "write metadata.{field} as a mapping of strings and quote values that \
-                         YAML would read as another type, e.g. \"true\", \"1.0\" or \"0755\""
-                    ),
-                });
-            }
-        }
-        let has_part_of = metadata
-            .get("labels")
-            .and_then(Value::as_object)
-            .is_some_and(|labels| labels.get(PART_OF_LABEL).is_some_and(|v| !v.is_null()));
-        if has_part_of {
-            return Err(ManifestError::PartOfLabel {
-                origin: Box::new(origin),
-                object: describe,
-            });
-        }
-
         Ok(Manifest {
             origin,
             object,
+            api_version: fields.api_version,
+            kind: fields.kind,
+            group: fields.group,
+            version: fields.version,
+            name: fields.name,
+            namespace: fields.namespace,
+        })
+    }
+}
+
+/// What makes an object invalid, before the error names the object and where it comes from.
+enum Problem {
+    ApiVersion(String),
+    Kind(String),
+    Name(String),
+    Namespace(String),
+    Metadata { problem: String, fix: String },
+    GenerateName,
+    PartOfLabel,
+}
+
+impl Problem {
+    /// The error of this problem in the object described as `object`, at `origin`.
+    fn into_error(self, origin: Origin, object: String) -> ManifestError {
+        match self {
+            Problem::ApiVersion(problem) => api_version_error(origin, object, problem),
+            Problem::Kind(problem) => kind_error(origin, object, problem),
+            Problem::Name(problem) => name_error(origin, object, problem),
+            Problem::Namespace(problem) => namespace_error(origin, object, problem),
+            Problem::Metadata { problem, fix } => ManifestError::Metadata {
+                origin: Box::new(origin),
+                object,
+                problem,
+                fix,
+            },
+            Problem::GenerateName => ManifestError::GenerateName {
+                origin: Box::new(origin),
+                object,
+            },
+            Problem::PartOfLabel => ManifestError::PartOfLabel {
+                origin: Box::new(origin),
+                object,
+            },
+        }
+    }
+}
+
+/// The identifying fields of a valid object.
+struct Fields {
+    api_version: String,
+    group: String,
+    version: String,
+    kind: String,
+    name: String,
+    namespace: Option<String>,
+}
+
+impl Fields {
+    /// Checks `object`, in this order: apiVersion, kind, metadata, metadata.name,
+    /// metadata.namespace, then labels and annotations (the first problem found is reported).
+    fn of(object: &Map<String, Value>) -> Result<Fields, Problem> {
+        let (api_version, group, version) = read_api_version(object)?;
+        let kind = read_kind(object)?;
+        let metadata = read_metadata(object)?;
+        let name = read_name(metadata)?;
+        let namespace = read_namespace(metadata)?;
+        check_labels_and_annotations(metadata)?;
+        Ok(Fields {
             api_version,
-            kind,
             group,
             version,
+            kind,
             name,
             namespace,
         })
     }
+}
+
+/// `apiVersion` (a string), with its group and version.
+fn read_api_version(object: &Map<String, Value>) -> Result<(String, String, String), Problem> {
+    let api_version = match object.get("apiVersion") {
+        None | Some(Value::Null) => {
+            return Err(Problem::ApiVersion("apiVersion is missing".to_string()));
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            let problem = format!("apiVersion must be a string but is {}", type_name(other));
+            return Err(Problem::ApiVersion(problem));
+        }
+    };
+    let (group, version) = parse_api_version(&api_version).map_err(Problem::ApiVersion)?;
+    Ok((api_version, group, version))
+}
+
+/// `kind`: a string that [`check_kind`] accepts.
+fn read_kind(object: &Map<String, Value>) -> Result<String, Problem> {
+    let kind = match object.get("kind") {
+        None | Some(Value::Null) => {
+            return Err(Problem::Kind("kind is missing".to_string()));
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            let problem = format!("kind must be a string but is {}", type_name(other));
+            return Err(Problem::Kind(problem));
+        }
+    };
+    check_kind(&kind).map_err(Problem::Kind)?;
+    Ok(kind)
+}
+
+/// `metadata`: a mapping (when it is missing, so is `metadata.name`).
+fn read_metadata(object: &Map<String, Value>) -> Result<&Map<String, Value>, Problem> {
+    match object.get("metadata") {
+        None | Some(Value::Null) => Err(Problem::Name("metadata.name is missing".to_string())),
+        Some(Value::Object(metadata)) => Ok(metadata),
+        Some(other) => Err(Problem::Metadata {
+            problem: format!("metadata must be a mapping but is {}", type_name(other)),
+            fix: "write metadata as a mapping with at least name".to_string(),
+        }),
+    }
+}
+
+/// `metadata.name`: a string that [`check_name`] accepts; `generateName` instead of a name
+/// is refused as such.
+fn read_name(metadata: &Map<String, Value>) -> Result<String, Problem> {
+    let has_generate_name = metadata
+        .get("generateName")
+        .is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
+    let name = match metadata.get("name") {
+        None | Some(Value::Null) if has_generate_name => {
+            return Err(Problem::GenerateName);
+        }
+        Some(Value::String(s)) if s.is_empty() && has_generate_name => {
+            return Err(Problem::GenerateName);
+        }
+        None | Some(Value::Null) => {
+            return Err(Problem::Name("metadata.name is missing".to_string()));
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            let problem = format!(
+                "metadata.name must be a string but is {} (quote it)",
+                type_name(other)
+            );
+            return Err(Problem::Name(problem));
+        }
+    };
+    check_name(&name).map_err(Problem::Name)?;
+    Ok(name)
+}
+
+/// `metadata.namespace`: `None` when absent, null or `""`, else a string that
+/// [`check_namespace`] accepts.
+fn read_namespace(metadata: &Map<String, Value>) -> Result<Option<String>, Problem> {
+    match metadata.get("namespace") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => {
+            check_namespace(s).map_err(Problem::Namespace)?;
+            Ok(Some(s.clone()))
+        }
+        Some(other) => {
+            let problem = format!(
+                "metadata.namespace must be a string but is {} (quote it)",
+                type_name(other)
+            );
+            Err(Problem::Namespace(problem))
+        }
+    }
+}
+
+/// `metadata.labels` and `metadata.annotations` must be mappings of strings, and the labels
+/// must not set the ApplySet part-of label (the operator sets it).
+fn check_labels_and_annotations(metadata: &Map<String, Value>) -> Result<(), Problem> {
+    for field in ["labels", "annotations"] {
+        if let Err(problem) = check_string_map(metadata.get(field), field) {
+            return Err(Problem::Metadata {
+                problem,
+                fix: format!(
+                    "write metadata.{field} as a mapping of strings and quote values that \
+                     YAML would read as another type, e.g. \"true\", \"1.0\" or \"0755\""
+                ),
+            });
+        }
+    }
+    let has_part_of = metadata
+        .get("labels")
+        .and_then(Value::as_object)
+        .is_some_and(|labels| labels.get(PART_OF_LABEL).is_some_and(|v| !v.is_null()));
+    if has_part_of {
+        return Err(Problem::PartOfLabel);
+    }
+    Ok(())
 }
 
 fn flatten(

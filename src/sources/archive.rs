@@ -177,28 +177,73 @@ pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unp
         read: 0,
         limit: budget.unpacked,
     };
-    let too_big = || budget.too_big();
     let mut archive = tar::Archive::new(capped);
     let entries = archive
         .entries()
         .map_err(|e| format!("not a readable tar.gz archive: {e}"))?;
-    let mut files = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut prefix_found = prefix.is_empty();
-    let dir = prefix.trim_end_matches('/');
-    let mut count = 0usize;
+    let mut reader = EntryReader::new(prefix, budget);
     for entry in entries {
-        let mut entry = entry.map_err(|e| {
-            if is_cap(&e) {
-                too_big()
-            } else {
-                format!("not a readable tar.gz archive: {e}")
-            }
-        })?;
-        if count >= budget.entries {
-            return Err(budget.too_many_entries());
+        let entry =
+            entry.map_err(|e| read_failure(&budget, &e, "not a readable tar.gz archive"))?;
+        reader.take(entry)?;
+    }
+    // Read to the end so that trailing garbage or a bomb after the last entry is noticed too.
+    let mut rest = archive.into_inner();
+    std::io::copy(&mut rest, &mut std::io::sink())
+        .map_err(|e| read_failure(&budget, &e, "not a readable tar.gz archive"))?;
+    Ok(reader.finish(rest.read))
+}
+
+/// The message of a failed read: the budget's "too big" when the decompression cap stopped
+/// it, else `context: error`.
+fn read_failure(budget: &Budget, e: &std::io::Error, context: &str) -> String {
+    if is_cap(e) {
+        budget.too_big()
+    } else {
+        format!("{context}: {e}")
+    }
+}
+
+/// The state of reading the entries of one archive: what was found so far and how many
+/// entries were taken from the budget.
+struct EntryReader<'p> {
+    /// The directory filter (see [`directory_prefix`]).
+    prefix: &'p str,
+    /// `prefix` without its trailing `/`.
+    dir: &'p str,
+    /// The budget the archive started with.
+    budget: Budget,
+    files: Vec<SourceFile>,
+    /// Paths of the manifest files read (a path may appear only once).
+    seen: std::collections::BTreeSet<String>,
+    /// Whether any entry lies at or under the prefix.
+    prefix_found: bool,
+    /// Entries read.
+    count: usize,
+}
+
+impl<'p> EntryReader<'p> {
+    fn new(prefix: &'p str, budget: Budget) -> Self {
+        Self {
+            prefix,
+            dir: prefix.trim_end_matches('/'),
+            budget,
+            files: Vec::new(),
+            seen: std::collections::BTreeSet::new(),
+            prefix_found: prefix.is_empty(),
+            count: 0,
         }
-        count += 1;
+    }
+
+    /// Takes one entry from the budget, checks it and reads it if it is a manifest file under
+    /// the prefix. An entry beyond the entry budget, with a path that is absolute or leaves
+    /// the root, a link, a special file, or a manifest file that is not UTF-8 or appears a
+    /// second time refuses the whole archive.
+    fn take<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), String> {
+        if self.count >= self.budget.entries {
+            return Err(self.budget.too_many_entries());
+        }
+        self.count += 1;
         let raw = entry.path_bytes();
         let name = String::from_utf8_lossy(&raw).into_owned();
         let Some(path) = clean_relative(&name) else {
@@ -217,59 +262,56 @@ pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unp
             ));
         }
         if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
-            continue;
+            return Ok(());
         }
-        if !prefix_found && !path.is_empty() && (path == dir || path.starts_with(prefix)) {
-            prefix_found = true;
+        if !self.prefix_found
+            && !path.is_empty()
+            && (path == self.dir || path.starts_with(self.prefix))
+        {
+            self.prefix_found = true;
         }
         if kind.is_dir() {
-            continue;
+            return Ok(());
         }
         if !(kind.is_file() || kind.is_contiguous()) {
             return Err(format!(
                 "entry {name:?} is a special file ({kind:?}); refusing the archive"
             ));
         }
-        if path.is_empty() || !path.starts_with(prefix) || !is_manifest_file(&path) {
-            continue;
+        if path.is_empty() || !path.starts_with(self.prefix) || !is_manifest_file(&path) {
+            return Ok(());
         }
         let mut content = Vec::new();
-        entry.read_to_end(&mut content).map_err(|e| {
-            if is_cap(&e) {
-                too_big()
-            } else {
-                format!("reading entry {name:?}: {e}")
-            }
-        })?;
+        entry
+            .read_to_end(&mut content)
+            .map_err(|e| read_failure(&self.budget, &e, &format!("reading entry {name:?}")))?;
         let text = String::from_utf8(content)
             .map_err(|_| format!("file {path} is not UTF-8 text; manifests must be UTF-8"))?;
-        if !seen.insert(path.clone()) {
+        if !self.seen.insert(path.clone()) {
             return Err(format!(
                 "file {path} appears more than once in the archive; refusing it"
             ));
         }
-        files.push(SourceFile { path, text });
+        self.files.push(SourceFile { path, text });
+        Ok(())
     }
-    // Read to the end so that trailing garbage or a bomb after the last entry is noticed too.
-    let mut rest = archive.into_inner();
-    std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| {
-        if is_cap(&e) {
-            too_big()
-        } else {
-            format!("not a readable tar.gz archive: {e}")
+
+    /// What was found, the files sorted by path, with what is left of the budget once
+    /// `unpacked` bytes were decompressed.
+    fn finish(self, unpacked: u64) -> Unpacked {
+        let mut files = self.files;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let left = Budget {
+            unpacked: self.budget.unpacked.saturating_sub(unpacked),
+            entries: self.budget.entries.saturating_sub(self.count),
+            ..self.budget
+        };
+        Unpacked {
+            files,
+            prefix_found: self.prefix_found,
+            budget: left,
         }
-    })?;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let left = Budget {
-        unpacked: budget.unpacked.saturating_sub(rest.read),
-        entries: budget.entries.saturating_sub(count),
-        ..budget
-    };
-    Ok(Unpacked {
-        files,
-        prefix_found,
-        budget: left,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -148,42 +148,93 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(g).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(g.path.as_deref()).map_err(SourceError::Invalid)?;
-    let (secret_id, creds) = match &g.secret_ref {
-        None => (String::new(), Creds::default()),
-        Some(r) => {
-            let (id, data) = read_secret(client, parent, r).await?;
-            (id, creds_from(&data))
-        }
-    };
+    let (secret_id, creds) = secret_creds(client, parent, g).await?;
     let name = ref_name(&g.reference);
     let desc = format!("git {}@{name}", redact(&g.url));
     let identity = format!("git {} {name} path={prefix} secret={secret_id}", g.url);
-    let revision_of = |commit: &str| match &g.reference.commit {
-        Some(_) => format!("git:sha1:{commit}"),
-        None => format!("git:{name}@sha1:{commit}"),
-    };
     let cached = s.cache.get(&identity);
     if let (Some(commit), Some(c)) = (&g.reference.commit, &cached)
-        && c.revision == revision_of(commit)
+        && c.revision == revision_of(&g.reference, &name, commit)
     {
-        return Ok(Fetched {
-            manifests: c.manifests.clone(),
-            revision: c.revision.clone(),
-            kind: "git",
-            downloaded: false,
-        });
+        return Ok(from_cache(c));
     }
     let cached_commit = cached
         .as_ref()
         .and_then(|c| c.revision.rsplit_once("sha1:").map(|(_, c)| c.to_string()));
+    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix).await?;
+    match (outcome, cached) {
+        (Outcome::Unchanged, Some(c)) => Ok(from_cache(&c)),
+        (Outcome::Unchanged, None) => Err(SourceError::Failed(
+            "internal: unchanged without a cached revision".into(),
+        )),
+        (Outcome::Fetched { commit, files }, _) => {
+            let where_ = format!("{} at commit {commit}", under_path(&prefix));
+            let parsed =
+                parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
+            let cached = Cached {
+                revision: revision_of(&g.reference, &name, &commit),
+                manifests: parsed.manifests,
+                etag: None,
+                last_modified: None,
+                bytes: parsed.bytes,
+            };
+            Ok(s.cache.store(&identity, "git", cached))
+        }
+    }
+}
+
+/// The secretRef's id (part of the cache identity) and the credentials read from it; none
+/// without a secretRef.
+async fn secret_creds(
+    client: &Client,
+    parent: &ParentRef,
+    g: &GitSource,
+) -> Result<(String, Creds), SourceError> {
+    match &g.secret_ref {
+        None => Ok((String::new(), Creds::default())),
+        Some(r) => {
+            let (id, data) = read_secret(client, parent, r).await?;
+            Ok((id, creds_from(&data)))
+        }
+    }
+}
+
+/// The revision of `commit` for `reference` (whose name is `name`): `git:sha1:<commit>` when
+/// the reference pins a commit, else `git:<name>@sha1:<commit>`.
+fn revision_of(reference: &GitReference, name: &str, commit: &str) -> String {
+    match &reference.commit {
+        Some(_) => format!("git:sha1:{commit}"),
+        None => format!("git:{name}@sha1:{commit}"),
+    }
+}
+
+/// The cached content, served without a download.
+fn from_cache(c: &Cached) -> Fetched {
+    Fetched {
+        manifests: c.manifests.clone(),
+        revision: c.revision.clone(),
+        kind: "git",
+        downloaded: false,
+    }
+}
+
+/// Runs [`fetch_blocking`] on a blocking thread; the fetch is interrupted if this future is
+/// dropped (timeout, shutdown). Its errors come back with the URL redacted.
+async fn fetch_on_blocking_thread(
+    s: &Sources,
+    g: &GitSource,
+    creds: Creds,
+    cached_commit: Option<String>,
+    prefix: &str,
+) -> Result<Outcome, SourceError> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let _guard = InterruptOnDrop(interrupt.clone());
     let work = s.work_dir().to_path_buf();
     let url = g.url.clone();
     let reference = g.reference.clone();
     let limits = s.limits.clone();
-    let pfx = prefix.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
+    let pfx = prefix.to_string();
+    tokio::task::spawn_blocking(move || {
         fetch_blocking(
             &work,
             &url,
@@ -197,31 +248,7 @@ pub async fn fetch(
     })
     .await
     .map_err(|e| SourceError::Failed(format!("git fetch task: {e}")))?
-    .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))?;
-    match (outcome, cached) {
-        (Outcome::Unchanged, Some(c)) => Ok(Fetched {
-            manifests: c.manifests,
-            revision: c.revision,
-            kind: "git",
-            downloaded: false,
-        }),
-        (Outcome::Unchanged, None) => Err(SourceError::Failed(
-            "internal: unchanged without a cached revision".into(),
-        )),
-        (Outcome::Fetched { commit, files }, _) => {
-            let where_ = format!("{} at commit {commit}", under_path(&prefix));
-            let parsed =
-                parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
-            let cached = Cached {
-                revision: revision_of(&commit),
-                manifests: parsed.manifests,
-                etag: None,
-                last_modified: None,
-                bytes: parsed.bytes,
-            };
-            Ok(s.cache.store(&identity, "git", cached))
-        }
-    }
+    .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))
 }
 
 /// An error with its causes (gix puts the interesting part, e.g. an HTTP status, in them).
@@ -453,6 +480,9 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// The blocking part of a fetch: lists the ref from a scratch bare repository and, unless a
+/// branch or tag still points at `cached_commit`, receives its pack and reads the manifest
+/// files under `prefix` from the commit.
 #[allow(clippy::too_many_arguments)]
 fn fetch_blocking(
     work_dir: &Path,
@@ -466,17 +496,7 @@ fn fetch_blocking(
 ) -> Result<Outcome, String> {
     use gix::remote::Direction;
 
-    std::fs::create_dir_all(work_dir)
-        .map_err(|e| format!("creating the scratch directory {}: {e}", work_dir.display()))?;
-    let scratch = tempfile::Builder::new()
-        .prefix("git-")
-        .tempdir_in(work_dir)
-        .map_err(|e| {
-            format!(
-                "creating a scratch directory in {}: {e}",
-                work_dir.display()
-            )
-        })?;
+    let scratch = scratch_dir(work_dir)?;
     let mut keys = RemoveOnDrop(Vec::new());
     let repo_dir = scratch.path().join("repo.git");
     gix::init_bare(&repo_dir)
@@ -488,40 +508,9 @@ fn fetch_blocking(
     );
     let ssh = scheme_of(url)? == "ssh";
     if ssh {
-        let mut cmd = format!("ssh {SSH_OPTIONS}");
-        if let Some(id) = &creds.identity {
-            let p = scratch.path().join("identity");
-            keys.0.push(p.clone());
-            write_private(&p, id)
-                .map_err(|e| format!("writing the ssh identity: {}", chain(&e)))?;
-            cmd.push_str(&format!(" -i {}", shell_quote(&p)));
-        }
-        match &creds.known_hosts {
-            Some(kh) => {
-                let p = scratch.path().join("known_hosts");
-                keys.0.push(p.clone());
-                write_private(&p, kh).map_err(|e| format!("writing known_hosts: {}", chain(&e)))?;
-                cmd.push_str(&format!(
-                    " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
-                    shell_quote(&p)
-                ));
-            }
-            None => return Err(
-                "an ssh URL needs a secretRef with known_hosts (and usually identity): the host key must be verified"
-                    .into(),
-            ),
-        }
-        config.push_str(&format!(
-            "[core]\n\tsshCommand = \"{}\"\n",
-            cmd.replace('\\', "\\\\").replace('"', "\\\"")
-        ));
+        config.push_str(&ssh_config(scratch.path(), creds, &mut keys)?);
     }
-    let config_path = repo_dir.join("config");
-    let mut text = std::fs::read_to_string(&config_path)
-        .map_err(|e| format!("reading the scratch repository's config: {}", chain(&e)))?;
-    text.push_str(&config);
-    std::fs::write(&config_path, text)
-        .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))?;
+    append_config(&repo_dir, &config)?;
     // Isolated: no system or user git configuration, no credential helpers, no prompts.
     let repo = gix::open_opts(&repo_dir, gix::open::Options::isolated())
         .map_err(|e| format!("opening the scratch repository: {}", chain(&e)))?;
@@ -532,9 +521,94 @@ fn fetch_blocking(
         .map_err(|e| format!("invalid ref: {}", chain(&e)))?;
     let connection = remote
         .connect(Direction::Fetch)
-        .map_err(|e| format!("connecting: {}", chain(&e)))?;
+        .map_err(|e| format!("connecting: {}", chain(&e)))?
+        .with_credentials(credentials_helper(creds));
+    let connection = if ssh {
+        connection
+    } else {
+        connection.with_transport_options(Box::new(http_options(creds, limits)?))
+    };
+    let prepare = connection
+        .prepare_fetch(gix::progress::Discard, Default::default())
+        .map_err(|e| format!("listing refs: {}", chain(&e)))?;
+    let wanted = wanted_object(&prepare.ref_map().mappings, reference)?;
+    if reference.commit.is_none() && cached_commit == Some(wanted.to_string().as_str()) {
+        return Ok(Outcome::Unchanged);
+    }
+    receive_pack(prepare, keys, reference, limits, interrupt)?;
+    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt)?;
+    // The scratch directory goes when `scratch` drops (after `repo`, declared later).
+    Ok(outcome)
+}
+
+/// Creates the work directory (if needed) and a fresh scratch directory in it, removed when
+/// the returned `TempDir` drops.
+fn scratch_dir(work_dir: &Path) -> Result<tempfile::TempDir, String> {
+    std::fs::create_dir_all(work_dir)
+        .map_err(|e| format!("creating the scratch directory {}: {e}", work_dir.display()))?;
+    tempfile::Builder::new()
+        .prefix("git-")
+        .tempdir_in(work_dir)
+        .map_err(|e| {
+            format!(
+                "creating a scratch directory in {}: {e}",
+                work_dir.display()
+            )
+        })
+}
+
+/// Writes the secretRef's `identity` and `known_hosts` (required) into `scratch` (mode 0600,
+/// recorded in `keys` for removal) and returns the `[core]` section whose `sshCommand` uses
+/// them with [`SSH_OPTIONS`].
+fn ssh_config(scratch: &Path, creds: &Creds, keys: &mut RemoveOnDrop) -> Result<String, String> {
+    let mut cmd = format!("ssh {SSH_OPTIONS}");
+    if let Some(id) = &creds.identity {
+        let p = scratch.join("identity");
+        keys.0.push(p.clone());
+        write_private(&p, id).map_err(|e| format!("writing the ssh identity: {}", chain(&e)))?;
+        cmd.push_str(&format!(" -i {}", shell_quote(&p)));
+    }
+    match &creds.known_hosts {
+        Some(kh) => {
+            let p = scratch.join("known_hosts");
+            keys.0.push(p.clone());
+            write_private(&p, kh).map_err(|e| format!("writing known_hosts: {}", chain(&e)))?;
+            cmd.push_str(&format!(
+                " -o StrictHostKeyChecking=yes -o UserKnownHostsFile={}",
+                shell_quote(&p)
+            ));
+        }
+        None => return Err(
+            "an ssh URL needs a secretRef with known_hosts (and usually identity): the host key must be verified"
+                .into(),
+        ),
+    }
+    Ok(format!(
+        "[core]\n\tsshCommand = \"{}\"\n",
+        cmd.replace('\\', "\\\\").replace('"', "\\\"")
+    ))
+}
+
+/// Appends `config` to the configuration file of the scratch repository at `repo_dir`.
+fn append_config(repo_dir: &Path, config: &str) -> Result<(), String> {
+    let config_path = repo_dir.join("config");
+    let mut text = std::fs::read_to_string(&config_path)
+        .map_err(|e| format!("reading the scratch repository's config: {}", chain(&e)))?;
+    text.push_str(config);
+    std::fs::write(&config_path, text)
+        .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))
+}
+
+/// The credentials callback of the connection: the secretRef's username and password when
+/// both are set, else none.
+fn credentials_helper(
+    creds: &Creds,
+) -> impl FnMut(
+    gix::credentials::helper::Action,
+) -> gix::Result<Option<gix::credentials::protocol::Outcome>>
++ use<> {
     let (user, pass) = (creds.username.clone(), creds.password.clone());
-    let connection = connection.with_credentials(move |action| match action {
+    move |action| match action {
         gix::credentials::helper::Action::Get(ctx) => match (&user, &pass) {
             (Some(u), Some(p)) => Ok(Some(gix::credentials::protocol::Outcome {
                 identity: gix::sec::identity::Account {
@@ -547,54 +621,59 @@ fn fetch_blocking(
             _ => Ok(None),
         },
         _ => Ok(None),
-    });
-    let connection = if ssh {
-        connection
-    } else {
-        // https/http: bounded connection set-up and transfer, and the secretRef's CA.
-        let certs =
-            match &creds.ca {
-                Some(pem) => Some(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-                    format!("ca.crt is not a PEM certificate bundle: {}", chain(&e))
-                })?),
-                None => None,
-            };
-        let timeout = limits.timeout;
-        let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
-            configure_client: Some(Box::new(move |b| {
-                let b = b.connect_timeout(CONNECT_TIMEOUT).timeout(timeout);
-                Ok(match &certs {
-                    Some(c) => b.tls_certs_merge(c.clone()),
-                    None => b,
-                })
-            })),
-            configure_request: None,
-        };
-        let opts = gix::protocol::transport::client::blocking_io::http::Options {
+    }
+}
+
+/// The transport options of https/http: bounded connection set-up and transfer, and the
+/// secretRef's CA.
+fn http_options(
+    creds: &Creds,
+    limits: &Limits,
+) -> Result<gix::protocol::transport::client::blocking_io::http::Options, String> {
+    let certs = match &creds.ca {
+        Some(pem) => Some(
+            reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {}", chain(&e)))?,
+        ),
+        None => None,
+    };
+    let timeout = limits.timeout;
+    let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
+        configure_client: Some(Box::new(move |b| {
+            let b = b.connect_timeout(CONNECT_TIMEOUT).timeout(timeout);
+            Ok(match &certs {
+                Some(c) => b.tls_certs_merge(c.clone()),
+                None => b,
+            })
+        })),
+        configure_request: None,
+    };
+    Ok(
+        gix::protocol::transport::client::blocking_io::http::Options {
             connect_timeout: Some(CONNECT_TIMEOUT),
             low_speed_limit_bytes_per_second: 1024,
             low_speed_time_seconds: 30,
             backend: Some(Arc::new(std::sync::Mutex::new(backend))),
             ..Default::default()
-        };
-        connection.with_transport_options(Box::new(opts))
-    };
-    let prepare = connection
-        .prepare_fetch(gix::progress::Discard, Default::default())
-        .map_err(|e| format!("listing refs: {}", chain(&e)))?;
-    let wanted = prepare
-        .ref_map()
-        .mappings
-        .iter()
-        .find_map(|m| match &m.remote {
-            gix::protocol::fetch::refmap::Source::ObjectId(id) => Some(id.to_owned()),
-            gix::protocol::fetch::refmap::Source::Ref(r) => {
-                let (_, target, peeled) = r.unpack();
-                peeled.or(target).map(|o| o.to_owned())
-            }
-        });
-    let Some(wanted) = wanted else {
-        return Err(format!(
+        },
+    )
+}
+
+/// The object the listed ref points at (peeled); an error naming the branch or tag when the
+/// repository does not have it.
+fn wanted_object(
+    mappings: &[gix::protocol::fetch::refmap::Mapping],
+    reference: &GitReference,
+) -> Result<gix::ObjectId, String> {
+    let wanted = mappings.iter().find_map(|m| match &m.remote {
+        gix::protocol::fetch::refmap::Source::ObjectId(id) => Some(id.to_owned()),
+        gix::protocol::fetch::refmap::Source::Ref(r) => {
+            let (_, target, peeled) = r.unpack();
+            peeled.or(target).map(|o| o.to_owned())
+        }
+    });
+    wanted.ok_or_else(|| {
+        format!(
             "the repository has no {} {:?}",
             if reference.branch.is_some() {
                 "branch"
@@ -602,11 +681,23 @@ fn fetch_blocking(
                 "tag"
             },
             ref_name(reference)
-        ));
-    };
-    if reference.commit.is_none() && cached_commit == Some(wanted.to_string().as_str()) {
-        return Ok(Outcome::Unchanged);
-    }
+        )
+    })
+}
+
+/// Receives the pack (depth 1), counted against the download limit and interrupted beyond
+/// it. The ssh key files in `keys` are removed as soon as the transfer ends, whatever its
+/// outcome.
+fn receive_pack<T>(
+    prepare: gix::remote::fetch::Prepare<'_, '_, T>,
+    keys: RemoveOnDrop,
+    reference: &GitReference,
+    limits: &Limits,
+    interrupt: &Arc<AtomicBool>,
+) -> Result<(), String>
+where
+    T: gix::protocol::transport::client::blocking_io::Transport,
+{
     let cap = PackCap::new(limits.max_download, interrupt.clone());
     let budget = cap.budget.clone();
     let received = prepare
@@ -624,6 +715,18 @@ fn fetch_blocking(
         ));
     }
     received.map_err(|e| format!("fetching {}: {}", ref_name(reference), chain(&e)))?;
+    Ok(())
+}
+
+/// The manifest files under `prefix` of the fetched commit `wanted`, read from the object
+/// database within the unpacked-size and entry limits.
+fn read_commit(
+    repo: &gix::Repository,
+    wanted: gix::ObjectId,
+    prefix: &str,
+    limits: &Limits,
+    interrupt: &AtomicBool,
+) -> Result<Outcome, String> {
     let commit = repo
         .find_object(wanted)
         .map_err(|e| format!("the fetched object {wanted} is missing: {}", chain(&e)))?
@@ -639,15 +742,7 @@ fn fetch_blocking(
         entries: limits.max_entries,
         limits: limits.clone(),
     };
-    let files = read_tree(
-        &repo,
-        root,
-        prefix,
-        &commit_id,
-        &mut budget,
-        interrupt.as_ref(),
-    )?;
-    // The scratch directory goes when `scratch` drops (after `repo`, declared later).
+    let files = read_tree(repo, root, prefix, &commit_id, &mut budget, interrupt)?;
     Ok(Outcome::Fetched {
         commit: commit_id,
         files,
@@ -682,35 +777,7 @@ fn read_tree(
     interrupt: &AtomicBool,
 ) -> Result<Vec<SourceFile>, String> {
     let dir = prefix.trim_end_matches('/');
-    let mut id = root;
-    let mut walked = String::new();
-    for component in dir.split('/').filter(|c| !c.is_empty()) {
-        let tree = load_tree(repo, id, &format!("of {walked:?}"), budget)?;
-        if !walked.is_empty() {
-            walked.push('/');
-        }
-        walked.push_str(component);
-        let detail = |what: &str| {
-            if walked == dir {
-                String::new()
-            } else {
-                format!(" ({walked} {what})")
-            }
-        };
-        let entry = tree.find_entry(component).ok_or_else(|| {
-            format!(
-                "path {dir} does not exist at commit {commit}{}; fix path",
-                detail("is missing")
-            )
-        })?;
-        if !entry.mode().is_tree() {
-            return Err(format!(
-                "path {dir} is not a directory at commit {commit}{}; fix path",
-                detail("is not a directory")
-            ));
-        }
-        id = entry.object_id();
-    }
+    let id = find_directory(repo, root, dir, commit, budget)?;
     let mut files = Vec::new();
     let mut queue = std::collections::VecDeque::from([(id, dir.to_string())]);
     while let Some((id, dir)) = queue.pop_front() {
@@ -743,22 +810,74 @@ fn read_tree(
             if !mode.is_blob() {
                 continue;
             }
-            let oid = entry.object_id();
-            let header = repo
-                .find_header(oid)
-                .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
-            budget.take_bytes(header.size(), &path)?;
-            let mut blob = repo
-                .find_object(oid)
-                .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
-            let data = std::mem::take(&mut blob.data);
-            let text = String::from_utf8(data)
-                .map_err(|_| format!("{path} is not UTF-8 text; manifests must be UTF-8"))?;
+            let text = read_blob(repo, entry.object_id(), &path, budget)?;
             files.push(SourceFile { path, text });
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
+}
+
+/// The id of the tree of directory `dir` (no trailing `/`; `""` for the root) under tree
+/// `root`, each tree on the way loaded within the budget. An error says which component is
+/// missing or is not a directory.
+fn find_directory(
+    repo: &gix::Repository,
+    root: gix::ObjectId,
+    dir: &str,
+    commit: &str,
+    budget: &mut TreeBudget,
+) -> Result<gix::ObjectId, String> {
+    let mut id = root;
+    let mut walked = String::new();
+    for component in dir.split('/').filter(|c| !c.is_empty()) {
+        let tree = load_tree(repo, id, &format!("of {walked:?}"), budget)?;
+        if !walked.is_empty() {
+            walked.push('/');
+        }
+        walked.push_str(component);
+        let detail = |what: &str| {
+            if walked == dir {
+                String::new()
+            } else {
+                format!(" ({walked} {what})")
+            }
+        };
+        let entry = tree.find_entry(component).ok_or_else(|| {
+            format!(
+                "path {dir} does not exist at commit {commit}{}; fix path",
+                detail("is missing")
+            )
+        })?;
+        if !entry.mode().is_tree() {
+            return Err(format!(
+                "path {dir} is not a directory at commit {commit}{}; fix path",
+                detail("is not a directory")
+            ));
+        }
+        id = entry.object_id();
+    }
+    Ok(id)
+}
+
+/// The text of blob `oid` (the file at `path`), its size taken from the budget (from the
+/// header, before it is inflated). A blob that is not UTF-8 is an error.
+fn read_blob(
+    repo: &gix::Repository,
+    oid: gix::ObjectId,
+    path: &str,
+    budget: &mut TreeBudget,
+) -> Result<String, String> {
+    let header = repo
+        .find_header(oid)
+        .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
+    budget.take_bytes(header.size(), path)?;
+    let mut blob = repo
+        .find_object(oid)
+        .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
+    let data = std::mem::take(&mut blob.data);
+    String::from_utf8(data)
+        .map_err(|_| format!("{path} is not UTF-8 text; manifests must be UTF-8"))
 }
 
 #[cfg(test)]

@@ -143,39 +143,16 @@ pub async fn fetch(
     if let (Some(pin), Some(c)) = (&pinned, &cached)
         && c.revision == *pin
     {
-        return Ok(Fetched {
-            manifests: c.manifests.clone(),
-            revision: c.revision.clone(),
-            kind: "http",
-            downloaded: false,
-        });
+        return Ok(from_cache(c));
     }
     // With a pin, the cached content (not the pinned one, or it would have been served above)
     // must not be confirmed by a 304: download and verify.
     let conditional = cached.as_ref().filter(|_| pinned.is_none());
-    let http = s.http_client(auth.ca.as_deref())?;
-    let mut rb = auth.apply(http.get(&h.url));
-    if let Some(c) = conditional {
-        if let Some(e) = &c.etag {
-            rb = rb.header(header::IF_NONE_MATCH, e);
-        }
-        if let Some(m) = &c.last_modified {
-            rb = rb.header(header::IF_MODIFIED_SINCE, m);
-        }
-    }
-    let resp = rb
-        .send()
-        .await
-        .map_err(|e| SourceError::Failed(format!("GET {url}: {}", request_error(e))))?;
+    let resp = get(s, &auth, &h.url, &url, conditional).await?;
     let status = resp.status();
     if status == StatusCode::NOT_MODIFIED {
         return match conditional {
-            Some(c) => Ok(Fetched {
-                manifests: c.manifests.clone(),
-                revision: c.revision.clone(),
-                kind: "http",
-                downloaded: false,
-            }),
+            Some(c) => Ok(from_cache(c)),
             None => Err(SourceError::Failed(format!(
                 "GET {url}: the server answered 304 Not Modified to an unconditional request"
             ))),
@@ -186,25 +163,13 @@ pub async fn fetch(
             "GET {url}: the server answered {status}"
         )));
     }
-    let header_text = |name: header::HeaderName| {
-        resp.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let etag = header_text(header::ETAG);
-    let last_modified = header_text(header::LAST_MODIFIED);
+    let etag = header_text(&resp, header::ETAG);
+    let last_modified = header_text(&resp, header::LAST_MODIFIED);
     let body = read_capped(resp, s.limits.max_download)
         .await
         .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
     let digest = sha256_hex(&body);
-    if let Some(pin) = &h.sha256
-        && !pin.eq_ignore_ascii_case(&digest)
-    {
-        return Err(SourceError::Failed(format!(
-            "the content's sha256 is {digest}, but spec pins {pin}; nothing is applied until they match (fix the pin or the content)"
-        )));
-    }
+    check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
     let (manifests, bytes) = match cached.filter(|c| c.revision == revision) {
         Some(c) => (c.manifests, c.bytes),
@@ -221,6 +186,61 @@ pub async fn fetch(
         bytes,
     };
     Ok(s.cache.store(&identity, "http", cached))
+}
+
+/// The cached content, served without a download.
+fn from_cache(c: &Cached) -> Fetched {
+    Fetched {
+        manifests: c.manifests.clone(),
+        revision: c.revision.clone(),
+        kind: "http",
+        downloaded: false,
+    }
+}
+
+/// Sends the GET of `raw_url` (named `url`, redacted, in messages) with the secretRef's
+/// credentials and CA, conditional on the `conditional` cached response's `ETag` and
+/// `Last-Modified` if given.
+async fn get(
+    s: &Sources,
+    auth: &Auth,
+    raw_url: &str,
+    url: &str,
+    conditional: Option<&Cached>,
+) -> Result<reqwest::Response, SourceError> {
+    let http = s.http_client(auth.ca.as_deref())?;
+    let mut rb = auth.apply(http.get(raw_url));
+    if let Some(c) = conditional {
+        if let Some(e) = &c.etag {
+            rb = rb.header(header::IF_NONE_MATCH, e);
+        }
+        if let Some(m) = &c.last_modified {
+            rb = rb.header(header::IF_MODIFIED_SINCE, m);
+        }
+    }
+    rb.send()
+        .await
+        .map_err(|e| SourceError::Failed(format!("GET {url}: {}", request_error(e))))
+}
+
+/// The text of response header `name`, if present and visible ASCII.
+fn header_text(resp: &reqwest::Response, name: header::HeaderName) -> Option<String> {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Refuses content whose SHA-256 (`digest`, hex) is not the one `h` pins, if it pins one.
+fn check_pin(h: &HttpSource, digest: &str) -> Result<(), SourceError> {
+    if let Some(pin) = &h.sha256
+        && !pin.eq_ignore_ascii_case(digest)
+    {
+        return Err(SourceError::Failed(format!(
+            "the content's sha256 is {digest}, but spec pins {pin}; nothing is applied until they match (fix the pin or the content)"
+        )));
+    }
+    Ok(())
 }
 
 /// A tar.gz bundle (by content) or a single text document; unpacked and parsed on blocking

@@ -187,6 +187,29 @@ fn parse_challenge(h: &str) -> Option<(String, BTreeMap<String, String>)> {
 }
 
 impl Session {
+    /// A session with the repository of `o` (`repo`, parsed from its URL), over https (http
+    /// with `insecure`), not yet authenticated.
+    fn new(
+        http: reqwest::Client,
+        o: &OciSource,
+        repo: &Repository,
+        basic: Option<(String, String)>,
+    ) -> Self {
+        Self {
+            http,
+            base: format!(
+                "{}://{}",
+                if o.insecure { "http" } else { "https" },
+                repo.host
+            ),
+            host: repo.host.clone(),
+            repo: repo.name.clone(),
+            insecure: o.insecure,
+            basic,
+            auth: None,
+        }
+    }
+
     async fn send(
         &self,
         method: &Method,
@@ -224,77 +247,91 @@ impl Session {
             .and_then(parse_challenge);
         match challenge {
             Some((scheme, params)) if scheme == "bearer" => {
-                let realm = params
-                    .get("realm")
-                    .ok_or("the registry's bearer challenge has no realm")?;
-                let mut token_url = url::Url::parse(realm).map_err(|e| {
-                    format!(
-                        "the registry's token realm {:?} is not a URL: {e}",
-                        redact(realm)
-                    )
-                })?;
-                match token_url.scheme() {
-                    "https" => {}
-                    "http" if self.insecure => {}
-                    other => {
-                        return Err(format!(
-                            "the registry's token realm {} is {other}://, not https:// (set insecure: true only for a registry reached over plain http)",
-                            redact(realm)
-                        ));
-                    }
-                }
-                {
-                    let mut q = token_url.query_pairs_mut();
-                    if let Some(s) = params.get("service") {
-                        q.append_pair("service", s);
-                    }
-                    let scope = params
-                        .get("scope")
-                        .cloned()
-                        .unwrap_or_else(|| format!("repository:{}:pull", self.repo));
-                    q.append_pair("scope", &scope);
-                }
-                let mut rb = self.http.get(token_url.as_str());
-                if let Some((u, p)) = &self.basic
-                    && may_send_credentials(&token_url, &self.host)
-                {
-                    rb = rb.basic_auth(u, Some(p));
-                }
-                let tr = rb
-                    .send()
-                    .await
-                    .map_err(|e| format!("getting a registry token: {}", request_error(e)))?;
-                if !tr.status().is_success() {
-                    return Err(format!(
-                        "the registry's token service answered {} (check the secretRef's credentials)",
-                        tr.status()
-                    ));
-                }
-                let body = read_capped(tr, 1 << 20).await?;
-                let v: Value = serde_json::from_slice(&body)
-                    .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
-                let token = v
-                    .get("token")
-                    .or_else(|| v.get("access_token"))
-                    .and_then(Value::as_str)
-                    .ok_or("the registry's token answer has no token")?;
-                self.auth = Some(format!("Bearer {token}"));
+                self.auth = Some(self.bearer_token(&params).await?);
             }
             Some((scheme, _)) if scheme == "basic" => {
-                let Some((u, p)) = &self.basic else {
-                    return Err(format!(
-                        "{method} {url}: the registry requires credentials; set a secretRef with username and password"
-                    ));
-                };
-                let raw = format!("{u}:{p}");
-                self.auth = Some(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(raw)
-                ));
+                self.auth = Some(self.basic_auth(&method, &url)?);
             }
             _ => return Ok(resp),
         }
         self.send(&method, &url, accept).await
+    }
+
+    /// Answers a bearer challenge (its `params`): gets a token from the realm (https, or http
+    /// with `insecure`) for the challenge's service and scope (default: pull of this
+    /// repository), sending the basic credentials only where [`may_send_credentials`] allows.
+    /// Returns the `Authorization` header value.
+    async fn bearer_token(&self, params: &BTreeMap<String, String>) -> Result<String, String> {
+        let realm = params
+            .get("realm")
+            .ok_or("the registry's bearer challenge has no realm")?;
+        let mut token_url = url::Url::parse(realm).map_err(|e| {
+            format!(
+                "the registry's token realm {:?} is not a URL: {e}",
+                redact(realm)
+            )
+        })?;
+        match token_url.scheme() {
+            "https" => {}
+            "http" if self.insecure => {}
+            other => {
+                return Err(format!(
+                    "the registry's token realm {} is {other}://, not https:// (set insecure: true only for a registry reached over plain http)",
+                    redact(realm)
+                ));
+            }
+        }
+        {
+            let mut q = token_url.query_pairs_mut();
+            if let Some(s) = params.get("service") {
+                q.append_pair("service", s);
+            }
+            let scope = params
+                .get("scope")
+                .cloned()
+                .unwrap_or_else(|| format!("repository:{}:pull", self.repo));
+            q.append_pair("scope", &scope);
+        }
+        let mut rb = self.http.get(token_url.as_str());
+        if let Some((u, p)) = &self.basic
+            && may_send_credentials(&token_url, &self.host)
+        {
+            rb = rb.basic_auth(u, Some(p));
+        }
+        let tr = rb
+            .send()
+            .await
+            .map_err(|e| format!("getting a registry token: {}", request_error(e)))?;
+        if !tr.status().is_success() {
+            return Err(format!(
+                "the registry's token service answered {} (check the secretRef's credentials)",
+                tr.status()
+            ));
+        }
+        let body = read_capped(tr, 1 << 20).await?;
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
+        let token = v
+            .get("token")
+            .or_else(|| v.get("access_token"))
+            .and_then(Value::as_str)
+            .ok_or("the registry's token answer has no token")?;
+        Ok(format!("Bearer {token}"))
+    }
+
+    /// Answers a basic challenge with the secretRef's credentials (an error without them).
+    /// Returns the `Authorization` header value.
+    fn basic_auth(&self, method: &Method, url: &str) -> Result<String, String> {
+        let Some((u, p)) = &self.basic else {
+            return Err(format!(
+                "{method} {url}: the registry requires credentials; set a secretRef with username and password"
+            ));
+        };
+        let raw = format!("{u}:{p}");
+        Ok(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(raw)
+        ))
     }
 
     /// GETs `path`, at most `max` bytes, and verifies it against `digest`.
@@ -335,14 +372,7 @@ pub async fn fetch(
     validate(o).map_err(SourceError::Invalid)?;
     let repo = parse_url(&o.url).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(o.path.as_deref()).map_err(SourceError::Invalid)?;
-    let (secret_id, basic, ca) = match &o.secret_ref {
-        None => (String::new(), None, None),
-        Some(r) => {
-            let (id, data) = read_secret(client, parent, r).await?;
-            let ca = data.get("ca.crt").cloned().filter(|c| !c.is_empty());
-            (id, credentials(&data, &repo.host), ca)
-        }
-    };
+    let secret = SecretSettings::read(client, parent, o, &repo.host).await?;
     let desc = super::describe(&crate::api::Source {
         oci: Some(o.clone()),
         ..Default::default()
@@ -353,41 +383,168 @@ pub async fn fetch(
         .or_else(|| o.tag.clone())
         .unwrap_or_default();
     let identity = format!(
-        "oci {} path={prefix} insecure={} secret={secret_id}",
-        o.url, o.insecure
+        "oci {} path={prefix} insecure={} secret={}",
+        o.url, o.insecure, secret.id
     );
-    let revision_of = |digest: &str| match &o.tag {
-        Some(t) => format!("oci:{t}@{digest}"),
-        None => format!("oci:{digest}"),
+    let cached = |digest: &str| {
+        let revision = revision_of(o, digest);
+        s.cache
+            .get_revision(&identity, &revision)
+            .map(|manifests| from_cache(manifests, revision))
     };
     if let Some(d) = &o.digest
-        && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
+        && let Some(hit) = cached(d)
     {
-        return Ok(Fetched {
-            manifests: m,
-            revision: revision_of(d),
-            kind: "oci",
-            downloaded: false,
-        });
+        return Ok(hit);
     }
-    let failed = SourceError::Failed;
-    let mut session = Session {
-        http: s.http_client(ca.as_deref())?,
-        base: format!(
-            "{}://{}",
-            if o.insecure { "http" } else { "https" },
-            repo.host
-        ),
-        host: repo.host.clone(),
-        repo: repo.name.clone(),
-        insecure: o.insecure,
-        basic,
-        auth: None,
-    };
+    let session = Session::new(s.http_client(secret.ca.as_deref())?, o, &repo, secret.basic);
+    let mut artifact = Artifact::new(session, reference, prefix, &s.limits);
     // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
     let mut expected = o.digest.clone();
     if o.tag.is_some() {
-        let resp = session
+        expected = artifact.head_digest().await?;
+        if let Some(d) = &expected
+            && let Some(hit) = cached(d)
+        {
+            return Ok(hit);
+        }
+    }
+    let (body, digest) = artifact.get_manifest(expected.as_deref()).await?;
+    let layers = artifact.layers_of(&body)?;
+    artifact.read_layers(&layers).await?;
+    let (files, prefix) = artifact.into_files(&digest)?;
+    let where_ = format!("in the artifact's layers{}", under_path(&prefix));
+    let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
+    let cached = Cached {
+        revision: revision_of(o, &digest),
+        manifests: parsed.manifests,
+        etag: None,
+        last_modified: None,
+        bytes: parsed.bytes,
+    };
+    Ok(s.cache.store(&identity, "oci", cached))
+}
+
+/// What the secretRef provides: its id (part of the cache identity), the registry
+/// credentials and an extra CA; all empty without a secretRef.
+struct SecretSettings {
+    id: String,
+    basic: Option<(String, String)>,
+    ca: Option<Vec<u8>>,
+}
+
+impl SecretSettings {
+    /// Reads the secretRef of `o`, taking the credentials for registry `host`.
+    async fn read(
+        client: &Client,
+        parent: &ParentRef,
+        o: &OciSource,
+        host: &str,
+    ) -> Result<Self, SourceError> {
+        match &o.secret_ref {
+            None => Ok(Self {
+                id: String::new(),
+                basic: None,
+                ca: None,
+            }),
+            Some(r) => {
+                let (id, data) = read_secret(client, parent, r).await?;
+                let ca = data.get("ca.crt").cloned().filter(|c| !c.is_empty());
+                Ok(Self {
+                    id,
+                    basic: credentials(&data, host),
+                    ca,
+                })
+            }
+        }
+    }
+}
+
+/// The revision of the artifact with manifest `digest`: `oci:<tag>@<digest>` for a tag,
+/// else `oci:<digest>`.
+fn revision_of(o: &OciSource, digest: &str) -> String {
+    match &o.tag {
+        Some(t) => format!("oci:{t}@{digest}"),
+        None => format!("oci:{digest}"),
+    }
+}
+
+/// Cached content, served without a download.
+fn from_cache(
+    manifests: std::sync::Arc<Vec<crate::manifest::Manifest>>,
+    revision: String,
+) -> Fetched {
+    Fetched {
+        manifests,
+        revision,
+        kind: "oci",
+        downloaded: false,
+    }
+}
+
+/// One artifact being fetched: the registry session, the tag or digest asked for, what is
+/// left of its budgets (one download budget for the manifest and all layers, one unpacking
+/// budget for all layers) and the manifest files found so far.
+struct Artifact {
+    session: Session,
+    /// The tag or digest asked for.
+    reference: String,
+    /// The directory filter (see [`archive::directory_prefix`]).
+    prefix: String,
+    /// The download limit, for messages.
+    max_download: u64,
+    /// Bytes that may still be downloaded (manifest and layers together).
+    download_left: u64,
+    /// What may still be unpacked (all layers together).
+    budget: archive::Budget,
+    /// Whether anything lies at or under `prefix`.
+    prefix_found: bool,
+    files: Vec<SourceFile>,
+}
+
+impl Artifact {
+    fn new(session: Session, reference: String, prefix: String, limits: &super::Limits) -> Self {
+        Self {
+            session,
+            reference,
+            prefix_found: prefix.is_empty(),
+            prefix,
+            max_download: limits.max_download,
+            download_left: limits.max_download,
+            budget: archive::Budget::new(limits),
+            files: Vec::new(),
+        }
+    }
+
+    /// The manifest files found, sorted by path, and the prefix; an error when nothing lies
+    /// at or under the prefix in the artifact (whose manifest has `digest`).
+    fn into_files(self, digest: &str) -> Result<(Vec<SourceFile>, String), SourceError> {
+        if !self.prefix_found {
+            return Err(SourceError::Failed(format!(
+                "path {} does not exist in the artifact {} ({digest}); fix path",
+                self.prefix.trim_end_matches('/'),
+                self.reference
+            )));
+        }
+        let mut files = self.files;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((files, self.prefix))
+    }
+
+    /// The error of an artifact beyond the download limit.
+    fn over_budget(&self) -> SourceError {
+        SourceError::Failed(format!(
+            "the artifact is more than {} bytes (the download limit, for the manifest and all layers together); refusing it",
+            self.max_download
+        ))
+    }
+
+    /// HEADs the manifest of the tag: the sha256 digest the registry announces for it, if any.
+    async fn head_digest(&mut self) -> Result<Option<String>, SourceError> {
+        let failed = SourceError::Failed;
+        let reference = &self.reference;
+        let resp = self
+            .session
             .request(
                 Method::HEAD,
                 &format!("manifests/{reference}"),
@@ -398,7 +555,7 @@ pub async fn fetch(
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(failed(format!(
                 "the registry has no tag {reference:?} in {}",
-                repo.name
+                self.session.repo
             )));
         }
         if !resp.status().is_success() {
@@ -407,108 +564,121 @@ pub async fn fetch(
                 resp.status()
             )));
         }
-        expected = resp
+        Ok(resp
             .headers()
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
-            .filter(|d| is_sha256_digest(d));
-        if let Some(d) = &expected
-            && let Some(m) = s.cache.get_revision(&identity, &revision_of(d))
-        {
-            return Ok(Fetched {
-                manifests: m,
-                revision: revision_of(d),
-                kind: "oci",
-                downloaded: false,
-            });
-        }
+            .filter(|d| is_sha256_digest(d)))
     }
-    // One download budget for the whole artifact: the manifest and every layer.
-    let max_download = s.limits.max_download;
-    let mut download_left = max_download;
-    let over_budget = || {
-        failed(format!(
-            "the artifact is more than {max_download} bytes (the download limit, for the manifest and all layers together); refusing it"
-        ))
-    };
-    // The manifest, verified against the digest asked for (or announced).
-    let resp = session
-        .request(
-            Method::GET,
-            &format!("manifests/{reference}"),
-            Some(MANIFEST_TYPES),
-        )
-        .await
-        .map_err(failed)?;
-    if resp.status() == StatusCode::NOT_FOUND {
-        return Err(failed(format!(
-            "the registry has no manifest {reference:?} in {}",
-            repo.name
-        )));
-    }
-    if !resp.status().is_success() {
-        return Err(failed(format!(
-            "GET manifest {reference}: the registry answered {}",
-            resp.status()
-        )));
-    }
-    let announced = resp
-        .headers()
-        .get("docker-content-digest")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let body = read_capped(resp, MAX_MANIFEST.min(download_left))
-        .await
-        .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
-    download_left = download_left.saturating_sub(body.len() as u64);
-    let digest = format!("sha256:{}", sha256_hex(&body));
-    for want in [
-        expected.as_ref(),
-        announced.as_ref().filter(|d| is_sha256_digest(d)),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if *want != digest {
+
+    /// GETs the manifest (capped, taken from the download budget) and verifies it against
+    /// the digest asked for (or announced by the HEAD) and the one the registry announces
+    /// with it. Returns the manifest and its digest.
+    async fn get_manifest(
+        &mut self,
+        expected: Option<&str>,
+    ) -> Result<(Vec<u8>, String), SourceError> {
+        let failed = SourceError::Failed;
+        let reference = &self.reference;
+        let resp = self
+            .session
+            .request(
+                Method::GET,
+                &format!("manifests/{reference}"),
+                Some(MANIFEST_TYPES),
+            )
+            .await
+            .map_err(failed)?;
+        if resp.status() == StatusCode::NOT_FOUND {
             return Err(failed(format!(
-                "manifest {reference}: digest mismatch: expected {want}, downloaded manifest has {digest}; refusing it"
+                "the registry has no manifest {reference:?} in {}",
+                self.session.repo
             )));
         }
+        if !resp.status().is_success() {
+            return Err(failed(format!(
+                "GET manifest {reference}: the registry answered {}",
+                resp.status()
+            )));
+        }
+        let announced = resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = read_capped(resp, MAX_MANIFEST.min(self.download_left))
+            .await
+            .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
+        self.download_left = self.download_left.saturating_sub(body.len() as u64);
+        let digest = format!("sha256:{}", sha256_hex(&body));
+        for want in [
+            expected,
+            announced.as_deref().filter(|d| is_sha256_digest(d)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if want != digest {
+                return Err(failed(format!(
+                    "manifest {reference}: digest mismatch: expected {want}, downloaded manifest has {digest}; refusing it"
+                )));
+            }
+        }
+        Ok((body, digest))
     }
-    let manifest: Value = serde_json::from_slice(&body)
-        .map_err(|e| failed(format!("manifest {reference} is not JSON: {e}")))?;
-    let media_type = manifest
-        .get("mediaType")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if media_type.contains("index") || media_type.contains("manifest.list") {
-        return Err(failed(format!(
-            "{reference} is an image index ({media_type}), not an artifact with manifests"
-        )));
+
+    /// The layers of manifest `body`: an image index, a manifest without layers and one with
+    /// more than [`MAX_LAYERS`] are refused.
+    fn layers_of(&self, body: &[u8]) -> Result<Vec<Value>, SourceError> {
+        let failed = SourceError::Failed;
+        let reference = &self.reference;
+        let mut manifest: Value = serde_json::from_slice(body)
+            .map_err(|e| failed(format!("manifest {reference} is not JSON: {e}")))?;
+        let media_type = manifest
+            .get("mediaType")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if media_type.contains("index") || media_type.contains("manifest.list") {
+            return Err(failed(format!(
+                "{reference} is an image index ({media_type}), not an artifact with manifests"
+            )));
+        }
+        let layers = manifest
+            .get_mut("layers")
+            .and_then(Value::as_array_mut)
+            .map(std::mem::take)
+            .ok_or_else(|| failed(format!("manifest {reference} has no layers")))?;
+        if layers.len() > MAX_LAYERS {
+            return Err(failed(format!(
+                "manifest {reference} has {} layers, more than the limit of {MAX_LAYERS}; refusing it",
+                layers.len()
+            )));
+        }
+        Ok(layers)
     }
-    let layers = manifest
-        .get("layers")
-        .and_then(Value::as_array)
-        .ok_or_else(|| failed(format!("manifest {reference} has no layers")))?;
-    if layers.len() > MAX_LAYERS {
-        return Err(failed(format!(
-            "manifest {reference} has {} layers, more than the limit of {MAX_LAYERS}; refusing it",
-            layers.len()
-        )));
+
+    /// Reads every layer in order, after checking their declared sizes against the download
+    /// budget (before anything is downloaded; the downloads are capped anyway).
+    async fn read_layers(&mut self, layers: &[Value]) -> Result<(), SourceError> {
+        let declared: u64 = layers
+            .iter()
+            .map(|l| l.get("size").and_then(Value::as_u64).unwrap_or(0))
+            .fold(0u64, u64::saturating_add);
+        if declared > self.download_left {
+            return Err(self.over_budget());
+        }
+        for (i, layer) in layers.iter().enumerate() {
+            self.read_layer(i, layer).await?;
+        }
+        Ok(())
     }
-    // The declared sizes, before anything is downloaded (the downloads are capped anyway).
-    let declared: u64 = layers
-        .iter()
-        .map(|l| l.get("size").and_then(Value::as_u64).unwrap_or(0))
-        .fold(0u64, u64::saturating_add);
-    if declared > download_left {
-        return Err(over_budget());
-    }
-    let mut budget = archive::Budget::new(&s.limits);
-    let mut prefix_found = prefix.is_empty();
-    let mut files: Vec<SourceFile> = Vec::new();
-    for (i, layer) in layers.iter().enumerate() {
+
+    /// Downloads layer `i` (verified against its sha256 digest, within the download budget)
+    /// and takes its manifest files: a tar.gz is unpacked, a plain layer is read as the file
+    /// its title names, other layers are ignored.
+    async fn read_layer(&mut self, i: usize, layer: &Value) -> Result<(), SourceError> {
+        let failed = SourceError::Failed;
         let d = layer
             .get("digest")
             .and_then(Value::as_str)
@@ -523,75 +693,79 @@ pub async fn fetch(
             .and_then(|a| a.get(TITLE))
             .and_then(Value::as_str)
             .map(str::to_string);
-        let blob = session
+        let blob = self
+            .session
             .get_verified(
                 &format!("blobs/{d}"),
                 None,
                 d,
                 &format!("layer {i} ({d})"),
-                download_left,
+                self.download_left,
             )
             .await
             .map_err(|e| {
                 if e.contains("more than the limit") {
-                    over_budget()
+                    self.over_budget()
                 } else {
                     failed(e)
                 }
             })?;
-        download_left = download_left.saturating_sub(blob.len() as u64);
+        self.download_left = self.download_left.saturating_sub(blob.len() as u64);
         if archive::is_gzip(&blob) {
-            let pfx = prefix.clone();
-            let unpacked =
-                tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&blob, &pfx, budget))
-                    .await
-                    .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
-                    .map_err(|e| {
-                        failed(format!(
-                            "layer {i}: {e} (the limits count all layers of the artifact together)"
-                        ))
-                    })?;
-            budget = unpacked.budget;
-            prefix_found |= unpacked.prefix_found;
-            files.extend(unpacked.files);
+            self.unpack_layer(i, blob).await
         } else if let Some(t) = title {
-            let Some(path) = archive::clean_relative(&t) else {
-                return Err(failed(format!(
-                    "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
-                )));
-            };
-            if path.starts_with(&prefix) {
-                prefix_found = true;
-            }
-            if path.starts_with(&prefix) && archive::is_manifest_file(&path) {
-                budget.take_file(blob.len() as u64).map_err(|e| {
+            self.take_titled_layer(i, &t, blob)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Unpacks tar.gz layer `i` on a blocking thread, within what is left of the unpacking
+    /// budget.
+    async fn unpack_layer(&mut self, i: usize, blob: Vec<u8>) -> Result<(), SourceError> {
+        let failed = SourceError::Failed;
+        let pfx = self.prefix.clone();
+        let budget = self.budget;
+        let unpacked =
+            tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&blob, &pfx, budget))
+                .await
+                .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
+                .map_err(|e| {
                     failed(format!(
                         "layer {i}: {e} (the limits count all layers of the artifact together)"
                     ))
                 })?;
-                let text = String::from_utf8(blob)
-                    .map_err(|_| failed(format!("{path} is not UTF-8 text")))?;
-                files.push(SourceFile { path, text });
-            }
+        self.budget = unpacked.budget;
+        self.prefix_found |= unpacked.prefix_found;
+        self.files.extend(unpacked.files);
+        Ok(())
+    }
+
+    /// Takes plain layer `i` as the file its title `t` names, if that is a manifest file under
+    /// the prefix (counted against the unpacking budget); a title that is absolute or leaves
+    /// the root is refused.
+    fn take_titled_layer(&mut self, i: usize, t: &str, blob: Vec<u8>) -> Result<(), SourceError> {
+        let failed = SourceError::Failed;
+        let Some(path) = archive::clean_relative(t) else {
+            return Err(failed(format!(
+                "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
+            )));
+        };
+        if path.starts_with(&self.prefix) {
+            self.prefix_found = true;
         }
+        if path.starts_with(&self.prefix) && archive::is_manifest_file(&path) {
+            self.budget.take_file(blob.len() as u64).map_err(|e| {
+                failed(format!(
+                    "layer {i}: {e} (the limits count all layers of the artifact together)"
+                ))
+            })?;
+            let text =
+                String::from_utf8(blob).map_err(|_| failed(format!("{path} is not UTF-8 text")))?;
+            self.files.push(SourceFile { path, text });
+        }
+        Ok(())
     }
-    if !prefix_found {
-        return Err(failed(format!(
-            "path {} does not exist in the artifact {reference} ({digest}); fix path",
-            prefix.trim_end_matches('/')
-        )));
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let where_ = format!("in the artifact's layers{}", under_path(&prefix));
-    let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
-    let cached = Cached {
-        revision: revision_of(&digest),
-        manifests: parsed.manifests,
-        etag: None,
-        last_modified: None,
-        bytes: parsed.bytes,
-    };
-    Ok(s.cache.store(&identity, "oci", cached))
 }
 
 #[cfg(test)]
