@@ -21,8 +21,8 @@ use std::fmt;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// The member label of KEP-3659; a declared object must not carry it (SPEC §3.3).
-const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
+// The member label of KEP-3659: a declared object must not carry it (SPEC §3.3).
+use crate::applyset::LABEL_PART_OF;
 
 /// Longest object name the API server accepts (DNS subdomain length).
 const MAX_NAME_LEN: usize = 253;
@@ -657,7 +657,7 @@ fn check_labels_and_annotations(metadata: &Map<String, Value>) -> Result<(), Pro
     let has_part_of = metadata
         .get("labels")
         .and_then(Value::as_object)
-        .is_some_and(|labels| labels.get(PART_OF_LABEL).is_some_and(|v| !v.is_null()));
+        .is_some_and(|labels| labels.get(LABEL_PART_OF).is_some_and(|v| !v.is_null()));
     if has_part_of {
         return Err(Problem::PartOfLabel);
     }
@@ -963,20 +963,14 @@ pub fn normalize(object: &mut Map<String, Value>) {
     }
 }
 
-/// A stable digest of a rendered desired set: `sha256:<64 hex digits>`.
+/// A stable digest of a rendered desired set (its objects after namespaces were resolved):
+/// `sha256:<64 hex digits>`.
 ///
-/// Independent of the order of the manifests (sorted by identity, then content) and of the
-/// order of keys in the objects (canonical JSON with byte-wise sorted keys). Origins do not
-/// contribute: moving an object to another file does not change the revision. Pass normalized
-/// objects so that server-owned fields do not affect it.
-pub fn digest<'a>(manifests: impl IntoIterator<Item = &'a Manifest>) -> String {
-    digest_objects(manifests.into_iter().map(|m| &m.object))
-}
-
-/// [`digest`] of plain objects (a rendered set after namespaces were resolved).
-pub fn digest_objects<'a>(
-    objects: impl IntoIterator<Item = &'a serde_json::Map<String, Value>>,
-) -> String {
+/// Independent of the order of the objects (sorted by content) and of the order of keys in
+/// them (canonical JSON with byte-wise sorted keys). Origins do not contribute: moving an
+/// object to another file does not change the revision. Pass normalized objects so that
+/// server-owned fields do not affect it.
+pub fn digest<'a>(objects: impl IntoIterator<Item = &'a serde_json::Map<String, Value>>) -> String {
     let mut entries: Vec<String> = objects
         .into_iter()
         .map(|object| {
@@ -1955,6 +1949,10 @@ mod tests {
 
     // ----- digest -----
 
+    fn digest_of<'a>(manifests: impl IntoIterator<Item = &'a Manifest>) -> String {
+        digest(manifests.into_iter().map(|m| &m.object))
+    }
+
     fn set(texts: &[&str]) -> Vec<Manifest> {
         texts
             .iter()
@@ -1969,7 +1967,7 @@ mod tests {
 
     #[test]
     fn digest_format() {
-        let d = digest(&set(&[A]));
+        let d = digest_of(&set(&[A]));
         assert!(d.starts_with("sha256:"));
         assert_eq!(d.len(), "sha256:".len() + 64);
         assert!(
@@ -1982,14 +1980,14 @@ mod tests {
     #[test]
     fn digest_of_empty_set_is_sha256_of_nothing() {
         assert_eq!(
-            digest(std::iter::empty()),
+            digest_of(std::iter::empty()),
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
     }
 
     #[test]
     fn digest_stable_under_key_order() {
-        assert_eq!(digest(&set(&[A, B])), digest(&set(&[A_REORDERED, B])));
+        assert_eq!(digest_of(&set(&[A, B])), digest_of(&set(&[A_REORDERED, B])));
     }
 
     #[test]
@@ -1999,21 +1997,27 @@ mod tests {
         for m in &mut backward {
             m.origin = Origin::inline(9);
         }
-        assert_eq!(digest(&forward), digest(&backward));
+        assert_eq!(digest_of(&forward), digest_of(&backward));
     }
 
     #[test]
     fn digest_changes_with_content() {
-        let base = digest(&set(&[A, B]));
-        assert_ne!(base, digest(&set(&[A])));
+        let base = digest_of(&set(&[A, B]));
+        assert_ne!(base, digest_of(&set(&[A])));
         assert_ne!(
             base,
-            digest(&set(&[A, &B.replace("replicas: 1", "replicas: 2")]))
+            digest_of(&set(&[A, &B.replace("replicas: 1", "replicas: 2")]))
         );
-        assert_ne!(base, digest(&set(&[&A.replace("'1'", "'3'"), B])));
-        assert_ne!(base, digest(&set(&[A, &B.replace("name: b", "name: c")])));
+        assert_ne!(base, digest_of(&set(&[&A.replace("'1'", "'3'"), B])));
+        assert_ne!(
+            base,
+            digest_of(&set(&[A, &B.replace("name: b", "name: c")]))
+        );
         // A string "1" and a number 1 differ.
-        assert_ne!(digest(&set(&[A])), digest(&set(&[&A.replace("'1'", "1")])));
+        assert_ne!(
+            digest_of(&set(&[A])),
+            digest_of(&set(&[&A.replace("'1'", "1")]))
+        );
     }
 
     #[test]

@@ -263,7 +263,7 @@ fn desired_set(mut members: Vec<Member>) -> Result<DesiredSet, RenderError> {
         )
     });
     manifest::check_duplicates(keys)?;
-    let revision = manifest::digest_objects(members.iter().map(|m| &m.object));
+    let revision = manifest::digest(members.iter().map(|m| &m.object));
     members.sort_by(|a, b| (a.stage, &a.reference).cmp(&(b.stage, &b.reference)));
     Ok(DesiredSet { members, revision })
 }
