@@ -1,7 +1,8 @@
 //! API discovery, cached for [`TTL`]. Resolving kinds the cache does not know refreshes it
 //! once per batch (a CRD may have been installed since). Concurrent misses share one refresh:
 //! a lookup that started before the last refresh finished uses that refresh instead of
-//! starting another.
+//! starting another. [`Resolver::resolve_group_kinds_since`] answers from a discovery that
+//! began after a given moment (to confirm that a kind is gone, or find where it moved).
 
 use std::{
     collections::HashMap,
@@ -39,11 +40,25 @@ impl Resolved {
     }
 }
 
+/// A kind at the version the server prefers.
+fn recommended_kind(d: &Discovery, gk: &GroupKind) -> Option<Resolved> {
+    d.get(&gk.group)
+        .and_then(|g| g.recommended_kind(&gk.kind))
+        .map(Resolved::new)
+}
+
 /// Cached discovery shared by all reconciles.
 pub struct Resolver {
     client: Client,
-    cache: RwLock<Option<(Arc<Discovery>, Instant)>>,
+    cache: RwLock<Option<Snapshot>>,
     refresh: Mutex<()>,
+}
+
+/// One discovery run: when it began and when it finished.
+struct Snapshot {
+    discovery: Arc<Discovery>,
+    began: Instant,
+    at: Instant,
 }
 
 impl Resolver {
@@ -57,21 +72,23 @@ impl Resolver {
 
     async fn current(&self) -> Result<Arc<Discovery>> {
         let stale = match &*self.cache.read().await {
-            Some((d, at)) if at.elapsed() < TTL => return Ok(d.clone()),
-            Some((_, at)) => Some(*at),
+            Some(s) if s.at.elapsed() < TTL => return Ok(s.discovery.clone()),
+            Some(s) => Some(s.at),
             None => None,
         };
-        self.refresh(stale).await
+        self.refresh(stale, false).await
     }
 
-    /// Runs discovery again unless another task did so after `seen`.
-    async fn refresh(&self, seen: Option<Instant>) -> Result<Arc<Discovery>> {
+    /// Runs discovery again unless another task did so after `seen` (with `began`: a run that
+    /// began after `seen`; else one that finished after it).
+    async fn refresh(&self, seen: Option<Instant>, began: bool) -> Result<Arc<Discovery>> {
         let _guard = self.refresh.lock().await;
-        if let Some((d, at)) = &*self.cache.read().await
-            && seen.is_none_or(|s| *at > s)
+        if let Some(s) = &*self.cache.read().await
+            && seen.is_none_or(|seen| if began { s.began > seen } else { s.at > seen })
         {
-            return Ok(d.clone());
+            return Ok(s.discovery.clone());
         }
+        let started = Instant::now();
         let discovery = match Discovery::new(self.client.clone()).run_aggregated().await {
             Ok(d) => d,
             Err(e) => {
@@ -83,7 +100,11 @@ impl Resolver {
             }
         };
         let d = Arc::new(discovery);
-        *self.cache.write().await = Some((d.clone(), Instant::now()));
+        *self.cache.write().await = Some(Snapshot {
+            discovery: d.clone(),
+            began: started,
+            at: Instant::now(),
+        });
         Ok(d)
     }
 
@@ -93,7 +114,7 @@ impl Resolver {
         if let Some(v) = f(&d) {
             return Ok(Some(v));
         }
-        let d = self.refresh(Some(started)).await?;
+        let d = self.refresh(Some(started), false).await?;
         Ok(f(&d))
     }
 
@@ -116,7 +137,7 @@ impl Resolver {
             }
         }
         if !missing.is_empty() {
-            let d = self.refresh(Some(started)).await?;
+            let d = self.refresh(Some(started), false).await?;
             for k in missing {
                 if let Some(r) = f(&d, k) {
                     out.insert(k.clone(), r);
@@ -143,12 +164,22 @@ impl Resolver {
         &self,
         gks: &[GroupKind],
     ) -> Result<HashMap<GroupKind, Resolved>> {
-        self.lookup_all(gks, |d, gk| {
-            d.get(&gk.group)
-                .and_then(|g| g.recommended_kind(&gk.kind))
-                .map(Resolved::new)
-        })
-        .await
+        self.lookup_all(gks, recommended_kind).await
+    }
+
+    /// Resolves group-kinds with a discovery that began after `since` (reusing one if another
+    /// lookup ran it, else running it now): what the server serves now. Kinds it does not
+    /// serve are absent from the answer.
+    pub async fn resolve_group_kinds_since(
+        &self,
+        gks: &[GroupKind],
+        since: Instant,
+    ) -> Result<HashMap<GroupKind, Resolved>> {
+        let d = self.refresh(Some(since), true).await?;
+        Ok(gks
+            .iter()
+            .filter_map(|gk| recommended_kind(&d, gk).map(|r| (gk.clone(), r)))
+            .collect())
     }
 
     /// Resolves the deprecated `resource.group` form to a kind.

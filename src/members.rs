@@ -46,13 +46,21 @@ struct State {
     live: HashMap<MemberRef, Labelled>,
     /// Kinds whose watch has completed its initial list (their `live` entries are current).
     synced: HashSet<GroupKind>,
-    /// Per parent ID: member → (body hash, resourceVersion after our last apply).
-    applied: HashMap<String, HashMap<MemberRef, (u64, String)>>,
+    /// Per parent ID: member → our last successful apply of it.
+    applied: HashMap<String, HashMap<MemberRef, Applied>>,
     /// Parent ID → parent.
     parents: HashMap<String, ParentRef>,
     /// Members with an apply in flight: how many, and the newest resourceVersion an event
     /// brought meanwhile.
     in_flight: HashMap<MemberRef, InFlight>,
+}
+
+/// A successful apply: the body's hash, and the object's resourceVersion and UID as answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub hash: u64,
+    pub rv: String,
+    pub uid: String,
 }
 
 struct Labelled {
@@ -187,8 +195,10 @@ impl MemberWatches {
         s.synced.insert(gk.clone());
         let mut drifted = Vec::new();
         for (id, members) in &s.applied {
-            let moved = members.iter().any(|(r, (_, rv))| {
-                r.group == gk.group && r.kind == gk.kind && s.live.get(r).map(|l| &l.rv) != Some(rv)
+            let moved = members.iter().any(|(r, a)| {
+                r.group == gk.group
+                    && r.kind == gk.kind
+                    && s.live.get(r).map(|l| &l.rv) != Some(&a.rv)
             });
             if moved && let Some(p) = s.parents.get(id) {
                 drifted.push(p.clone());
@@ -254,7 +264,7 @@ impl MemberWatches {
                 .applied
                 .get(&id)
                 .and_then(|m| m.get(&r))
-                .map(|(_, v)| v.clone());
+                .map(|a| a.rv.clone());
             if let Some(recorded) = recorded
                 && rv.as_ref() != Some(&recorded)
                 && let Some(p) = s.parents.get(&id)
@@ -283,19 +293,16 @@ impl MemberWatches {
     }
 
     /// Whether `member` of parent `id`, to be applied with a body of hash `hash`, is
-    /// unchanged since our last successful apply (and nobody changed it since).
-    pub fn unchanged(&self, id: &str, member: &MemberRef, hash: u64) -> bool {
-        let Ok(s) = self.state.lock() else {
-            return false;
-        };
+    /// unchanged since our last successful apply (and nobody changed it since): its UID if
+    /// so.
+    pub fn unchanged(&self, id: &str, member: &MemberRef, hash: u64) -> Option<String> {
+        let s = self.state.lock().ok()?;
         let gk = GroupKind::new(member.group.clone(), member.kind.clone());
         if !s.synced.contains(&gk) {
-            return false;
+            return None;
         }
-        match s.applied.get(id).and_then(|m| m.get(member)) {
-            Some((h, rv)) => *h == hash && s.live.get(member).map(|l| &l.rv) == Some(rv),
-            None => false,
-        }
+        let a = s.applied.get(id).and_then(|m| m.get(member))?;
+        (a.hash == hash && s.live.get(member).map(|l| &l.rv) == Some(&a.rv)).then(|| a.uid.clone())
     }
 
     /// The live objects labelled `part-of=<id>` of `kinds`, as the watches see them
@@ -340,15 +347,10 @@ impl MemberWatches {
         }
     }
 
-    /// Ends an apply in flight; `applied` is (body hash, resourceVersion answered) of a
-    /// successful one. Returns the parent to reconcile if an event newer than the answer
-    /// arrived meanwhile (somebody changed the member after us).
-    fn finish(
-        &self,
-        id: &str,
-        member: &MemberRef,
-        applied: Option<(u64, String)>,
-    ) -> Vec<ParentRef> {
+    /// Ends an apply in flight; `applied` is what a successful one answered. Returns the
+    /// parent to reconcile if an event newer than the answer arrived meanwhile (somebody
+    /// changed the member after us).
+    fn finish(&self, id: &str, member: &MemberRef, applied: Option<Applied>) -> Vec<ParentRef> {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
@@ -360,20 +362,20 @@ impl MemberWatches {
             Some(_) => s.in_flight.remove(member).and_then(|f| f.newest),
             None => None,
         };
-        let Some((hash, rv)) = applied else {
+        let Some(applied) = applied else {
             if let Some(a) = s.applied.get_mut(id) {
                 a.remove(member);
             }
             return Vec::new();
         };
-        let drifted = newest.as_ref().is_some_and(|n| older(&rv, n));
+        let drifted = newest.as_ref().is_some_and(|n| older(&applied.rv, n));
         if !drifted {
             // The answer is the live version as of now; a later change by anyone arrives
             // after it, as the events of one object are ordered.
             s.live.insert(
                 member.clone(),
                 Labelled {
-                    rv: rv.clone(),
+                    rv: applied.rv.clone(),
                     id: Some(id.to_string()),
                 },
             );
@@ -381,7 +383,7 @@ impl MemberWatches {
         s.applied
             .entry(id.to_string())
             .or_default()
-            .insert(member.clone(), (hash, rv));
+            .insert(member.clone(), applied);
         match s.parents.get(id) {
             Some(p) if drifted => vec![p.clone()],
             _ => Vec::new(),
@@ -419,12 +421,10 @@ pub struct Applying<'a> {
 }
 
 impl Applying<'_> {
-    /// Records a successful apply of a body of hash `hash`, answered with `resource_version`.
-    pub fn record(mut self, hash: u64, resource_version: String) {
+    /// Records a successful apply.
+    pub fn record(mut self, applied: Applied) {
         self.recorded = true;
-        let drifted = self
-            .watches
-            .finish(&self.id, &self.member, Some((hash, resource_version)));
+        let drifted = self.watches.finish(&self.id, &self.member, Some(applied));
         self.watches.trigger(drifted);
     }
 }
@@ -459,6 +459,14 @@ fn older(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn applied(hash: u64, rv: &str) -> Applied {
+        Applied {
+            hash,
+            rv: rv.into(),
+            uid: "uid".into(),
+        }
+    }
 
     fn member(name: &str) -> MemberRef {
         MemberRef {
@@ -497,22 +505,23 @@ mod tests {
     #[tokio::test]
     async fn our_own_write_seen_before_the_answer_is_not_drift() {
         let (w, mut t, id, a) = registry();
-        w.applying(&id, &a).record(1, "5".into());
+        w.applying(&id, &a).record(applied(1, "5"));
         // A changed body is applied; its event overtakes the answer.
         let applying = w.applying(&id, &a);
         assert!(event(&w, &a, "10", &id).is_empty());
-        applying.record(2, "10".into());
+        applying.record(applied(2, "10"));
         assert_eq!(triggered(&mut t), 0);
-        assert!(
-            w.unchanged(&id, &a, 2),
-            "the next identical apply is skipped"
+        assert_eq!(
+            w.unchanged(&id, &a, 2).as_deref(),
+            Some("uid"),
+            "the next identical apply is skipped (its UID known)"
         );
         // The same event delivered again, or an older one: still nothing.
         assert!(event(&w, &a, "10", &id).is_empty());
         assert!(event(&w, &a, "5", &id).is_empty());
         // Somebody else's later change is drift.
         assert_eq!(event(&w, &a, "11", &id).len(), 1);
-        assert!(!w.unchanged(&id, &a, 2));
+        assert!(w.unchanged(&id, &a, 2).is_none());
     }
 
     #[tokio::test]
@@ -520,7 +529,7 @@ mod tests {
         let (w, _t, id, a) = registry();
         let cm = GroupKind::new("", "ConfigMap");
         let secret = GroupKind::new("", "Secret");
-        w.applying(&id, &a).record(1, "10".into());
+        w.applying(&id, &a).record(applied(1, "10"));
         // Somebody else's labelled object, and an object of another set.
         assert!(event(&w, &member("stray"), "11", &id).is_empty());
         assert!(event(&w, &member("other"), "12", "another-id").is_empty());
@@ -550,9 +559,12 @@ mod tests {
         let applying = w.applying(&id, &a);
         assert!(event(&w, &a, "10", &id).is_empty());
         assert!(event(&w, &a, "12", &id).is_empty());
-        applying.record(1, "10".into());
+        applying.record(applied(1, "10"));
         assert_eq!(triggered(&mut t), 1, "the parent is reconciled again");
-        assert!(!w.unchanged(&id, &a, 1), "the member is sent again");
+        assert!(
+            w.unchanged(&id, &a, 1).is_none(),
+            "the member is sent again"
+        );
     }
 
     #[tokio::test]
@@ -563,9 +575,9 @@ mod tests {
             w.observe(a.clone(), None, Some("12".into()), None)
                 .is_empty()
         );
-        applying.record(1, "10".into());
+        applying.record(applied(1, "10"));
         assert_eq!(triggered(&mut t), 1);
-        assert!(!w.unchanged(&id, &a, 1));
+        assert!(w.unchanged(&id, &a, 1).is_none());
     }
 
     #[tokio::test]
@@ -576,20 +588,20 @@ mod tests {
             w.observe(a.clone(), None, Some("8".into()), None)
                 .is_empty()
         );
-        applying.record(1, "10".into());
+        applying.record(applied(1, "10"));
         assert_eq!(triggered(&mut t), 0);
-        assert!(w.unchanged(&id, &a, 1));
+        assert!(w.unchanged(&id, &a, 1).is_some());
     }
 
     #[tokio::test]
     async fn a_failed_or_cancelled_apply_is_sent_again_and_drift_counts_again() {
         let (w, mut t, id, a) = registry();
-        w.applying(&id, &a).record(1, "10".into());
-        assert!(w.unchanged(&id, &a, 1));
+        w.applying(&id, &a).record(applied(1, "10"));
+        assert!(w.unchanged(&id, &a, 1).is_some());
         drop(w.applying(&id, &a)); // failed, or its reconcile was cancelled
-        assert!(!w.unchanged(&id, &a, 1));
+        assert!(w.unchanged(&id, &a, 1).is_none());
         assert_eq!(triggered(&mut t), 0);
-        w.applying(&id, &a).record(2, "11".into());
+        w.applying(&id, &a).record(applied(2, "11"));
         assert_eq!(event(&w, &a, "12", &id).len(), 1, "not in flight any more");
     }
 

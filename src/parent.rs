@@ -121,6 +121,50 @@ impl Recorded {
     }
 }
 
+/// The kinds and namespaces of the members the last complete reconcile applied
+/// (`status.members`, as far as it lists them).
+pub fn last_applied(status: Option<&ApplySetStatus>) -> Recorded {
+    let members = status.map(|s| s.members.as_slice()).unwrap_or_default();
+    Recorded {
+        group_kinds: members
+            .iter()
+            .map(|m| GroupKind::new(m.group.clone(), m.kind.clone()))
+            .collect(),
+        namespaces: members.iter().filter_map(|m| m.namespace.clone()).collect(),
+    }
+}
+
+/// What `last` (the last applied set) has that `recorded` (the annotations) lacks: kinds, and
+/// namespaces other than the parent's own (which the annotations never list). Not empty only
+/// when the annotations were replaced or edited since.
+pub fn unrecorded(
+    recorded: &Recorded,
+    last: &Recorded,
+    parent_namespace: Option<&str>,
+) -> Recorded {
+    Recorded {
+        group_kinds: last
+            .group_kinds
+            .difference(&recorded.group_kinds)
+            .cloned()
+            .collect(),
+        namespaces: last
+            .namespaces
+            .iter()
+            .filter(|ns| {
+                Some(ns.as_str()) != parent_namespace && !recorded.namespaces.contains(*ns)
+            })
+            .cloned()
+            .collect(),
+    }
+}
+
+impl Recorded {
+    pub fn is_empty(&self) -> bool {
+        self.group_kinds.is_empty() && self.namespaces.is_empty()
+    }
+}
+
 /// Reads the recorded set from the live parent. Kinds of the deprecated
 /// `contains-group-resources` annotation are mapped through discovery; entries that no longer
 /// resolve (their CRD is gone) are skipped.
@@ -241,4 +285,97 @@ fn has_metadata(
     contains(&meta.labels, labels)
         && contains(&meta.annotations, annotations)
         && meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::MemberRef;
+
+    fn member(kind: &str, namespace: Option<&str>) -> MemberRef {
+        MemberRef {
+            group: String::new(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: "x".into(),
+        }
+    }
+
+    fn recorded(kinds: &[&str], namespaces: &[&str]) -> Recorded {
+        Recorded {
+            group_kinds: kinds.iter().map(|k| GroupKind::new("", *k)).collect(),
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_last_applied_set_comes_from_status_members() {
+        let status = ApplySetStatus {
+            members: vec![
+                member("ConfigMap", Some("team")),
+                member("Secret", Some("other")),
+                member("Namespace", None),
+            ],
+            ..ApplySetStatus::default()
+        };
+        assert_eq!(
+            last_applied(Some(&status)),
+            recorded(&["ConfigMap", "Namespace", "Secret"], &["other", "team"])
+        );
+        assert!(last_applied(None).is_empty());
+    }
+
+    #[test]
+    fn unrecorded_ignores_the_parents_own_namespace() {
+        let last = recorded(&["ConfigMap", "Secret"], &["team", "other"]);
+        let annotations = recorded(&["ConfigMap", "Secret"], &["other"]);
+        assert!(unrecorded(&annotations, &last, Some("team")).is_empty());
+        // Wiped annotations: every kind and the other namespace are missing.
+        assert_eq!(
+            unrecorded(&Recorded::default(), &last, Some("team")),
+            recorded(&["ConfigMap", "Secret"], &["other"])
+        );
+        // A cluster-scoped parent has no namespace of its own.
+        assert_eq!(
+            unrecorded(&annotations, &last, None),
+            recorded(&[], &["team"])
+        );
+        // More recorded than last applied (a superset after a failure) is fine.
+        assert!(
+            unrecorded(
+                &recorded(&["ConfigMap", "Secret", "Service"], &["other", "x"]),
+                &last,
+                Some("team")
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn metadata_is_written_only_when_something_is_missing() {
+        let parent = ParentRef::applyset("team", "web");
+        let set = recorded(&["ConfigMap"], &[]);
+        let (labels, annotations) = desired_metadata(&parent, &set);
+        let mut meta = ObjectMeta {
+            labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
+            finalizers: Some(vec![FINALIZER.into(), "other/finalizer".into()]),
+            ..ObjectMeta::default()
+        };
+        assert!(has_metadata(&meta, &labels, &annotations));
+        // Extra labels and annotations of others do not matter.
+        meta.labels
+            .get_or_insert_with(Default::default)
+            .insert("app".into(), "web".into());
+        assert!(has_metadata(&meta, &labels, &annotations));
+        // A missing finalizer, a changed annotation or a missing label do.
+        let mut no_finalizer = meta.clone();
+        no_finalizer.finalizers = Some(vec!["other/finalizer".into()]);
+        assert!(!has_metadata(&no_finalizer, &labels, &annotations));
+        let (_, other) = desired_metadata(&parent, &recorded(&["ConfigMap", "Secret"], &[]));
+        assert!(!has_metadata(&meta, &labels, &other));
+        let mut no_label = meta.clone();
+        no_label.labels = None;
+        assert!(!has_metadata(&no_label, &labels, &annotations));
+    }
 }

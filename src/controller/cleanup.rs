@@ -15,7 +15,7 @@ use crate::{
     engine::{
         Extent, SetScope, live,
         outcome::{Outcome, tally},
-        prune,
+        prune::{self, Keep},
     },
     parent::{self, Parent, Recorded},
     status::Reason,
@@ -48,25 +48,29 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         tracing::info!("deleted with deletionPolicy Orphan; members left in place");
         return Ok(Action::await_change());
     }
+    // The record: the annotations, completed with what status says was applied last (in
+    // case the annotations were replaced or edited).
     let recorded = parent::recorded(obj.meta(), &ctx.resolver)
         .await?
-        .map_err(|e| Error::Prune(format!("its ApplySet annotations are malformed ({e})")))?;
+        .map_err(|e| Error::Prune(format!("its ApplySet annotations are malformed ({e})")))?
+        .union(&parent::last_applied(obj.status()));
     // Nothing is declared any more: every recorded member is a candidate.
     let extent = Extent::new(
         scope.parent.namespace.as_deref(),
         &recorded,
         Recorded::default(),
     );
-    let nothing = HashMap::new();
+    let (known, nothing) = (HashMap::new(), HashMap::new());
     let listed = live::list(
         scope,
         &ctx.resolver,
-        &HashMap::new(),
+        &known,
         &extent.prune_kinds,
         &extent.prune_namespaces,
     )
     .await?;
-    let selection = prune::select(&listed, &nothing, &extent, &scope.manager);
+    let keep = Keep::new(&known, &nothing, &[]);
+    let selection = prune::select(&listed, &keep, &extent, &scope.manager);
     let results = prune::prune(scope, selection).await;
     let summary = tally(&results);
     ctx.metrics

@@ -24,7 +24,7 @@ use crate::{
         Extent, SetScope, apply,
         live::{self, Live},
         outcome::{MemberResult, tally},
-        prune::{self, Declared},
+        prune::{self, Declared, Keep},
     },
     parent::{self, Parent, Recorded},
     render::{self, DesiredSet, RenderError},
@@ -113,10 +113,10 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
     let clock = Clock::start(spec);
     let desired = render(ctx, scope, spec).await?;
     let before = recorded(ctx, scope, obj).await?;
-    guard_empty(scope, spec, &desired.set, &before)?;
+    guard_empty(scope, spec, &desired.set, &before.recorded)?;
     let extent = Extent::new(
         scope.parent.namespace.as_deref(),
-        &before,
+        &before.recorded,
         desired.recorded(),
     );
     let live = observe(ctx, scope, &extent, &desired).await?;
@@ -125,6 +125,7 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
     }
     let stored = superset(ctx, obj, &extent).await?;
     let mut results = apply_members(scope, spec, &desired, &live, &clock).await?;
+    doubt(scope, spec, &before, &desired, &results)?;
     let pruned = prune_members(ctx, scope, spec, &desired, &extent, &live, &results).await?;
     results.extend(pruned);
     if spec.prune {
@@ -239,16 +240,76 @@ fn render_failure(e: RenderError) -> Report {
 }
 
 /// What the parent recorded before this reconcile.
-async fn recorded<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Step<Recorded> {
-    parent::recorded(obj.meta(), &ctx.resolver)
+struct Before {
+    /// Its annotations, and what `missing` adds to them.
+    recorded: Recorded,
+    /// What the last complete reconcile applied (status.members) that the annotations do not
+    /// record: not empty when they were replaced or edited since.
+    missing: Recorded,
+}
+
+/// What the parent recorded before this reconcile: its annotations, completed with what its
+/// status says was applied last, so that nothing applied is forgotten.
+async fn recorded<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Step<Before> {
+    let annotations = parent::recorded(obj.meta(), &ctx.resolver)
         .await?
         .map_err(|e| {
             let msg = format!(
                 "{}: its ApplySet annotations are malformed ({e}); fix or remove them",
                 scope.parent
             );
-            Report::failed(Reason::ValidationFailed, msg).into()
-        })
+            Report::failed(Reason::ValidationFailed, msg)
+        })?;
+    let last = parent::last_applied(obj.status());
+    let missing = parent::unrecorded(&annotations, &last, scope.parent.namespace.as_deref());
+    if !missing.is_empty() {
+        tracing::warn!(missing = %describe(&missing), "the parent's ApplySet annotations do not record members its status lists; recording them again, no prune this time");
+    }
+    Ok(Before {
+        recorded: annotations.union(&missing),
+        missing,
+    })
+}
+
+/// `kinds ConfigMap,Secret; namespaces a,b`.
+fn describe(r: &Recorded) -> String {
+    let mut parts = Vec::new();
+    if !r.group_kinds.is_empty() {
+        parts.push(format!(
+            "kinds {}",
+            crate::applyset::encode_group_kinds(&r.group_kinds)
+        ));
+    }
+    if !r.namespaces.is_empty() {
+        let ns: Vec<&str> = r.namespaces.iter().map(String::as_str).collect();
+        parts.push(format!("namespaces {}", ns.join(",")));
+    }
+    parts.join("; ")
+}
+
+/// When the parent's record had to be completed from its status (its annotations were
+/// replaced or edited), there is a doubt: nothing is pruned this time. The superset written
+/// before the apply records everything again, and the next reconcile prunes.
+fn doubt(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    before: &Before,
+    desired: &Desired,
+    applied: &[MemberResult],
+) -> Step<()> {
+    if before.missing.is_empty() || !spec.prune {
+        return Ok(());
+    }
+    let msg = format!(
+        "{}: prune skipped: the parent's ApplySet annotations did not record {} that status.members lists (they were replaced or edited); recorded again now, the next reconcile prunes",
+        scope.parent,
+        describe(&before.missing)
+    );
+    let r = Report {
+        summary: Some(tally(applied)),
+        ..Report::failed(Reason::PruneFailed, msg).attempted(&desired.set.revision)
+    };
+    Err(r.into())
 }
 
 /// The empty-set guard: an empty set would prune everything recorded. (An empty set with
@@ -325,16 +386,8 @@ async fn plan(
     }
     let mut prune = Vec::new();
     if spec.prune {
-        let selection = prune::decide(
-            scope,
-            &ctx.resolver,
-            &desired.known,
-            extent,
-            &desired.declared,
-            live,
-            false,
-        )
-        .await?;
+        let keep = Keep::new(&desired.known, &desired.declared, &results);
+        let selection = prune::decide(scope, &ctx.resolver, extent, &keep, live, false).await?;
         prune = selection.delete.into_iter().map(|m| m.reference).collect();
     }
     Ok(report::plan(&results, prune, &desired.set.revision))
@@ -415,16 +468,8 @@ async fn prune_members(
         return Ok(Vec::new());
     }
     let t0 = Instant::now();
-    let selection = prune::decide(
-        scope,
-        &ctx.resolver,
-        &desired.known,
-        extent,
-        &desired.declared,
-        live,
-        true,
-    )
-    .await?;
+    let keep = Keep::new(&desired.known, &desired.declared, applied);
+    let selection = prune::decide(scope, &ctx.resolver, extent, &keep, live, true).await?;
     let results = prune::prune(scope, selection).await;
     tracing::debug!(ms = t0.elapsed().as_millis(), "pruned");
     let parent = scope.parent.to_string();

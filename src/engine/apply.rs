@@ -29,6 +29,7 @@ use crate::{
     api::MemberRef,
     applyset::LABEL_PART_OF,
     kinds::{self, Stage},
+    members::Applied,
     render::Member,
 };
 
@@ -55,17 +56,17 @@ pub async fn apply_staged(
     for stage in [Stage::Definitions, Stage::Resources] {
         let staged: Vec<&Member> = members.iter().filter(|m| m.stage == stage).collect();
         // Indices, not references, keep the closure free of higher-ranked lifetimes.
-        let mut stage_results: Vec<MemberResult> =
-            stream::iter(0..staged.len())
-                .map(|i| {
-                    let m = staged[i];
-                    async move {
-                        MemberResult::new(m.reference.clone(), apply_one(scope, m, opts).await)
-                    }
-                })
-                .buffer_unordered(scope.concurrency)
-                .collect()
-                .await;
+        let mut stage_results: Vec<MemberResult> = stream::iter(0..staged.len())
+            .map(|i| {
+                let m = staged[i];
+                async move {
+                    let (outcome, uid) = apply_one(scope, m, opts).await;
+                    MemberResult::new(m.reference.clone(), outcome).with_uid(uid)
+                }
+            })
+            .buffer_unordered(scope.concurrency)
+            .collect()
+            .await;
         if stage == Stage::Definitions && !opts.dry_run {
             wait_for_crds(scope, &mut stage_results, opts.deadline).await;
         }
@@ -105,25 +106,41 @@ fn member_api(scope: &SetScope, member: &Member) -> Api<DynamicObject> {
 }
 
 /// Applies one member unless the watches know it unchanged; records a success there.
-async fn apply_one(scope: &SetScope, member: &Member, opts: &Options<'_>) -> Outcome {
+/// Returns the outcome and the object's UID where known.
+async fn apply_one(
+    scope: &SetScope,
+    member: &Member,
+    opts: &Options<'_>,
+) -> (Outcome, Option<String>) {
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
     let hash = crate::members::body_hash(&body);
     let watches = scope.watches().filter(|_| !opts.dry_run);
-    if let Some(w) = watches
-        && w.unchanged(&scope.id, &member.reference, hash)
-    {
-        return Outcome::Unchanged;
+    if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
+        return (Outcome::Unchanged, Some(uid));
     }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
-    let (outcome, rv) = apply_body(&api, scope, member, &body, opts).await;
-    if let (Some(applying), Some(rv)) = (applying, rv)
+    let (outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
+    let uid = answer.as_ref().and_then(|a| a.uid.clone());
+    if let (
+        Some(applying),
+        Some(Answer {
+            rv: Some(rv),
+            uid: Some(uid),
+        }),
+    ) = (applying, answer)
         && outcome.is_applied()
     {
-        applying.record(hash, rv);
+        applying.record(Applied { hash, rv, uid });
     }
-    outcome
+    (outcome, uid)
+}
+
+/// What the server answered a successful apply with.
+struct Answer {
+    rv: Option<String>,
+    uid: Option<String>,
 }
 
 /// One member's apply requests: the parameters and the body.
@@ -162,14 +179,14 @@ impl Request<'_> {
     }
 }
 
-/// Applies one body; returns the outcome and the resourceVersion the server answered with.
+/// Applies one body; returns the outcome and, for a successful request, the server's answer.
 async fn apply_body(
     api: &Api<DynamicObject>,
     scope: &SetScope,
     member: &Member,
     body: &Value,
     opts: &Options<'_>,
-) -> (Outcome, Option<String>) {
+) -> (Outcome, Option<Answer>) {
     let request = Request {
         api,
         name: &member.reference.name,
@@ -196,8 +213,11 @@ async fn apply_body(
     }
     match result {
         Ok(applied) => {
-            let rv = applied.metadata.resource_version.clone();
-            (classify(api, member, &applied, opts).await, rv)
+            let answer = Answer {
+                rv: applied.metadata.resource_version.clone(),
+                uid: applied.metadata.uid.clone(),
+            };
+            (classify(api, member, &applied, opts).await, Some(answer))
         }
         Err(e) => (failed(member, e, opts.dry_run), None),
     }

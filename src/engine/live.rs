@@ -1,7 +1,10 @@
 //! What of a set is live: metadata-only LISTs of the objects labelled `part-of=<id>`, or the
 //! member watches' answer when they cover every kind involved.
 
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    time::Instant,
+};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::{
@@ -103,6 +106,7 @@ pub async fn observe(
 }
 
 /// One LIST: a kind in a namespace, or cluster-wide.
+#[derive(Clone)]
 struct Target {
     kind: GroupKind,
     resolved: Resolved,
@@ -111,8 +115,12 @@ struct Target {
 
 /// Lists, metadata only, every object labelled `part-of=<id>` of the given kinds: in each of
 /// `namespaces` for namespaced kinds, cluster-wide for cluster-scoped ones. Kinds in `known`
-/// are not looked up again; kinds the server no longer serves (a deleted CRD) are skipped;
-/// a kind we may not list is an error (skipping it would lose track of its members).
+/// are not looked up again. A LIST the server answers with 404 (the kind's route is not
+/// served: a version removed, a CRD deleted or not yet established) is settled by a
+/// discovery made after it: a kind served at another version is listed there, a kind no
+/// longer served is skipped (its objects are gone with it); a kind discovery still serves
+/// at the same version, a namespaced kind with no namespace to look in, and a kind we may
+/// not list are errors — skipping them would lose track of their members.
 pub async fn list(
     scope: &SetScope,
     resolver: &Resolver,
@@ -120,13 +128,63 @@ pub async fn list(
     kinds: &BTreeSet<GroupKind>,
     namespaces: &BTreeSet<String>,
 ) -> Result<Vec<LiveMember>> {
+    let since = Instant::now();
     let targets = targets(resolver, known, kinds, namespaces).await?;
-    let lists: Vec<Vec<LiveMember>> = stream::iter(targets)
-        .map(|t| list_one(scope, t))
+    let (mut found, missed) = list_targets(scope, targets).await?;
+    if missed.is_empty() {
+        return Ok(found);
+    }
+    let moved = relocate(resolver, &missed, namespaces, since).await?;
+    let (more, still) = list_targets(scope, moved).await?;
+    if let Some(t) = still.first() {
+        return Err(Error::Prune(format!(
+            "listing {} answers 404 although discovery serves it as {}; nothing is pruned and the parent keeps recording the kind",
+            t.kind, t.resolved.resource.api_version
+        )));
+    }
+    found.extend(more);
+    Ok(found)
+}
+
+/// Runs the LISTs; returns the members found and the targets answered with 404.
+async fn list_targets(
+    scope: &SetScope,
+    targets: Vec<Target>,
+) -> Result<(Vec<LiveMember>, Vec<Target>)> {
+    let answers: Vec<(Target, Option<Vec<LiveMember>>)> = stream::iter(targets)
+        .map(|t| async move {
+            let items = list_one(scope, &t).await?;
+            Ok::<_, Error>((t, items))
+        })
         .buffer_unordered(scope.concurrency)
         .try_collect()
         .await?;
-    Ok(lists.into_iter().flatten().collect())
+    let mut found = Vec::new();
+    let mut missed = Vec::new();
+    for (t, items) in answers {
+        match items {
+            Some(items) => found.extend(items),
+            None => missed.push(t),
+        }
+    }
+    Ok((found, missed))
+}
+
+/// The LISTs to make again for targets answered with 404, from a discovery that began after
+/// `since`: each kind where the server serves it now; kinds it no longer serves, none.
+async fn relocate(
+    resolver: &Resolver,
+    missed: &[Target],
+    namespaces: &BTreeSet<String>,
+    since: Instant,
+) -> Result<Vec<Target>> {
+    let kinds: BTreeSet<GroupKind> = missed.iter().map(|t| t.kind.clone()).collect();
+    let gks: Vec<GroupKind> = kinds.iter().cloned().collect();
+    let now = resolver.resolve_group_kinds_since(&gks, since).await?;
+    for gk in kinds.iter().filter(|gk| !now.contains_key(*gk)) {
+        tracing::debug!(kind = %gk, "not served any more (fresh discovery); its objects are not prune candidates");
+    }
+    targets_for(&kinds, &now, namespaces)
 }
 
 /// The LISTs that cover `kinds` in `namespaces`.
@@ -141,28 +199,50 @@ async fn targets(
         .filter(|gk| !known.contains_key(*gk))
         .cloned()
         .collect();
-    let looked_up = resolver.resolve_group_kinds(&unknown).await?;
+    let mut resolved = resolver.resolve_group_kinds(&unknown).await?;
+    for gk in kinds {
+        if let Some(r) = known.get(gk) {
+            resolved.insert(gk.clone(), r.clone());
+        } else if !resolved.contains_key(gk) {
+            tracing::debug!(kind = %gk, "not served any more; its objects are not prune candidates");
+        }
+    }
+    targets_for(kinds, &resolved, namespaces)
+}
+
+/// One LIST per namespace for each namespaced kind, one cluster-wide LIST for each
+/// cluster-scoped kind; kinds not in `resolved` (not served) get none. A namespaced kind with
+/// no namespace to look in is an error: its members could be anywhere.
+fn targets_for(
+    kinds: &BTreeSet<GroupKind>,
+    resolved: &HashMap<GroupKind, Resolved>,
+    namespaces: &BTreeSet<String>,
+) -> Result<Vec<Target>> {
     let mut targets = Vec::new();
     for gk in kinds {
-        let Some(resolved) = known.get(gk).or_else(|| looked_up.get(gk)) else {
-            tracing::debug!(kind = %gk, "not served any more; its objects are not prune candidates");
+        let Some(r) = resolved.get(gk) else {
             continue;
         };
         let target = |namespace: Option<&String>| Target {
             kind: gk.clone(),
-            resolved: resolved.clone(),
+            resolved: r.clone(),
             namespace: namespace.cloned(),
         };
-        if resolved.namespaced {
-            targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
-        } else {
+        if !r.namespaced {
             targets.push(target(None));
+        } else if namespaces.is_empty() {
+            return Err(Error::Prune(format!(
+                "{gk} is namespaced but the parent records no namespace to look for its members in; nothing is pruned and the parent keeps recording the kind. List the namespaces of its members in the parent's annotation applyset.kubernetes.io/additional-namespaces"
+            )));
+        } else {
+            targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
         }
     }
     Ok(targets)
 }
 
-async fn list_one(scope: &SetScope, t: Target) -> Result<Vec<LiveMember>> {
+/// One LIST, every page; `None` when the server answers 404 (the route is not served).
+async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>>> {
     let resource = &t.resolved.resource;
     let api: Api<PartialObjectMeta<DynamicObject>> = match &t.namespace {
         Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
@@ -179,8 +259,7 @@ async fn list_one(scope: &SetScope, t: Target) -> Result<Vec<LiveMember>> {
                     message: s.message.clone(),
                 });
             }
-            // Not served (yet, or any more): also the plain 404 of a route that does not exist.
-            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => return Ok(out),
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         for item in page.items {
@@ -199,7 +278,7 @@ async fn list_one(scope: &SetScope, t: Target) -> Result<Vec<LiveMember>> {
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(out),
+            _ => return Ok(Some(out)),
         }
     }
 }
@@ -221,6 +300,58 @@ fn list_description(resource: &ApiResource, namespace: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn resolved(namespaced: bool) -> Resolved {
+        Resolved {
+            resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced,
+        }
+    }
+
+    fn namespaces(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn one_list_per_namespace_or_one_cluster_wide() {
+        let cm = GroupKind::new("", "ConfigMap");
+        let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+        let gone = GroupKind::new("example.com", "Gone");
+        let kinds = BTreeSet::from([cm.clone(), role.clone(), gone]);
+        let r = HashMap::from([(cm, resolved(true)), (role, resolved(false))]);
+        let t = targets_for(&kinds, &r, &namespaces(&["a", "b"])).expect("targets");
+        let got: BTreeSet<(String, Option<String>)> = t
+            .iter()
+            .map(|t| (t.kind.kind.clone(), t.namespace.clone()))
+            .collect();
+        let want = BTreeSet::from([
+            ("ConfigMap".to_string(), Some("a".to_string())),
+            ("ConfigMap".to_string(), Some("b".to_string())),
+            ("ClusterRole".to_string(), None),
+        ]);
+        assert_eq!(got, want, "no LIST for a kind that is not served");
+    }
+
+    #[test]
+    fn a_namespaced_kind_with_no_namespace_to_look_in_is_an_error() {
+        let cm = GroupKind::new("", "ConfigMap");
+        let r = HashMap::from([(cm.clone(), resolved(true))]);
+        let e = targets_for(&BTreeSet::from([cm]), &r, &BTreeSet::new())
+            .err()
+            .expect("an error");
+        let msg = e.to_string();
+        assert!(msg.contains("ConfigMap is namespaced"), "{msg}");
+        assert!(msg.contains("nothing is pruned"), "{msg}");
+        // A cluster-scoped kind needs no namespace.
+        let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+        let r = HashMap::from([(role.clone(), resolved(false))]);
+        assert_eq!(
+            targets_for(&BTreeSet::from([role]), &r, &BTreeSet::new())
+                .expect("targets")
+                .len(),
+            1
+        );
+    }
 
     #[test]
     fn forbidden_lists_are_described_by_resource_group_and_namespace() {

@@ -81,11 +81,22 @@ pub enum Retained {
 pub struct MemberResult {
     pub reference: MemberRef,
     pub outcome: Outcome,
+    /// The live object's UID, where known: the server's answer to an apply (a dry-run one
+    /// too, for an object that exists), or the watches' record of a member known unchanged.
+    pub uid: Option<String>,
 }
 
 impl MemberResult {
     pub fn new(reference: MemberRef, outcome: Outcome) -> Self {
-        Self { reference, outcome }
+        Self {
+            reference,
+            outcome,
+            uid: None,
+        }
+    }
+
+    pub fn with_uid(self, uid: Option<String>) -> Self {
+        Self { uid, ..self }
     }
 }
 

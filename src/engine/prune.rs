@@ -6,10 +6,11 @@
 //! keeps only what is provably ours: not declared, not annotated
 //! `applyset.dev/prune: disabled`, its `part-of` label owned by our member field manager, and
 //! no controller owner reference; a Namespace or CRD that holds something kept is kept too.
-//! Deletes carry a UID precondition (an object re-created meanwhile is left alone) and run in
-//! reverse dependency order.
+//! Deletes carry UID and resourceVersion preconditions (an object re-created or changed since
+//! it was listed — an annotation added, a new owner — is left alone, and looked at again by
+//! the next reconcile) and run in reverse dependency order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::{StreamExt, stream};
 use kube::{
@@ -43,6 +44,33 @@ pub struct Selection {
 /// What the set declares now: each member and its resource.
 pub type Declared = HashMap<MemberRef, ApiResource>;
 
+/// What a prune must keep, and how to list it.
+pub struct Keep<'a> {
+    /// How each declared kind resolved (its listing needs no lookup).
+    pub known: &'a HashMap<GroupKind, Resolved>,
+    /// The declared members.
+    pub declared: &'a Declared,
+    /// UIDs of the objects this reconcile applied (or found unchanged): an object served
+    /// under two groups is listed under both, and is not pruned under the one it is no
+    /// longer declared with.
+    pub uids: HashSet<String>,
+}
+
+impl<'a> Keep<'a> {
+    /// The declared members, and the UIDs of `applied` results.
+    pub fn new(
+        known: &'a HashMap<GroupKind, Resolved>,
+        declared: &'a Declared,
+        applied: &[MemberResult],
+    ) -> Self {
+        Keep {
+            known,
+            declared,
+            uids: applied.iter().filter_map(|r| r.uid.clone()).collect(),
+        }
+    }
+}
+
 /// Decides what to prune. The watches only tell whether there is anything to decide (an
 /// object labelled ours that is no longer declared); a selection is made on a listing. With
 /// `fresh`, a selection that deletes anything is made on a listing made now (after the
@@ -50,18 +78,17 @@ pub type Declared = HashMap<MemberRef, ApiResource>;
 pub async fn decide(
     scope: &SetScope,
     resolver: &Resolver,
-    known: &HashMap<GroupKind, Resolved>,
     extent: &Extent,
-    declared: &Declared,
+    keep: &Keep<'_>,
     live: &Live,
     fresh: bool,
 ) -> Result<Selection> {
-    let select_from = |l: &[LiveMember]| select(l, declared, extent, &scope.manager);
+    let select_from = |l: &[LiveMember]| select(l, keep, extent, &scope.manager);
     let list_now = || {
         live::list(
             scope,
             resolver,
-            known,
+            keep.known,
             &extent.prune_kinds,
             &extent.prune_namespaces,
         )
@@ -81,14 +108,9 @@ pub async fn decide(
 }
 
 /// Chooses what to delete among the live objects: those of the extent's prune kinds in its
-/// prune namespaces (cluster-scoped objects regardless of namespace) that are not
-/// `declared`, minus those that must be kept.
-pub fn select(
-    live: &[LiveMember],
-    declared: &Declared,
-    extent: &Extent,
-    manager: &str,
-) -> Selection {
+/// prune namespaces (cluster-scoped objects regardless of namespace) that are neither
+/// declared nor just applied (by UID), minus those that must be kept.
+pub fn select(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent, manager: &str) -> Selection {
     let mut s = Selection::default();
     for m in live {
         let gk = GroupKind::new(m.reference.group.clone(), m.reference.kind.clone());
@@ -97,7 +119,12 @@ pub fn select(
             .namespace
             .as_ref()
             .is_none_or(|ns| extent.prune_namespaces.contains(ns));
-        if declared.contains_key(&m.reference) || !extent.prune_kinds.contains(&gk) || !in_scope {
+        let applied = m.meta.uid.as_ref().is_some_and(|u| keep.uids.contains(u));
+        if keep.declared.contains_key(&m.reference)
+            || applied
+            || !extent.prune_kinds.contains(&gk)
+            || !in_scope
+        {
             continue;
         }
         match retained(&m.meta, manager) {
@@ -105,7 +132,7 @@ pub fn select(
             None => s.delete.push(m.clone()),
         }
     }
-    keep_holders(s, declared)
+    keep_holders(s, keep.declared)
 }
 
 /// Why a candidate must be kept, judged by its own metadata; `None` if it may go.
@@ -216,7 +243,7 @@ pub enum Deleted {
     /// An object of that name exists with another UID (re-created): left alone.
     UidMismatch,
     /// The object changed since it was listed (its resourceVersion moved): left alone this
-    /// time; the next reconcile looks again. Only with a resourceVersion precondition.
+    /// time; the next reconcile looks again.
     Changed,
 }
 
@@ -272,7 +299,8 @@ pub async fn delete_if_unchanged(
 }
 
 /// Deletes `items` in reverse dependency order (namespaced objects, cluster-scoped objects,
-/// Namespaces, CRDs), concurrently within a group, each with a UID precondition. A group
+/// Namespaces, CRDs), concurrently within a group, each only if unchanged since listed (UID
+/// and resourceVersion preconditions). A group
 /// with a failure (or a changed object) stops the later groups: a Namespace or CRD is never
 /// deleted while something that should go before it is still there. Returns one result per
 /// item attempted.
@@ -301,12 +329,13 @@ pub async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberRes
 async fn delete_one(scope: &SetScope, m: &LiveMember) -> MemberResult {
     let _permit = scope.write_permit().await;
     let uid = m.meta.uid.clone().unwrap_or_default();
-    let r = delete_with_uid(
+    let r = delete_if_unchanged(
         &scope.client,
         &m.resource,
         m.reference.namespace.as_deref(),
         &m.reference.name,
         &uid,
+        m.meta.resource_version.as_deref(),
     )
     .await;
     let outcome = match r {
@@ -378,6 +407,29 @@ mod tests {
         HashMap::new()
     }
 
+    fn keep(declared: &Declared) -> Keep<'_> {
+        static KNOWN: std::sync::OnceLock<HashMap<GroupKind, Resolved>> =
+            std::sync::OnceLock::new();
+        Keep {
+            known: KNOWN.get_or_init(HashMap::new),
+            declared,
+            uids: HashSet::new(),
+        }
+    }
+
+    #[test]
+    fn an_object_just_applied_under_another_group_is_not_a_candidate() {
+        // The same object (one UID) listed under the kind it was recorded with.
+        let l = [live("Event", "e", Some(MANAGER))];
+        let none = none();
+        let mut k = keep(&none);
+        let s = select(&l, &k, &ext(kinds(&["Event"]), team()), MANAGER);
+        assert_eq!(s.delete.len(), 1, "without the UID it would go");
+        k.uids.insert("uid-e".into());
+        let s = select(&l, &k, &ext(kinds(&["Event"]), team()), MANAGER);
+        assert!(s.delete.is_empty() && s.retained.is_empty());
+    }
+
     #[test]
     fn undeclared_and_ours_is_deleted() {
         let l = [
@@ -385,7 +437,12 @@ mod tests {
             live("ConfigMap", "b", Some(MANAGER)),
         ];
         let declared = HashMap::from([(l[0].reference.clone(), l[0].resource.clone())]);
-        let s = select(&l, &declared, &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &l,
+            &keep(&declared),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert_eq!(
             s.delete
                 .iter()
@@ -399,7 +456,12 @@ mod tests {
     #[test]
     fn kinds_not_recorded_before_are_not_candidates() {
         let l = [live("Secret", "s", Some(MANAGER))];
-        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &l,
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty() && s.retained.is_empty());
     }
 
@@ -410,7 +472,12 @@ mod tests {
             "applyset.dev/prune".into(),
             "disabled".into(),
         )]));
-        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &[m],
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty());
         assert_eq!(s.retained[0].1, Retained::PruneDisabled);
     }
@@ -421,7 +488,12 @@ mod tests {
             live("ConfigMap", "x", Some("intruder")),
             live("ConfigMap", "y", None),
         ];
-        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &l,
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty());
         assert!(s.retained.iter().all(|(_, r)| *r == Retained::LabelNotOurs));
         assert_eq!(s.retained.len(), 2);
@@ -430,7 +502,12 @@ mod tests {
     #[test]
     fn another_parents_manager_does_not_count() {
         let l = [live("ConfigMap", "x", Some("applyset.dev/ns/team/other"))];
-        let s = select(&l, &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &l,
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty());
     }
 
@@ -445,7 +522,7 @@ mod tests {
         }]);
         let s = select(
             &[m.clone()],
-            &none(),
+            &keep(&none()),
             &ext(kinds(&["ConfigMap"]), team()),
             MANAGER,
         );
@@ -457,7 +534,12 @@ mod tests {
         if let Some(refs) = m.meta.owner_references.as_mut() {
             refs[0].controller = Some(false);
         }
-        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &[m],
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert_eq!(s.delete.len(), 1);
     }
 
@@ -473,7 +555,12 @@ mod tests {
     fn objects_outside_the_recorded_namespaces_are_not_candidates() {
         let mut m = live("ConfigMap", "elsewhere", Some(MANAGER));
         m.reference.namespace = Some("other".into());
-        let s = select(&[m], &none(), &ext(kinds(&["ConfigMap"]), team()), MANAGER);
+        let s = select(
+            &[m],
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
         assert!(s.delete.is_empty() && s.retained.is_empty());
     }
 
@@ -487,7 +574,7 @@ mod tests {
         let ns = cluster("", "Namespace", "team");
         let s = select(
             &[keep, ns],
-            &none(),
+            &super::tests::keep(&none()),
             &ext(kinds(&["ConfigMap", "Namespace"]), team()),
             MANAGER,
         );
@@ -504,7 +591,7 @@ mod tests {
         let ns = cluster("", "Namespace", "team");
         let s = select(
             &[ns],
-            &declared,
+            &keep(&declared),
             &ext(kinds(&["Namespace"]), team()),
             MANAGER,
         );
@@ -541,7 +628,12 @@ mod tests {
             plural: "widgets".into(),
         };
         let declared = HashMap::from([(w, resource)]);
-        let s = select(&[widgets, gadgets], &declared, &ext(crds, team()), MANAGER);
+        let s = select(
+            &[widgets, gadgets],
+            &keep(&declared),
+            &ext(crds, team()),
+            MANAGER,
+        );
         let deleted: Vec<&str> = s.delete.iter().map(|m| m.reference.name.as_str()).collect();
         assert_eq!(deleted, ["gadgets.example.com"]);
         assert_eq!(s.retained.len(), 1);
