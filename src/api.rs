@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
     namespaced,
     status = "ApplySetStatus",
     doc = "A set of Kubernetes objects applied with server-side apply and pruned when no longer declared. The ApplySet is the KEP-3659 ApplySet parent of its members.",
+    validation = Rule::new("!has(self.spec.serviceAccountNamespace)").message("spec.serviceAccountNamespace is for a ClusterApplySet only: an ApplySet's ServiceAccount is in the ApplySet's own namespace"),
     label("applyset.kubernetes.io/is-parent-type", "true"),
     printcolumn = r#"{"name":"Ready","type":"string","description":"Ready condition status","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","description":"Ready condition reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
@@ -93,6 +94,28 @@ pub struct ApplySetSpec {
     /// before the finalizer is removed; Orphan leaves them in place.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+
+    /// The ServiceAccount every request about members is made as (impersonation): applies,
+    /// dry-runs, the prune's lists and deletes, re-creates, waits and the deletion cleanup.
+    /// Its RBAC decides what the set may touch. An ApplySet's ServiceAccount is in its own
+    /// namespace; a ClusterApplySet names the namespace in serviceAccountNamespace. Without
+    /// it the operator's --default-service-account (--cluster-default-service-account) is
+    /// used when set, else the operator's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+
+    /// ClusterApplySet only: the namespace of serviceAccountName (set both or neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub service_account_namespace: Option<String>,
+
+    /// Take over objects that already exist without this set's part-of label. Without it
+    /// such an object is left alone and its member fails (reason AdoptionRefused); a single
+    /// member may opt in with the annotation applyset.dev/adopt: enabled. An adopted
+    /// Namespace or CustomResourceDefinition is never deleted by the set.
+    #[serde(default)]
+    pub adopt_existing: bool,
 }
 
 /// Cluster-scoped ApplySet, for sets that span namespaces (CRDs, Namespaces, RBAC, add-ons).
@@ -106,6 +129,7 @@ pub struct ApplySetSpec {
     shortname = "caset",
     status = "ApplySetStatus",
     doc = "A cluster-scoped set of Kubernetes objects applied with server-side apply and pruned when no longer declared. The ClusterApplySet is the KEP-3659 ApplySet parent of its members.",
+    validation = Rule::new("has(self.spec.serviceAccountName) == has(self.spec.serviceAccountNamespace)").message("spec.serviceAccountName and spec.serviceAccountNamespace go together: set both or neither"),
     label("applyset.kubernetes.io/is-parent-type", "true"),
     printcolumn = r#"{"name":"Ready","type":"string","description":"Ready condition status","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","description":"Ready condition reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
@@ -550,6 +574,9 @@ impl Default for ApplySetSpec {
             timeout: default_timeout(),
             suspend: false,
             deletion_policy: DeletionPolicy::Delete,
+            service_account_name: None,
+            service_account_namespace: None,
+            adopt_existing: false,
         }
     }
 }

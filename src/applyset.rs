@@ -47,6 +47,17 @@ pub const PRUNE_DISABLED: &str = "disabled";
 pub const ANNOTATION_FORCE: &str = "applyset.dev/force";
 /// Value of [`ANNOTATION_FORCE`] that allows delete-and-recreate on immutable changes.
 pub const FORCE_ENABLED: &str = "enabled";
+/// Per-member annotation: with value [`ADOPT_ENABLED`] the member may take over an object
+/// that exists without a `part-of` label.
+pub const ANNOTATION_ADOPT: &str = "applyset.dev/adopt";
+/// Value of [`ANNOTATION_ADOPT`] that allows adoption.
+pub const ADOPT_ENABLED: &str = "enabled";
+/// Annotation the operator puts on a Namespace or CRD a set adopted (its value names the
+/// set): such an object is never deleted by the set.
+pub const ANNOTATION_ADOPTED: &str = "applyset.dev/adopted";
+/// Field manager of [`ANNOTATION_ADOPTED`] (not the member manager: applies of the member
+/// leave it alone).
+pub const ADOPTION_FIELD_MANAGER: &str = "applyset.dev/adoption";
 /// Finalizer on ApplySets and ClusterApplySets.
 pub const FINALIZER: &str = "applyset.dev/cleanup";
 /// Annotation on a parent: a new value requests a reconcile now (like Flux's
@@ -605,6 +616,18 @@ pub fn is_prune_disabled(annotations: Option<&BTreeMap<String, String>>) -> bool
     annotations
         .and_then(|a| a.get(ANNOTATION_PRUNE))
         .is_some_and(|v| v == PRUNE_DISABLED)
+}
+
+/// Whether a member is annotated `applyset.dev/adopt: enabled`.
+pub fn is_adopt_enabled(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(ANNOTATION_ADOPT))
+        .is_some_and(|v| v == ADOPT_ENABLED)
+}
+
+/// Whether a live object carries the operator's adoption mark.
+pub fn is_adopted(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| a.contains_key(ANNOTATION_ADOPTED))
 }
 
 /// Whether a member is annotated `applyset.dev/force: enabled`.

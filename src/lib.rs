@@ -8,6 +8,7 @@
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
+//! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
 //! - [`engine`]: the per-set engine — a scope computed once per reconcile (ID, field manager,
@@ -36,6 +37,7 @@ pub mod render;
 pub mod server;
 pub mod sources;
 pub mod status;
+pub mod tenancy;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).
@@ -53,8 +55,12 @@ pub enum Error {
     },
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("forbidden to {what}: {message}; grant the operator's service account this permission")]
-    Forbidden { what: String, message: String },
+    #[error("{who} may not {what}: {message}; grant {who} this permission")]
+    Forbidden {
+        who: String,
+        what: String,
+        message: String,
+    },
     #[error("reconcile panicked: {0}")]
     Panic(String),
     #[error("prune: {0}")]

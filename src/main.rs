@@ -88,6 +88,22 @@ struct RunArgs {
     /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
+    /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
+    /// its own namespace (impersonation).
+    #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
+    default_service_account: Option<String>,
+    /// Lock-down: a ClusterApplySet without spec.serviceAccountName acts as this
+    /// ServiceAccount, given as NAMESPACE/NAME.
+    #[arg(long, env = "APPLYSET_CLUSTER_DEFAULT_SERVICE_ACCOUNT", value_parser = applyset_operator::tenancy::parse_namespaced_name)]
+    cluster_default_service_account: Option<(String, String)>,
+    /// Let an ApplySet that acts with the operator's own identity declare members in other
+    /// namespaces and cluster-scoped members (off: refused with ValidationFailed).
+    #[arg(
+        long,
+        env = "APPLYSET_ALLOW_CROSS_NAMESPACE_SETS",
+        default_value_t = false
+    )]
+    allow_cross_namespace_sets: bool,
 }
 
 fn init_logging(format: LogFormat) {
@@ -190,6 +206,11 @@ fn operator_config(args: &RunArgs) -> Config {
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),
+        tenancy: applyset_operator::tenancy::Defaults {
+            namespaced: args.default_service_account.clone(),
+            cluster: args.cluster_default_service_account.clone(),
+            allow_cross_namespace: args.allow_cross_namespace_sets,
+        },
     }
 }
 

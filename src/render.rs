@@ -30,6 +30,8 @@ pub struct Member {
     pub stage: Stage,
     /// `applyset.dev/force: enabled`: may be deleted and re-created on an immutable change.
     pub force_recreate: bool,
+    /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
+    pub adopt: bool,
 }
 
 impl Member {
@@ -231,7 +233,9 @@ fn member(
             None => meta.remove("namespace"),
         };
     }
-    let force_recreate = applyset::is_force_enabled(annotations_of(&object).as_ref());
+    let annotations = annotations_of(&object);
+    let force_recreate = applyset::is_force_enabled(annotations.as_ref());
+    let adopt = applyset::is_adopt_enabled(annotations.as_ref());
     Ok(Member {
         reference: MemberRef {
             group: m.group.clone(),
@@ -245,6 +249,7 @@ fn member(
         resource: resolved.resource,
         namespaced: resolved.namespaced,
         force_recreate,
+        adopt,
     })
 }
 

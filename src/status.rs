@@ -21,6 +21,7 @@ pub enum Reason {
     ApplyFailed,
     Conflict,
     OwnershipConflict,
+    AdoptionRefused,
     PruneFailed,
     EmptySetRefused,
     Suspended,
@@ -37,6 +38,7 @@ impl Reason {
             Reason::ApplyFailed => "ApplyFailed",
             Reason::Conflict => "Conflict",
             Reason::OwnershipConflict => "OwnershipConflict",
+            Reason::AdoptionRefused => "AdoptionRefused",
             Reason::PruneFailed => "PruneFailed",
             Reason::EmptySetRefused => "EmptySetRefused",
             Reason::Suspended => "Suspended",
@@ -48,7 +50,10 @@ impl Reason {
     pub fn is_stalled(&self) -> bool {
         matches!(
             self,
-            Reason::ValidationFailed | Reason::OwnershipConflict | Reason::EmptySetRefused
+            Reason::ValidationFailed
+                | Reason::OwnershipConflict
+                | Reason::AdoptionRefused
+                | Reason::EmptySetRefused
         )
     }
 }
@@ -209,6 +214,7 @@ mod tests {
     #[test]
     fn stalled_reasons() {
         assert!(Reason::OwnershipConflict.is_stalled());
+        assert!(Reason::AdoptionRefused.is_stalled());
         assert!(Reason::ValidationFailed.is_stalled());
         assert!(!Reason::ApplyFailed.is_stalled());
         assert!(!Reason::Conflict.is_stalled());

@@ -186,7 +186,7 @@ async fn parent_labels_and_annotations_follow_the_conventions() {
     );
 
     let h = Harness::new("conv").await;
-    let op = h.start_operator();
+    let op = h.start_operator_cross_namespace();
     let ns = h.ns.as_str();
     let set = h.applyset("conventions");
     let id = compute_id("conventions", ns, "ApplySet", "applyset.dev");
@@ -410,8 +410,11 @@ async fn conflict_names_the_other_manager_and_force_takes_over() {
     )
     .await;
 
+    // The object is someone else's: taking it over needs the opt-in (tests/tenancy.rs
+    // shows the refusal without it).
     let set = h.applyset("conflict");
-    set.create(json!({"manifests": [configmap("shared", json!({"key": "y"}))]}))
+    set.create(json!({"adoptExisting": true,
+        "manifests": [configmap("shared", json!({"key": "y"}))]}))
         .await;
     let st = set.wait_ready_reason(Some("False"), "Conflict").await;
     let msg = ready(&st).message.clone();
@@ -545,7 +548,7 @@ async fn cluster_applyset_with_crd_namespace_custom_resources_and_cluster_scoped
 #[tokio::test]
 async fn prune_covers_dropped_namespaces_and_dropped_kinds() {
     let h = Harness::new("leak").await;
-    let op = h.start_operator();
+    let op = h.start_operator_cross_namespace();
     let a = h.ns.clone();
     let b = h.extra_namespace("leak-b").await;
     let set = h.applyset("span");

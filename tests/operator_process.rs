@@ -44,7 +44,11 @@ async fn metrics_show_the_spec_metrics_after_reconciles() {
     .await
     .expect("owned by someone else");
     let set = h.applyset("metrics");
-    set.create(json!({"manifests": [configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"})), configmap("taken", json!({"k": "y"}))]}))
+    // "taken" is someone else's object: the member opts in to adopting it.
+    let taken = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "taken", "annotations": {"applyset.dev/adopt": "enabled"}},
+        "data": {"k": "y"}});
+    set.create(json!({"manifests": [configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"})), taken]}))
         .await;
     set.wait_ready_reason(Some("False"), "Conflict").await;
     set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"}))]}))

@@ -139,7 +139,7 @@ fn assert_not_stalled(st: &ApplySetStatus) {
 async fn configmap_source_follows_changes_through_the_watch() {
     init();
     let h = Harness::new("src-cm").await;
-    let op = h.start_operator();
+    let op = h.start_operator_cross_namespace();
     let ns = h.ns.clone();
     put_configmap(
         &h,
@@ -571,7 +571,7 @@ async fn hostile_archives_are_refused() {
 async fn git_source_branch_tag_commit_and_new_revision() {
     init();
     let h = Harness::new("src-git").await;
-    let op = h.start_operator();
+    let op = h.start_operator_cross_namespace();
     let ns = h.ns.clone();
     let b64 = base64::engine::general_purpose::STANDARD;
     let tls = Arc::new(Tls::new());
@@ -723,7 +723,7 @@ fn artifact(files: &[(&str, &str)]) -> Vec<u8> {
 async fn oci_source_tag_digest_and_new_revision() {
     init();
     let h = Harness::new("src-oci").await;
-    let op = h.start_operator();
+    let op = h.start_operator_cross_namespace();
     let ns = h.ns.clone();
     let registry = Registry::start().await;
     let d1 = push_artifact(

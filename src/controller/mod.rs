@@ -5,6 +5,7 @@
 //! [`report`].
 
 mod cleanup;
+mod impersonate;
 mod reconcile;
 mod report;
 
@@ -47,6 +48,7 @@ use crate::{
     parent::{self, Parent},
     sources::{self, ObjectKey, ObjectKind, Sources},
     status::Reason,
+    tenancy::{self, Identity},
 };
 use report::Report;
 
@@ -71,6 +73,9 @@ pub struct Config {
     pub source_limits: sources::Limits,
     /// Scratch directory of the sources (default: the system's temporary directory).
     pub source_dir: Option<std::path::PathBuf>,
+    /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
+    /// set acting as the operator may reach beyond its namespace.
+    pub tenancy: tenancy::Defaults,
 }
 
 impl Default for Config {
@@ -82,6 +87,7 @@ impl Default for Config {
             label_selector: None,
             source_limits: sources::Limits::default(),
             source_dir: None,
+            tenancy: tenancy::Defaults::default(),
         }
     }
 }
@@ -99,6 +105,9 @@ pub struct Context {
     /// Permits for member writes in flight ([`Config::apply_concurrency`]).
     pub writes: Arc<Semaphore>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Clients impersonating a ServiceAccount, by user name (they share the operator's
+    /// connections).
+    impersonated: Mutex<HashMap<String, Client>>,
 }
 
 impl Context {
@@ -122,6 +131,7 @@ impl Context {
             metrics,
             config,
             failures: Mutex::new(HashMap::new()),
+            impersonated: Mutex::new(HashMap::new()),
         }
     }
 
@@ -141,12 +151,30 @@ impl Context {
         retry.saturating_mul(factor).min(cap.max(retry))
     }
 
-    /// The scope of one parent's reconcile: acting with the operator's client, within the
-    /// shared write bound, with the member watches.
-    fn scope(&self, parent: ParentRef) -> SetScope {
-        SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
+    /// The scope of one parent's reconcile: acting as `identity`, within the shared write
+    /// bound, with the member watches.
+    fn scope(&self, parent: ParentRef, identity: Identity) -> SetScope {
+        let scope = SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
             .with_writes(self.writes.clone())
-            .with_watches(self.members.clone())
+            .with_watches(self.members.clone());
+        match identity.user() {
+            None => scope,
+            Some(user) => {
+                let client = self.impersonating(&user);
+                scope.acting_as(identity, client)
+            }
+        }
+    }
+
+    /// The client impersonating `user`, made once and kept.
+    fn impersonating(&self, user: &str) -> Client {
+        let Ok(mut clients) = self.impersonated.lock() else {
+            return impersonate::client(&self.client, user);
+        };
+        clients
+            .entry(user.to_string())
+            .or_insert_with(|| impersonate::client(&self.client, user))
+            .clone()
     }
 
     fn succeeded(&self, key: &str) {
@@ -467,7 +495,16 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,
 /// cleans up behind the finalizer.
 async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
-    let scope = ctx.scope(obj.parent_ref());
+    let parent = obj.parent_ref();
+    let identity = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
+        Ok(identity) => identity,
+        Err(e) => {
+            let scope = ctx.scope(parent, Identity::Operator);
+            let r = Report::failed(Reason::ValidationFailed, format!("{}: {e}", scope.parent));
+            return report::write(ctx, &scope, &*obj, r).await;
+        }
+    };
+    let scope = ctx.scope(parent, identity);
     let deleting = obj.meta().deletion_timestamp.is_some();
     // A parent that is not ours is not touched at all: no finalizer, no metadata.
     if !deleting && let Err(e) = parent::check_ownership(obj.meta(), &scope.parent) {

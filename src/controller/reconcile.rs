@@ -9,7 +9,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::runtime::controller::Action;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::{Api, runtime::controller::Action};
 
 use super::{
     Context,
@@ -21,15 +22,16 @@ use crate::{
     applyset::GroupKind,
     discovery::Resolved,
     engine::{
-        Extent, SetScope, apply,
+        Extent, SetScope, adopt, apply,
         live::{self, Live},
-        outcome::{MemberResult, tally},
+        outcome::{MemberResult, Outcome, tally},
         prune::{self, Declared, Keep},
     },
     parent::{self, Parent, Recorded},
     render::{self, DesiredSet, RenderError},
     sources::{self, Fetched, SourceError, Sources},
     status::Reason,
+    tenancy::{self, Identity},
 };
 
 /// A reconcile running longer than this marks the parent Reconciling in status.
@@ -68,7 +70,11 @@ pub async fn apply<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> R
     match apply_reported(obj.clone(), ctx, scope).await {
         Ok(action) => Ok(action),
         Err(e) => {
-            let msg = format!("{}: {e}; retrying", scope.parent);
+            let missing = match e {
+                Error::Forbidden { .. } => missing_service_account(ctx, scope).await,
+                _ => String::new(),
+            };
+            let msg = format!("{}: {missing}{e}; retrying", scope.parent);
             tracing::warn!(error = %e, "reconcile failed");
             report::write(ctx, scope, &*obj, Report::failed(Reason::ApplyFailed, msg)).await
         }
@@ -124,7 +130,7 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
         return plan(ctx, scope, spec, &desired, &extent, &live, &clock).await;
     }
     let stored = superset(ctx, obj, &extent).await?;
-    let mut results = apply_members(scope, spec, &desired, &live, &clock).await?;
+    let mut results = apply_members(ctx, obj, scope, &desired, &live, &clock).await?;
     doubt(scope, spec, &before, &desired, &results)?;
     let pruned = prune_members(ctx, scope, spec, &desired, &extent, &live, &results).await?;
     results.extend(pruned);
@@ -198,6 +204,9 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
         .await?
         .map_err(render_failure)?;
     set.revision = sources::combined_revision(&set.revision, &fetched);
+    let members = set.members.iter().map(|m| (&m.reference, m.namespaced));
+    tenancy::check_scope(parent, &scope.identity, &ctx.config.tenancy, members)
+        .map_err(|e| Report::failed(Reason::ValidationFailed, format!("{parent}: {e}")))?;
     tracing::debug!(members = set.members.len(), "rendered");
     Ok(Desired::new(set))
 }
@@ -401,13 +410,15 @@ async fn superset<P: Parent>(ctx: &Context, obj: &P, extent: &Extent) -> Step<P>
 
 /// Step 3, apply, staged and concurrent; any member not applied stops the reconcile (nothing is
 /// pruned).
-async fn apply_members(
+async fn apply_members<P: Parent>(
+    ctx: &Context,
+    obj: &P,
     scope: &SetScope,
-    spec: &ApplySetSpec,
     desired: &Desired,
     live: &Live,
     clock: &Clock,
 ) -> Step<Vec<MemberResult>> {
+    let spec = obj.spec();
     let t0 = Instant::now();
     let results = apply_within_timeout(scope, spec, desired, live, clock).await?;
     tracing::debug!(
@@ -415,14 +426,44 @@ async fn apply_members(
         ms = t0.elapsed().as_millis(),
         "applied"
     );
+    report::announce_adopted(ctx, obj, &results).await;
     if let Some(r) = report::apply_failure(&results, &desired.set.revision) {
         let summary = Some(tally(&results));
-        return Err(Report { summary, ..r }.into());
+        let forbidden = results.iter().any(
+            |r| matches!(&r.outcome, Outcome::Failed { message } if message.contains("forbidden")),
+        );
+        let mut message = r.message.clone();
+        if forbidden {
+            message.insert_str(0, &missing_service_account(ctx, scope).await);
+        }
+        return Err(Report {
+            summary,
+            message,
+            ..r
+        }
+        .into());
     }
     Ok(results)
 }
 
-/// Applies (or, in Plan mode, dry-runs) within spec.timeout; a timeout prunes nothing.
+/// `ServiceAccount ns/name does not exist: …; ` when the set acts as a ServiceAccount that
+/// does not exist (impersonating it is then forbidden everything), else nothing.
+async fn missing_service_account(ctx: &Context, scope: &SetScope) -> String {
+    let Identity::ServiceAccount { namespace, name } = &scope.identity else {
+        return String::new();
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
+    match accounts.get_metadata_opt(name).await {
+        Ok(None) => format!(
+            "{} does not exist: create it and bind it to the Roles this set needs, or change spec.serviceAccountName; ",
+            scope.identity
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Applies (or, in Plan mode, dry-runs) within spec.timeout, after looking up which members
+/// exist unlabelled (they are adopted only if allowed); a timeout prunes nothing.
 async fn apply_within_timeout(
     scope: &SetScope,
     spec: &ApplySetSpec,
@@ -430,26 +471,32 @@ async fn apply_within_timeout(
     live: &Live,
     clock: &Clock,
 ) -> Step<Vec<MemberResult>> {
-    let opts = apply::Options {
-        force: spec.force,
-        dry_run: spec.mode == Mode::Plan,
-        existing: &live.existing,
-        started: clock.epoch,
-        deadline: clock.deadline,
+    let members = &desired.set.members;
+    let applying = async {
+        let unlabelled = adopt::unlabelled(scope, members, &live.existing).await?;
+        let opts = apply::Options {
+            force: spec.force,
+            dry_run: spec.mode == Mode::Plan,
+            existing: &live.existing,
+            started: clock.epoch,
+            deadline: clock.deadline,
+            unlabelled: &unlabelled,
+            adopt_existing: spec.adopt_existing,
+        };
+        Ok::<_, Error>(apply::apply_staged(scope, members, &opts).await)
     };
     let remaining = clock.deadline.saturating_duration_since(Instant::now());
-    let applying = apply::apply_staged(scope, &desired.set.members, &opts);
-    tokio::time::timeout(remaining, applying).await.map_err(|_| {
+    let dry_run = spec.mode == Mode::Plan;
+    let results = tokio::time::timeout(remaining, applying).await.map_err(|_| {
         let msg = format!(
             "{}: {} did not finish within spec.timeout ({}); nothing was pruned. Raise spec.timeout if the set is large or slow to apply",
             scope.parent,
-            if opts.dry_run { "the plan" } else { "the apply" },
+            if dry_run { "the plan" } else { "the apply" },
             spec.timeout
         );
-        Report::failed(Reason::ApplyFailed, msg)
-            .attempted(&desired.set.revision)
-            .into()
-    })
+        Stop::from(Report::failed(Reason::ApplyFailed, msg).attempted(&desired.set.revision))
+    })?;
+    Ok(results?)
 }
 
 /// Step 4, prune, only after every member applied, decided on a listing made after the apply;

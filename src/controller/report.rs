@@ -78,15 +78,18 @@ fn listing(messages: &[&str]) -> String {
     msg
 }
 
-/// The report for members that failed to apply, if any: ownership first, then conflicts,
-/// then other failures (the reason is the first kind present; the message lists that kind).
+/// The report for members that failed to apply, if any: ownership first, then refused
+/// adoptions, then conflicts, then other failures (the reason is the first kind present;
+/// the message lists that kind).
 pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report> {
     let mut owned = Vec::new();
+    let mut refused = Vec::new();
     let mut conflicts = Vec::new();
     let mut failed = Vec::new();
     for r in results {
         match &r.outcome {
             Outcome::Owned { message } => owned.push(message.as_str()),
+            Outcome::AdoptionRefused { message } => refused.push(message.as_str()),
             Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
             Outcome::Failed { message } => failed.push(message.as_str()),
             _ => {}
@@ -94,6 +97,8 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     }
     let (reason, list) = if !owned.is_empty() {
         (Reason::OwnershipConflict, owned)
+    } else if !refused.is_empty() {
+        (Reason::AdoptionRefused, refused)
     } else if !conflicts.is_empty() {
         (Reason::Conflict, conflicts)
     } else if !failed.is_empty() {
@@ -155,7 +160,7 @@ pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> 
     for r in results {
         match r.outcome {
             Outcome::Created => plan.create.push(r.reference.clone()),
-            Outcome::Configured => plan.update.push(r.reference.clone()),
+            Outcome::Configured | Outcome::Adopted => plan.update.push(r.reference.clone()),
             _ => plan.unchanged += 1,
         }
     }
@@ -371,6 +376,42 @@ async fn publish<P: Parent>(
         reason: c.reason.clone(),
         note: Some(status::truncate(&c.message, 1000)),
         action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an event failed");
+    }
+}
+
+/// An event naming the members this reconcile adopted (objects that existed without a
+/// `part-of` label, taken over as allowed), if any.
+pub async fn announce_adopted<P: Parent>(ctx: &Context, obj: &P, results: &[MemberResult]) {
+    let adopted: Vec<String> = results
+        .iter()
+        .filter(|r| r.outcome == Outcome::Adopted)
+        .map(|r| r.reference.to_string())
+        .collect();
+    if adopted.is_empty() {
+        return;
+    }
+    let mut note = format!("adopted {} existing object(s): ", adopted.len());
+    note.push_str(
+        &adopted
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    if adopted.len() > 20 {
+        note.push_str(&format!(", and {} more", adopted.len() - 20));
+    }
+    tracing::info!(adopted = adopted.len(), "{note}");
+    let event = KubeEvent {
+        type_: EventType::Normal,
+        reason: "Adopted".into(),
+        note: Some(status::truncate(&note, 1000)),
+        action: "Adopt".into(),
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {

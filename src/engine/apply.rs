@@ -6,7 +6,7 @@
 //! conflicts are reported naming the managers, or, with `force`, applied again with force.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -21,8 +21,8 @@ use kube::{
 use serde_json::Value;
 
 use super::{
-    SetScope,
-    live::LiveObject,
+    SetScope, adopt,
+    live::{LiveObject, label_owned_by},
     outcome::{MemberResult, Outcome},
 };
 use crate::{
@@ -44,6 +44,10 @@ pub struct Options<'a> {
     pub started: i64,
     /// CRDs must be Established by then.
     pub deadline: Instant,
+    /// Members that exist without a `part-of` label (see [`super::adopt::unlabelled`]).
+    pub unlabelled: &'a HashSet<MemberRef>,
+    /// `spec.adoptExisting`: every unlabelled member may be taken over.
+    pub adopt_existing: bool,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -119,9 +123,16 @@ async fn apply_one(
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(uid));
     }
+    let adopting = opts.unlabelled.contains(&member.reference);
+    if adopting && !(opts.adopt_existing || member.adopt) {
+        return (refuse_adoption(member), None);
+    }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
-    let (outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
+    let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
+    if adopting && outcome.is_applied() {
+        outcome = adopted(scope, member, opts.dry_run).await;
+    }
     let uid = answer.as_ref().and_then(|a| a.uid.clone());
     if let (
         Some(applying),
@@ -135,6 +146,33 @@ async fn apply_one(
         applying.record(Applied { hash, rv, uid });
     }
     (outcome, uid)
+}
+
+/// The outcome of a member whose object exists unlabelled, when adoption is not allowed.
+fn refuse_adoption(member: &Member) -> Outcome {
+    Outcome::AdoptionRefused {
+        message: format!(
+            "{}: exists without the label {LABEL_PART_OF}, so it is someone else's and is left alone; to take it over, set spec.adoptExisting: true or annotate the manifest applyset.dev/adopt: enabled",
+            member.reference
+        ),
+    }
+}
+
+/// The outcome of a member just taken over: Adopted, once a Namespace or CRD carries the
+/// adoption mark (without it, the set could later delete it).
+async fn adopted(scope: &SetScope, member: &Member, dry_run: bool) -> Outcome {
+    if dry_run || !adopt::needs_mark(&member.reference) {
+        return Outcome::Adopted;
+    }
+    match adopt::mark(scope, member).await {
+        Ok(()) => Outcome::Adopted,
+        Err(e) => Outcome::Failed {
+            message: format!(
+                "{}: adopted, but marking it as adopted failed ({e}); it is applied again next time",
+                member.reference
+            ),
+        },
+    }
 }
 
 /// What the server answered a successful apply with.
@@ -206,7 +244,7 @@ async fn apply_body(
     if let Err(kube::Error::Api(status)) = &result
         && is_immutable(status)
     {
-        if let Some(refused) = recreate_for_immutable(api, member, status, opts).await {
+        if let Some(refused) = recreate_for_immutable(api, scope, member, status, opts).await {
             return (refused, None);
         }
         result = request.send(opts.force).await;
@@ -260,6 +298,7 @@ fn refuse_conflict(member: &Member, status: &Status, force: bool) -> Option<Outc
 /// reports it as configured.
 async fn recreate_for_immutable(
     api: &Api<DynamicObject>,
+    scope: &SetScope,
     member: &Member,
     status: &Status,
     opts: &Options<'_>,
@@ -274,7 +313,7 @@ async fn recreate_for_immutable(
     if opts.dry_run {
         return Some(Outcome::Configured);
     }
-    match recreate(api, &member.reference.name, opts.deadline).await {
+    match recreate(api, scope, &member.reference.name, opts.deadline).await {
         Ok(()) => None,
         Err(e) => Some(Outcome::Failed {
             message: format!(
@@ -352,11 +391,23 @@ fn comparable(o: &DynamicObject) -> Value {
     v
 }
 
-/// Deletes the live object (only that one: UID precondition) and waits until it is gone.
-async fn recreate(api: &Api<DynamicObject>, name: &str, deadline: Instant) -> Result<(), String> {
+/// Deletes the live object — only if it is this set's (its `part-of` label ours and owned
+/// by our member field manager), and only that one (UID precondition) — and waits until it
+/// is gone.
+async fn recreate(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    name: &str,
+    deadline: Instant,
+) -> Result<(), String> {
     let Some(live) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
         return Ok(());
     };
+    if let Some(why) = not_ours(&live.metadata, &scope.id, &scope.manager) {
+        return Err(format!(
+            "not deleted: the live object is not this set's ({why}); only objects the set created or adopted are re-created"
+        ));
+    }
     let params = DeleteParams::foreground().preconditions(kube::api::Preconditions {
         uid: live.metadata.uid.clone(),
         resource_version: None,
@@ -374,6 +425,20 @@ async fn recreate(api: &Api<DynamicObject>, name: &str, deadline: Instant) -> Re
         }
     }
     Err("the old object was still being deleted at the reconcile timeout".into())
+}
+
+/// Why a live object is not this set's, if it is not: its `part-of` label is absent or
+/// another set's, or our member field manager does not own it.
+fn not_ours(meta: &kube::api::ObjectMeta, id: &str, manager: &str) -> Option<String> {
+    let label = meta.labels.as_ref().and_then(|l| l.get(LABEL_PART_OF));
+    match label {
+        None => Some(format!("it has no label {LABEL_PART_OF}")),
+        Some(v) if v != id => Some(format!("its label {LABEL_PART_OF} is {v}")),
+        Some(_) if !label_owned_by(meta, manager) => Some(format!(
+            "its label {LABEL_PART_OF} is not owned by the field manager {manager}"
+        )),
+        Some(_) => None,
+    }
 }
 
 fn is_immutable(status: &Status) -> bool {

@@ -22,6 +22,8 @@ pub struct Extent {
     pub prune_kinds: BTreeSet<GroupKind>,
     /// Namespaces a prune candidate may be in: the parent's own and those recorded before.
     pub prune_namespaces: BTreeSet<String>,
+    /// The parent's own namespace (an ApplySet's), which the set never deletes.
+    pub home: Option<String>,
 }
 
 impl Extent {
@@ -37,6 +39,7 @@ impl Extent {
             prune_namespaces: namespaces(&before.namespaces),
             superset,
             declared,
+            home: parent_namespace.map(str::to_string),
         }
     }
 }

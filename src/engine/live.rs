@@ -14,11 +14,13 @@ use kube::{
     discovery::ApiResource,
 };
 
+use serde_json::Value;
+
 use super::{Extent, SetScope};
 use crate::{
     Error, Result,
     api::MemberRef,
-    applyset::GroupKind,
+    applyset::{GroupKind, LABEL_PART_OF},
     discovery::{Resolved, Resolver},
 };
 
@@ -43,6 +45,21 @@ impl LiveMember {
             resource_version: self.meta.resource_version.clone().unwrap_or_default(),
         }
     }
+}
+
+/// Whether `manager` owns the `part-of` label according to managedFields.
+pub fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
+    let key = format!("f:{LABEL_PART_OF}");
+    meta.managed_fields.iter().flatten().any(|mf| {
+        mf.manager.as_deref() == Some(manager)
+            && mf
+                .fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:metadata"))
+                .and_then(|m| m.get("f:labels"))
+                .and_then(Value::as_object)
+                .is_some_and(|labels| labels.contains_key(&key))
+    })
 }
 
 /// How the live members were learnt.
@@ -255,6 +272,7 @@ async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>
             Ok(p) => p,
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 return Err(Error::Forbidden {
+                    who: scope.identity.to_string(),
                     what: list_description(resource, t.namespace.as_deref()),
                     message: s.message.clone(),
                 });

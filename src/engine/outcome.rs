@@ -12,6 +12,8 @@ pub enum Outcome {
     Configured,
     /// Applied (or skipped as known unchanged): already as declared.
     Unchanged,
+    /// Applied: an object that existed without a `part-of` label, taken over as allowed.
+    Adopted,
     /// Not applied: fields owned by other managers (without `force`).
     Conflict {
         managers: Vec<String>,
@@ -19,6 +21,8 @@ pub enum Outcome {
     },
     /// Not applied: the live object carries the `part-of` label of another ApplySet.
     Owned { message: String },
+    /// Not applied: the object exists without a `part-of` label and adoption is not allowed.
+    AdoptionRefused { message: String },
     /// Not applied: any other failure.
     Failed { message: String },
     /// No longer declared, and deleted.
@@ -38,7 +42,7 @@ impl Outcome {
     pub fn is_applied(&self) -> bool {
         matches!(
             self,
-            Outcome::Created | Outcome::Configured | Outcome::Unchanged
+            Outcome::Created | Outcome::Configured | Outcome::Unchanged | Outcome::Adopted
         )
     }
 
@@ -49,8 +53,10 @@ impl Outcome {
             Outcome::Created
                 | Outcome::Configured
                 | Outcome::Unchanged
+                | Outcome::Adopted
                 | Outcome::Conflict { .. }
                 | Outcome::Owned { .. }
+                | Outcome::AdoptionRefused { .. }
                 | Outcome::Failed { .. }
         )
     }
@@ -72,6 +78,10 @@ pub enum Retained {
     Controlled(String),
     /// A Namespace or CRD whose deletion would take a kept object with it.
     HoldsRetained(String),
+    /// A Namespace or CRD the set adopted rather than created.
+    Adopted,
+    /// The Namespace the parent itself lives in.
+    ParentNamespace,
     /// An object of that name was re-created meanwhile (another UID).
     Recreated,
 }
@@ -106,8 +116,9 @@ pub fn count(n: usize) -> i64 {
 }
 
 /// The status summary of a reconcile's results: `members` counts the declared members
-/// (every apply outcome, failed ones included), the rest one field per outcome. `Gone`,
-/// `Changed` and `DeleteFailed` count nowhere (the message reports the last two).
+/// (every apply outcome, failed ones included), the rest one field per outcome (an adopted
+/// member counts as configured, a refused adoption as failed). `Gone`, `Changed` and
+/// `DeleteFailed` count nowhere (the message reports the last two).
 pub fn tally(results: &[MemberResult]) -> Summary {
     let mut s = Summary::default();
     for r in results {
@@ -116,10 +127,12 @@ pub fn tally(results: &[MemberResult]) -> Summary {
         }
         match r.outcome {
             Outcome::Created => s.created += 1,
-            Outcome::Configured => s.configured += 1,
+            Outcome::Configured | Outcome::Adopted => s.configured += 1,
             Outcome::Unchanged => s.unchanged += 1,
             Outcome::Conflict { .. } => s.conflicts += 1,
-            Outcome::Owned { .. } | Outcome::Failed { .. } => s.failed += 1,
+            Outcome::Owned { .. } | Outcome::AdoptionRefused { .. } | Outcome::Failed { .. } => {
+                s.failed += 1
+            }
             Outcome::Pruned => s.pruned += 1,
             Outcome::Retained(_) => s.retained += 1,
             Outcome::Gone | Outcome::Changed | Outcome::DeleteFailed { .. } => {}
@@ -176,6 +189,13 @@ mod tests {
                 },
             ),
             r("g", failed()),
+            r(
+                "g2",
+                Outcome::AdoptionRefused {
+                    message: "m".into(),
+                },
+            ),
+            r("c2", Outcome::Adopted),
             r("h", Outcome::Pruned),
             r("i", Outcome::Retained(Retained::PruneDisabled)),
             r("j", Outcome::Retained(Retained::Recreated)),
@@ -192,12 +212,12 @@ mod tests {
         assert_eq!(
             s,
             Summary {
-                members: 7,
+                members: 9,
                 created: 2,
-                configured: 1,
+                configured: 2,
                 unchanged: 1,
                 pruned: 1,
-                failed: 2,
+                failed: 3,
                 conflicts: 1,
                 retained: 2,
             }

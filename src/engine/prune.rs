@@ -15,21 +15,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use futures::{StreamExt, stream};
 use kube::{
     Api, Client,
-    api::{DeleteParams, ObjectMeta, Preconditions},
+    api::{DeleteParams, Preconditions},
     core::DynamicObject,
     discovery::{ApiResource, Scope},
 };
-use serde_json::Value;
 
 use super::{
     Extent, SetScope,
-    live::{self, Live, LiveMember, Observed},
+    live::{self, Live, LiveMember, Observed, label_owned_by},
     outcome::{MemberResult, Outcome, Retained},
 };
 use crate::{
     Error, Result,
     api::MemberRef,
-    applyset::{self, GroupKind, LABEL_PART_OF},
+    applyset::{self, GroupKind},
     discovery::{Resolved, Resolver},
     kinds,
 };
@@ -127,7 +126,7 @@ pub fn select(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent, manager: &s
         {
             continue;
         }
-        match retained(&m.meta, manager) {
+        match retained(m, manager, extent.home.as_deref()) {
             Some(why) => s.retained.push((m.clone(), why)),
             None => s.delete.push(m.clone()),
         }
@@ -135,10 +134,20 @@ pub fn select(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent, manager: &s
     keep_holders(s, keep.declared)
 }
 
-/// Why a candidate must be kept, judged by its own metadata; `None` if it may go.
-fn retained(meta: &ObjectMeta, manager: &str) -> Option<Retained> {
+/// Why a candidate must be kept, judged by itself; `None` if it may go. `home`: the
+/// parent's own namespace.
+fn retained(m: &LiveMember, manager: &str, home: Option<&str>) -> Option<Retained> {
+    let meta = &m.meta;
+    let (group, kind) = (&m.reference.group, &m.reference.kind);
+    let container = kinds::is_namespace(group, kind) || kinds::is_crd(group, kind);
     if applyset::is_prune_disabled(meta.annotations.as_ref()) {
         return Some(Retained::PruneDisabled);
+    }
+    if kinds::is_namespace(group, kind) && home == Some(m.reference.name.as_str()) {
+        return Some(Retained::ParentNamespace);
+    }
+    if container && applyset::is_adopted(meta.annotations.as_ref()) {
+        return Some(Retained::Adopted);
     }
     if let Some(owner) = meta
         .owner_references
@@ -196,21 +205,6 @@ fn keep_holders(mut s: Selection, declared: &Declared) -> Selection {
     }
     s.delete = delete;
     s
-}
-
-/// Whether `manager` owns the `part-of` label according to managedFields.
-pub fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
-    let key = format!("f:{LABEL_PART_OF}");
-    meta.managed_fields.iter().flatten().any(|mf| {
-        mf.manager.as_deref() == Some(manager)
-            && mf
-                .fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:metadata"))
-                .and_then(|m| m.get("f:labels"))
-                .and_then(Value::as_object)
-                .is_some_and(|labels| labels.contains_key(&key))
-    })
 }
 
 /// Carries out a selection: the retained candidates as results, then the deletes.
@@ -350,9 +344,11 @@ async fn delete_one(scope: &SetScope, m: &LiveMember) -> MemberResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::applyset::LABEL_PART_OF;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         FieldsV1, ManagedFieldsEntry, OwnerReference,
     };
+    use kube::api::ObjectMeta;
     use serde_json::json;
     use std::collections::BTreeSet;
 
@@ -581,6 +577,42 @@ mod tests {
         assert!(s.delete.is_empty(), "{:?}", s.delete);
         assert!(s.retained.iter().any(|(m, why)| m.reference.name == "team"
             && matches!(why, Retained::HoldsRetained(h) if h.contains("keep"))));
+    }
+
+    #[test]
+    fn adopted_namespaces_and_crds_and_the_parents_namespace_are_kept() {
+        let adopted = |mut m: LiveMember| {
+            m.meta.annotations = Some(BTreeMap::from([(
+                "applyset.dev/adopted".into(),
+                "ApplySet team/web".into(),
+            )]));
+            m
+        };
+        let crd = ("apiextensions.k8s.io", "CustomResourceDefinition");
+        let l = [
+            adopted(cluster("", "Namespace", "shared")),
+            adopted(cluster(crd.0, crd.1, "widgets.example.com")),
+            // The mark means nothing on other kinds.
+            adopted(live("ConfigMap", "cm", Some(MANAGER))),
+            cluster("", "Namespace", "team"),
+            cluster("", "Namespace", "gone"),
+        ];
+        let mut e = ext(kinds(&["Namespace", "ConfigMap"]), team());
+        e.prune_kinds.insert(GroupKind::new(crd.0, crd.1));
+        e.home = Some("team".into());
+        let s = select(&l, &keep(&none()), &e, MANAGER);
+        let mut deleted: Vec<&str> = s.delete.iter().map(|m| m.reference.name.as_str()).collect();
+        deleted.sort();
+        assert_eq!(deleted, ["cm", "gone"]);
+        let why = |name: &str| {
+            s.retained
+                .iter()
+                .find(|(m, _)| m.reference.name == name)
+                .map(|(_, w)| w.clone())
+        };
+        assert_eq!(why("shared"), Some(Retained::Adopted));
+        assert_eq!(why("widgets.example.com"), Some(Retained::Adopted));
+        assert_eq!(why("team"), Some(Retained::ParentNamespace));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use crate::{
     applyset::{self, LABEL_PART_OF, ParentRef},
     members::MemberWatches,
+    tenancy::Identity,
 };
 
 /// One parent's identity and the means to act on its members.
@@ -22,8 +23,11 @@ pub struct SetScope {
     pub manager: String,
     /// The label selector of the members: `part-of=<id>`.
     pub selector: String,
-    /// The client every member request is made with.
+    /// The client every member request is made with: the operator's, or one impersonating
+    /// `identity`.
     pub client: Client,
+    /// Who the member requests are made as (for messages).
+    pub identity: Identity,
     /// Requests in flight at once within this set (applies, lists, deletes).
     pub concurrency: usize,
     /// Shared bound on member writes in flight across sets, if any.
@@ -33,7 +37,8 @@ pub struct SetScope {
 }
 
 impl SetScope {
-    /// The scope of `parent`, acting with `client`, without a shared write bound or watches.
+    /// The scope of `parent`, acting with `client` as the operator, without a shared write
+    /// bound or watches.
     pub fn new(parent: ParentRef, client: Client, concurrency: usize) -> Self {
         let id = parent.id();
         let manager = parent.member_field_manager();
@@ -44,10 +49,18 @@ impl SetScope {
             manager,
             selector,
             client,
+            identity: Identity::Operator,
             concurrency: concurrency.max(1),
             writes: None,
             watches: None,
         }
+    }
+
+    /// Acts as `identity`, with `client` (one that impersonates it).
+    pub fn acting_as(mut self, identity: Identity, client: Client) -> Self {
+        self.identity = identity;
+        self.client = client;
+        self
     }
 
     /// Bounds member writes by `writes`, shared with other sets.

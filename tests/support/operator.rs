@@ -166,6 +166,15 @@ impl Harness {
         Operator::start(self.client.clone(), self.config())
     }
 
+    /// Starts an operator that lets ApplySets acting with its own identity reach beyond
+    /// their namespace (`--allow-cross-namespace-sets`), for tests of other things that use
+    /// such sets.
+    pub fn start_operator_cross_namespace(&self) -> Operator {
+        let mut config = self.config();
+        config.tenancy.allow_cross_namespace = true;
+        Operator::start(self.client.clone(), config)
+    }
+
     /// Starts an operator with `apply_concurrency` member requests per parent.
     pub fn start_operator_with_apply_concurrency(&self, apply_concurrency: usize) -> Operator {
         let mut config = self.config();

@@ -1,0 +1,198 @@
+//! Adoption: which declared members already exist without any `part-of` label — someone
+//! else's objects, which a set takes over only when allowed — learnt with few reads. Members
+//! the set already has live are not looked at; the others are read metadata only: one LIST
+//! per kind and namespace where several share one, else one GET each.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::{
+    Api,
+    api::{ListParams, ObjectMeta, Patch, PatchParams},
+    core::{DynamicObject, PartialObjectMeta},
+};
+use serde_json::json;
+
+use super::{SetScope, live::LiveObject};
+use crate::{
+    Error, Result,
+    api::MemberRef,
+    applyset::{ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF},
+    kinds,
+    render::Member,
+};
+
+/// From this many members of one kind in one namespace on, one LIST reads them all.
+const LIST_FROM: usize = 4;
+
+/// The members that exist without a `part-of` label (of any set). `existing`: the set's
+/// live members, which need no look.
+pub async fn unlabelled(
+    scope: &SetScope,
+    members: &[Member],
+    existing: &HashMap<MemberRef, LiveObject>,
+) -> Result<HashSet<MemberRef>> {
+    // Indices, not references, keep the futures free of higher-ranked lifetimes.
+    let mut groups: BTreeMap<(String, Option<String>), Vec<usize>> = BTreeMap::new();
+    for (i, m) in members.iter().enumerate() {
+        if existing.contains_key(&m.reference) {
+            continue;
+        }
+        let key = (
+            format!("{}/{}", m.resource.api_version, m.resource.plural),
+            m.reference.namespace.clone(),
+        );
+        groups.entry(key).or_default().push(i);
+    }
+    let groups: Vec<Vec<usize>> = groups.into_values().collect();
+    let found: Vec<Vec<MemberRef>> = stream::iter(0..groups.len())
+        .map(|g| {
+            let group: Vec<&Member> = groups[g].iter().map(|&i| &members[i]).collect();
+            async move { unlabelled_in(scope, &group).await }
+        })
+        .buffer_unordered(scope.concurrency)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
+}
+
+/// The unlabelled members of one group (one kind, one namespace).
+async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Vec<MemberRef>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let api = metadata_api(scope, first);
+    let labelled = |meta: &ObjectMeta| {
+        meta.labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_PART_OF))
+    };
+    let mut out = Vec::new();
+    if group.len() >= LIST_FROM {
+        let live = list_names(scope, &api, first).await?;
+        for m in group {
+            if live.get(&m.reference.name).is_some_and(|l| !l) {
+                out.push(m.reference.clone());
+            }
+        }
+        return Ok(out);
+    }
+    for m in group {
+        match api.get_metadata_opt(&m.reference.name).await {
+            Ok(Some(o)) if !labelled(&o.metadata) => out.push(m.reference.clone()),
+            Ok(_) => {}
+            // The kind is not served yet (its CRD is in this set): nothing exists.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                return Err(forbidden(scope, "get", &m.reference, s.message));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Names of the objects of `member`'s kind in its namespace, each with whether it carries a
+/// `part-of` label.
+async fn list_names(
+    scope: &SetScope,
+    api: &Api<PartialObjectMeta<DynamicObject>>,
+    member: &Member,
+) -> Result<HashMap<String, bool>> {
+    let mut out = HashMap::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = match api.list_metadata(&params).await {
+            Ok(p) => p,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(out),
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                return Err(forbidden(scope, "list", &member.reference, s.message));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for o in page.items {
+            let labelled = o
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(LABEL_PART_OF));
+            out.insert(o.metadata.name.unwrap_or_default(), labelled);
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(out),
+        }
+    }
+}
+
+fn metadata_api(scope: &SetScope, m: &Member) -> Api<PartialObjectMeta<DynamicObject>> {
+    match &m.reference.namespace {
+        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &m.resource),
+        None => Api::all_with(scope.client.clone(), &m.resource),
+    }
+}
+
+fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: String) -> Error {
+    Error::Forbidden {
+        who: scope.identity.to_string(),
+        what: format!("{verb} {member} (to know whether it already exists)"),
+        message,
+    }
+}
+
+/// Whether an adopted member must carry the adoption mark: Namespaces and CRDs, which the
+/// set then never deletes (their deletion would take what others put in them).
+pub fn needs_mark(member: &MemberRef) -> bool {
+    kinds::is_namespace(&member.group, &member.kind) || kinds::is_crd(&member.group, &member.kind)
+}
+
+/// Puts the adoption mark on an adopted member, under a field manager of its own (so the
+/// member's own applies leave it).
+pub async fn mark(scope: &SetScope, member: &Member) -> Result<()> {
+    let body = json!({
+        "apiVersion": member.resource.api_version,
+        "kind": member.resource.kind,
+        "metadata": {"name": member.reference.name,
+            "annotations": {ANNOTATION_ADOPTED: scope.parent.to_string()}},
+    });
+    let dynamic: Api<DynamicObject> = match &member.reference.namespace {
+        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &member.resource),
+        None => Api::all_with(scope.client.clone(), &member.resource),
+    };
+    dynamic
+        .patch(
+            &member.reference.name,
+            &PatchParams::apply(ADOPTION_FIELD_MANAGER),
+            &Patch::Apply(body),
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(group: &str, kind: &str) -> MemberRef {
+        MemberRef {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: None,
+            name: "x".into(),
+        }
+    }
+
+    #[test]
+    fn only_namespaces_and_crds_are_marked() {
+        assert!(needs_mark(&member("", "Namespace")));
+        assert!(needs_mark(&member(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition"
+        )));
+        assert!(!needs_mark(&member("", "ConfigMap")));
+        assert!(!needs_mark(&member(
+            "rbac.authorization.k8s.io",
+            "ClusterRole"
+        )));
+    }
+}

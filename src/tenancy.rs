@@ -1,0 +1,295 @@
+//! Tenancy conventions, pure: which identity a set acts with (its ServiceAccount, the
+//! operator's lock-down defaults, or the operator itself), and what a set acting with the
+//! operator's own identity may declare.
+
+use std::fmt;
+
+use crate::{
+    api::{ApplySetSpec, MemberRef},
+    applyset::{ParentKind, ParentRef},
+};
+
+/// The identity every request about a set's members is made with.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// The operator's own.
+    Operator,
+    /// A ServiceAccount, through impersonation.
+    ServiceAccount { namespace: String, name: String },
+}
+
+impl Identity {
+    /// The user to impersonate (`system:serviceaccount:<ns>:<name>`), if any.
+    pub fn user(&self) -> Option<String> {
+        match self {
+            Identity::Operator => None,
+            Identity::ServiceAccount { namespace, name } => {
+                Some(format!("system:serviceaccount:{namespace}:{name}"))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Identity {
+    /// `the operator's service account` or `ServiceAccount ns/name`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::Operator => f.write_str("the operator's service account"),
+            Identity::ServiceAccount { namespace, name } => {
+                write!(f, "ServiceAccount {namespace}/{name}")
+            }
+        }
+    }
+}
+
+/// The operator's lock-down defaults (both off unless set).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Defaults {
+    /// `--default-service-account NAME`: an ApplySet without serviceAccountName acts as
+    /// this ServiceAccount of its own namespace.
+    pub namespaced: Option<String>,
+    /// `--cluster-default-service-account NAMESPACE/NAME`: the same for ClusterApplySets.
+    pub cluster: Option<(String, String)>,
+    /// `--allow-cross-namespace-sets`: an ApplySet acting with the operator's identity may
+    /// declare members outside its namespace and cluster-scoped members.
+    pub allow_cross_namespace: bool,
+}
+
+/// Parses `NAMESPACE/NAME` (the `--cluster-default-service-account` value).
+pub fn parse_namespaced_name(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!(
+            "{value:?} is not NAMESPACE/NAME (e.g. flux-system/deployer)"
+        )),
+    }
+}
+
+/// The identity of `parent` with `spec`: its own ServiceAccount, else the operator's default
+/// for its kind, else the operator's own. A spec that names half a ServiceAccount is an
+/// error (the CRDs refuse it too).
+pub fn identity(
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    defaults: &Defaults,
+) -> Result<Identity, String> {
+    let sa = |namespace: &str, name: &str| Identity::ServiceAccount {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    };
+    let name = spec.service_account_name.as_deref();
+    let namespace = spec.service_account_namespace.as_deref();
+    match parent.kind {
+        ParentKind::ApplySet => {
+            let own = parent.namespace.as_deref().unwrap_or_default();
+            if namespace.is_some() {
+                return Err("spec.serviceAccountNamespace is for a ClusterApplySet only: an ApplySet's ServiceAccount is in the ApplySet's own namespace".into());
+            }
+            Ok(match (name, defaults.namespaced.as_deref()) {
+                (Some(n), _) | (None, Some(n)) => sa(own, n),
+                (None, None) => Identity::Operator,
+            })
+        }
+        ParentKind::ClusterApplySet => match (namespace, name, &defaults.cluster) {
+            (Some(ns), Some(n), _) => Ok(sa(ns, n)),
+            (None, None, Some((ns, n))) => Ok(sa(ns, n)),
+            (None, None, None) => Ok(Identity::Operator),
+            _ => Err("spec.serviceAccountName and spec.serviceAccountNamespace go together: set both or neither".into()),
+        },
+    }
+}
+
+/// What a set acting as `identity` may declare: with a ServiceAccount, anything (its RBAC
+/// decides); with the operator's identity, an ApplySet only namespaced members in its own
+/// namespace (unless the operator allows cross-namespace sets); a ClusterApplySet anything.
+/// `members`: each member and whether its kind is namespaced.
+pub fn check_scope<'a>(
+    parent: &ParentRef,
+    identity: &Identity,
+    defaults: &Defaults,
+    members: impl IntoIterator<Item = (&'a MemberRef, bool)>,
+) -> Result<(), String> {
+    if *identity != Identity::Operator
+        || parent.kind != ParentKind::ApplySet
+        || defaults.allow_cross_namespace
+    {
+        return Ok(());
+    }
+    let own = parent.namespace.as_deref().unwrap_or_default();
+    for (member, namespaced) in members {
+        let outside = if !namespaced {
+            Some("is cluster-scoped".to_string())
+        } else {
+            match member.namespace.as_deref() {
+                Some(ns) if ns != own => Some(format!("is in namespace {ns}")),
+                _ => None,
+            }
+        };
+        if let Some(why) = outside {
+            return Err(format!(
+                "{member} {why}, outside the ApplySet's namespace {own}; an ApplySet that acts with the operator's own identity may only declare namespaced members in its own namespace. Set spec.serviceAccountName to a ServiceAccount allowed to manage it, use a ClusterApplySet, or run the operator with --allow-cross-namespace-sets"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: Option<&str>, namespace: Option<&str>) -> ApplySetSpec {
+        ApplySetSpec {
+            service_account_name: name.map(str::to_string),
+            service_account_namespace: namespace.map(str::to_string),
+            ..ApplySetSpec::default()
+        }
+    }
+
+    fn sa(ns: &str, name: &str) -> Identity {
+        Identity::ServiceAccount {
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    fn locked() -> Defaults {
+        Defaults {
+            namespaced: Some("deployer".into()),
+            cluster: Some(("platform".into(), "admin".into())),
+            allow_cross_namespace: false,
+        }
+    }
+
+    #[test]
+    fn an_applyset_acts_as_its_own_service_account_in_its_namespace() {
+        let p = ParentRef::applyset("team-a", "web");
+        let id = identity(&p, &spec(Some("ci"), None), &Defaults::default());
+        assert_eq!(id, Ok(sa("team-a", "ci")));
+        assert_eq!(
+            id.map(|i| i.user()),
+            Ok(Some("system:serviceaccount:team-a:ci".into()))
+        );
+        // Its own name wins over the default.
+        assert_eq!(
+            identity(&p, &spec(Some("ci"), None), &locked()),
+            Ok(sa("team-a", "ci"))
+        );
+    }
+
+    #[test]
+    fn defaults_lock_down_sets_that_name_none() {
+        let p = ParentRef::applyset("team-a", "web");
+        assert_eq!(
+            identity(&p, &spec(None, None), &Defaults::default()),
+            Ok(Identity::Operator)
+        );
+        assert_eq!(
+            identity(&p, &spec(None, None), &locked()),
+            Ok(sa("team-a", "deployer"))
+        );
+        let c = ParentRef::cluster("platform");
+        assert_eq!(
+            identity(&c, &spec(None, None), &Defaults::default()),
+            Ok(Identity::Operator)
+        );
+        assert_eq!(
+            identity(&c, &spec(None, None), &locked()),
+            Ok(sa("platform", "admin"))
+        );
+    }
+
+    #[test]
+    fn a_cluster_applyset_names_both_or_neither() {
+        let c = ParentRef::cluster("platform");
+        assert_eq!(
+            identity(&c, &spec(Some("admin"), Some("ops")), &locked()),
+            Ok(sa("ops", "admin"))
+        );
+        for half in [spec(Some("admin"), None), spec(None, Some("ops"))] {
+            let e = identity(&c, &half, &Defaults::default()).expect_err("half a name");
+            assert!(e.contains("both or neither"), "{e}");
+        }
+        let p = ParentRef::applyset("team-a", "web");
+        let e = identity(&p, &spec(Some("ci"), Some("other")), &Defaults::default())
+            .expect_err("namespace on an ApplySet");
+        assert!(e.contains("ClusterApplySet only"), "{e}");
+    }
+
+    #[test]
+    fn identities_read_well() {
+        assert_eq!(
+            Identity::Operator.to_string(),
+            "the operator's service account"
+        );
+        assert_eq!(sa("a", "b").to_string(), "ServiceAccount a/b");
+        assert_eq!(Identity::Operator.user(), None);
+    }
+
+    #[test]
+    fn namespaced_names_parse() {
+        assert_eq!(
+            parse_namespaced_name("ops/admin"),
+            Ok(("ops".into(), "admin".into()))
+        );
+        for bad in ["admin", "/admin", "ops/", "a/b/c", ""] {
+            assert!(parse_namespaced_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn member(kind: &str, namespace: Option<&str>) -> MemberRef {
+        MemberRef {
+            group: String::new(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: "x".into(),
+        }
+    }
+
+    #[test]
+    fn the_operators_identity_keeps_an_applyset_in_its_namespace() {
+        let p = ParentRef::applyset("team-a", "web");
+        let own = member("ConfigMap", Some("team-a"));
+        let other = member("ConfigMap", Some("team-b"));
+        let binding = member("ClusterRoleBinding", None);
+        let d = Defaults::default();
+        assert_eq!(
+            check_scope(&p, &Identity::Operator, &d, [(&own, true)]),
+            Ok(())
+        );
+        let e = check_scope(&p, &Identity::Operator, &d, [(&own, true), (&other, true)])
+            .expect_err("another namespace");
+        assert!(e.contains("is in namespace team-b"), "{e}");
+        assert!(e.contains("serviceAccountName"), "names the ways out: {e}");
+        assert!(e.contains("--allow-cross-namespace-sets"), "{e}");
+        let e = check_scope(&p, &Identity::Operator, &d, [(&binding, false)])
+            .expect_err("cluster-scoped");
+        assert!(e.contains("is cluster-scoped"), "{e}");
+    }
+
+    #[test]
+    fn service_accounts_cluster_sets_and_the_flag_are_not_limited() {
+        let p = ParentRef::applyset("team-a", "web");
+        let other = member("ConfigMap", Some("team-b"));
+        let d = Defaults::default();
+        assert_eq!(
+            check_scope(&p, &sa("team-a", "ci"), &d, [(&other, true)]),
+            Ok(())
+        );
+        let c = ParentRef::cluster("platform");
+        assert_eq!(
+            check_scope(&c, &Identity::Operator, &d, [(&other, true)]),
+            Ok(())
+        );
+        let open = Defaults {
+            allow_cross_namespace: true,
+            ..Defaults::default()
+        };
+        assert_eq!(
+            check_scope(&p, &Identity::Operator, &open, [(&other, true)]),
+            Ok(())
+        );
+    }
+}
