@@ -473,14 +473,14 @@ async fn apply_within_timeout(
 ) -> Step<Vec<MemberResult>> {
     let members = &desired.set.members;
     let applying = async {
-        let unlabelled = adopt::unlabelled(scope, members, &live.existing).await?;
+        let lookup = adopt::unlabelled(scope, members, &live.existing).await?;
         let opts = apply::Options {
             force: spec.force,
             dry_run: spec.mode == Mode::Plan,
             existing: &live.existing,
             started: clock.epoch,
             deadline: clock.deadline,
-            unlabelled: &unlabelled,
+            lookup: &lookup,
             adopt_existing: spec.adopt_existing,
         };
         Ok::<_, Error>(apply::apply_staged(scope, members, &opts).await)

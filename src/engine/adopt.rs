@@ -25,13 +25,23 @@ use crate::{
 /// From this many members of one kind in one namespace on, one LIST reads them all.
 const LIST_FROM: usize = 4;
 
-/// The members that exist without a `part-of` label (of any set). `existing`: the set's
-/// live members, which need no look.
+/// What the look found.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    /// Members that exist without a `part-of` label (of any set).
+    pub unlabelled: HashSet<MemberRef>,
+    /// Members that could not be looked at (the read was forbidden), with why: they are not
+    /// applied (in doubt, nothing is changed).
+    pub unknown: HashMap<MemberRef, String>,
+}
+
+/// Looks at the members the set does not have live yet (`existing`: the set's live
+/// members, which need no look).
 pub async fn unlabelled(
     scope: &SetScope,
     members: &[Member],
     existing: &HashMap<MemberRef, LiveObject>,
-) -> Result<HashSet<MemberRef>> {
+) -> Result<Lookup> {
     // Indices, not references, keep the futures free of higher-ranked lifetimes.
     let mut groups: BTreeMap<(String, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, m) in members.iter().enumerate() {
@@ -45,7 +55,7 @@ pub async fn unlabelled(
         groups.entry(key).or_default().push(i);
     }
     let groups: Vec<Vec<usize>> = groups.into_values().collect();
-    let found: Vec<Vec<MemberRef>> = stream::iter(0..groups.len())
+    let found: Vec<Lookup> = stream::iter(0..groups.len())
         .map(|g| {
             let group: Vec<&Member> = groups[g].iter().map(|&i| &members[i]).collect();
             async move { unlabelled_in(scope, &group).await }
@@ -53,13 +63,19 @@ pub async fn unlabelled(
         .buffer_unordered(scope.concurrency)
         .try_collect()
         .await?;
-    Ok(found.into_iter().flatten().collect())
+    let mut out = Lookup::default();
+    for l in found {
+        out.unlabelled.extend(l.unlabelled);
+        out.unknown.extend(l.unknown);
+    }
+    Ok(out)
 }
 
 /// The unlabelled members of one group (one kind, one namespace).
-async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Vec<MemberRef>> {
+async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
+    let mut out = Lookup::default();
     let Some(first) = group.first() else {
-        return Ok(Vec::new());
+        return Ok(out);
     };
     let api = metadata_api(scope, first);
     let labelled = |meta: &ObjectMeta| {
@@ -67,24 +83,36 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Vec<Member
             .as_ref()
             .is_some_and(|l| l.contains_key(LABEL_PART_OF))
     };
-    let mut out = Vec::new();
     if group.len() >= LIST_FROM {
-        let live = list_names(scope, &api, first).await?;
-        for m in group {
-            if live.get(&m.reference.name).is_some_and(|l| !l) {
-                out.push(m.reference.clone());
+        match list_names(&api).await {
+            Ok(live) => {
+                for m in group {
+                    if live.get(&m.reference.name).is_some_and(|l| !l) {
+                        out.unlabelled.insert(m.reference.clone());
+                    }
+                }
             }
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                for m in group {
+                    let why = forbidden(scope, "list", &m.reference, &s.message);
+                    out.unknown.insert(m.reference.clone(), why);
+                }
+            }
+            Err(e) => return Err(e.into()),
         }
         return Ok(out);
     }
     for m in group {
         match api.get_metadata_opt(&m.reference.name).await {
-            Ok(Some(o)) if !labelled(&o.metadata) => out.push(m.reference.clone()),
+            Ok(Some(o)) if !labelled(&o.metadata) => {
+                out.unlabelled.insert(m.reference.clone());
+            }
             Ok(_) => {}
             // The kind is not served yet (its CRD is in this set): nothing exists.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                return Err(forbidden(scope, "get", &m.reference, s.message));
+                let why = forbidden(scope, "get", &m.reference, &s.message);
+                out.unknown.insert(m.reference.clone(), why);
             }
             Err(e) => return Err(e.into()),
         }
@@ -92,23 +120,18 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Vec<Member
     Ok(out)
 }
 
-/// Names of the objects of `member`'s kind in its namespace, each with whether it carries a
-/// `part-of` label.
+/// Names of the objects of a kind in a namespace (the scope of `api`), each with whether it
+/// carries a `part-of` label; none when the kind is not served (yet).
 async fn list_names(
-    scope: &SetScope,
     api: &Api<PartialObjectMeta<DynamicObject>>,
-    member: &Member,
-) -> Result<HashMap<String, bool>> {
+) -> kube::Result<HashMap<String, bool>> {
     let mut out = HashMap::new();
     let mut params = ListParams::default().limit(500);
     loop {
         let page = match api.list_metadata(&params).await {
             Ok(p) => p,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(out),
-            Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                return Err(forbidden(scope, "list", &member.reference, s.message));
-            }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         for o in page.items {
             let labelled = o
@@ -132,12 +155,14 @@ fn metadata_api(scope: &SetScope, m: &Member) -> Api<PartialObjectMeta<DynamicOb
     }
 }
 
-fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: String) -> Error {
+/// Why a member could not be looked at: the forbidden read, by whom.
+fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: &str) -> String {
     Error::Forbidden {
         who: scope.identity.to_string(),
         what: format!("{verb} {member} (to know whether it already exists)"),
-        message,
+        message: message.to_string(),
     }
+    .to_string()
 }
 
 /// Whether an adopted member must carry the adoption mark: Namespaces and CRDs, which the

@@ -6,7 +6,7 @@
 //! conflicts are reported naming the managers, or, with `force`, applied again with force.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     time::{Duration, Instant},
 };
 
@@ -44,8 +44,9 @@ pub struct Options<'a> {
     pub started: i64,
     /// CRDs must be Established by then.
     pub deadline: Instant,
-    /// Members that exist without a `part-of` label (see [`super::adopt::unlabelled`]).
-    pub unlabelled: &'a HashSet<MemberRef>,
+    /// Which members exist without a `part-of` label, and which could not be looked at
+    /// (see [`super::adopt::unlabelled`]).
+    pub lookup: &'a adopt::Lookup,
     /// `spec.adoptExisting`: every unlabelled member may be taken over.
     pub adopt_existing: bool,
 }
@@ -123,7 +124,11 @@ async fn apply_one(
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(uid));
     }
-    let adopting = opts.unlabelled.contains(&member.reference);
+    if let Some(why) = opts.lookup.unknown.get(&member.reference) {
+        let message = format!("{}: {why}; not applied", member.reference);
+        return (Outcome::Failed { message }, None);
+    }
+    let adopting = opts.lookup.unlabelled.contains(&member.reference);
     if adopting && !(opts.adopt_existing || member.adopt) {
         return (refuse_adoption(member), None);
     }

@@ -1,0 +1,401 @@
+//! End to end: tenancy (issue 10). A set acts with its own identity (a ServiceAccount,
+//! impersonated) or stays inside its namespace, and never takes over or deletes what is not
+//! its own.
+
+#[path = "support/operator.rs"]
+mod operator;
+mod support;
+
+use applyset_operator::controller::Operator;
+use k8s_openapi::api::events::v1::Event;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use operator::*;
+use serde_json::{Value, json};
+
+/// Finding 1: a namespaced ApplySet acting with the operator's identity cannot write into
+/// another namespace or create cluster-scoped objects (a binding to cluster-admin).
+#[tokio::test]
+async fn a_set_acting_as_the_operator_stays_in_its_namespace() {
+    let h = Harness::new("scope").await;
+    let op = h.start_operator();
+    let other = h.extra_namespace("scope-other").await;
+    let binding = unique("scope-admin");
+    let set = h.applyset("reach");
+    set.create(json!({"manifests": [
+        configmap_in(&other, "planted", json!({"k": "1"})),
+        cluster_admin_binding(&binding, &h.ns)]}))
+        .await;
+    let st = set
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    assert_condition(&st, "Stalled", "True");
+    let msg = ready(&st).message.clone();
+    assert!(msg.contains("outside the ApplySet's namespace"), "{msg}");
+    assert!(
+        msg.contains("serviceAccountName")
+            && msg.contains("ClusterApplySet")
+            && msg.contains("--allow-cross-namespace-sets"),
+        "the message names the ways out: {msg}"
+    );
+    assert!(!exists(&h.client, &configmap_ar(), Some(&other), "planted").await);
+    let crb = gvk_resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    );
+    assert!(!exists(&h.client, &crb, None, &binding).await);
+    stop(op).await;
+}
+
+/// Finding 2: an object that exists without a `part-of` label is not changed: the member
+/// fails (AdoptionRefused, Stalled) while the others apply; with the per-member opt-in it is
+/// adopted (an event says so), and once adopted it is the set's to prune.
+#[tokio::test]
+async fn an_existing_object_is_not_adopted_without_the_opt_in() {
+    let h = Harness::new("adopt").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    ssa(
+        &h.client,
+        &configmap_ar(),
+        Some(ns),
+        "someone",
+        configmap("precious", json!({"v": "theirs"})),
+    )
+    .await;
+    let set = h.applyset("adopter");
+    set.create(json!({"manifests": [
+        configmap("precious", json!({"v": "ours"})), configmap("other", json!({"k": "1"}))]}))
+        .await;
+    let st = set
+        .wait_ready_reason(Some("False"), "AdoptionRefused")
+        .await;
+    assert_condition(&st, "Stalled", "True");
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains("precious") && msg.contains("applyset.dev/adopt: enabled"),
+        "{msg}"
+    );
+    assert!(
+        exists(&h.client, &configmap_ar(), Some(ns), "other").await,
+        "the other members still apply"
+    );
+    let precious = must_get(&h.client, &configmap_ar(), Some(ns), "precious").await;
+    assert_eq!(precious.data["data"]["v"], "theirs", "left alone");
+    assert!(!precious.labels().contains_key(LABEL_PART_OF));
+
+    let mut adopt = configmap("precious", json!({"v": "ours"}));
+    adopt["metadata"]["annotations"] = json!({"applyset.dev/adopt": "enabled"});
+    // Taking over also takes its fields from their manager: force.
+    set.patch_spec(
+        json!({"force": true, "manifests": [adopt, configmap("other", json!({"k": "1"}))]}),
+    )
+    .await;
+    set.wait_ready().await;
+    let precious = must_get(&h.client, &configmap_ar(), Some(ns), "precious").await;
+    assert_eq!(precious.data["data"]["v"], "ours");
+    assert_member_of(&precious, &set.id(), &set.manager());
+    let note = event_note(&h, "Adopted").await;
+    assert!(note.contains("precious"), "{note}");
+
+    set.patch_spec(json!({"manifests": [configmap("other", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    assert!(
+        !exists(&h.client, &configmap_ar(), Some(ns), "precious").await,
+        "an adopted ConfigMap is the set's: pruned when dropped"
+    );
+    stop(op).await;
+}
+
+/// Finding 3: `applyset.dev/force: enabled` deletes and re-creates only the set's own
+/// objects; a foreign immutable object (even with adoption allowed) is left as it is.
+#[tokio::test]
+async fn a_foreign_immutable_object_is_not_deleted_and_recreated() {
+    let h = Harness::new("immut").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let mut theirs = configmap("frozen", json!({"v": "theirs"}));
+    theirs["immutable"] = json!(true);
+    let before = ssa(&h.client, &configmap_ar(), Some(ns), "someone", theirs).await;
+    let mut ours = configmap("frozen", json!({"v": "ours"}));
+    ours["immutable"] = json!(true);
+    ours["metadata"]["annotations"] = json!({"applyset.dev/force": "enabled"});
+    let set = h.applyset("forcer");
+    set.create(json!({"adoptExisting": true, "force": true, "manifests": [ours]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = ready(&st).message.clone();
+    assert!(msg.contains("not this set's"), "{msg}");
+    let after = must_get(&h.client, &configmap_ar(), Some(ns), "frozen").await;
+    assert_eq!(after.uid(), before.uid(), "not deleted");
+    assert_eq!(after.data["data"]["v"], "theirs");
+    stop(op).await;
+}
+
+/// An adopted Namespace is never deleted by the set, even when dropped from it (its
+/// contents that the set created are pruned).
+#[tokio::test]
+async fn an_adopted_namespace_is_never_deleted() {
+    let h = Harness::new("adoptns").await;
+    let op = h.start_operator();
+    let ns = h.extra_namespace("adopted").await;
+    let set = h.cluster_applyset(&unique("adoptns"));
+    let mut namespace = namespace(&ns);
+    namespace["metadata"]["annotations"] = json!({"applyset.dev/adopt": "enabled"});
+    set.create(json!({"manifests": [namespace, configmap_in(&ns, "inside", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    let live = must_get(&h.client, &namespace_ar(), None, &ns).await;
+    assert!(
+        live.annotations().contains_key("applyset.dev/adopted"),
+        "marked as adopted: {:?}",
+        live.annotations()
+    );
+
+    let role = unique("adoptns-role");
+    set.patch_spec(json!({"manifests": [cluster_role(&role)]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert!(summary(&st).retained >= 1, "{}", status_json(&st));
+    assert!(!exists(&h.client, &configmap_ar(), Some(&ns), "inside").await);
+    let live = must_get(&h.client, &namespace_ar(), None, &ns).await;
+    assert!(
+        live.metadata.deletion_timestamp.is_none(),
+        "the adopted Namespace is not deleted"
+    );
+    stop(op).await;
+}
+
+/// A set with a ServiceAccount acts with its rights only: a member it may not write fails,
+/// naming the ServiceAccount, the verb and the resource; what it may write applies and
+/// prunes as usual, under the set's own field manager.
+#[tokio::test]
+async fn an_impersonated_set_can_do_only_what_its_service_account_may() {
+    let h = Harness::new("imp").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    configmap_deployer(&h, "deployer").await;
+    let set = h.applyset("imp");
+    set.create(json!({"serviceAccountName": "deployer", "manifests": [
+        configmap("a", json!({"k": "1"})), secret("s")]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains(&format!("system:serviceaccount:{ns}:deployer")) && msg.contains("secrets"),
+        "names the ServiceAccount and the resource: {msg}"
+    );
+    assert!(!exists(&h.client, &secret_ar(), Some(ns), "s").await);
+
+    set.patch_spec(json!({"manifests": [
+        configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
+    assert_member_of(&a, &set.id(), &set.manager());
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_eq!(summary(&st).pruned, 1);
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "b").await);
+    stop(op).await;
+}
+
+/// A ServiceAccount that does not exist is named in status, and nothing is written.
+#[tokio::test]
+async fn a_missing_service_account_is_named() {
+    let h = Harness::new("ghost").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("ghost");
+    set.create(json!({"serviceAccountName": "ghost",
+        "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains(&format!("ServiceAccount {ns}/ghost does not exist")),
+        "{msg}"
+    );
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "a").await);
+    stop(op).await;
+}
+
+/// `--default-service-account`: a set that names no ServiceAccount acts as the default one
+/// of its namespace, so it cannot do more than that ServiceAccount may.
+#[tokio::test]
+async fn the_default_service_account_locks_down_sets_that_name_none() {
+    let h = Harness::new("lock").await;
+    let mut config = h.config();
+    config.tenancy.namespaced = Some("deployer".into());
+    let op = Operator::start(h.client.clone(), config);
+    let ns = h.ns.as_str();
+    configmap_deployer(&h, "deployer").await;
+    let set = h.applyset("locked");
+    set.create(json!({"manifests": [configmap("a", json!({"k": "1"})), secret("s")]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains(&format!("system:serviceaccount:{ns}:deployer")),
+        "{msg}"
+    );
+    assert!(!exists(&h.client, &secret_ar(), Some(ns), "s").await);
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    stop(op).await;
+}
+
+/// A ClusterApplySet acts as the ServiceAccount it names (both fields), and the API server
+/// refuses half a name.
+#[tokio::test]
+async fn a_cluster_applyset_acts_as_its_service_account() {
+    let h = Harness::new("csa").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let other = h.extra_namespace("csa-other").await;
+    let sa = "platform";
+    create(&h, &sa_ar(), Some(ns), json!({"metadata": {"name": sa}})).await;
+    let role = unique("csa-configmaps");
+    create(
+        &h,
+        &clusterrole_ar(),
+        None,
+        json!({"metadata": {"name": role},
+        "rules": [configmap_rule()]}),
+    )
+    .await;
+    create(
+        &h,
+        &crb_ar(),
+        None,
+        json!({"metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}),
+    )
+    .await;
+    let set = h.cluster_applyset(&unique("csa"));
+    set.create(
+        json!({"serviceAccountName": sa, "serviceAccountNamespace": ns, "manifests": [
+        configmap_in(ns, "a", json!({"k": "1"})), configmap_in(&other, "b", json!({"k": "1"}))]}),
+    )
+    .await;
+    set.wait_ready().await;
+    assert!(exists(&h.client, &configmap_ar(), Some(&other), "b").await);
+
+    let forbidden = unique("csa-role");
+    set.patch_spec(json!({"manifests": [cluster_role(&forbidden)]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = ready(&st).message.clone();
+    assert!(msg.contains("clusterroles"), "{msg}");
+    assert!(!exists(&h.client, &clusterrole_ar(), None, &forbidden).await);
+    assert!(
+        exists(&h.client, &configmap_ar(), Some(ns), "a").await,
+        "nothing pruned while a member fails"
+    );
+
+    let half = h.cluster_applyset(&unique("csa-half"));
+    let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "applyset.dev/v1alpha1", "kind": "ClusterApplySet",
+        "metadata": {"name": half.name}, "spec": {"serviceAccountName": sa}}))
+    .expect("object");
+    let err = half
+        .api()
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect_err("half a ServiceAccount is refused");
+    assert!(err.to_string().contains("both or neither"), "{err}");
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// A ServiceAccount `name` in the test namespace that may manage ConfigMaps there, and
+/// nothing else.
+async fn configmap_deployer(h: &Harness, name: &str) {
+    let ns = h.ns.as_str();
+    create(h, &sa_ar(), Some(ns), json!({"metadata": {"name": name}})).await;
+    let role = gvk_resource("rbac.authorization.k8s.io", "v1", "Role", "roles");
+    create(
+        h,
+        &role,
+        Some(ns),
+        json!({"metadata": {"name": name},
+        "rules": [configmap_rule()]}),
+    )
+    .await;
+    let binding = gvk_resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+    );
+    create(
+        h,
+        &binding,
+        Some(ns),
+        json!({"metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+    )
+    .await;
+}
+
+fn configmap_rule() -> Value {
+    json!({"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]})
+}
+
+fn sa_ar() -> kube::api::ApiResource {
+    gvk_resource("", "v1", "ServiceAccount", "serviceaccounts")
+}
+
+fn crb_ar() -> kube::api::ApiResource {
+    gvk_resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    )
+}
+
+/// Creates an object of `ar` (apiVersion and kind filled in).
+async fn create(h: &Harness, ar: &kube::api::ApiResource, namespace: Option<&str>, obj: Value) {
+    let mut obj = obj;
+    obj["apiVersion"] = json!(ar.api_version);
+    obj["kind"] = json!(ar.kind);
+    let obj: kube::api::DynamicObject = serde_json::from_value(obj).expect("object");
+    dyn_api(&h.client, ar, namespace)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("creating {} {}: {e}", ar.kind, obj.name_any()));
+}
+
+fn cluster_admin_binding(name: &str, namespace: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
+}
+
+/// The note of the newest event with `reason` in the test namespace.
+async fn event_note(h: &Harness, reason: &str) -> String {
+    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .next_back()
+        .unwrap_or_else(|| panic!("no event with reason {reason}"))
+}
