@@ -483,6 +483,75 @@ fn restricted_member_rbac_options() {
     assert!(err.contains("watchNamespace"), "{err}");
 }
 
+/// rbac.members=impersonate: nothing that writes members, impersonation of ServiceAccounts,
+/// and the lock-down flags.
+#[test]
+fn impersonate_mode_grants_no_write_on_members() {
+    let docs = template(&["--set", "rbac.members=impersonate"]);
+    let cr = one(&docs, "ClusterRole");
+    for r in rules(cr) {
+        let own =
+            r["apiGroups"] == json!(["applyset.dev"]) || r["apiGroups"] == json!(["events.k8s.io"]);
+        if own {
+            continue;
+        }
+        let verbs: Vec<&str> = r["verbs"]
+            .as_array()
+            .expect("verbs")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            verbs
+                .iter()
+                .all(|v| ["get", "list", "watch", "impersonate"].contains(v)),
+            "only reads and impersonation on members: {r}"
+        );
+    }
+    assert_grants(cr, "", "serviceaccounts", &["impersonate"]);
+    assert!(
+        rules(cr).iter().any(|r| r["apiGroups"] == json!(["*"])
+            && r["resources"] == json!(["*"])
+            && r["verbs"] == json!(["get", "list", "watch"])),
+        "reads every kind, for the member watches: {}",
+        cr["rules"]
+    );
+    let a = args(one(&docs, "Deployment"));
+    assert!(
+        a.contains(&"--default-service-account=applyset-deployer".to_string()),
+        "{a:?}"
+    );
+    assert!(
+        a.contains(
+            &"--cluster-default-service-account=applyset-system/applyset-deployer".to_string()
+        ),
+        "{a:?}"
+    );
+    let docs = template(&[
+        "--set",
+        "rbac.members=impersonate",
+        "--set",
+        "tenancy.defaultServiceAccount=deployer",
+        "--set",
+        "tenancy.clusterDefaultServiceAccount=platform/admin",
+    ]);
+    let a = args(one(&docs, "Deployment"));
+    assert!(
+        a.contains(&"--default-service-account=deployer".to_string()),
+        "{a:?}"
+    );
+    assert!(
+        a.contains(&"--cluster-default-service-account=platform/admin".to_string()),
+        "{a:?}"
+    );
+    // Other modes pass neither flag.
+    let a = args(one(&template(&[]), "Deployment"));
+    assert!(
+        !a.iter().any(|x| x.contains("default-service-account")),
+        "{a:?}"
+    );
+}
+
 #[test]
 fn invalid_values_are_refused_by_the_schema() {
     for (args, mentions) in [
@@ -731,6 +800,30 @@ impl Release {
             "helm uninstall failed:\n{}",
             text(&out)
         );
+    }
+
+    /// A kubeconfig that authenticates as the release's ServiceAccount with a token of its
+    /// own (a TokenRequest), as a pod of the release would.
+    async fn token_kubeconfig(&self, client: &Client) -> PathBuf {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        let request: TokenRequest =
+            serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).expect("request");
+        let token = Api::<ServiceAccount>::namespaced(client.clone(), &self.namespace)
+            .create_token_request(
+                &self.fullname(),
+                &kube::api::PostParams::default(),
+                &request,
+            )
+            .await
+            .expect("a token for the release's ServiceAccount")
+            .status
+            .and_then(|s| s.token)
+            .expect("a token in the answer");
+        let cp = cluster().control_plane();
+        let yaml = applyset_testenv::kubeconfig_yaml(cp.server(), &cp.ca_file(), &token);
+        let path = scratch("kubeconfigs").join(format!("{}-token.yaml", self.name));
+        fs::write(&path, yaml).expect("write");
+        path
     }
 
     /// A copy of the admin kubeconfig whose user impersonates the release's ServiceAccount,
@@ -1056,6 +1149,115 @@ async fn restricted_rules_for_exactly_the_examples_suffice() {
 
     examples_reconcile_as(&client, &release, &suffix).await;
     release.uninstall();
+}
+
+/// rbac.members=impersonate in a real control plane, the operator running with the chart
+/// ServiceAccount's own token: a set acts as its namespace's default ServiceAccount, which
+/// may only manage ConfigMaps; it cannot gain Secrets through the operator, and the
+/// operator itself may not write members.
+#[tokio::test]
+async fn impersonate_mode_gives_a_set_only_its_service_accounts_rights() {
+    let pid = std::process::id();
+    let client = cluster().client().await;
+    let release = Release::install(
+        &format!("aso-imp-{pid}"),
+        &format!("applyset-imp-{pid}"),
+        &["--set", "rbac.members=impersonate"],
+    );
+    wait_crds_established(&client).await;
+    let label = format!("imp-{pid}");
+    let kubeconfig = release.token_kubeconfig(&client).await;
+    let mut operator = OperatorProcess::start(
+        &kubeconfig,
+        &release.namespace,
+        &format!("applyset.dev/test={label}"),
+        &["--default-service-account=applyset-deployer"],
+    );
+
+    let ns = test_namespace(&client, "chart-imp").await;
+    configmaps_only_service_account(&client, &ns, "applyset-deployer").await;
+    let mut set = web_example(&ns, "team", &label);
+    set["spec"]["manifests"] = json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen"}, "stringData": {"a": "1"}}
+    ]);
+    apply_parent(&client, &set).await;
+    let ready = wait_ready(&client, &set, "False", |c| c["reason"] == "ApplyFailed").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("secrets")
+            && message.contains(&format!("system:serviceaccount:{ns}:applyset-deployer")),
+        "names the ServiceAccount and the resource: {ready}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(matches!(secrets.get_opt("stolen").await, Ok(None)));
+
+    // The operator's own ServiceAccount may not write members at all.
+    let operator_user = format!(
+        "system:serviceaccount:{}:{}",
+        release.namespace,
+        release.fullname()
+    );
+    for (verb, resource) in [
+        ("create", "configmaps"),
+        ("patch", "secrets"),
+        ("delete", "configmaps"),
+    ] {
+        assert!(
+            !may(&client, &operator_user, verb, resource, &ns).await,
+            "{operator_user} may {verb} {resource}"
+        );
+    }
+
+    set["spec"]["manifests"] = json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1"}}
+    ]);
+    apply_parent(&client, &set).await;
+    wait_ready(&client, &set, "True", |_| true).await;
+    operator.assert_running();
+    drop(operator);
+    release.uninstall();
+}
+
+/// ServiceAccount `name` in `namespace` with a Role for ConfigMaps there only.
+async fn configmaps_only_service_account(client: &Client, namespace: &str, name: &str) {
+    let pp = kube::api::PostParams::default();
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
+    Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create(&pp, &sa)
+        .await
+        .expect("ServiceAccount");
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": MEMBER_VERBS}]}))
+    .expect("role");
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(&pp, &role)
+        .await
+        .expect("Role");
+    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}))
+    .expect("binding");
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&pp, &binding)
+        .await
+        .expect("RoleBinding");
+}
+
+/// Whether `user` may `verb` `resource` (core group) in `namespace` (a SubjectAccessReview).
+async fn may(client: &Client, user: &str, verb: &str, resource: &str, namespace: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({"spec": {
+        "user": user,
+        "groups": ["system:serviceaccounts", "system:authenticated"],
+        "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace}}}))
+    .expect("review");
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
 }
 
 #[tokio::test]
