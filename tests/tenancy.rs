@@ -399,3 +399,49 @@ async fn event_note(h: &Harness, reason: &str) -> String {
         .next_back()
         .unwrap_or_else(|| panic!("no event with reason {reason}"))
 }
+
+/// examples/tenancy/team-a.yaml, applied as a user would (namespace and names unique to the
+/// test): the ApplySet acts as the team's ServiceAccount and becomes Ready with what its Role
+/// grants.
+#[tokio::test]
+async fn the_tenancy_example_reconciles_as_its_service_account() {
+    let h = Harness::new("example").await;
+    let op = h.start_operator();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tenancy/team-a.yaml"),
+    )
+    .expect("read the example");
+    let mut spec = None;
+    for doc in text.split("\n---\n") {
+        let obj: Value = serde_saphyr_value(doc);
+        match obj["kind"].as_str() {
+            Some("Namespace") | None => {}
+            Some("ApplySet") => spec = Some(obj["spec"].clone()),
+            Some(kind) => {
+                let (group, version) = match obj["apiVersion"].as_str().unwrap_or_default() {
+                    "v1" => ("", "v1"),
+                    other => other.split_once('/').expect("group/version"),
+                };
+                let plural = format!("{}s", kind.to_lowercase());
+                let ar = gvk_resource(group, version, kind, &plural);
+                let mut obj = obj;
+                obj["metadata"]["namespace"] = json!(h.ns);
+                if let Some(subjects) = obj["subjects"].as_array_mut() {
+                    for s in subjects {
+                        s["namespace"] = json!(h.ns);
+                    }
+                }
+                create(&h, &ar, Some(&h.ns), obj).await;
+            }
+        }
+    }
+    let set = h.applyset("app");
+    set.create(spec.expect("the example has an ApplySet")).await;
+    set.wait_ready().await;
+    assert!(exists(&h.client, &service_ar(), Some(&h.ns), "app").await);
+    stop(op).await;
+}
+
+fn serde_saphyr_value(doc: &str) -> Value {
+    serde_saphyr::from_str(doc).expect("YAML")
+}
