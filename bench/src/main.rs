@@ -5,10 +5,12 @@
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
-//!                [--no-kubectl]
+//!                [--no-kubectl] [--impersonate]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
+//! `--impersonate` makes every ApplySet name a ServiceAccount (bound to cluster-admin), so
+//! the operator makes every member request through impersonation: the cost of tenancy.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -30,7 +32,9 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, CustomResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    },
     config::{KubeConfigOptions, Kubeconfig},
     discovery::Scope,
 };
@@ -49,6 +53,8 @@ struct Args {
     operator: PathBuf,
     concurrency: Option<u16>,
     kubectl: bool,
+    /// Every set names a ServiceAccount (the operator impersonates it).
+    impersonate: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -59,6 +65,7 @@ fn parse_args() -> Res<Args> {
         operator: PathBuf::from("target/release/applyset-operator"),
         concurrency: None,
         kubectl: true,
+        impersonate: false,
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -92,6 +99,7 @@ fn parse_args() -> Res<Args> {
                 )
             }
             "--no-kubectl" => a.kubectl = false,
+            "--impersonate" => a.impersonate = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -508,18 +516,59 @@ struct Timings {
     prune_half: f64,
 }
 
+/// With `--impersonate`: a ServiceAccount in `ns` bound to cluster-admin, for the sets there
+/// to name (the cost measured is the impersonation, not the RBAC); its name.
+async fn deployer(client: &Client, args: &Args, ns: &str) -> Res<Option<String>> {
+    if !args.impersonate {
+        return Ok(None);
+    }
+    let name = "bench-deployer";
+    let pp = PostParams::default();
+    let sa: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1",
+        "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}}))
+    .map_err(|e| e.to_string())?;
+    let sa_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("", "v1", "ServiceAccount"),
+        "serviceaccounts",
+    );
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &sa_ar)
+        .create(&pp, &sa)
+        .await
+        .map_err(|e| format!("ServiceAccount: {e}"))?;
+    let crb_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+        "clusterrolebindings",
+    );
+    let crb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("bench-deployer-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}))
+    .map_err(|e| e.to_string())?;
+    Api::<DynamicObject>::all_with(client.clone(), &crb_ar)
+        .create(&pp, &crb)
+        .await
+        .map_err(|e| format!("ClusterRoleBinding: {e}"))?;
+    Ok(Some(name.to_string()))
+}
+
 async fn run_operator_set(
     client: &Client,
+    args: &Args,
     op: &OperatorProc,
     n: usize,
 ) -> Res<(Timings, BTreeMap<String, f64>)> {
     let ns = format!("op-{n}");
     create_namespace(client, &ns).await?;
+    let sa = deployer(client, args, &ns).await?;
     let api = applysets(client, &ns);
     let name = format!("set-{n}");
-    let body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+    let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"interval": "1h", "manifests": members(n, "m")}});
+    if let Some(sa) = sa {
+        body["spec"]["serviceAccountName"] = json!(sa);
+    }
     let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
     let mut t = Timings::default();
     let mut extra = BTreeMap::new();
@@ -731,6 +780,7 @@ async fn run_shape(
     .await?;
     let ns = format!("flux-{k}");
     create_namespace(client, &ns).await?;
+    let sa = deployer(client, args, &ns).await?;
     let api = applysets(client, &ns);
     let api_before = apiserver_requests(kubectl, kubeconfig);
     let (op_before, _, _) = op.counters();
@@ -741,11 +791,15 @@ async fn run_shape(
             let api = api.clone();
             let ns = ns.clone();
             let created = &created;
+            let sa = sa.clone();
             async move {
                 let p = format!("s{i:04}-");
                 let ms: Vec<Value> = [0usize, 3, 5, 6].iter().map(|j| member(*j, &p)).collect();
-                let body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
                     "metadata": {"name": format!("set-{i:04}"), "namespace": ns}, "spec": {"manifests": ms}});
+                if let Some(sa) = sa {
+                    body["spec"]["serviceAccountName"] = json!(sa);
+                }
                 let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
                 api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
                 created.fetch_add(1, Ordering::Relaxed);
@@ -965,7 +1019,7 @@ async fn run(args: Args) -> Res<()> {
         // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
         // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
         // must not slow down the next one's measurement.
-        let (o, extra) = run_operator_set(&client, &op, n).await?;
+        let (o, extra) = run_operator_set(&client, &args, &op, n).await?;
         delete_namespace(&client, &format!("op-{n}")).await?;
         let k = if args.kubectl {
             let k = run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?;
