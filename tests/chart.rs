@@ -668,6 +668,18 @@ fn kustomize_config_renders_the_chart_defaults() {
 
     let samples = kustomize("config/samples");
     assert_eq!(kinds(&samples), ["ApplySet"]);
+
+    // The locked-down overlay: the chart's `rbac.members: impersonate`.
+    let locked = kustomize("config/impersonate");
+    let chart = template(&["--set", "rbac.members=impersonate"]);
+    assert_eq!(
+        rules(one(&locked, "ClusterRole")),
+        rules(one(&chart, "ClusterRole"))
+    );
+    assert_eq!(
+        container(one(&locked, "Deployment")),
+        container(one(&chart, "Deployment"))
+    );
 }
 
 // ---------------------------------------------------------------------------------------
