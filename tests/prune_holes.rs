@@ -16,7 +16,6 @@ use applyset_operator::{
         prune::{self, Selection},
     },
 };
-use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams},
@@ -107,7 +106,7 @@ async fn wiped_parent_annotations_are_recorded_again_and_nothing_leaks() {
         set.annotation(ANNOTATION_GROUP_KINDS).await.as_deref(),
         Some("ConfigMap")
     );
-    let note = event_note(&h, "PruneFailed").await;
+    let note = event_note(&h.client, &h.ns, "PruneFailed").await;
     assert!(
         note.contains("prune skipped") && note.contains("Secret"),
         "the skipped prune is explained, naming what was missing: {note}"
@@ -271,21 +270,6 @@ async fn a_namespaced_kind_without_recorded_namespaces_is_not_forgotten() {
     .await;
     set.wait_ready().await;
     stop(op).await;
-}
-
-/// The note of the newest event with `reason` about the test's parents.
-async fn event_note(h: &Harness, reason: &str) -> String {
-    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
-    let list = events
-        .list(&ListParams::default())
-        .await
-        .expect("list events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .next_back()
-        .unwrap_or_else(|| panic!("no event with reason {reason}"))
 }
 
 /// The Widget CRD with v2 served and stored, v1 kept (stored objects) but not served.

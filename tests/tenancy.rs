@@ -7,11 +7,7 @@ mod operator;
 mod support;
 
 use applyset_operator::controller::Operator;
-use k8s_openapi::api::events::v1::Event;
-use kube::{
-    Api, ResourceExt,
-    api::{ListParams, PostParams},
-};
+use kube::{ResourceExt, api::PostParams};
 use operator::*;
 use serde_json::{Value, json};
 
@@ -99,7 +95,7 @@ async fn an_existing_object_is_not_adopted_without_the_opt_in() {
     let precious = must_get(&h.client, &configmap_ar(), Some(ns), "precious").await;
     assert_eq!(precious.data["data"]["v"], "ours");
     assert_member_of(&precious, &set.id(), &set.manager());
-    let note = event_note(&h, "Adopted").await;
+    let note = event_note(&h.client, &h.ns, "Adopted").await;
     assert!(note.contains("precious"), "{note}");
 
     set.patch_spec(json!({"manifests": [configmap("other", json!({"k": "1"}))]}))
@@ -383,21 +379,6 @@ fn cluster_admin_binding(name: &str, namespace: &str) -> Value {
         "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]})
-}
-
-/// The note of the newest event with `reason` in the test namespace.
-async fn event_note(h: &Harness, reason: &str) -> String {
-    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
-    let list = events
-        .list(&ListParams::default())
-        .await
-        .expect("list events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .next_back()
-        .unwrap_or_else(|| panic!("no event with reason {reason}"))
 }
 
 /// examples/tenancy/team-a.yaml, applied as a user would (namespace and names unique to the

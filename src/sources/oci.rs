@@ -539,14 +539,19 @@ impl Artifact {
         ))
     }
 
-    /// HEADs the manifest of the tag: the sha256 digest the registry announces for it, if any.
-    async fn head_digest(&mut self) -> Result<Option<String>, SourceError> {
+    /// The answer to `method` on the manifest of the reference; a 404 ("the registry has no
+    /// `what` …") or another failure is an error.
+    async fn manifest_response(
+        &mut self,
+        method: Method,
+        what: &str,
+    ) -> Result<reqwest::Response, SourceError> {
         let failed = SourceError::Failed;
         let reference = &self.reference;
         let resp = self
             .session
             .request(
-                Method::HEAD,
+                method.clone(),
                 &format!("manifests/{reference}"),
                 Some(MANIFEST_TYPES),
             )
@@ -554,16 +559,22 @@ impl Artifact {
             .map_err(failed)?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(failed(format!(
-                "the registry has no tag {reference:?} in {}",
+                "the registry has no {what} {reference:?} in {}",
                 self.session.repo
             )));
         }
         if !resp.status().is_success() {
             return Err(failed(format!(
-                "HEAD manifest {reference}: the registry answered {}",
+                "{method} manifest {reference}: the registry answered {}",
                 resp.status()
             )));
         }
+        Ok(resp)
+    }
+
+    /// HEADs the manifest of the tag: the sha256 digest the registry announces for it, if any.
+    async fn head_digest(&mut self) -> Result<Option<String>, SourceError> {
+        let resp = self.manifest_response(Method::HEAD, "tag").await?;
         Ok(resp
             .headers()
             .get("docker-content-digest")
@@ -580,28 +591,8 @@ impl Artifact {
         expected: Option<&str>,
     ) -> Result<(Vec<u8>, String), SourceError> {
         let failed = SourceError::Failed;
+        let resp = self.manifest_response(Method::GET, "manifest").await?;
         let reference = &self.reference;
-        let resp = self
-            .session
-            .request(
-                Method::GET,
-                &format!("manifests/{reference}"),
-                Some(MANIFEST_TYPES),
-            )
-            .await
-            .map_err(failed)?;
-        if resp.status() == StatusCode::NOT_FOUND {
-            return Err(failed(format!(
-                "the registry has no manifest {reference:?} in {}",
-                self.session.repo
-            )));
-        }
-        if !resp.status().is_success() {
-            return Err(failed(format!(
-                "GET manifest {reference}: the registry answered {}",
-                resp.status()
-            )));
-        }
         let announced = resp
             .headers()
             .get("docker-content-digest")
