@@ -102,12 +102,18 @@ pub struct ApplySetSpec {
     /// it the operator's --default-service-account (--cluster-default-service-account) is
     /// used when set, else the operator's own identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
     pub service_account_name: Option<String>,
 
     /// ClusterApplySet only: the namespace of serviceAccountName (set both or neither).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub service_account_namespace: Option<String>,
 
     /// Take over objects that already exist without this set's part-of label. Without it

@@ -332,6 +332,18 @@ impl MemberWatches {
         )
     }
 
+    /// The members parent `id` applied successfully (in this process), which are therefore
+    /// its own.
+    pub fn applied_by(&self, id: &str) -> HashSet<MemberRef> {
+        let Ok(s) = self.state.lock() else {
+            return HashSet::new();
+        };
+        s.applied
+            .get(id)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Marks an apply of `member` by parent `id` as in flight until the returned guard is
     /// recorded or dropped. Events of the member meanwhile do not count as drift by
     /// themselves: the watch can deliver our own write before the apply's answer.

@@ -67,10 +67,39 @@ pub fn parse_namespaced_name(value: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Whether `name` is a valid object name (a DNS-1123 subdomain: at most 253 characters of
+/// lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit).
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
 /// The identity of `parent` with `spec`: its own ServiceAccount, else the operator's default
-/// for its kind, else the operator's own. A spec that names half a ServiceAccount is an
-/// error (the CRDs refuse it too).
+/// for its kind, else the operator's own. A spec that names half a ServiceAccount, or a name
+/// that is not a valid object name, is an error (the CRDs refuse both too).
 pub fn identity(
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    defaults: &Defaults,
+) -> Result<Identity, String> {
+    let id = identity_named(parent, spec, defaults)?;
+    if let Identity::ServiceAccount { namespace, name } = &id
+        && !(is_dns_subdomain(namespace) && is_dns_subdomain(name))
+    {
+        return Err(format!(
+            "{namespace:?}/{name:?} is not a valid ServiceAccount (lowercase letters, digits, '-' and '.')"
+        ));
+    }
+    Ok(id)
+}
+
+fn identity_named(
     parent: &ParentRef,
     spec: &ApplySetSpec,
     defaults: &Defaults,
@@ -216,6 +245,27 @@ mod tests {
         let e = identity(&p, &spec(Some("ci"), Some("other")), &Defaults::default())
             .expect_err("namespace on an ApplySet");
         assert!(e.contains("ClusterApplySet only"), "{e}");
+    }
+
+    #[test]
+    fn invalid_names_are_refused_before_any_request() {
+        let p = ParentRef::applyset("team-a", "web");
+        for bad in [
+            "x\n",
+            "Admin",
+            "-x",
+            "x-",
+            "a b",
+            "x\u{7f}",
+            &"a".repeat(254),
+        ] {
+            let e = identity(&p, &spec(Some(bad), None), &Defaults::default())
+                .expect_err("an invalid name");
+            assert!(e.contains("not a valid ServiceAccount"), "{bad:?}: {e}");
+        }
+        assert!(is_dns_subdomain("applyset-deployer"));
+        assert!(is_dns_subdomain("a.b-c1"));
+        assert!(!is_dns_subdomain(""));
     }
 
     #[test]

@@ -230,8 +230,21 @@ async fn a_namespaced_kind_without_recorded_namespaces_is_not_forgotten() {
     set.patch_spec(json!({"manifests": [cluster_role(&role)]}))
         .await;
 
-    let status = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
-    let message = ready(&status).message.clone();
+    // Found before the apply (ApplyFailed) or by the prune after it (PruneFailed), depending
+    // on whether the member watches answered what is live: either way, the same message.
+    let message = set
+        .wait_until(
+            "Ready=False naming the namespaced kind",
+            DEADLINE,
+            |obj, st| {
+                let st = st?;
+                (st.observed_generation == obj.metadata.generation).then_some(())?;
+                let c = condition(st, "Ready")?;
+                (c.status == "False" && c.message.contains("is namespaced"))
+                    .then(|| c.message.clone())
+            },
+        )
+        .await;
     assert!(
         message.contains("ConfigMap is namespaced but the parent records no namespace"),
         "{message}"

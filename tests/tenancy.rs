@@ -64,12 +64,24 @@ async fn an_existing_object_is_not_adopted_without_the_opt_in() {
     )
     .await;
     let set = h.applyset("adopter");
+    // Our label copied onto someone else's object does not make it ours either.
+    let mut copied = configmap("copied", json!({"v": "theirs"}));
+    copied["metadata"]["labels"] = json!({LABEL_PART_OF: set.id()});
+    ssa(&h.client, &configmap_ar(), Some(ns), "someone", copied).await;
     set.create(json!({"manifests": [
-        configmap("precious", json!({"v": "ours"})), configmap("other", json!({"k": "1"}))]}))
+        configmap("precious", json!({"v": "ours"})), configmap("copied", json!({"v": "ours"})),
+        configmap("other", json!({"k": "1"}))]}))
         .await;
     let st = set
         .wait_ready_reason(Some("False"), "AdoptionRefused")
         .await;
+    assert!(
+        ready(&st).message.contains("copied"),
+        "{}",
+        ready(&st).message
+    );
+    let copied = must_get(&h.client, &configmap_ar(), Some(ns), "copied").await;
+    assert_eq!(copied.data["data"]["v"], "theirs", "left alone");
     assert_condition(&st, "Stalled", "True");
     let msg = ready(&st).message.clone();
     assert!(

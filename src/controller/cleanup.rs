@@ -14,7 +14,7 @@ use crate::{
     api::DeletionPolicy,
     engine::{
         Extent, SetScope, live,
-        outcome::{Outcome, tally},
+        outcome::{Outcome, Retained, tally},
         prune::{self, Keep},
     },
     parent::{self, Parent, Recorded},
@@ -48,6 +48,17 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         tracing::info!("deleted with deletionPolicy Orphan; members left in place");
         return Ok(Action::await_change());
     }
+    // Acting as a ServiceAccount that is gone (typically deleted with its namespace, which
+    // takes the members there too), nothing can be deleted as it: the members stay, and the
+    // finalizer goes rather than block the deletion for ever.
+    let missing = super::reconcile::missing_service_account(ctx, scope).await;
+    if !missing.is_empty() {
+        tracing::warn!(
+            "{missing}its members are left in place (deleted without its ServiceAccount)"
+        );
+        report::orphaned(ctx, obj, &missing).await;
+        return Ok(Action::await_change());
+    }
     // The record: the annotations, completed with what status says was applied last (in
     // case the annotations were replaced or edited).
     let recorded = parent::recorded(obj.meta(), &ctx.resolver)
@@ -79,7 +90,10 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         .iter()
         .filter_map(|r| match &r.outcome {
             Outcome::DeleteFailed { message } => Some(message.clone()),
-            Outcome::Changed => Some(format!("{} changed while being deleted", r.reference)),
+            Outcome::Changed | Outcome::Retained(Retained::Recreated) => Some(format!(
+                "{} changed or was re-created while being deleted",
+                r.reference
+            )),
             _ => None,
         })
         .collect();

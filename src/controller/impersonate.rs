@@ -5,16 +5,15 @@
 use http::{HeaderValue, Request};
 use kube::{Client, client::Body};
 
-/// A client that sends every request through `base` as `user`.
-pub fn client(base: &Client, user: &str) -> Client {
-    let header = HeaderValue::from_str(user).ok();
+/// A client that sends every request through `base` as `user`; none when `user` cannot be
+/// a header value (never a client that would fall back to the operator's identity).
+pub fn client(base: &Client, user: &str) -> Option<Client> {
+    let header = HeaderValue::from_str(user).ok()?;
     let inner = base.clone();
     let service = tower::service_fn(move |mut req: Request<Body>| {
-        if let Some(h) = &header {
-            req.headers_mut().insert("Impersonate-User", h.clone());
-        }
+        req.headers_mut().insert("Impersonate-User", header.clone());
         let inner = inner.clone();
         async move { inner.send(req).await }
     });
-    Client::new(service, base.default_namespace().to_string())
+    Some(Client::new(service, base.default_namespace().to_string()))
 }

@@ -152,29 +152,36 @@ impl Context {
     }
 
     /// The scope of one parent's reconcile: acting as `identity`, within the shared write
-    /// bound, with the member watches.
-    fn scope(&self, parent: ParentRef, identity: Identity) -> SetScope {
+    /// bound, with the member watches. None when `identity` cannot be impersonated.
+    fn scope(&self, parent: ParentRef, identity: Identity) -> Option<SetScope> {
         let scope = SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
             .with_writes(self.writes.clone())
             .with_watches(self.members.clone());
         match identity.user() {
-            None => scope,
+            None => Some(scope),
             Some(user) => {
-                let client = self.impersonating(&user);
-                scope.acting_as(identity, client)
+                let client = self.impersonating(&user)?;
+                Some(scope.acting_as(identity, client))
             }
         }
     }
 
+    /// The scope of a parent acting as the operator (to report on it).
+    fn operator_scope(&self, parent: ParentRef) -> SetScope {
+        SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
+    }
+
     /// The client impersonating `user`, made once and kept.
-    fn impersonating(&self, user: &str) -> Client {
+    fn impersonating(&self, user: &str) -> Option<Client> {
         let Ok(mut clients) = self.impersonated.lock() else {
             return impersonate::client(&self.client, user);
         };
-        clients
-            .entry(user.to_string())
-            .or_insert_with(|| impersonate::client(&self.client, user))
-            .clone()
+        if let Some(c) = clients.get(user) {
+            return Some(c.clone());
+        }
+        let client = impersonate::client(&self.client, user)?;
+        clients.insert(user.to_string(), client.clone());
+        Some(client)
     }
 
     fn succeeded(&self, key: &str) {
@@ -496,15 +503,20 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 /// cleans up behind the finalizer.
 async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
-    let identity = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
-        Ok(identity) => identity,
+    let scope = tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy).and_then(|id| {
+        let who = id.to_string();
+        ctx.scope(parent.clone(), id)
+            .ok_or_else(|| format!("{who} cannot be impersonated (not a valid user name)"))
+    });
+    let scope = match scope {
+        Ok(scope) => scope,
         Err(e) => {
-            let scope = ctx.scope(parent, Identity::Operator);
+            // Nothing is done as anyone: the refusal is only reported.
+            let scope = ctx.operator_scope(parent);
             let r = Report::failed(Reason::ValidationFailed, format!("{}: {e}", scope.parent));
             return report::write(ctx, &scope, &*obj, r).await;
         }
     };
-    let scope = ctx.scope(parent, identity);
     let deleting = obj.meta().deletion_timestamp.is_some();
     // A parent that is not ours is not touched at all: no finalizer, no metadata.
     if !deleting && let Err(e) = parent::check_ownership(obj.meta(), &scope.parent) {

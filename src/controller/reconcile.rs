@@ -448,7 +448,7 @@ async fn apply_members<P: Parent>(
 
 /// `ServiceAccount ns/name does not exist: …; ` when the set acts as a ServiceAccount that
 /// does not exist (impersonating it is then forbidden everything), else nothing.
-async fn missing_service_account(ctx: &Context, scope: &SetScope) -> String {
+pub async fn missing_service_account(ctx: &Context, scope: &SetScope) -> String {
     let Identity::ServiceAccount { namespace, name } = &scope.identity else {
         return String::new();
     };
@@ -473,7 +473,7 @@ async fn apply_within_timeout(
 ) -> Step<Vec<MemberResult>> {
     let members = &desired.set.members;
     let applying = async {
-        let lookup = adopt::unlabelled(scope, members, &live.existing).await?;
+        let lookup = adopt::unlabelled(scope, members, &live.owned).await?;
         let opts = apply::Options {
             force: spec.force,
             dry_run: spec.mode == Mode::Plan,
@@ -499,8 +499,9 @@ async fn apply_within_timeout(
     Ok(results?)
 }
 
-/// Step 4, prune, only after every member applied, decided on a listing made after the apply;
-/// a prune that does not finish stops the reconcile (the parent keeps its superset).
+/// Step 4, prune, only after every member applied (see [`prune::decide`] for the listing a
+/// decision is made on); a prune that cannot be decided or does not finish stops the
+/// reconcile with PruneFailed (the parent keeps its superset).
 /// `applied`: the apply's results, for the summary of a stop.
 async fn prune_members(
     ctx: &Context,
@@ -516,7 +517,23 @@ async fn prune_members(
     }
     let t0 = Instant::now();
     let keep = Keep::new(&desired.known, &desired.declared, applied);
-    let selection = prune::decide(scope, &ctx.resolver, extent, &keep, live, true).await?;
+    let selection = match prune::decide(scope, &ctx.resolver, extent, &keep, live, true).await {
+        Ok(selection) => selection,
+        Err(e) => {
+            // Every member applied: a prune that cannot be decided is a prune failure.
+            let missing = match e {
+                Error::Forbidden { .. } => missing_service_account(ctx, scope).await,
+                _ => String::new(),
+            };
+            let msg = format!(
+                "{}: {missing}{e}; nothing was pruned, the parent keeps recording every kind",
+                scope.parent
+            );
+            let r = Report::failed(Reason::PruneFailed, msg).attempted(&desired.set.revision);
+            let summary = Some(tally(applied));
+            return Err(Report { summary, ..r }.into());
+        }
+    };
     let results = prune::prune(scope, selection).await;
     tracing::debug!(ms = t0.elapsed().as_millis(), "pruned");
     let parent = scope.parent.to_string();

@@ -18,7 +18,7 @@ use crate::{
     api::{ApplySetStatus, MemberRef, Plan, Summary},
     engine::{
         SetScope,
-        outcome::{MemberResult, Outcome},
+        outcome::{MemberResult, Outcome, Retained},
     },
     parent::Parent,
     status::{self, Reason},
@@ -114,15 +114,17 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     Some(Report::failed(reason, msg).attempted(revision))
 }
 
-/// The report for a prune that did not finish (a delete failed, or an object changed while
-/// being pruned), if so: the parent keeps recording every kind.
+/// The report for a prune that did not finish (a delete failed, or an object changed or was
+/// re-created while being pruned), if so: the parent keeps recording every kind.
 pub fn prune_failure(parent: &str, results: &[MemberResult], revision: &str) -> Option<Report> {
     let mut errors = Vec::new();
     let mut changed = Vec::new();
     for r in results {
         match &r.outcome {
             Outcome::DeleteFailed { message } => errors.push(message.clone()),
-            Outcome::Changed => changed.push(r.reference.to_string()),
+            Outcome::Changed | Outcome::Retained(Retained::Recreated) => {
+                changed.push(r.reference.to_string())
+            }
             _ => {}
         }
     }
@@ -419,6 +421,23 @@ pub async fn announce_adopted<P: Parent>(ctx: &Context, obj: &P, results: &[Memb
     }
 }
 
+/// A Warning event: the parent was deleted without its members being deleted, and why.
+pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: "MembersOrphaned".into(),
+        note: Some(status::truncate(
+            &format!("{why}its members were left in place"),
+            1000,
+        )),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an event failed");
+    }
+}
+
 /// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,
 /// Ready as it was (observed for the previous generation).
 pub async fn mark_progressing<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Result<()> {
@@ -471,7 +490,6 @@ pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::outcome::Retained;
 
     fn member(name: &str) -> MemberRef {
         MemberRef {
@@ -549,7 +567,7 @@ mod tests {
         let ok = [
             r("a", Outcome::Pruned),
             r("b", Outcome::Gone),
-            r("c", Outcome::Retained(Retained::Recreated)),
+            r("c", Outcome::Retained(Retained::PruneDisabled)),
         ];
         assert_eq!(prune_failure("ApplySet team/web", &ok, "rev"), None);
         let bad = [
@@ -561,12 +579,13 @@ mod tests {
                 },
             ),
             r("e", Outcome::Changed),
+            r("f", Outcome::Retained(Retained::Recreated)),
         ];
         let report = prune_failure("ApplySet team/web", &bad, "rev").expect("a failure");
         assert_eq!(report.reason, Reason::PruneFailed);
         assert_eq!(
             report.message,
-            "ApplySet team/web: prune incomplete, the parent keeps recording every kind: 1 delete(s) failed: d: forbidden; changed while being pruned (looked at again next time): ConfigMap team/e"
+            "ApplySet team/web: prune incomplete, the parent keeps recording every kind: 1 delete(s) failed: d: forbidden; changed while being pruned (looked at again next time): ConfigMap team/e, ConfigMap team/f"
         );
         assert_eq!(report.attempted.as_deref(), Some("rev"));
     }

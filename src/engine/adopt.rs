@@ -1,7 +1,9 @@
-//! Adoption: which declared members already exist without any `part-of` label — someone
-//! else's objects, which a set takes over only when allowed — learnt with few reads. Members
-//! the set already has live are not looked at; the others are read metadata only: one LIST
-//! per kind and namespace where several share one, else one GET each.
+//! Adoption: which declared members already exist but are not the set's own — no `part-of`
+//! label, or this set's label copied by someone else (not owned by our member field
+//! manager): someone else's objects, which a set takes over only when allowed — learnt with
+//! few reads. Members known to be the set's own are not looked at; the others are read
+//! metadata only: one LIST per kind and namespace where several share one, else one GET
+//! each. (An object labelled by another set is left to the apply, which refuses it.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -13,7 +15,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{SetScope, live::LiveObject};
+use super::{SetScope, live::label_owned_by};
 use crate::{
     Error, Result,
     api::MemberRef,
@@ -28,24 +30,23 @@ const LIST_FROM: usize = 4;
 /// What the look found.
 #[derive(Debug, Default)]
 pub struct Lookup {
-    /// Members that exist without a `part-of` label (of any set).
+    /// Members that exist and are not the set's own (no `part-of` label, or ours copied).
     pub unlabelled: HashSet<MemberRef>,
     /// Members that could not be looked at (the read was forbidden), with why: they are not
     /// applied (in doubt, nothing is changed).
     pub unknown: HashMap<MemberRef, String>,
 }
 
-/// Looks at the members the set does not have live yet (`existing`: the set's live
-/// members, which need no look).
+/// Looks at the members not known to be the set's own (`owned`, which need no look).
 pub async fn unlabelled(
     scope: &SetScope,
     members: &[Member],
-    existing: &HashMap<MemberRef, LiveObject>,
+    owned: &HashSet<MemberRef>,
 ) -> Result<Lookup> {
     // Indices, not references, keep the futures free of higher-ranked lifetimes.
     let mut groups: BTreeMap<(String, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, m) in members.iter().enumerate() {
-        if existing.contains_key(&m.reference) {
+        if owned.contains(&m.reference) {
             continue;
         }
         let key = (
@@ -78,16 +79,11 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
         return Ok(out);
     };
     let api = metadata_api(scope, first);
-    let labelled = |meta: &ObjectMeta| {
-        meta.labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(LABEL_PART_OF))
-    };
     if group.len() >= LIST_FROM {
-        match list_names(&api).await {
-            Ok(live) => {
+        match list_names(scope, &api).await {
+            Ok(foreign) => {
                 for m in group {
-                    if live.get(&m.reference.name).is_some_and(|l| !l) {
+                    if foreign.get(&m.reference.name).is_some_and(|f| *f) {
                         out.unlabelled.insert(m.reference.clone());
                     }
                 }
@@ -104,7 +100,7 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
     }
     for m in group {
         match api.get_metadata_opt(&m.reference.name).await {
-            Ok(Some(o)) if !labelled(&o.metadata) => {
+            Ok(Some(o)) if foreign(scope, &o.metadata) => {
                 out.unlabelled.insert(m.reference.clone());
             }
             Ok(_) => {}
@@ -120,9 +116,20 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
     Ok(out)
 }
 
+/// Whether an existing object is someone else's in the sense of adoption: no `part-of`
+/// label, or this set's label not owned by our member field manager (copied).
+fn foreign(scope: &SetScope, meta: &ObjectMeta) -> bool {
+    match meta.labels.as_ref().and_then(|l| l.get(LABEL_PART_OF)) {
+        None => true,
+        Some(id) if *id == scope.id => !label_owned_by(meta, &scope.manager),
+        Some(_) => false,
+    }
+}
+
 /// Names of the objects of a kind in a namespace (the scope of `api`), each with whether it
-/// carries a `part-of` label; none when the kind is not served (yet).
+/// is [`foreign`]; none when the kind is not served (yet).
 async fn list_names(
+    scope: &SetScope,
     api: &Api<PartialObjectMeta<DynamicObject>>,
 ) -> kube::Result<HashMap<String, bool>> {
     let mut out = HashMap::new();
@@ -134,12 +141,8 @@ async fn list_names(
             Err(e) => return Err(e),
         };
         for o in page.items {
-            let labelled = o
-                .metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.contains_key(LABEL_PART_OF));
-            out.insert(o.metadata.name.unwrap_or_default(), labelled);
+            let foreign = foreign(scope, &o.metadata);
+            out.insert(o.metadata.name.unwrap_or_default(), foreign);
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),

@@ -134,9 +134,12 @@ async fn apply_one(
     }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
+    if adopting && let Err(refused) = mark_adopted(scope, member, opts.dry_run).await {
+        return (refused, None);
+    }
     let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
     if adopting && outcome.is_applied() {
-        outcome = adopted(scope, member, opts.dry_run).await;
+        outcome = Outcome::Adopted;
     }
     let uid = answer.as_ref().and_then(|a| a.uid.clone());
     if let (
@@ -163,21 +166,21 @@ fn refuse_adoption(member: &Member) -> Outcome {
     }
 }
 
-/// The outcome of a member just taken over: Adopted, once a Namespace or CRD carries the
-/// adoption mark (without it, the set could later delete it).
-async fn adopted(scope: &SetScope, member: &Member, dry_run: bool) -> Outcome {
+/// Before a Namespace or CRD is taken over, it is marked as adopted (the set then never
+/// deletes it); a mark that cannot be written stops its adoption. Other kinds, and plans,
+/// need no mark.
+async fn mark_adopted(scope: &SetScope, member: &Member, dry_run: bool) -> Result<(), Outcome> {
     if dry_run || !adopt::needs_mark(&member.reference) {
-        return Outcome::Adopted;
+        return Ok(());
     }
-    match adopt::mark(scope, member).await {
-        Ok(()) => Outcome::Adopted,
-        Err(e) => Outcome::Failed {
+    adopt::mark(scope, member)
+        .await
+        .map_err(|e| Outcome::Failed {
             message: format!(
-                "{}: adopted, but marking it as adopted failed ({e}); it is applied again next time",
+                "{}: not adopted: marking it as adopted failed ({e})",
                 member.reference
             ),
-        },
-    }
+        })
 }
 
 /// What the server answered a successful apply with.

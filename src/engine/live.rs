@@ -78,6 +78,10 @@ pub struct Live {
     pub observed: Observed,
     /// Live members by reference (to tell created, configured and unchanged apart).
     pub existing: HashMap<MemberRef, LiveObject>,
+    /// Members known to be the set's own: their `part-of` label is owned by our member field
+    /// manager (listed), or this process applied them (watched). A `part-of` label someone
+    /// copied does not make an object ours.
+    pub owned: std::collections::HashSet<MemberRef>,
 }
 
 /// Learns what of the set is live, over the extent's listed kinds and namespaces: from the
@@ -90,10 +94,9 @@ pub async fn observe(
     known: &HashMap<GroupKind, Resolved>,
     declared: &HashMap<MemberRef, ApiResource>,
 ) -> Result<Live> {
-    let watched = scope
-        .watches()
-        .and_then(|w| w.members_of(&scope.id, &extent.listed_kinds));
-    if let Some(members) = watched {
+    let watches = scope.watches();
+    let watched = watches.and_then(|w| w.members_of(&scope.id, &extent.listed_kinds));
+    if let (Some(members), Some(w)) = (watched, watches) {
         let undeclared = members.keys().any(|r| !declared.contains_key(r));
         let existing = members
             .into_iter()
@@ -102,6 +105,7 @@ pub async fn observe(
         return Ok(Live {
             observed: Observed::Watched { undeclared },
             existing,
+            owned: w.applied_by(&scope.id),
         });
     }
     let listed = list(
@@ -116,9 +120,15 @@ pub async fn observe(
         .iter()
         .map(|m| (m.reference.clone(), m.live()))
         .collect();
+    let owned = listed
+        .iter()
+        .filter(|m| label_owned_by(&m.meta, &scope.manager))
+        .map(|m| m.reference.clone())
+        .collect();
     Ok(Live {
         observed: Observed::Listed(listed),
         existing,
+        owned,
     })
 }
 

@@ -61,9 +61,17 @@ impl Outcome {
         )
     }
 
-    /// A prune that did not finish: the parent must keep recording every kind.
+    /// A prune that did not finish: the parent must keep recording every kind (and the
+    /// later deletion groups wait: a Namespace or CRD is not deleted while something that
+    /// should go before it may still be there). An object re-created meanwhile counts: it is
+    /// left alone, and may live in a Namespace the prune would delete next.
     pub fn is_unfinished_prune(&self) -> bool {
-        matches!(self, Outcome::Changed | Outcome::DeleteFailed { .. })
+        matches!(
+            self,
+            Outcome::Changed
+                | Outcome::DeleteFailed { .. }
+                | Outcome::Retained(Retained::Recreated)
+        )
     }
 }
 
@@ -245,7 +253,8 @@ mod tests {
             .is_unfinished_prune()
         );
         assert!(!Outcome::Gone.is_unfinished_prune());
-        assert!(!Outcome::Retained(Retained::Recreated).is_unfinished_prune());
+        assert!(Outcome::Retained(Retained::Recreated).is_unfinished_prune());
+        assert!(!Outcome::Retained(Retained::PruneDisabled).is_unfinished_prune());
     }
 
     #[test]

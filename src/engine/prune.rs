@@ -294,8 +294,8 @@ pub async fn delete_if_unchanged(
 
 /// Deletes `items` in reverse dependency order (namespaced objects, cluster-scoped objects,
 /// Namespaces, CRDs), concurrently within a group, each only if unchanged since listed (UID
-/// and resourceVersion preconditions). A group
-/// with a failure (or a changed object) stops the later groups: a Namespace or CRD is never
+/// and resourceVersion preconditions). A group with a failure (or an object changed or
+/// re-created meanwhile) stops the later groups: a Namespace or CRD is never
 /// deleted while something that should go before it is still there. Returns one result per
 /// item attempted.
 pub async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberResult> {
