@@ -10,6 +10,9 @@ TESTENV := $(CURDIR)/target/debug/testenv
 KUBECTL := $(LOCAL)/bin/kubectl
 # Tests share one control plane per test binary; two binaries at once is plenty for 2 cores.
 TEST_THREADS ?= 4
+# The model-based walk of `make soak` (tests/model): its seed (a number, or random) and length.
+SEED ?= random
+STEPS ?= 1000
 
 .PHONY: help
 help: ## list the targets
@@ -56,6 +59,11 @@ test: deps kube-binaries helm-binary registry-binary ## every test: unit, integr
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+.PHONY: soak
+soak: deps kube-binaries ## a long model-based random walk (tests/model): make soak SEED=<n|random> STEPS=<n>
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) MODEL_SEED=$(SEED) MODEL_STEPS=$(STEPS) \
+	  $(CARGO) test --locked --features model-test --test model walk_with_seed -- --exact --nocapture
 
 .PHONY: bench
 bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/

@@ -385,3 +385,48 @@ fn control_plane_processes_end_when_a_test_panics_half_way() {
 fn control_plane_processes_end_when_the_test_binary_is_killed() {
     run_child_and_check("kill");
 }
+
+/// `ControlPlane::restart_apiserver` (the model walk's fault): kube-apiserver comes back on
+/// the same address with the same serving certificate (the kubeconfig still works) and etcd
+/// kept the data; the new process is stopped with the control plane, the old one forgotten.
+#[test]
+fn a_restarted_apiserver_serves_the_same_data_at_the_same_address() {
+    let bin = applyset_testenv::binaries().expect("binaries");
+    let mut opts = applyset_testenv::Options::new(bin);
+    opts.controller_manager = false;
+    let mut cp = applyset_testenv::ControlPlane::start(&opts).expect("start");
+    let (bin, kubeconfig) = (cp.kubectl(), cp.kubeconfig().to_owned());
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(&bin)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, _) = kubectl(&["create", "configmap", "kept", "--from-literal=k=v"]);
+    assert!(ok, "creating a ConfigMap");
+    let (server, before) = (cp.server().to_owned(), cp.pids());
+    cp.restart_apiserver(Duration::from_secs(90))
+        .expect("kube-apiserver restarts");
+    assert_eq!(cp.server(), server, "the same address");
+    let (ok, data) = kubectl(&["get", "configmap", "kept", "-o", "jsonpath={.data.k}"]);
+    assert!(ok && data == "v", "etcd kept the ConfigMap: {ok} {data:?}");
+    let after = cp.pids();
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "one kube-apiserver: {before:?} → {after:?}"
+    );
+    assert_ne!(after, before, "a new kube-apiserver process");
+    cp.stop();
+    for pid in after {
+        assert!(
+            !alive(&pid.to_string()),
+            "process {pid} still alive after stop"
+        );
+    }
+}

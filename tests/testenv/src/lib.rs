@@ -7,6 +7,10 @@
 //! from a pipe. When the process that owns the control plane ends — normally, by a panic, or by
 //! SIGKILL — the pipe closes, and the guard stops the processes and removes the state
 //! directory. [`ControlPlane::stop`] (also run on drop) does the same synchronously.
+//!
+//! [`ControlPlane::restart_apiserver`] kills kube-apiserver alone and starts it again with the
+//! same flags, port and serving certificate, against the same etcd and its data (a fault the
+//! model-based test injects).
 
 use std::{
     fs,
@@ -43,6 +47,8 @@ pub enum Error {
         timeout: Duration,
         log: PathBuf,
     },
+    #[error("{0} is not running, so it cannot be restarted")]
+    NotRunning(&'static str),
     #[error("{process} exited early with {status}; its log is {log}")]
     Exited {
         process: &'static str,
@@ -125,6 +131,10 @@ pub struct ControlPlane {
     server: String,
     token: String,
     bin_dir: PathBuf,
+    /// The etcd client URL kube-apiserver uses (kept for [`ControlPlane::restart_apiserver`]).
+    etcd_url: String,
+    /// kube-apiserver's secure port (the same after a restart).
+    api_port: u16,
     children: Vec<(&'static str, Child)>,
     guard: Option<(Child, ChildStdin)>,
 }
@@ -142,7 +152,13 @@ const GUARD_SCRIPT: &str = r#"
 trap '' INT HUP TERM
 dir=$1
 pids=
-while read -r p; do pids="$pids $p"; done
+# A line "PID" adds a process to stop; "-PID" forgets one that ended (a restarted process).
+while read -r p; do
+  case $p in
+    -*) keep=; for q in $pids; do [ "$q" = "${p#-}" ] || keep="$keep $q"; done; pids=$keep ;;
+    *) pids="$pids $p" ;;
+  esac
+done
 # The state is thrown away, so there is nothing to shut down gracefully.
 [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
 i=0
@@ -219,6 +235,8 @@ impl ControlPlane {
             server: String::new(),
             token: random_hex(16)?,
             bin_dir: opts.bin_dir.clone(),
+            etcd_url: String::new(),
+            api_port: 0,
             children: Vec::new(),
             guard: guard_stdin.map(|s| (guard_child, s)),
         };
@@ -228,9 +246,10 @@ impl ControlPlane {
 
     fn spawn(&mut self, name: &'static str, cmd: &mut Command) -> Result<()> {
         let log = self.dir.join(format!("{name}.log"));
+        // Appended to: a restarted process keeps the log of its earlier run.
         let out = io(
-            format!("creating {}", log.display()),
-            fs::File::create(&log),
+            format!("opening {}", log.display()),
+            fs::OpenOptions::new().create(true).append(true).open(&log),
         )?;
         let err = io("duplicating a log handle", out.try_clone())?;
         let child = io(
@@ -302,58 +321,14 @@ impl ControlPlane {
         )?;
 
         self.server = format!("https://127.0.0.1:{api_port}");
-        self.spawn(
-            "kube-apiserver",
-            Command::new(bin.join("kube-apiserver"))
-                .arg(format!("--etcd-servers={etcd_url}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg(format!("--secure-port={api_port}"))
-                .arg("--advertise-address=127.0.0.1")
-                .arg("--endpoint-reconciler-type=none")
-                .arg(format!("--cert-dir={}", pki.display()))
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
-                .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-                .arg(format!("--service-account-key-file={}", sa_key.display()))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    sa_key.display()
-                ))
-                .arg("--authorization-mode=RBAC")
-                .arg(format!(
-                    "--token-auth-file={}",
-                    d.join("tokens.csv").display()
-                ))
-                .arg("--allow-privileged=true")
-                .arg("--disable-admission-plugins=ServiceAccount")
-                .arg("--max-requests-inflight=0")
-                .arg("--max-mutating-requests-inflight=0")
-                .arg("--enable-priority-and-fairness=false")
-                .arg("--v=0"),
-        )?;
-
-        // The apiserver writes its self-signed serving certificate before it listens.
-        let ca = pki.join("apiserver.crt");
-        self.wait_until("kube-apiserver", opts.ready_timeout, || ca.is_file())?;
-        io(
-            "writing the kubeconfig",
-            fs::write(
-                &self.kubeconfig,
-                kubeconfig_yaml(&self.server, &ca, &self.token),
-            ),
-        )?;
-        let kubectl = bin.join("kubectl");
-        let kc = self.kubeconfig.clone();
-        self.wait_until("kube-apiserver", opts.ready_timeout, || {
-            Command::new(&kubectl)
-                .arg(format!("--kubeconfig={}", kc.display()))
-                .args(["get", "--raw=/readyz", "--request-timeout=5s"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })?;
+        self.etcd_url = etcd_url;
+        self.api_port = api_port;
+        let mut apiserver = self.apiserver_command();
+        self.spawn("kube-apiserver", &mut apiserver)?;
+        self.wait_apiserver_ready(opts.ready_timeout)?;
 
         if opts.controller_manager {
+            let ca = self.ca_file();
             let kcm_kubeconfig = self.kubeconfig.clone();
             self.spawn(
                 "kube-controller-manager",
@@ -374,6 +349,90 @@ impl ControlPlane {
             self.check_alive()?;
         }
         Ok(())
+    }
+
+    /// The kube-apiserver command line: the same on every start of this control plane.
+    fn apiserver_command(&self) -> Command {
+        let d = &self.dir;
+        let pki = d.join("pki");
+        let sa_key = pki.join("sa.key");
+        let mut cmd = Command::new(self.bin_dir.join("kube-apiserver"));
+        cmd.arg(format!("--etcd-servers={}", self.etcd_url))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={}", self.api_port))
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--endpoint-reconciler-type=none")
+            // The serving certificate is generated on the first start and reused afterwards,
+            // so the kubeconfig's CA stays valid across restarts.
+            .arg(format!("--cert-dir={}", pki.display()))
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", sa_key.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                sa_key.display()
+            ))
+            .arg("--authorization-mode=RBAC")
+            .arg(format!(
+                "--token-auth-file={}",
+                d.join("tokens.csv").display()
+            ))
+            .arg("--allow-privileged=true")
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg("--max-requests-inflight=0")
+            .arg("--max-mutating-requests-inflight=0")
+            .arg("--enable-priority-and-fairness=false")
+            .arg("--v=0");
+        cmd
+    }
+
+    /// Waits until kube-apiserver has written its serving certificate and the kubeconfig
+    /// (first start) and answers `/readyz`.
+    fn wait_apiserver_ready(&mut self, timeout: Duration) -> Result<()> {
+        let ca = self.ca_file();
+        self.wait_until("kube-apiserver", timeout, || ca.is_file())?;
+        io(
+            "writing the kubeconfig",
+            fs::write(
+                &self.kubeconfig,
+                kubeconfig_yaml(&self.server, &ca, &self.token),
+            ),
+        )?;
+        let kubectl = self.kubectl();
+        let kc = self.kubeconfig.clone();
+        self.wait_until("kube-apiserver", timeout, || {
+            Command::new(&kubectl)
+                .arg(format!("--kubeconfig={}", kc.display()))
+                .args(["get", "--raw=/readyz", "--request-timeout=5s"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    }
+
+    /// Kills kube-apiserver (SIGKILL, no graceful shutdown) and starts it again with the same
+    /// flags, on the same port, against the same etcd, whose data is kept; returns once it
+    /// answers `/readyz` again (within `ready_timeout`). Clients see refused connections
+    /// meanwhile and their watches end. etcd and kube-controller-manager keep running.
+    pub fn restart_apiserver(&mut self, ready_timeout: Duration) -> Result<()> {
+        let i = self
+            .children
+            .iter()
+            .position(|(name, _)| *name == "kube-apiserver")
+            .ok_or(Error::NotRunning("kube-apiserver"))?;
+        let (_, mut old) = self.children.remove(i);
+        let _ = old.kill();
+        let _ = old.wait();
+        // The guard must not signal that PID any more: it may be reused by then.
+        if let Some((_, stdin)) = &mut self.guard {
+            let _ = writeln!(stdin, "-{}", old.id());
+            let _ = stdin.flush();
+        }
+        let mut apiserver = self.apiserver_command();
+        self.spawn("kube-apiserver", &mut apiserver)?;
+        self.wait_apiserver_ready(ready_timeout)?;
+        self.check_alive()
     }
 
     fn check_alive(&mut self) -> Result<()> {

@@ -1,0 +1,340 @@
+//! A walk in progress: the steps it carries out in the cluster and the model, the wait for
+//! the cluster to settle as the model says, and the failure report.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use crate::{check, rng::Rng, state::Model, steps::Step, universe, world::World};
+
+/// The latency of the operator's connections while a drop races a foreign annotation.
+pub const RACE_LATENCY: Duration = Duration::from_millis(80);
+/// How long the cluster may take to settle after a step.
+pub const SETTLE: Duration = Duration::from_secs(90);
+/// ... for a while (`RESTART_RECOVERY`) after kube-apiserver was restarted: the operator's
+/// watches resume only after tens of seconds (measured 5–45 s, more after back-to-back
+/// restarts).
+pub const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(180);
+pub const RESTART_RECOVERY: Duration = Duration::from_secs(180);
+
+/// A walk in progress.
+pub struct Walk {
+    pub seed: u64,
+    pub steps: usize,
+    pub rng: Rng,
+    pub model: Model,
+    pub world: World,
+    /// The steps so far, as printed on failure.
+    pub log: Vec<String>,
+    pub tally: BTreeMap<String, u32>,
+    /// SIGKILLs that landed between an apply and its prune (the dropped member still there).
+    pub hits: u32,
+    pub race_aim: RaceAim,
+    /// When kube-apiserver was last restarted.
+    pub restarted: Option<Instant>,
+    /// The longest the cluster took to settle after a step.
+    pub slowest: Duration,
+    /// How to run a failed sequence again, when it is not a walk of `make soak`.
+    pub rerun: Option<&'static str>,
+}
+
+/// When a racing annotation is sent after the spec write that drops its object: aimed at
+/// the moment the operator prunes, searched between the earlier races of the walk (one that
+/// landed was early, one that found the object gone was late). The window that matters,
+/// between the prune's listing and its delete, is a few milliseconds wide, and about twice
+/// [`RACE_LATENCY`] while the races slow the operator's network down.
+pub struct RaceAim {
+    /// The latest delay that landed before the prune, and the earliest that came after it.
+    pub early: Option<u64>,
+    pub late: Option<u64>,
+    /// Races whose annotation landed (the object was retained), and that found it pruned.
+    pub landed: u32,
+    pub pruned: u32,
+}
+
+impl RaceAim {
+    fn new() -> RaceAim {
+        RaceAim {
+            early: None,
+            late: None,
+            landed: 0,
+            pruned: 0,
+        }
+    }
+
+    /// The delay of the next race, `offset_ms` off the aim.
+    fn delay(&self, offset_ms: i64) -> u64 {
+        let aim = match (self.early, self.late) {
+            (Some(e), Some(l)) => (e + l) / 2,
+            (Some(e), None) => e * 2 + 20,
+            (None, Some(l)) => l / 2,
+            (None, None) => 3 * RACE_LATENCY.as_millis() as u64,
+        };
+        aim.saturating_add_signed(offset_ms)
+    }
+
+    fn learn(&mut self, delay: u64, landed: bool) {
+        if landed {
+            self.landed += 1;
+            self.early = Some(delay);
+            self.late = self.late.filter(|&l| l > delay);
+        } else {
+            self.pruned += 1;
+            self.late = Some(delay);
+            self.early = self.early.filter(|&e| e < delay);
+        }
+    }
+}
+
+impl Walk {
+    /// Sets up the world of a walk (nothing declared yet) and learns the foreign objects.
+    pub async fn start(seed: u64, steps: usize) -> Walk {
+        let world = World::start(seed)
+            .await
+            .unwrap_or_else(|e| panic!("model walk (seed {seed}): setting up: {e}"));
+        let mut w = Walk {
+            seed,
+            steps,
+            rng: Rng::new(seed),
+            model: Model::new(&universe::foreign_keys()),
+            world,
+            log: Vec::new(),
+            tally: BTreeMap::new(),
+            hits: 0,
+            race_aim: RaceAim::new(),
+            restarted: None,
+            slowest: Duration::ZERO,
+            rerun: None,
+        };
+        if let Err(e) = w.settle(SETTLE).await {
+            w.fail(0, &e);
+        }
+        w
+    }
+
+    /// Carries out a step, lets the operator react, and checks the invariants.
+    pub async fn perform(&mut self, step: &Step) -> Result<(), String> {
+        match step {
+            Step::Kill { payload, delay_ms } => {
+                self.act(payload).await?;
+                // The moment of the fault: a random delay, not a wait for anything.
+                tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                self.world.kill_operator();
+                self.world.start_operator();
+            }
+            Step::KillBetweenApplyAndPrune { set, add, drop, .. } => {
+                step.apply(&mut self.model);
+                self.world
+                    .write_spec(*set, &self.model.sets[*set].spec)
+                    .await?;
+                self.wait_exists(add).await?;
+                self.world.kill_operator();
+                if self.world.exists(drop).await == Some(true) {
+                    self.hits += 1;
+                }
+                self.world.start_operator();
+            }
+            Step::RestartApiserver { payload, delay_ms } => {
+                self.act(payload).await?;
+                tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                self.world.restart_apiserver()?;
+                self.restarted = Some(Instant::now());
+            }
+            Step::DropWatches { payload, blind_ms } => {
+                self.world.proxy.refuse(true);
+                self.world.proxy.cut();
+                let acted = self.act(payload).await;
+                // How long the operator stays cut off: the fault's length.
+                tokio::time::sleep(Duration::from_millis(*blind_ms)).await;
+                self.world.proxy.refuse(false);
+                acted?;
+            }
+            Step::DropRacingAnnotation {
+                set,
+                key,
+                offset_ms,
+            } => {
+                let delay = self.race_aim.delay(*offset_ms);
+                return self.race(step, *set, key, delay).await;
+            }
+            _ => self.act(step).await?,
+        }
+        self.model.converge();
+        self.settle(SETTLE).await
+    }
+
+    /// A plain step: the model first, then the cluster's writes from the model.
+    async fn act(&mut self, step: &Step) -> Result<(), String> {
+        let uid = match step {
+            Step::ForeignDelete { key } => self.model.objects.get(key).and_then(|o| o.uid.clone()),
+            _ => None,
+        };
+        step.apply(&mut self.model);
+        let w = &self.world;
+        match step {
+            Step::Create { set, .. } => w.create_parent(*set, &self.model.sets[*set].spec).await,
+            Step::Edit { .. } | Step::Move { .. } => {
+                for s in step.spec_writes() {
+                    w.write_spec(s, &self.model.sets[s].spec).await?;
+                }
+                Ok(())
+            }
+            Step::Delete { set } => w.delete_parent(*set).await,
+            Step::TakeField { key, value } => w.take_field(key, value).await,
+            Step::CopyLabel { key, set } => w.copy_label(key, *set).await,
+            Step::ForeignDelete { key } => match w.delete_object(key, uid.as_deref()).await? {
+                true => Ok(()),
+                false => Err(format!("the foreign actor found {key} gone already")),
+            },
+            Step::ForeignPruneDisabled { key } => match w.annotate_prune_disabled(key).await? {
+                true => Ok(()),
+                false => Err(format!("the foreign actor found {key} gone")),
+            },
+            Step::EditAnnotations { set, .. } => {
+                w.write_recorded(*set, &self.model.sets[*set].recorded)
+                    .await
+            }
+            Step::Hijack { set } => w.hijack(*set, true).await,
+            Step::Release { set } => w.hijack(*set, false).await,
+            _ => unreachable!("not a plain step: {step}"),
+        }
+    }
+
+    /// Drops a member and annotates it `prune: disabled` as a foreign actor `delay_ms` later,
+    /// racing the prune. If the annotation landed, the object existed then and must not be
+    /// deleted after it; if it found the object gone, the prune was first. Either way the
+    /// foreign actor deletes what is left, so the model (and the rest of the walk) does not
+    /// depend on who won.
+    async fn race(
+        &mut self,
+        step: &Step,
+        set: usize,
+        key: &universe::Key,
+        delay_ms: u64,
+    ) -> Result<(), String> {
+        step.apply(&mut self.model);
+        let uid = self.model.objects.get(key).and_then(|o| o.uid.clone());
+        let spec = self.model.sets[set].spec.clone();
+        let world = &self.world;
+        let annotate = async {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            world.annotate_prune_disabled(key).await
+        };
+        // A slow network between the operator and the API server widens the moment between
+        // the prune's listing and its delete, where the annotation must still count.
+        world.proxy.set_latency(RACE_LATENCY);
+        let (written, landed) = tokio::join!(world.write_spec(set, &spec), annotate);
+        world.proxy.set_latency(Duration::ZERO);
+        written?;
+        let landed = landed?;
+        self.race_aim.learn(delay_ms, landed);
+        if landed {
+            self.model.foreign_prune_disabled(key);
+        } else {
+            self.model.foreign_delete(key);
+        }
+        self.model.converge();
+        self.settle(SETTLE).await?;
+        if self.model.objects.contains_key(key) {
+            self.world.delete_object(key, uid.as_deref()).await?;
+            self.model.foreign_delete(key);
+            self.model.converge();
+            self.settle(SETTLE).await?;
+        }
+        Ok(())
+    }
+
+    /// Polls (tightly: the kill must land before the prune) until `key` exists, within the
+    /// time the cluster has to settle.
+    async fn wait_exists(&self, key: &universe::Key) -> Result<(), String> {
+        let timeout = self.settle_timeout(SETTLE);
+        let deadline = Instant::now() + timeout;
+        while self.world.exists(key).await != Some(true) {
+            if Instant::now() > deadline {
+                return Err(format!("{key} was not applied within {timeout:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
+    /// How long the cluster may take to settle: longer for a while after a kube-apiserver
+    /// restart (the operator's watches take tens of seconds to resume: see the report of
+    /// this test in the README).
+    fn settle_timeout(&self, normal: Duration) -> Duration {
+        match self.restarted {
+            Some(t) if t.elapsed() < RESTART_RECOVERY => normal.max(SETTLE_AFTER_RESTART),
+            _ => normal,
+        }
+    }
+
+    /// Waits until the cluster matches the model; a fatal finding fails at once.
+    pub async fn settle(&mut self, timeout: Duration) -> Result<(), String> {
+        let timeout = self.settle_timeout(timeout);
+        self.check_within(timeout).await
+    }
+
+    /// Polls until the cluster matches the model, at most `timeout`; a fatal finding fails
+    /// at once.
+    pub async fn check_within(&mut self, timeout: Duration) -> Result<(), String> {
+        self.model.check_consistent()?;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut last;
+        loop {
+            if let Some(why) = self.world.operator_exited() {
+                return Err(why);
+            }
+            match check::observe(&self.world).await {
+                Ok(obs) => {
+                    let v = check::compare(&self.model, &obs);
+                    if !v.fatal.is_empty() {
+                        return Err(format!("invariant broken:\n  {}", v.fatal.join("\n  ")));
+                    }
+                    if v.pending.is_empty() {
+                        check::learn(&mut self.model, &obs);
+                        self.slowest = self.slowest.max(started.elapsed());
+                        return Ok(());
+                    }
+                    last = v.pending;
+                }
+                Err(e) => last = vec![format!("observing the cluster: {e}")],
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the cluster did not settle as the model says within {timeout:?}:\n  {}",
+                    last.join("\n  ")
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Fails the test with everything needed to replay and understand the failure.
+    pub fn fail(&self, step: usize, problem: &str) -> ! {
+        let logs: Vec<String> = self
+            .world
+            .logs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let replay = match self.rerun {
+            Some(r) => r.to_owned(),
+            None => format!("make soak SEED={} STEPS={step}", self.seed),
+        };
+        panic!(
+            "model walk failed at step {step} of {} (seed {seed})\n\
+             replay: {replay}\n\n\
+             {problem}\n\n\
+             the model expected:\n{}\n\
+             steps:\n{}\n\n\
+             operator logs: {}",
+            self.steps,
+            check::describe_model(&self.model),
+            self.log.join("\n"),
+            logs.join(" "),
+            seed = self.seed,
+        );
+    }
+}
