@@ -1,5 +1,6 @@
-//! Reproducers of the operator bugs the walk found, reduced to their minimal sequences.
-//! Ignored while the bugs are open: `cargo test --test model -- --ignored` runs them.
+//! Reproducers of the operator bugs the walk found, reduced to their minimal sequences. One
+//! is ignored while its bug is open (`cargo test --features model-test --test model --
+//! --ignored` runs it); the other passes since its fix.
 
 use std::time::Duration;
 
@@ -60,21 +61,21 @@ async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
 
 /// An object annotated `applyset.dev/prune: disabled` while its parent prunes it is kept:
 /// once the annotation is in the API server, the operator must not delete the object.
-/// Ignored: the operator deletes it — prune decides on a listing and deletes with a UID
-/// precondition only, so an annotation added between the two is not seen. The minimal
+/// It used to be deleted — prune decided on a listing and deleted with a UID precondition
+/// only, so an annotation added between the two was not seen; deletes now carry the listed
+/// resourceVersion too. The minimal
 /// sequence (found by the walk, seed 7 with the race step weighted up, step 9): model-c1
 /// declares Widget model-home/w0 and is Ready; model-c1 drops w0 and, while the operator
 /// prunes it, a foreign actor's merge patch adds `applyset.dev/prune: disabled` to w0 (200
 /// OK); the operator logs `pruned member=Widget… model-home/w0` and w0 is gone. Each round
 /// here races one drop (the operator's network slowed down by [`crate::walk::RACE_LATENCY`] widens the
-/// window), up to 20 rounds. Run it with `cargo test --test model -- --ignored
-/// prune_disabled_while_being_pruned`; the walk's race step is behind
-/// `MODEL_RACE_PRUNE_DISABLED=1` meanwhile.
+/// window), up to 20 rounds. Run it with `cargo test --features model-test --test model
+/// prune_disabled_while_being_pruned`. The walk's race step is still behind
+/// `MODEL_RACE_PRUNE_DISABLED=1`, to be made a regular step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "operator bug: an object annotated prune: disabled between the prune's listing and its delete is deleted"]
 async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
     let mut w = Walk::start(DEFAULT_SEED, 40).await;
-    w.rerun = Some("cargo test --test model -- --ignored prune_disabled_while_being_pruned");
+    w.rerun = Some("cargo test --features model-test --test model prune_disabled_while_being_pruned");
     let cms: Vec<universe::Key> = universe::member_keys()
         .into_iter()
         .filter(|k| k.kind == universe::Kind::ConfigMap)
