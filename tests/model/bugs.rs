@@ -75,7 +75,8 @@ async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
     let mut w = Walk::start(DEFAULT_SEED, 40).await;
-    w.rerun = Some("cargo test --features model-test --test model prune_disabled_while_being_pruned");
+    w.rerun =
+        Some("cargo test --features model-test --test model prune_disabled_while_being_pruned");
     let cms: Vec<universe::Key> = universe::member_keys()
         .into_iter()
         .filter(|k| k.kind == universe::Kind::ConfigMap)
