@@ -395,8 +395,7 @@ async fn plan(
     }
     let mut prune = Vec::new();
     if spec.prune {
-        let keep = Keep::new(&desired.known, &desired.declared, &results);
-        let selection = prune::decide(scope, &ctx.resolver, extent, &keep, live, false).await?;
+        let selection = decide_prune(ctx, scope, desired, extent, live, &results, false).await?;
         prune = selection.delete.into_iter().map(|m| m.reference).collect();
     }
     Ok(report::plan(&results, prune, &desired.set.revision))
@@ -516,8 +515,7 @@ async fn prune_members(
         return Ok(Vec::new());
     }
     let t0 = Instant::now();
-    let keep = Keep::new(&desired.known, &desired.declared, applied);
-    let selection = match prune::decide(scope, &ctx.resolver, extent, &keep, live, true).await {
+    let selection = match decide_prune(ctx, scope, desired, extent, live, applied, true).await {
         Ok(selection) => selection,
         Err(e) => {
             // Every member applied: a prune that cannot be decided is a prune failure.
@@ -550,6 +548,21 @@ async fn prune_members(
 async fn shrink<P: Parent>(ctx: &Context, stored: &P, extent: &Extent) -> Step<()> {
     parent::write(&ctx.client, stored, &extent.declared, true).await?;
     Ok(())
+}
+
+/// What to prune, keeping the declared members and what `applied` just wrote (see
+/// [`prune::decide`] for `fresh`).
+async fn decide_prune(
+    ctx: &Context,
+    scope: &SetScope,
+    desired: &Desired,
+    extent: &Extent,
+    live: &Live,
+    applied: &[MemberResult],
+    fresh: bool,
+) -> Result<prune::Selection> {
+    let keep = Keep::new(&desired.known, &desired.declared, applied);
+    prune::decide(scope, &ctx.resolver, extent, &keep, live, fresh).await
 }
 
 /// Step 6, the report of a complete reconcile.

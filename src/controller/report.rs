@@ -363,26 +363,40 @@ pub async fn patch_status<P: Parent>(
     Ok(())
 }
 
+/// Publishes one event about the parent (its note capped at 1000 bytes); a failure to
+/// publish is only logged.
+async fn event<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(status::truncate(note, 1000)),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an event failed");
+    }
+}
+
 /// An event for a new Ready condition (Normal when ready or planned, else Warning).
 async fn publish<P: Parent>(
     ctx: &Context,
     obj: &P,
     c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
 ) {
-    let event = KubeEvent {
-        type_: if c.status == "True" || c.reason == Reason::PlanReady.as_str() {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
-        reason: c.reason.clone(),
-        note: Some(status::truncate(&c.message, 1000)),
-        action: "Reconcile".into(),
-        secondary: None,
+    let type_ = if c.status == "True" || c.reason == Reason::PlanReady.as_str() {
+        EventType::Normal
+    } else {
+        EventType::Warning
     };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::debug!(error = %e, "publishing an event failed");
-    }
+    event(ctx, obj, type_, &c.reason, "Reconcile", &c.message).await;
 }
 
 /// An event naming the members this reconcile adopted (objects that existed without a
@@ -397,45 +411,26 @@ pub async fn announce_adopted<P: Parent>(ctx: &Context, obj: &P, results: &[Memb
         return;
     }
     let mut note = format!("adopted {} existing object(s): ", adopted.len());
-    note.push_str(
-        &adopted
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    note.push_str(&adopted[..adopted.len().min(20)].join(", "));
     if adopted.len() > 20 {
         note.push_str(&format!(", and {} more", adopted.len() - 20));
     }
     tracing::info!(adopted = adopted.len(), "{note}");
-    let event = KubeEvent {
-        type_: EventType::Normal,
-        reason: "Adopted".into(),
-        note: Some(status::truncate(&note, 1000)),
-        action: "Adopt".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::debug!(error = %e, "publishing an event failed");
-    }
+    event(ctx, obj, EventType::Normal, "Adopted", "Adopt", &note).await;
 }
 
 /// A Warning event: the parent was deleted without its members being deleted, and why.
 pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
-    let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: "MembersOrphaned".into(),
-        note: Some(status::truncate(
-            &format!("{why}its members were left in place"),
-            1000,
-        )),
-        action: "Delete".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::debug!(error = %e, "publishing an event failed");
-    }
+    let note = format!("{why}its members were left in place");
+    event(
+        ctx,
+        obj,
+        EventType::Warning,
+        "MembersOrphaned",
+        "Delete",
+        &note,
+    )
+    .await;
 }
 
 /// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,

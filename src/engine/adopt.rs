@@ -174,26 +174,21 @@ pub fn needs_mark(member: &MemberRef) -> bool {
     kinds::is_namespace(&member.group, &member.kind) || kinds::is_crd(&member.group, &member.kind)
 }
 
-/// Puts the adoption mark on an adopted member, under a field manager of its own (so the
-/// member's own applies leave it).
-pub async fn mark(scope: &SetScope, member: &Member) -> Result<()> {
+/// Puts the adoption mark on an adopted member through `api` (the member's), under a field
+/// manager of its own (so the member's own applies leave it).
+pub async fn mark(api: &Api<DynamicObject>, scope: &SetScope, member: &Member) -> Result<()> {
     let body = json!({
         "apiVersion": member.resource.api_version,
         "kind": member.resource.kind,
         "metadata": {"name": member.reference.name,
             "annotations": {ANNOTATION_ADOPTED: scope.parent.to_string()}},
     });
-    let dynamic: Api<DynamicObject> = match &member.reference.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &member.resource),
-        None => Api::all_with(scope.client.clone(), &member.resource),
-    };
-    dynamic
-        .patch(
-            &member.reference.name,
-            &PatchParams::apply(ADOPTION_FIELD_MANAGER),
-            &Patch::Apply(body),
-        )
-        .await?;
+    api.patch(
+        &member.reference.name,
+        &PatchParams::apply(ADOPTION_FIELD_MANAGER),
+        &Patch::Apply(body),
+    )
+    .await?;
     Ok(())
 }
 

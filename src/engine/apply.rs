@@ -134,7 +134,7 @@ async fn apply_one(
     }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
-    if adopting && let Err(refused) = mark_adopted(scope, member, opts.dry_run).await {
+    if adopting && let Err(refused) = mark_adopted(&api, scope, member, opts.dry_run).await {
         return (refused, None);
     }
     let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
@@ -169,11 +169,16 @@ fn refuse_adoption(member: &Member) -> Outcome {
 /// Before a Namespace or CRD is taken over, it is marked as adopted (the set then never
 /// deletes it); a mark that cannot be written stops its adoption. Other kinds, and plans,
 /// need no mark.
-async fn mark_adopted(scope: &SetScope, member: &Member, dry_run: bool) -> Result<(), Outcome> {
+async fn mark_adopted(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    dry_run: bool,
+) -> Result<(), Outcome> {
     if dry_run || !adopt::needs_mark(&member.reference) {
         return Ok(());
     }
-    adopt::mark(scope, member)
+    adopt::mark(api, scope, member)
         .await
         .map_err(|e| Outcome::Failed {
             message: format!(

@@ -1,13 +1,13 @@
 //! The per-set scope: everything about one parent that the engine's verbs need, computed
 //! once per reconcile (the ID is a sha256; the field manager and selector derive from it).
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::sync::Arc;
 
 use kube::Client;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::{
-    applyset::{self, LABEL_PART_OF, ParentRef},
+    applyset::{LABEL_PART_OF, ParentRef},
     members::MemberWatches,
     tenancy::Identity,
 };
@@ -86,11 +86,5 @@ impl SetScope {
             Some(s) => s.acquire().await.ok(),
             None => None,
         }
-    }
-
-    /// The namespaces a set with `additional` recorded namespaces covers: those plus the
-    /// parent's own (an ApplySet's).
-    pub fn namespaces(&self, additional: &BTreeSet<String>) -> BTreeSet<String> {
-        applyset::prune_namespaces(self.parent.namespace.as_deref(), additional)
     }
 }
