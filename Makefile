@@ -63,7 +63,7 @@ test: deps kube-binaries helm-binary registry-binary ## every test: unit, integr
 .PHONY: soak
 soak: deps kube-binaries ## a long model-based random walk (tests/model): make soak SEED=<n|random> STEPS=<n>
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) MODEL_SEED=$(SEED) MODEL_STEPS=$(STEPS) \
-	  $(CARGO) test --locked --features model-test --test model walk_with_seed -- --exact --nocapture
+	  $(CARGO) test --locked --test model walk_with_seed -- --exact --nocapture
 
 .PHONY: bench
 bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/

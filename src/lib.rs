@@ -15,6 +15,7 @@
 //!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
 //!   and carry out a prune, reporting per member in one vocabulary.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
+//! - [`watch`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`controller`]: the controllers and the reconcile, SPEC §4 as a line of named steps that
@@ -38,6 +39,7 @@ pub mod server;
 pub mod sources;
 pub mod status;
 pub mod tenancy;
+pub mod watch;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).

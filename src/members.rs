@@ -131,7 +131,7 @@ impl MemberWatches {
         let api: Api<PartialObjectMeta<DynamicObject>> =
             Api::all_with(self.client.clone(), &resolved.resource);
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
-        let mut events = watcher(api, cfg).default_backoff().boxed();
+        let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
         let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
         while let Some(event) = events.next().await {
             let event = match event {

@@ -353,7 +353,7 @@ async fn run_controller<P: Parent>(
         }
     };
     let stream = watcher(api, wc)
-        .default_backoff()
+        .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
@@ -373,6 +373,8 @@ async fn run_controller<P: Parent>(
             referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
         )
         .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        // Each trigger stream backs off by itself; a wait here would pause them all.
+        .trigger_backoff(crate::watch::NoWait)
         .graceful_shutdown_on(stop)
         .run(reconcile::<P>, error_policy::<P>, ctx)
         .for_each(|r| async move {
@@ -420,7 +422,7 @@ where
         None => Api::all(ctx.client.clone()),
     };
     watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
+        .backoff(crate::watch::backoff())
         .touched_objects()
 }
 

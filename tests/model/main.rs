@@ -21,15 +21,13 @@
 //! `MODEL_SEED` (a number, or `random`) and `MODEL_STEPS` (default 150) choose the walk of
 //! `walk_with_seed` (default: a fixed seed); `walk_with_random_seed` runs a random seed,
 //! printed first, unless `MODEL_SEED` is set. A failure names the seed and step and lists
-//! the steps; the same seed replays the same walk: `make soak SEED=… STEPS=…`.
+//! the steps; the same seed replays the same walk: `make soak SEED=… STEPS=…`. Both run in
+//! `make test`.
 //!
 //! Each walk has a control plane of its own: restarting its kube-apiserver must not disturb
-//! other tests.
-//!
-//! Built only with the cargo feature `model-test` (`make soak`): the walk's model predates
-//! the tenancy rules (no silent adoption, a set acting as the operator stays in its
-//! namespace) and must learn them before it joins `make test`.
-#![cfg(feature = "model-test")]
+//! other tests. The walk's sets act as the operator across namespaces (the operator runs
+//! with `--allow-cross-namespace-sets`) and never declare an object someone else created, so
+//! the tenancy rules (tests/tenancy.rs) do not change what the model expects.
 
 #[path = "../support/operator.rs"]
 mod operator;
@@ -116,9 +114,7 @@ async fn walk(seed: u64, steps: usize) {
     let verbose = env_flag("MODEL_VERBOSE");
     let enabled = Enabled {
         faults: !env_flag("MODEL_NO_FAULTS"),
-        // Off by default while the operator bug it finds is open (see
-        // `a_member_annotated_prune_disabled_while_being_pruned_is_kept`).
-        races: env_flag("MODEL_RACE_PRUNE_DISABLED"),
+        races: !env_flag("MODEL_NO_RACES"),
         apiserver_restarts: !env_flag("MODEL_NO_APISERVER_RESTART"),
     };
     let mut w = Walk::start(seed, steps).await;

@@ -10,13 +10,9 @@ use crate::{check, rng::Rng, state::Model, steps::Step, universe, world::World};
 
 /// The latency of the operator's connections while a drop races a foreign annotation.
 pub const RACE_LATENCY: Duration = Duration::from_millis(80);
-/// How long the cluster may take to settle after a step.
+/// How long the cluster may take to settle after a step (a restart of kube-apiserver
+/// included: the operator's watches resume within seconds, see `src/watch.rs`).
 pub const SETTLE: Duration = Duration::from_secs(90);
-/// ... for a while (`RESTART_RECOVERY`) after kube-apiserver was restarted: the operator's
-/// watches resume only after tens of seconds (measured 5–45 s, more after back-to-back
-/// restarts).
-pub const SETTLE_AFTER_RESTART: Duration = Duration::from_secs(180);
-pub const RESTART_RECOVERY: Duration = Duration::from_secs(180);
 
 /// A walk in progress.
 pub struct Walk {
@@ -31,8 +27,6 @@ pub struct Walk {
     /// SIGKILLs that landed between an apply and its prune (the dropped member still there).
     pub hits: u32,
     pub race_aim: RaceAim,
-    /// When kube-apiserver was last restarted.
-    pub restarted: Option<Instant>,
     /// The longest the cluster took to settle after a step.
     pub slowest: Duration,
     /// How to run a failed sequence again, when it is not a walk of `make soak`.
@@ -103,7 +97,6 @@ impl Walk {
             tally: BTreeMap::new(),
             hits: 0,
             race_aim: RaceAim::new(),
-            restarted: None,
             slowest: Duration::ZERO,
             rerun: None,
         };
@@ -139,7 +132,6 @@ impl Walk {
                 self.act(payload).await?;
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
                 self.world.restart_apiserver()?;
-                self.restarted = Some(Instant::now());
             }
             Step::DropWatches { payload, blind_ms } => {
                 self.world.proxy.refuse(true);
@@ -248,7 +240,7 @@ impl Walk {
     /// Polls (tightly: the kill must land before the prune) until `key` exists, within the
     /// time the cluster has to settle.
     async fn wait_exists(&self, key: &universe::Key) -> Result<(), String> {
-        let timeout = self.settle_timeout(SETTLE);
+        let timeout = SETTLE;
         let deadline = Instant::now() + timeout;
         while self.world.exists(key).await != Some(true) {
             if Instant::now() > deadline {
@@ -259,19 +251,8 @@ impl Walk {
         Ok(())
     }
 
-    /// How long the cluster may take to settle: longer for a while after a kube-apiserver
-    /// restart (the operator's watches take tens of seconds to resume: see the report of
-    /// this test in the README).
-    fn settle_timeout(&self, normal: Duration) -> Duration {
-        match self.restarted {
-            Some(t) if t.elapsed() < RESTART_RECOVERY => normal.max(SETTLE_AFTER_RESTART),
-            _ => normal,
-        }
-    }
-
     /// Waits until the cluster matches the model; a fatal finding fails at once.
     pub async fn settle(&mut self, timeout: Duration) -> Result<(), String> {
-        let timeout = self.settle_timeout(timeout);
         self.check_within(timeout).await
     }
 

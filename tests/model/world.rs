@@ -95,13 +95,20 @@ impl World {
     // -----------------------------------------------------------------------------------------
     // The operator process
 
-    /// Starts an operator process (restricted to this walk's parents by their label).
+    /// Starts an operator process (restricted to this walk's parents by their label). The
+    /// walk's ApplySets act as the operator and move members across namespaces, so the
+    /// operator lets them (`--allow-cross-namespace-sets`): the walk is about prune, and
+    /// tenancy has tests of its own (tests/tenancy.rs).
     pub fn start_operator(&mut self) {
         let selector = format!("{TEST_LABEL}={}", self.label);
         let name = format!("model-{}-{}", self.seed, self.logs.len());
         let op = OperatorProcess::start(
             &self.operator_kubeconfig,
-            &["--label-selector", &selector],
+            &[
+                "--label-selector",
+                &selector,
+                "--allow-cross-namespace-sets",
+            ],
             &name,
         );
         self.logs.push(op.log.clone());

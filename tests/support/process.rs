@@ -64,7 +64,11 @@ impl OperatorProcess {
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,kube=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("APPLYSET_TEST_OPERATOR_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .stdin(Stdio::null())
