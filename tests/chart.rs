@@ -18,6 +18,7 @@ use k8s_openapi::{
         apps::v1::Deployment,
         coordination::v1::Lease,
         core::v1::{Service, ServiceAccount},
+        networking::v1::NetworkPolicy,
         rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -251,6 +252,7 @@ fn default_render_is_a_hardened_single_replica_with_leader_election() {
             "--metrics-addr=0.0.0.0:8080",
             "--health-addr=0.0.0.0:8081",
             "--leader-elect",
+            "--leader-election-name=aso-applyset-operator",
             "--log-format=json",
             "--concurrency=8"
         ]
@@ -339,7 +341,7 @@ fn default_render_is_a_hardened_single_replica_with_leader_election() {
     assert!(rules(cr).iter().any(is_wildcard), "default grants * on */*");
     let role = one(&docs, "Role");
     assert_eq!(role["metadata"]["namespace"], "applyset-system");
-    assert_grants(role, "coordination.k8s.io", "leases", &MEMBER_VERBS);
+    // Its rules, on the release's Lease only: `the_leader_election_role_names_its_lease`.
     for binding in [one(&docs, "ClusterRoleBinding"), one(&docs, "RoleBinding")] {
         assert_eq!(
             binding["subjects"],
@@ -365,6 +367,134 @@ fn default_render_is_a_hardened_single_replica_with_leader_election() {
         crd_names,
         ["applysets.applyset.dev", "clusterapplysets.applyset.dev"]
     );
+}
+
+#[test]
+fn the_leader_election_role_names_its_lease() {
+    for (args, lease) in [
+        (vec![], "aso-applyset-operator"),
+        (
+            vec!["--set", "leaderElection.leaseName=team-lease"],
+            "team-lease",
+        ),
+    ] {
+        let docs = template(&args);
+        let flag = format!("--leader-election-name={lease}");
+        assert!(args_of(&docs).contains(&flag), "{flag} in {args:?}");
+        let role = one(&docs, "Role");
+        assert_eq!(
+            rules(role),
+            &vec![
+                json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "verbs": ["create"]}),
+                json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "resourceNames": [lease], "verbs": ["get", "update", "patch", "delete"]}),
+            ],
+            "create is the one verb RBAC cannot restrict to a name; no list or watch"
+        );
+    }
+    let refused = template_fails(&["--set", "leaderElection.leaseName=Not_A_Name"]);
+    assert!(refused.contains("leaseName"), "{refused}");
+}
+
+fn args_of(docs: &[Value]) -> Vec<String> {
+    args(one(docs, "Deployment"))
+}
+
+#[test]
+fn the_servers_can_listen_on_the_pod_ip_only() {
+    let docs = template(&["--set", "listenAddress=$(POD_IP)"]);
+    let deploy = one(&docs, "Deployment");
+    let a = args(deploy);
+    assert!(
+        a.contains(&"--metrics-addr=$(POD_IP):8080".to_string()),
+        "{a:?}"
+    );
+    assert!(
+        a.contains(&"--health-addr=$(POD_IP):8081".to_string()),
+        "{a:?}"
+    );
+    let env = container(deploy)["env"].as_array().expect("env");
+    let pod_ip = env.iter().find(|e| e["name"] == "POD_IP").expect("POD_IP");
+    assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    // IPv6 in brackets; by default every interface, and no POD_IP.
+    let a = args(one(
+        &template(&["--set", "listenAddress=[$(POD_IP)]"]),
+        "Deployment",
+    ));
+    assert!(
+        a.contains(&"--metrics-addr=[$(POD_IP)]:8080".to_string()),
+        "{a:?}"
+    );
+    let default = template(&[]);
+    let env = container(one(&default, "Deployment"))["env"].clone();
+    assert!(!env.to_string().contains("POD_IP"), "{env}");
+    let refused = template_fails(&["--set", "listenAddress=0.0.0.0:9090"]);
+    assert!(refused.contains("listenAddress"), "{refused}");
+}
+
+#[test]
+fn the_dockerfile_pins_its_base_images_by_digest() {
+    let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.trim_start().starts_with("FROM "))
+        .collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    for from in froms {
+        let image = from.split_whitespace().nth(1).unwrap_or_default();
+        let digest = image.split_once("@sha256:").map(|(_, d)| d);
+        assert!(
+            digest.is_some_and(|d| d.len() == 64 && d.chars().all(|c| c.is_ascii_hexdigit())),
+            "not pinned by digest: {from}"
+        );
+    }
+}
+
+#[test]
+fn network_policy_is_opt_in_and_selects_the_operator_pods() {
+    assert!(
+        find(&template(&[]), "NetworkPolicy").is_empty(),
+        "off by default"
+    );
+
+    // On, with no peers and no egress rules: no ingress at all, egress not restricted.
+    let docs = template(&["--set", "networkPolicy.enabled=true"]);
+    let policy = one(&docs, "NetworkPolicy");
+    let pod_labels = &one(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    let selector = policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    assert!(!selector.is_empty());
+    for (k, v) in selector {
+        assert_eq!(
+            &pod_labels[k], v,
+            "the policy selects the operator's pods: {k}"
+        );
+    }
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(policy["spec"]["ingress"], json!([]));
+    assert!(policy["spec"].get("egress").is_none());
+
+    // Peers reach the metrics and health ports only; egress rules restrict egress.
+    let docs = template(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+        "--set",
+        "networkPolicy.egress[0].ports[0].port=53",
+    ]);
+    let policy = one(&docs, "NetworkPolicy");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    assert_eq!(
+        policy["spec"]["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
+            "ports": [{"port": "metrics", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}]
+        }])
+    );
+    assert_eq!(policy["spec"]["egress"], json!([{"ports": [{"port": 53}]}]));
 }
 
 #[test]
@@ -652,8 +782,9 @@ fn kustomize_config_renders_the_chart_defaults() {
     let deploy = one(&docs, "Deployment");
     assert_eq!(container(deploy)["image"], "applyset-operator:0.1.0");
 
-    // The same container, pod security and RBAC rules as the chart's defaults.
-    let chart = template(&[]);
+    // The same container, pod security and RBAC rules as the chart's defaults (named as the
+    // kustomize configuration names them: the Lease is `applyset-operator`).
+    let chart = template(&["--set", "fullnameOverride=applyset-operator"]);
     let chart_deploy = one(&chart, "Deployment");
     assert_eq!(container(deploy), container(chart_deploy));
     assert_eq!(
@@ -671,7 +802,12 @@ fn kustomize_config_renders_the_chart_defaults() {
 
     // The locked-down overlay: the chart's `rbac.members: impersonate`.
     let locked = kustomize("config/impersonate");
-    let chart = template(&["--set", "rbac.members=impersonate"]);
+    let chart = template(&[
+        "--set",
+        "rbac.members=impersonate",
+        "--set",
+        "fullnameOverride=applyset-operator",
+    ]);
     assert_eq!(
         rules(one(&locked, "ClusterRole")),
         rules(one(&chart, "ClusterRole"))
@@ -1010,11 +1146,12 @@ fn addon_example(suffix: &str, label: &str) -> Value {
 /// deleting them prunes their members.
 async fn examples_reconcile_as(client: &Client, release: &Release, suffix: &str) {
     let label = format!("chart-{suffix}");
+    let lease_flag = format!("--leader-election-name={}", release.fullname());
     let mut operator = OperatorProcess::start(
         &release.impersonating_kubeconfig(),
         &release.namespace,
         &format!("applyset.dev/test={label}"),
-        &["--leader-elect"],
+        &["--leader-elect", &lease_flag],
     );
 
     let web_ns = test_namespace(client, "chart-web").await;
@@ -1028,19 +1165,20 @@ async fn examples_reconcile_as(client: &Client, release: &Release, suffix: &str)
     }
     operator.assert_running();
 
-    // The Lease is held in the release namespace (the leader-election Role suffices).
+    // The release's Lease is held in its namespace (the leader-election Role, which names
+    // that one Lease, suffices).
     let identity = operator.identity.clone();
     let leases: Api<Lease> = Api::namespaced(client.clone(), &release.namespace);
-    let held = leases
-        .list(&Default::default())
+    let lease = leases
+        .get(&release.fullname())
         .await
-        .expect("list leases")
-        .items
-        .iter()
-        .any(|l| {
-            l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity.as_str())
-        });
-    assert!(held, "no Lease in {} held by {identity}", release.namespace);
+        .expect("the release's Lease");
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some(identity.as_str()),
+        "holder of the Lease"
+    );
 
     // Deletion (deletionPolicy Delete) prunes the members as the ServiceAccount too.
     for set in [&web, &addon] {
@@ -1074,7 +1212,12 @@ async fn chart_rbac_suffices_for_the_examples() {
     let release = Release::install(
         &format!("aso-{pid}"),
         &format!("applyset-system-{pid}"),
-        &[],
+        &[
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+        ],
     );
     let ns = release.namespace.clone();
     let full = release.fullname();
@@ -1108,6 +1251,13 @@ async fn chart_rbac_suffices_for_the_examples() {
         .get(&format!("{full}-leader-election"))
         .await
         .expect("leader-election RoleBinding");
+    // The API server accepted the opt-in NetworkPolicy as rendered.
+    let policy = Api::<NetworkPolicy>::namespaced(client.clone(), &ns)
+        .get(&full)
+        .await
+        .expect("NetworkPolicy");
+    let ingress = policy.spec.and_then(|s| s.ingress).unwrap_or_default();
+    assert_eq!(ingress.len(), 1, "one ingress rule: {ingress:?}");
     wait_crds_established(&client).await;
 
     examples_reconcile_as(&client, &release, &pid.to_string()).await;
@@ -1289,11 +1439,12 @@ async fn a_missing_permission_is_a_condition_not_a_crash() {
     wait_crds_established(&client).await;
 
     let label = format!("restricted-{pid}");
+    let lease_flag = format!("--leader-election-name={}", release.fullname());
     let mut operator = OperatorProcess::start(
         &release.impersonating_kubeconfig(),
         &release.namespace,
         &format!("applyset.dev/test={label}"),
-        &["--leader-elect"],
+        &["--leader-elect", &lease_flag],
     );
 
     let ns = test_namespace(&client, "chart-restricted").await;

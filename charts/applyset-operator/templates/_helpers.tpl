@@ -68,3 +68,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "rbac.members=namespaced needs watchNamespace: the namespace whose ApplySets the operator reconciles and where it may manage members" }}
 {{- end }}
 {{- end }}
+
+{{/* The Lease of leader election: leaderElection.leaseName, else the release's full name. */}}
+{{- define "applyset-operator.leaseName" -}}
+{{- default (include "applyset-operator.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
