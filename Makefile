@@ -95,7 +95,7 @@ cluster-down: ## stop the local control plane and remove its state
 .PHONY: crds
 crds: ## regenerate the committed CRD YAML from the Rust types
 	$(CARGO) run --locked -q -- crd > config/crd/applyset.dev.yaml
-	cp config/crd/applyset.dev.yaml charts/applyset-operator/crds/applyset.dev.yaml
+	cp config/crd/applyset.dev.yaml charts/applyset-operator/files/applyset.dev.yaml
 
 .PHONY: lint
 lint: helm-binary ## cargo fmt --check, cargo clippy -D warnings, helm lint

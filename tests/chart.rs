@@ -233,6 +233,8 @@ fn default_render_is_a_hardened_single_replica_with_leader_election() {
         [
             "ClusterRole",
             "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
             "Deployment",
             "Role",
             "RoleBinding",
@@ -693,6 +695,8 @@ fn invalid_values_are_refused_by_the_schema() {
         (&["--set", "serviceMonitor.enabled=yes"][..], "enabled"),
         (&["--set", "replicas=2"][..], "replicas"),
         (&["--set", "image.pullPolicy=Sometimes"][..], "pullPolicy"),
+        (&["--set", "image.digest=latest"][..], "digest"),
+        (&["--set", "crds.install=maybe"][..], "install"),
         (
             &["--set-json", r#"rbac.memberRules=[{"resources":["pods"]}]"#][..],
             "verbs",
@@ -704,6 +708,18 @@ fn invalid_values_are_refused_by_the_schema() {
             "{args:?}: the refusal should come from values.schema.json and name {mentions}:\n{err}"
         );
     }
+    // A parent chart's `global` values are accepted; a digest pins the image.
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    let docs = template(&[
+        "--set",
+        "global.imageRegistry=registry.example",
+        "--set",
+        &format!("image.digest={digest}"),
+    ]);
+    assert_eq!(
+        container(one(&docs, "Deployment"))["image"],
+        format!("applyset-operator:0.1.0@{digest}")
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -712,17 +728,42 @@ fn invalid_values_are_refused_by_the_schema() {
 #[test]
 fn chart_crds_are_the_generated_ones() {
     let config = fs::read_to_string(repo().join("config/crd/applyset.dev.yaml")).expect("read");
-    let chart = fs::read_to_string(repo().join("charts/applyset-operator/crds/applyset.dev.yaml"))
+    let chart = fs::read_to_string(repo().join("charts/applyset-operator/files/applyset.dev.yaml"))
         .expect("read");
     assert!(
         chart == config,
-        "charts/applyset-operator/crds/applyset.dev.yaml differs from config/crd/applyset.dev.yaml: run `make crds`"
+        "charts/applyset-operator/files/applyset.dev.yaml differs from config/crd/applyset.dev.yaml: run `make crds`"
     );
     let generated = applyset_operator::api::crds_yaml().expect("generate");
     assert!(
         chart == generated,
         "the chart's CRDs are stale: run `make crds`"
     );
+    // The chart renders exactly those, with its labels and the keep policy added.
+    let rendered = find(&template(&[]), "CustomResourceDefinition")
+        .into_iter()
+        .cloned()
+        .collect::<Vec<_>>();
+    let expected = parse_docs(&generated);
+    assert_eq!(rendered.len(), expected.len());
+    for (mut r, e) in rendered.into_iter().zip(expected) {
+        let meta = &mut r["metadata"];
+        assert_eq!(
+            meta["annotations"],
+            json!({"helm.sh/resource-policy": "keep"}),
+            "uninstall keeps the CRDs (and every ApplySet)"
+        );
+        assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "Helm");
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("annotations");
+        }
+        if let Some(labels) = meta["labels"].as_object_mut() {
+            labels.retain(|k, _| !k.starts_with("app.kubernetes.io/") && k != "helm.sh/chart");
+        }
+        assert_eq!(r, e, "the rendered CRD differs from the generated one");
+    }
+    let without = template(&["--set", "crds.install=false"]);
+    assert!(find(&without, "CustomResourceDefinition").is_empty());
 }
 
 #[test]
@@ -899,6 +940,8 @@ struct Release {
 }
 
 impl Release {
+    /// Installs the chart into the shared test cluster, whose CRDs no release owns (several
+    /// releases are installed at once: at most one may install the CRDs).
     fn install(name: &str, namespace: &str, values: &[&str]) -> Self {
         let kubeconfig = cluster().kubeconfig().display().to_string();
         let mut args = vec![
@@ -912,6 +955,8 @@ impl Release {
             &kubeconfig,
             "--timeout",
             "2m",
+            "--set",
+            "crds.install=false",
         ];
         args.extend_from_slice(values);
         let out = helm(&args);
@@ -1004,6 +1049,24 @@ impl Release {
         fs::write(&path, serde_json::to_string_pretty(&kc).expect("json")).expect("write");
         path
     }
+}
+
+/// Creates the CRDs when they are missing (the test installs set `crds.install=false`) and
+/// waits until they are Established.
+async fn install_crds(client: &Client) {
+    use kube::CustomResourceExt;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        applyset_operator::api::ApplySet::crd(),
+        applyset_operator::api::ClusterApplySet::crd(),
+    ] {
+        match crds.create(&Default::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating a CRD: {e}"),
+        }
+    }
+    wait_crds_established(client).await;
 }
 
 async fn wait_crds_established(client: &Client) {
@@ -1205,6 +1268,107 @@ async fn examples_reconcile_as(client: &Client, release: &Release, suffix: &str)
     operator.assert_running();
 }
 
+/// Helm never upgrades what is in a chart's `crds/` directory; this chart's CRDs are
+/// templates, so `helm upgrade` brings a field a later release adds, and `helm uninstall`
+/// keeps them (and every ApplySet). On a control plane of its own: the other tests share
+/// the CRDs of theirs.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_upgrade_updates_the_crds_and_uninstall_keeps_them() {
+    let own = tokio::task::spawn_blocking(support::TestCluster::start_private)
+        .await
+        .expect("start a control plane");
+    let client = own.client().await;
+    let kubeconfig = own.kubeconfig().display().to_string();
+    let helm_on = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--kubeconfig", &kubeconfig]);
+        let out = helm(&all);
+        assert!(
+            out.status.success(),
+            "helm {args:?} failed:\n{}",
+            text(&out)
+        );
+    };
+    let ns = "applyset-system";
+    helm_on(&[
+        "install",
+        "aso",
+        CHART,
+        "-n",
+        ns,
+        "--create-namespace",
+        "--wait=false",
+    ]);
+    wait_crds_established(&client).await;
+
+    // A later release of the chart: its ApplySet CRD has a new spec field.
+    let newer = scratch("chart-upgrade").join("applyset-operator");
+    let _ = fs::remove_dir_all(&newer);
+    copy_dir(Path::new(CHART), &newer);
+    let crds = newer.join("files/applyset.dev.yaml");
+    let yaml = fs::read_to_string(&crds).expect("read the CRDs");
+    // The first CRD of the file is ApplySet's; its spec's first property is adoptExisting.
+    let with_field = yaml.replacen(
+        "            properties:\n              adoptExisting:\n",
+        "            properties:\n              upgradeProbe:\n                description: A field of a later chart release.\n                type: string\n              adoptExisting:\n",
+        1,
+    );
+    assert_ne!(
+        with_field, yaml,
+        "the test adds a field to the ApplySet spec"
+    );
+    fs::write(&crds, with_field).expect("write the CRDs");
+    let newer_path = newer.display().to_string();
+    helm_on(&["upgrade", "aso", &newer_path, "-n", ns, "--wait=false"]);
+
+    // The new field is kept by the API server (an unknown field would be pruned).
+    let set = json!({
+        "apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "probe", "namespace": ns},
+        "spec": {"upgradeProbe": "kept", "manifests": []},
+    });
+    let api = parent_api(&client, &set);
+    let stored = wait_for("the upgraded CRD to keep the new field", DEADLINE, || {
+        let api = api.clone();
+        let set = set.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(set).ok()?;
+            let pp = PatchParams::apply("chart-test").force();
+            let stored = api.patch("probe", &pp, &Patch::Apply(&obj)).await.ok()?;
+            (stored.data["spec"]["upgradeProbe"] == "kept").then_some(stored)
+        }
+    })
+    .await;
+    assert_eq!(stored.data["spec"]["upgradeProbe"], "kept");
+
+    // Uninstall keeps the CRDs, and so the ApplySet.
+    helm_on(&["uninstall", "aso", "-n", ns]);
+    let kept: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in ["applysets.applyset.dev", "clusterapplysets.applyset.dev"] {
+        let crd = kept.get(name).await.expect("the CRD outlives the release");
+        assert!(
+            crd.metadata.deletion_timestamp.is_none(),
+            "{name} is being deleted"
+        );
+    }
+    api.get("probe")
+        .await
+        .expect("the ApplySet outlives the release");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("create dir");
+    for entry in fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
 #[tokio::test]
 async fn chart_rbac_suffices_for_the_examples() {
     let pid = std::process::id();
@@ -1258,7 +1422,7 @@ async fn chart_rbac_suffices_for_the_examples() {
         .expect("NetworkPolicy");
     let ingress = policy.spec.and_then(|s| s.ingress).unwrap_or_default();
     assert_eq!(ingress.len(), 1, "one ingress rule: {ingress:?}");
-    wait_crds_established(&client).await;
+    install_crds(&client).await;
 
     examples_reconcile_as(&client, &release, &pid.to_string()).await;
 
@@ -1307,7 +1471,7 @@ async fn restricted_rules_for_exactly_the_examples_suffice() {
         "no wildcard: {}",
         cr["rules"]
     );
-    wait_crds_established(&client).await;
+    install_crds(&client).await;
 
     examples_reconcile_as(&client, &release, &suffix).await;
     release.uninstall();
@@ -1326,7 +1490,7 @@ async fn impersonate_mode_gives_a_set_only_its_service_accounts_rights() {
         &format!("applyset-imp-{pid}"),
         &["--set", "rbac.members=impersonate"],
     );
-    wait_crds_established(&client).await;
+    install_crds(&client).await;
     let label = format!("imp-{pid}");
     let kubeconfig = release.token_kubeconfig(&client).await;
     let mut operator = OperatorProcess::start(
@@ -1436,7 +1600,7 @@ async fn a_missing_permission_is_a_condition_not_a_crash() {
         &format!("applyset-restricted-{pid}"),
         &["--set", "rbac.members=rules", "--set-json", &rules],
     );
-    wait_crds_established(&client).await;
+    install_crds(&client).await;
 
     let label = format!("restricted-{pid}");
     let lease_flag = format!("--leader-election-name={}", release.fullname());

@@ -42,6 +42,18 @@ pub fn cluster() -> &'static TestCluster {
 }
 
 impl TestCluster {
+    /// A control plane of its own, for a test that changes cluster-wide objects the other
+    /// tests of its binary rely on (the CRDs); stopped when dropped.
+    pub fn start_private() -> TestCluster {
+        let started = binaries()
+            .map_err(|e| e.to_string())
+            .and_then(|bin| ControlPlane::start(&Options::new(bin)).map_err(|e| e.to_string()));
+        match started {
+            Ok(cp) => TestCluster { cp },
+            Err(e) => panic!("a private control plane did not start: {e}"),
+        }
+    }
+
     pub fn control_plane(&self) -> &ControlPlane {
         &self.cp
     }

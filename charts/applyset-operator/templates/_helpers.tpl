@@ -52,6 +52,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The container image. */}}
 {{- define "applyset-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* "true" when the operator runs with --leader-elect. */}}
