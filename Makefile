@@ -24,13 +24,13 @@ APT_ALWAYS ?= $(CI)
 
 .PHONY: deps
 deps: ## install what building and testing need (apt packages; Go and Rust are on the machine)
-	@missing=""; for t in openssl curl setsid git ssh ssh-keygen; do command -v $$t >/dev/null || missing=1; done; \
+	@missing=""; for t in openssl curl setsid git ssh ssh-keygen lua5.1; do command -v $$t >/dev/null || missing=1; done; \
 	[ -x /usr/sbin/sshd ] || missing=1; \
 	[ -z "$(APT_ALWAYS)" ] || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
