@@ -1056,10 +1056,7 @@ impl Release {
 async fn install_crds(client: &Client) {
     use kube::CustomResourceExt;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        applyset_operator::api::ApplySet::crd(),
-        applyset_operator::api::ClusterApplySet::crd(),
-    ] {
+    for crd in applyset_operator::api::crds() {
         match crds.create(&Default::default(), &crd).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -25,10 +25,7 @@ fn committed_crds_match_the_generated_ones() {
 
 #[test]
 fn both_crds_are_marked_as_applyset_parent_types() {
-    for crd in [
-        <applyset_operator::api::ApplySet as kube::CustomResourceExt>::crd(),
-        <applyset_operator::api::ClusterApplySet as kube::CustomResourceExt>::crd(),
-    ] {
+    for crd in applyset_operator::api::crds() {
         let labels = crd.metadata.labels.unwrap_or_default();
         assert_eq!(
             labels
@@ -43,10 +40,7 @@ fn both_crds_are_marked_as_applyset_parent_types() {
 async fn crds_install_and_every_spec_field_is_explained() {
     let client = cluster().client().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [
-        <applyset_operator::api::ApplySet as kube::CustomResourceExt>::crd(),
-        <applyset_operator::api::ClusterApplySet as kube::CustomResourceExt>::crd(),
-    ] {
+    for crd in applyset_operator::api::crds() {
         let name = crd.metadata.name.clone().expect("name");
         crds.patch(
             &name,
@@ -110,6 +104,17 @@ async fn crds_install_and_every_spec_field_is_explained() {
                 description.len() > 20 && !description.starts_with("<empty>"),
                 "{kind}.spec.{field} has no description:\n{out}"
             );
+            // Paragraphs wrapped by kubectl, not broken where the source's comment lines
+            // ended: within a paragraph only its last line is short.
+            for paragraph in description.split("\n\n") {
+                let lines: Vec<&str> = paragraph.lines().map(str::trim).collect();
+                for line in lines.iter().take(lines.len().saturating_sub(1)) {
+                    assert!(
+                        line.len() >= 40 || line.starts_with("- ") || line.starts_with("* "),
+                        "{kind}.spec.{field}: a line broken mid-sentence ({line:?}):\n{description}"
+                    );
+                }
+            }
         }
     }
 }

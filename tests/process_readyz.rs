@@ -40,10 +40,7 @@ async fn readyz_is_503_until_the_caches_sync_then_200() {
     );
 
     let crds: Api<CustomResourceDefinition> = Api::all(client);
-    for crd in [
-        applyset_operator::api::ApplySet::crd(),
-        applyset_operator::api::ClusterApplySet::crd(),
-    ] {
+    for crd in applyset_operator::api::crds() {
         let name = crd.metadata.name.clone().expect("name");
         crds.patch(
             &name,

@@ -333,10 +333,7 @@ async fn delete_namespace(client: &Client, name: &str) -> Res<()> {
 async fn install_crds(client: &Client) -> Res<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut all: Vec<Value> = (0..CRD_KINDS).map(bench_crd).collect();
-    for crd in [
-        applyset_operator::api::ApplySet::crd(),
-        applyset_operator::api::ClusterApplySet::crd(),
-    ] {
+    for crd in applyset_operator::api::crds() {
         all.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
     }
     for crd in &all {

@@ -71,7 +71,7 @@ pub fn unique(prefix: &str) -> String {
 /// until both are Established. Safe to call from several tests at once.
 pub async fn ensure_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [ApplySet::crd(), ClusterApplySet::crd()] {
+    for crd in applyset_operator::api::crds() {
         let name = crd.name_any();
         match crds.create(&PostParams::default(), &crd).await {
             Ok(_) => {}
