@@ -15,6 +15,8 @@
 //!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
 //!   and carry out a prune, reporting per member in one vocabulary.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
+//! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
+//!   and of many, as pure functions.
 //! - [`watch`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
@@ -28,6 +30,7 @@ pub mod applyset;
 pub mod controller;
 pub mod discovery;
 pub mod engine;
+pub mod health;
 pub mod kinds;
 pub mod leader;
 pub mod manifest;
