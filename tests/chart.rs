@@ -1054,7 +1054,6 @@ impl Release {
 /// Creates the CRDs when they are missing (the test installs set `crds.install=false`) and
 /// waits until they are Established.
 async fn install_crds(client: &Client) {
-    use kube::CustomResourceExt;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in applyset_operator::api::crds() {
         match crds.create(&Default::default(), &crd).await {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, CustomResourceExt,
+    Api,
     api::{Patch, PatchParams},
 };
 use process::OperatorProcess;

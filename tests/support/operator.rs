@@ -25,7 +25,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Condition,
 };
 use kube::{
-    Api, Client, CustomResourceExt, ResourceExt,
+    Api, Client, ResourceExt,
     api::{
         ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
         PostParams,
