@@ -94,6 +94,111 @@ async fn a_requested_reconcile_of_an_unchanged_set_sends_no_write() {
     stop(op).await;
 }
 
+/// The `MembersChanged` events of `set`: each note with how often it was published (an
+/// event repeated with the same note is one object with a series count).
+async fn change_events(h: &Harness, set: &str) -> Vec<(String, i32)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let list = events.list(&Default::default()).await.expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MembersChanged"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(set))
+        .map(|e| {
+            let count = e.series.as_ref().map_or(1, |s| s.count);
+            (e.note.unwrap_or_default(), count)
+        })
+        .collect()
+}
+
+/// Waits for a `MembersChanged` event of `set` whose note has every one of `parts`.
+async fn wait_change_event(h: &Harness, set: &str, parts: &[String]) -> Vec<(String, i32)> {
+    wait_for(&format!("an event listing {parts:?}"), DEADLINE, || async {
+        let events = change_events(h, set).await;
+        events
+            .iter()
+            .any(|(note, _)| parts.iter().all(|p| note.contains(p.as_str())))
+            .then_some(events)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn each_change_is_an_event_listing_what_changed_and_a_no_op_is_none() {
+    let h = Harness::new("events").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let set = h.applyset("events");
+    set.create(json!({"interval": "1h", "force": true, "manifests": [
+        configmap("a", json!({"k": "1"})), configmap("b", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    wait_change_event(
+        &h,
+        "events",
+        &[
+            format!("ConfigMap {ns}/a created"),
+            format!("ConfigMap {ns}/b created"),
+        ],
+    )
+    .await;
+
+    // Reconciles that change nothing publish nothing.
+    let before = change_events(&h, "events").await;
+    for i in 0..2 {
+        let r = op.metrics().reconciles();
+        request_reconcile(&set, &format!("noop-{i}")).await;
+        wait_for("the requested reconcile", DEADLINE, || {
+            let done = op.metrics().reconciles() > r;
+            async move { done.then_some(()) }
+        })
+        .await;
+    }
+    assert_eq!(
+        change_events(&h, "events").await,
+        before,
+        "no change, no event"
+    );
+
+    // A change and a prune in one reconcile: one event listing both.
+    set.patch_spec(json!({"manifests": [configmap("a", json!({"k": "2"}))]}))
+        .await;
+    set.wait_ready().await;
+    wait_change_event(
+        &h,
+        "events",
+        &[
+            format!("ConfigMap {ns}/a configured"),
+            format!("ConfigMap {ns}/b pruned"),
+        ],
+    )
+    .await;
+
+    // Drift corrected between reconciles is a change too.
+    let cms: Api<ConfigMap> = Api::namespaced(h.client.clone(), &ns);
+    let before = change_events(&h, "events").await;
+    cms.patch(
+        "a",
+        &PatchParams::apply("someone").force(),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "drifted"}})),
+    )
+    .await
+    .expect("drift");
+    wait_for("the drift's event", DEADLINE, || async {
+        let now = change_events(&h, "events").await;
+        let configured = format!("ConfigMap {ns}/a configured");
+        let count = |events: &[(String, i32)]| -> i32 {
+            events
+                .iter()
+                .filter(|(n, _)| *n == configured)
+                .map(|(_, c)| *c)
+                .sum()
+        };
+        (count(&now) > count(&before)).then_some(())
+    })
+    .await;
+    stop(op).await;
+}
+
 #[tokio::test]
 async fn drift_is_corrected_at_once_not_at_the_interval() {
     let h = Harness::new("drift").await;

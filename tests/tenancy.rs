@@ -107,8 +107,11 @@ async fn an_existing_object_is_not_adopted_without_the_opt_in() {
     let precious = must_get(&h.client, &configmap_ar(), Some(ns), "precious").await;
     assert_eq!(precious.data["data"]["v"], "ours");
     assert_member_of(&precious, &set.id(), &set.manager());
-    let note = event_note(&h.client, &h.ns, "Adopted").await;
-    assert!(note.contains("precious"), "{note}");
+    let note = event_note(&h.client, &h.ns, "MembersChanged").await;
+    assert!(
+        note.contains("ConfigMap") && note.contains("/precious adopted"),
+        "{note}"
+    );
 
     set.patch_spec(json!({"manifests": [configmap("other", json!({"k": "1"}))]}))
         .await;

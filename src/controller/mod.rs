@@ -5,6 +5,7 @@
 //! [`report`].
 
 mod cleanup;
+mod events;
 mod impersonate;
 mod reconcile;
 mod report;
@@ -24,7 +25,6 @@ use kube::{
     runtime::{
         Controller, WatchStreamExt,
         controller::{self, Action},
-        events::{Recorder, Reporter},
         finalizer::{Event as Finalizer, finalizer},
         reflector,
         reflector::ObjectRef,
@@ -98,7 +98,7 @@ pub struct Context {
     pub resolver: Resolver,
     pub members: Arc<MemberWatches>,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: events::Events,
     pub config: Config,
     /// Source fetching: HTTP client, content cache, index of referenced ConfigMaps/Secrets.
     pub sources: Sources,
@@ -117,16 +117,16 @@ impl Context {
         metrics: Arc<Metrics>,
         members: Arc<MemberWatches>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "applyset-operator".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
         Self {
             sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
             resolver: Resolver::new(client.clone()),
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
-            recorder: Recorder::new(client.clone(), reporter),
+            events: events::Events::new(
+                client.clone(),
+                "applyset-operator",
+                std::env::var("POD_NAME").ok(),
+            ),
             client,
             metrics,
             config,

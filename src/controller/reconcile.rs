@@ -131,9 +131,13 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
     }
     let stored = superset(ctx, obj, &extent).await?;
     let mut results = apply_members(ctx, obj, scope, &desired, &live, &clock).await?;
-    doubt(scope, spec, &before, &desired, &results)?;
-    let pruned = prune_members(ctx, scope, spec, &desired, &extent, &live, &results).await?;
+    if let Err(stop) = doubt(scope, spec, &before, &desired, &results) {
+        report::announce_changes(ctx, obj, &results).await;
+        return Err(stop);
+    }
+    let pruned = prune_members(ctx, obj, scope, &desired, &extent, &live, &results).await?;
     results.extend(pruned);
+    report::announce_changes(ctx, obj, &results).await;
     if spec.prune {
         shrink(ctx, &stored, &extent).await?;
     }
@@ -425,8 +429,9 @@ async fn apply_members<P: Parent>(
         ms = t0.elapsed().as_millis(),
         "applied"
     );
-    report::announce_adopted(ctx, obj, &results).await;
     if let Some(r) = report::apply_failure(&results, &desired.set.revision) {
+        // What was applied before the failure changed all the same.
+        report::announce_changes(ctx, obj, &results).await;
         let summary = Some(tally(&results));
         let forbidden = results.iter().any(
             |r| matches!(&r.outcome, Outcome::Failed { message } if message.contains("forbidden")),
@@ -502,16 +507,16 @@ async fn apply_within_timeout(
 /// decision is made on); a prune that cannot be decided or does not finish stops the
 /// reconcile with PruneFailed (the parent keeps its superset).
 /// `applied`: the apply's results, for the summary of a stop.
-async fn prune_members(
+async fn prune_members<P: Parent>(
     ctx: &Context,
+    obj: &P,
     scope: &SetScope,
-    spec: &ApplySetSpec,
     desired: &Desired,
     extent: &Extent,
     live: &Live,
     applied: &[MemberResult],
 ) -> Step<Vec<MemberResult>> {
-    if !spec.prune {
+    if !obj.spec().prune {
         return Ok(Vec::new());
     }
     let t0 = Instant::now();
@@ -529,6 +534,7 @@ async fn prune_members(
             );
             let r = Report::failed(Reason::PruneFailed, msg).attempted(&desired.set.revision);
             let summary = Some(tally(applied));
+            report::announce_changes(ctx, obj, applied).await;
             return Err(Report { summary, ..r }.into());
         }
     };
@@ -538,6 +544,7 @@ async fn prune_members(
     if let Some(r) = report::prune_failure(&parent, &results, &desired.set.revision) {
         let all: Vec<MemberResult> = applied.iter().chain(&results).cloned().collect();
         let summary = Some(tally(&all));
+        report::announce_changes(ctx, obj, &all).await;
         return Err(Report { summary, ..r }.into());
     }
     Ok(results)

@@ -5,10 +5,7 @@
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{
-        controller::Action,
-        events::{Event as KubeEvent, EventType},
-    },
+    runtime::controller::Action,
 };
 use serde_json::json;
 
@@ -368,19 +365,18 @@ pub async fn patch_status<P: Parent>(
 async fn event<P: Parent>(
     ctx: &Context,
     obj: &P,
-    type_: EventType,
+    warning: bool,
     reason: &str,
     action: &str,
     note: &str,
 ) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(status::truncate(note, 1000)),
-        action: action.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+    let note = status::truncate(note, 1000);
+    let regarding = obj.object_ref(&());
+    if let Err(e) = ctx
+        .events
+        .publish(&regarding, warning, reason, action, &note)
+        .await
+    {
         tracing::debug!(error = %e, "publishing an event failed");
     }
 }
@@ -391,46 +387,27 @@ async fn publish<P: Parent>(
     obj: &P,
     c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
 ) {
-    let type_ = if c.status == "True" || c.reason == Reason::PlanReady.as_str() {
-        EventType::Normal
-    } else {
-        EventType::Warning
-    };
-    event(ctx, obj, type_, &c.reason, "Reconcile", &c.message).await;
+    let warning = !(c.status == "True" || c.reason == Reason::PlanReady.as_str());
+    event(ctx, obj, warning, &c.reason, "Reconcile", &c.message).await;
 }
 
-/// An event naming the members this reconcile adopted (objects that existed without a
-/// `part-of` label, taken over as allowed), if any.
-pub async fn announce_adopted<P: Parent>(ctx: &Context, obj: &P, results: &[MemberResult]) {
-    let adopted: Vec<String> = results
-        .iter()
-        .filter(|r| r.outcome == Outcome::Adopted)
-        .map(|r| r.reference.to_string())
-        .collect();
-    if adopted.is_empty() {
+/// Members named in the event of what a reconcile changed (the rest are counted).
+const CHANGES_NAMED: usize = 15;
+
+/// An event listing what this reconcile changed — members created, configured (drift
+/// corrected included), adopted and pruned — if anything; none when nothing changed.
+pub async fn announce_changes<P: Parent>(ctx: &Context, obj: &P, results: &[MemberResult]) {
+    let Some(note) = crate::engine::outcome::changes(results, CHANGES_NAMED) else {
         return;
-    }
-    let mut note = format!("adopted {} existing object(s): ", adopted.len());
-    note.push_str(&adopted[..adopted.len().min(20)].join(", "));
-    if adopted.len() > 20 {
-        note.push_str(&format!(", and {} more", adopted.len() - 20));
-    }
-    tracing::info!(adopted = adopted.len(), "{note}");
-    event(ctx, obj, EventType::Normal, "Adopted", "Adopt", &note).await;
+    };
+    tracing::info!("{note}");
+    event(ctx, obj, false, "MembersChanged", "Apply", &note).await;
 }
 
 /// A Warning event: the parent was deleted without its members being deleted, and why.
 pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
     let note = format!("{why}its members were left in place");
-    event(
-        ctx,
-        obj,
-        EventType::Warning,
-        "MembersOrphaned",
-        "Delete",
-        &note,
-    )
-    .await;
+    event(ctx, obj, true, "MembersOrphaned", "Delete", &note).await;
 }
 
 /// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,

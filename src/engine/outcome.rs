@@ -75,6 +75,34 @@ impl Outcome {
     }
 }
 
+/// What a reconcile changed, as an event note: "ConfigMap demo/web configured,
+/// Deployment.apps demo/api created, Secret demo/old pruned" in the order of the results,
+/// at most `cap` named and the rest counted. None when nothing changed (unchanged members,
+/// failures and retained candidates are not changes).
+pub fn changes(results: &[MemberResult], cap: usize) -> Option<String> {
+    let changed: Vec<String> = results
+        .iter()
+        .filter_map(|r| {
+            let verb = match r.outcome {
+                Outcome::Created => "created",
+                Outcome::Configured => "configured",
+                Outcome::Adopted => "adopted",
+                Outcome::Pruned => "pruned",
+                _ => return None,
+            };
+            Some(format!("{} {verb}", r.reference))
+        })
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    let mut note = changed[..changed.len().min(cap)].join(", ");
+    if changed.len() > cap {
+        note.push_str(&format!(", and {} more", changed.len() - cap));
+    }
+    Some(note)
+}
+
 /// Why a prune candidate is kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retained {
@@ -169,6 +197,50 @@ mod tests {
         Outcome::Failed {
             message: "x".into(),
         }
+    }
+
+    #[test]
+    fn changes_name_what_changed_in_order_and_nothing_else() {
+        assert_eq!(changes(&[], 10), None);
+        let quiet = [
+            r("a", Outcome::Unchanged),
+            r("b", failed()),
+            r("c", Outcome::Retained(Retained::PruneDisabled)),
+            r("d", Outcome::Gone),
+            r("e", Outcome::Changed),
+        ];
+        assert_eq!(changes(&quiet, 10), None, "no change, no note");
+        let results = [
+            r("web", Outcome::Configured),
+            r("same", Outcome::Unchanged),
+            r("api", Outcome::Created),
+            r("theirs", Outcome::Adopted),
+            r("old", Outcome::Pruned),
+        ];
+        assert_eq!(
+            changes(&results, 10).as_deref(),
+            Some(
+                "ConfigMap team/web configured, ConfigMap team/api created, \
+                 ConfigMap team/theirs adopted, ConfigMap team/old pruned"
+            )
+        );
+    }
+
+    #[test]
+    fn changes_beyond_the_cap_are_counted() {
+        let results: Vec<MemberResult> = (0..7)
+            .map(|i| r(&format!("m{i}"), Outcome::Created))
+            .collect();
+        assert_eq!(
+            changes(&results, 3).as_deref(),
+            Some(
+                "ConfigMap team/m0 created, ConfigMap team/m1 created, ConfigMap team/m2 created, and 4 more"
+            )
+        );
+        assert_eq!(
+            changes(&results[..3], 3).map(|n| n.contains("more")),
+            Some(false)
+        );
     }
 
     #[test]

@@ -1,0 +1,170 @@
+//! Events about parents (`events.k8s.io/v1`).
+//!
+//! kube-runtime's `Recorder` treats every event with the same type, reason and action about
+//! the same object as a repeat for six minutes, and keeps the first one's note: two
+//! `ApplyFailed` events with different messages, or two reconciles that changed different
+//! members, showed the first note twice. Here the note is part of what makes two events the
+//! same: the same note again within [`REPEAT_WINDOW`] raises the count of the event already
+//! published (its `series`), a different note is a new event.
+
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    api::{core::v1::ObjectReference, events::v1::Event, events::v1::EventSeries},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+/// How long a published event is remembered: the same note within it is a repeat.
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// What makes two events the same.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    regarding: (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
+    type_: &'static str,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+/// An event published earlier: its name and namespace, how often it happened, and when
+/// it was last published.
+struct Published {
+    name: String,
+    namespace: String,
+    count: i32,
+    last: Instant,
+}
+
+/// Publishes events as this operator (`reportingController`, and the pod as
+/// `reportingInstance`).
+pub struct Events {
+    client: Client,
+    controller: String,
+    instance: String,
+    published: Mutex<HashMap<Key, Published>>,
+}
+
+impl Events {
+    pub fn new(client: Client, controller: &str, instance: Option<String>) -> Self {
+        Events {
+            client,
+            controller: controller.to_string(),
+            instance: instance.unwrap_or_else(|| controller.to_string()),
+            published: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publishes an event about `regarding` (`warning`: type Warning, else Normal): a new
+    /// one, or a repeat of the same note raising the count of the earlier one.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), kube::Error> {
+        let type_ = if warning { "Warning" } else { "Normal" };
+        let key = Key {
+            regarding: (
+                regarding.api_version.clone(),
+                regarding.kind.clone(),
+                regarding.namespace.clone(),
+                regarding.name.clone(),
+            ),
+            type_,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note: note.to_string(),
+        };
+        let now = Timestamp::now();
+        let repeat = self.repeat_of(&key);
+        let stored = match repeat {
+            Some((name, namespace, count)) => {
+                let series = EventSeries {
+                    count,
+                    last_observed_time: MicroTime(now),
+                };
+                let patch = json!({"series": series});
+                Api::<Event>::namespaced(self.client.clone(), &namespace)
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| (name, namespace, count))
+            }
+            None => {
+                let namespace = regarding
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".to_string());
+                let name = format!(
+                    "{}.{:x}",
+                    regarding.name.as_deref().unwrap_or(&self.controller),
+                    now.as_nanosecond()
+                );
+                let event = Event {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    action: Some(action.to_string()),
+                    reason: Some(reason.to_string()),
+                    note: Some(note.to_string()),
+                    type_: Some(type_.to_string()),
+                    event_time: Some(MicroTime(now)),
+                    regarding: Some(regarding.clone()),
+                    reporting_controller: Some(self.controller.clone()),
+                    reporting_instance: Some(self.instance.clone()),
+                    ..Event::default()
+                };
+                Api::<Event>::namespaced(self.client.clone(), &namespace)
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .map(|_| (name, namespace, 1))
+            }
+        };
+        let (name, namespace, count) = stored?;
+        if let Ok(mut published) = self.published.lock() {
+            published.insert(
+                key,
+                Published {
+                    name,
+                    namespace,
+                    count,
+                    last: Instant::now(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The earlier event `key` repeats (its name, namespace and the count this one makes),
+    /// if one was published within the window; forgets those older than that.
+    fn repeat_of(&self, key: &Key) -> Option<(String, String, i32)> {
+        let mut published = self.published.lock().ok()?;
+        published.retain(|_, p| p.last.elapsed() < REPEAT_WINDOW);
+        published.get(key).map(|p| {
+            (
+                p.name.clone(),
+                p.namespace.clone(),
+                p.count.saturating_add(1),
+            )
+        })
+    }
+}
