@@ -43,6 +43,10 @@ kube-binaries: deps ## build (or reuse from the cache) etcd, kube-apiserver, kub
 helm-binary: deps ## build (or reuse from the cache) helm, from the Go module helm.sh/helm/v4
 	@tests/testenv/build-helm.sh >/dev/null
 
+.PHONY: kstatus-binary
+kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tests/testenv/kstatus), for tests/kstatus.rs
+	@tests/testenv/build-kstatus.sh >/dev/null
+
 .PHONY: registry-binary
 registry-binary: deps ## build (or reuse from the cache) the CNCF distribution OCI registry, for the OCI source tests
 	@tests/testenv/build-registry.sh >/dev/null
@@ -52,12 +56,13 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary registry-binary ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary registry-binary ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke APT_ALWAYS=
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
+	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: soak

@@ -366,7 +366,8 @@ pub enum DeletionPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplySetStatus {
-    /// The generation the conditions describe.
+    /// The generation the conditions describe; -1 until the operator has reconciled the set
+    /// (the CRD's default, so that kstatus reads a new set as in progress).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
@@ -411,6 +412,19 @@ pub struct ApplySetStatus {
     /// Short message of the last failure; cleared on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// `status.observedGeneration` of a set the operator has not reconciled yet. The CRDs default
+/// the status to `{observedGeneration: -1}` (see [`crds`]), as Flux's CRDs do, so that kstatus
+/// (and Flux, Argo CD) reads a new set as in progress: its generation is never -1.
+pub const NOT_OBSERVED: i64 = -1;
+
+impl ApplySetStatus {
+    /// The generation the status describes: `None` when absent or when it is the CRD's
+    /// default [`NOT_OBSERVED`] (any negative value), i.e. before the first reconcile.
+    pub fn observed(&self) -> Option<i64> {
+        self.observed_generation.filter(|g| *g >= 0)
+    }
 }
 
 /// Counts of one reconcile.
@@ -591,7 +605,8 @@ impl Default for ApplySetSpec {
 }
 
 /// Both CRDs, as installed: the generated schemas with their descriptions reflowed (see
-/// [`reflow`]), so that `kubectl explain` prints paragraphs.
+/// [`reflow`]), so that `kubectl explain` prints paragraphs, and the status defaulted to
+/// "not observed yet" (see [`default_status`]).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     use kube::CustomResourceExt;
     [ApplySet::crd(), ClusterApplySet::crd()]
@@ -602,6 +617,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
                 Err(_) => return crd,
             };
             reflow_descriptions(&mut value["spec"]["versions"]);
+            default_status(&mut value["spec"]["versions"]);
             serde_json::from_value(value).unwrap_or(crd)
         })
         .collect()
@@ -615,6 +631,27 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
         out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
+}
+
+/// Gives the `status` of each version's schema (`versions`, the CRD's spec.versions) the
+/// default `{observedGeneration: -1}` ([`NOT_OBSERVED`]). The API server applies it when the
+/// object has no status (defaulting is applied on every read), so a set the operator has not
+/// reconciled yet has observedGeneration < generation, which kstatus reads as InProgress.
+fn default_status(versions: &mut serde_json::Value) {
+    let Some(versions) = versions.as_array_mut() else {
+        return;
+    };
+    for version in versions {
+        if let Some(status) = version
+            .pointer_mut("/schema/openAPIV3Schema/properties/status")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            status.insert(
+                "default".into(),
+                serde_json::json!({"observedGeneration": NOT_OBSERVED}),
+            );
+        }
+    }
 }
 
 /// Reflows every `description` string under `v` (the schemas of the CRD's versions).
@@ -722,6 +759,65 @@ mod tests {
             .map(|d| serde_saphyr::from_str(d).expect("yaml"))
             .collect();
         assert_eq!(parsed, crds);
+    }
+
+    #[test]
+    fn the_status_defaults_to_not_observed() {
+        let mut versions = serde_json::json!([
+            {"name": "v1", "schema": {"openAPIV3Schema": {"properties": {
+                "spec": {"type": "object"},
+                "status": {"type": "object", "nullable": true}}}}},
+            {"name": "v2"},
+        ]);
+        default_status(&mut versions);
+        assert_eq!(
+            versions[0]["schema"]["openAPIV3Schema"]["properties"]["status"],
+            serde_json::json!({"type": "object", "nullable": true,
+                               "default": {"observedGeneration": -1}})
+        );
+        assert_eq!(
+            versions[0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            serde_json::json!({"type": "object"}),
+            "only the status is defaulted"
+        );
+        assert_eq!(
+            versions[1],
+            serde_json::json!({"name": "v2"}),
+            "no schema, no default"
+        );
+        // Not an array: left alone.
+        let mut other = serde_json::json!({"a": 1});
+        default_status(&mut other);
+        assert_eq!(other, serde_json::json!({"a": 1}));
+
+        for crd in crds() {
+            let crd = serde_json::to_value(&crd).expect("json");
+            let status =
+                &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+            assert_eq!(
+                status["default"],
+                serde_json::json!({"observedGeneration": NOT_OBSERVED}),
+                "{}",
+                crd["metadata"]["name"]
+            );
+            // The default is a valid status.
+            let s: ApplySetStatus =
+                serde_json::from_value(status["default"].clone()).expect("a status");
+            assert_eq!(s.observed_generation, Some(NOT_OBSERVED));
+        }
+    }
+
+    #[test]
+    fn a_defaulted_status_is_not_observed() {
+        let status = |g: Option<i64>| ApplySetStatus {
+            observed_generation: g,
+            ..ApplySetStatus::default()
+        };
+        assert_eq!(status(None).observed(), None);
+        assert_eq!(status(Some(NOT_OBSERVED)).observed(), None);
+        assert_eq!(status(Some(-7)).observed(), None);
+        assert_eq!(status(Some(0)).observed(), Some(0));
+        assert_eq!(status(Some(3)).observed(), Some(3));
     }
 
     #[test]

@@ -172,6 +172,11 @@ fn odd_objects_get_an_answer() {
     for (obj, expected) in [
         (json!({"metadata": {"name": "x"}}), "Progressing"),
         (json!({"metadata": {}, "status": {}}), "Progressing"),
+        // A new set as the API server returns it (the CRD's status default).
+        (
+            json!({"metadata": {"generation": 1}, "status": {"observedGeneration": -1}}),
+            "Progressing",
+        ),
         (json!({"status": {"conditions": []}}), "Progressing"),
         (
             json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),

@@ -422,13 +422,15 @@ pub async fn mark_progressing<P: Parent>(ctx: &Context, scope: &SetScope, obj: &
 }
 
 /// The status of a reconcile of `generation` in progress; `previous` itself when it already
-/// observed that generation.
+/// observed that generation. Before the first reconcile (observedGeneration absent or the
+/// CRD's default -1) Ready describes no generation, and observedGeneration stays as it was.
 pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str) -> ApplySetStatus {
     let ready = previous
         .conditions
         .iter()
         .find(|c| c.type_ == status::READY);
-    if previous.observed_generation == generation && ready.is_some() {
+    let observed = previous.observed();
+    if observed.is_some() && observed == generation && ready.is_some() {
         return previous.clone();
     }
     let (ready, reason, message) = ready
@@ -445,7 +447,7 @@ pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str)
         ready,
         &reason,
         &message,
-        previous.observed_generation,
+        observed,
     );
     status::set(
         &mut next.conditions,
@@ -691,5 +693,49 @@ mod tests {
         let fresh = progressing(&ApplySetStatus::default(), Some(1), "id");
         assert_eq!(fresh.conditions[0].status, "False");
         assert_eq!(fresh.conditions[0].reason, "Progressing");
+        assert_eq!(fresh.conditions[0].observed_generation, None);
+    }
+
+    #[test]
+    fn the_crd_default_of_observed_generation_is_not_observed() {
+        // A new set as the API server returns it: status defaulted to {observedGeneration: -1}.
+        let new = ApplySetStatus {
+            observed_generation: Some(crate::api::NOT_OBSERVED),
+            ..ApplySetStatus::default()
+        };
+        let marked = progressing(&new, Some(1), "id");
+        assert_eq!(
+            marked.observed_generation,
+            Some(crate::api::NOT_OBSERVED),
+            "still not observed while the first reconcile runs"
+        );
+        // Ready describes no generation yet; Reconciling the one being reconciled. -1 is
+        // never a condition's generation.
+        assert_eq!(marked.conditions[0].type_, status::READY);
+        assert_eq!(marked.conditions[0].reason, "Progressing");
+        assert_eq!(marked.conditions[0].observed_generation, None);
+        assert_eq!(marked.conditions[1].type_, status::RECONCILING);
+        assert_eq!(marked.conditions[1].observed_generation, Some(1));
+        // The outcome replaces it with the generation reconciled, and is then stable.
+        let done = next_status(
+            &marked,
+            Some(1),
+            "id",
+            succeeded(Summary::default(), Vec::new(), "rev"),
+        );
+        assert_eq!(done.observed_generation, Some(1));
+        assert!(
+            done.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(1))
+        );
+        assert_eq!(progressing(&done, Some(1), "id"), done);
+        let again = next_status(
+            &done,
+            Some(1),
+            "id",
+            succeeded(Summary::default(), Vec::new(), "rev"),
+        );
+        assert_eq!(again, done, "a no-op reconcile writes nothing");
     }
 }

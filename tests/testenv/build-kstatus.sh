@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the kstatus program (kstatus/ beside this script: reads one object as JSON and prints
+# what sigs.k8s.io/cli-utils/pkg/kstatus/status.Compute says of it) from its go.mod and go.sum,
+# through the Go module proxy, into a cache directory outside the clone, keyed by the
+# cli-utils version, a hash of the program's sources (and of this script) and the Go version. A complete cache entry
+# is reused as is. Same conventions as build-kube.sh and build-helm.sh.
+#
+# Prints the directory that holds the `kstatus` binary on its last line of stdout.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+MOD="$HERE/kstatus"
+
+cli_utils_version=$(sed -n 's/^\s*sigs.k8s.io\/cli-utils \(v[0-9.]*\).*/\1/p' "$MOD/go.mod")
+[ -n "$cli_utils_version" ] || { echo "build-kstatus: cannot read the cli-utils version from go.mod" >&2; exit 1; }
+go_version=$(go env GOVERSION)
+# The program is ours, so a change of its sources or of how it is built gives a new entry.
+sources_hash=$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD/main.go" "$0" | sha256sum | cut -c1-12)
+
+CACHE="${APPLYSET_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/applyset-operator}"
+DEST="$CACHE/kstatus-${cli_utils_version#v}-${sources_hash}-${go_version}"
+
+complete() { [ -x "$DEST/kstatus" ] && [ -f "$DEST/.complete" ]; }
+
+if complete; then
+  echo "build-kstatus: using cached kstatus in $DEST" >&2
+  echo "$DEST"
+  exit 0
+fi
+
+# -mod=readonly: the committed go.sum must already hold every module (no silent updates);
+# -buildvcs=false: the binary does not depend on the state of the clone.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+rm -rf "$DEST.tmp"
+mkdir -p "$DEST.tmp"
+start=$(date +%s)
+echo "build-kstatus: building kstatus (cli-utils $cli_utils_version)" >&2
+(cd "$MOD" && go build -trimpath -ldflags="-s -w" -o "$DEST.tmp/kstatus" .)
+
+touch "$DEST.tmp/.complete"
+rm -rf "$DEST"
+mv "$DEST.tmp" "$DEST"
+echo "build-kstatus: built in $(( $(date +%s) - start ))s into $DEST" >&2
+echo "$DEST"
