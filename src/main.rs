@@ -88,6 +88,18 @@ struct RunArgs {
     /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
+    /// Address ranges sources may never connect to, besides link-local and cloud metadata
+    /// addresses (always refused): CIDRs or addresses, comma-separated (e.g. the cluster's
+    /// service CIDR; 127.0.0.0/8,::1 to refuse loopback).
+    #[arg(long, env = "APPLYSET_SOURCE_DENY_CIDRS", value_delimiter = ',')]
+    source_deny_cidrs: Vec<String>,
+    /// When set, the only hosts sources may contact (first request, redirects, OCI token
+    /// services): comma-separated patterns `host`, `host:port`, `*.domain`, an address.
+    #[arg(long, env = "APPLYSET_SOURCE_ALLOWED_HOSTS", value_delimiter = ',')]
+    source_allowed_hosts: Vec<String>,
+    /// Whether sources may use plain http:// and OCI insecure: true (false refuses them).
+    #[arg(long, env = "APPLYSET_SOURCE_INSECURE", default_value_t = true, action = clap::ArgAction::Set)]
+    source_insecure: bool,
     /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
     /// its own namespace (impersonation).
     #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
@@ -151,12 +163,18 @@ fn identity() -> String {
 
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
+    let config = match operator_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid flags");
+            return ExitCode::FAILURE;
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let client = match kube_client(metrics.clone()).await {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let config = operator_config(&args);
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
 
     let health = Health::default();
@@ -193,8 +211,15 @@ async fn kube_client(metrics: Arc<Metrics>) -> Result<kube::Client, ExitCode> {
 }
 
 /// The controllers' configuration from the command line.
-fn operator_config(args: &RunArgs) -> Config {
-    Config {
+/// The controllers' configuration from the command line; an error names a flag whose value
+/// is not valid.
+fn operator_config(args: &RunArgs) -> Result<Config, String> {
+    let source_policy = applyset_operator::sources::egress::Policy::new(
+        &args.source_deny_cidrs,
+        &args.source_allowed_hosts,
+        args.source_insecure,
+    )?;
+    Ok(Config {
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency,
         watch_namespace: args.watch_namespace.clone(),
@@ -206,12 +231,13 @@ fn operator_config(args: &RunArgs) -> Config {
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),
+        source_policy,
         tenancy: applyset_operator::tenancy::Defaults {
             namespaced: args.default_service_account.clone(),
             cluster: args.cluster_default_service_account.clone(),
             allow_cross_namespace: args.allow_cross_namespace_sets,
         },
-    }
+    })
 }
 
 /// Binds the health and metrics addresses and serves them in the background; logs why it

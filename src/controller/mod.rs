@@ -73,6 +73,9 @@ pub struct Config {
     pub source_limits: sources::Limits,
     /// Scratch directory of the sources (default: the system's temporary directory).
     pub source_dir: Option<std::path::PathBuf>,
+    /// Which hosts and addresses sources may reach (`--source-deny-cidrs`,
+    /// `--source-allowed-hosts`, `--source-insecure`).
+    pub source_policy: sources::egress::Policy,
     /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
     /// set acting as the operator may reach beyond its namespace.
     pub tenancy: tenancy::Defaults,
@@ -87,6 +90,7 @@ impl Default for Config {
             label_selector: None,
             source_limits: sources::Limits::default(),
             source_dir: None,
+            source_policy: sources::egress::Policy::default(),
             tenancy: tenancy::Defaults::default(),
         }
     }
@@ -122,7 +126,11 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
+            sources: Sources::new(
+                config.source_limits.clone(),
+                config.source_policy.clone(),
+                config.source_dir.clone(),
+            ),
             resolver: Resolver::new(client.clone()),
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,

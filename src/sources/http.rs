@@ -11,8 +11,8 @@ use kube::Client;
 use reqwest::{StatusCode, header};
 
 use super::{
-    Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, parse_blocking,
-    read_secret, redact, secret_text, sha256_hex, under_path,
+    Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, egress,
+    parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
 };
 use crate::{api::HttpSource, applyset::ParentRef};
 
@@ -45,11 +45,13 @@ impl Auth {
         client: &Client,
         parent: &ParentRef,
         r: Option<&crate::api::SecretReference>,
+        dest: &egress::Destination,
     ) -> Result<Auth, SourceError> {
         let Some(r) = r else {
             return Ok(Auth::default());
         };
-        let (id, data) = read_secret(client, parent, r).await?;
+        let secret = read_secret(client, parent, r, dest).await?;
+        let (id, data) = (secret.id, secret.data);
         let basic = match (
             secret_text(&data, "username"),
             secret_text(&data, "password"),
@@ -127,8 +129,9 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(h).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(h.path.as_deref()).map_err(SourceError::Invalid)?;
-    let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref()).await?;
     let url = redact(&h.url);
+    let dest = checked_destination(s, &h.url)?;
+    let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
         "http {} path={prefix} secret={}",
@@ -186,6 +189,17 @@ pub async fn fetch(
         bytes,
     };
     Ok(s.cache.store(&identity, "http", cached))
+}
+
+/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
+/// does not allow its scheme, host or literal address.
+pub fn checked_destination(s: &Sources, raw_url: &str) -> Result<egress::Destination, SourceError> {
+    let u = url::Url::parse(raw_url)
+        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
+    s.policy
+        .check_url(&u)
+        .map_err(|e| SourceError::Failed(e.0))?;
+    egress::Destination::of_url(&u).map_err(SourceError::Invalid)
 }
 
 /// The cached content, served without a download.

@@ -34,6 +34,7 @@
 //! as SourceFailed and retried with backoff).
 
 pub mod archive;
+pub mod egress;
 pub mod git;
 pub mod http;
 pub mod objects;
@@ -355,6 +356,8 @@ pub const FETCH_CONCURRENCY: usize = 4;
 /// objects, limits and a scratch directory (Git needs a repository on disk).
 pub struct Sources {
     pub limits: Limits,
+    /// Which hosts and addresses sources may reach ([`egress`]).
+    pub policy: Arc<egress::Policy>,
     pub cache: Cache,
     pub index: Index,
     work_dir: WorkDir,
@@ -468,10 +471,11 @@ pub fn install_crypto_provider() {
 }
 
 impl Sources {
-    pub fn new(limits: Limits, work_dir: Option<PathBuf>) -> Self {
+    pub fn new(limits: Limits, policy: egress::Policy, work_dir: Option<PathBuf>) -> Self {
         install_crypto_provider();
         let base = work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator"));
         Self {
+            policy: Arc::new(policy),
             cache: Cache::new(256, limits.max_cached),
             limits,
             index: Index::default(),
@@ -480,7 +484,9 @@ impl Sources {
         }
     }
 
-    /// An HTTP client; with `ca` (PEM), one that also trusts that CA bundle.
+    /// An HTTP client under the egress policy ([`egress`]: resolved addresses filtered,
+    /// every connection's destination and every redirect hop checked); with `ca` (PEM), one
+    /// that also trusts that CA bundle.
     fn http_client(&self, ca: Option<&[u8]>) -> Result<reqwest::Client, SourceError> {
         let build = |ca: Option<&[u8]>| -> Result<reqwest::Client, String> {
             let mut b = reqwest::Client::builder()
@@ -489,7 +495,9 @@ impl Sources {
                 // The deadline of `fetch_all` bounds every request; this is only a backstop
                 // (later, so that the deadline's message, naming the sources, wins).
                 .timeout(self.limits.timeout.saturating_add(Duration::from_secs(5)))
-                .redirect(reqwest::redirect::Policy::limited(5));
+                .redirect(self.policy.redirect_policy(5))
+                .dns_resolver(egress::Resolver(self.policy.clone()))
+                .connector_layer(egress::PolicyLayer(self.policy.clone()));
             if let Some(pem) = ca {
                 let certs = reqwest::Certificate::from_pem_bundle(pem)
                     .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {e}"))?;
@@ -788,12 +796,61 @@ pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// The data of a credentials Secret (decoded bytes by key).
+/// The annotation of a credentials Secret that restricts the hosts its credentials go to.
+pub const ALLOWED_HOSTS_ANNOTATION: &str = "applyset.dev/allowed-hosts";
+
+/// The Secret type whose token is never used as a source's credentials.
+const SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+
+/// Refuses a credentials Secret (`id`, `namespace/name`) of type `type_` for a source whose
+/// destination is `dest`: a ServiceAccount token Secret (`Invalid`: its token would be sent
+/// to a URL the ApplySet's author chose), or a Secret whose `applyset.dev/allowed-hosts`
+/// annotation (comma-separated host patterns) does not match `dest` (`Invalid`). Returns the
+/// annotation's patterns (`None` without the annotation), which also bound where the
+/// credentials may be sent later (an OCI token service).
+pub fn check_credentials_secret(
+    id: &str,
+    type_: Option<&str>,
+    annotations: &BTreeMap<String, String>,
+    dest: &egress::Destination,
+) -> Result<Option<Vec<egress::HostPattern>>, SourceError> {
+    if type_ == Some(SERVICE_ACCOUNT_TOKEN) {
+        return Err(SourceError::Invalid(format!(
+            "its secretRef {id} is a Secret of type {SERVICE_ACCOUNT_TOKEN}: a ServiceAccount token is never sent to a source; put the source's own credentials in a Secret of type Opaque (or kubernetes.io/dockerconfigjson) and reference that"
+        )));
+    }
+    let Some(raw) = annotations.get(ALLOWED_HOSTS_ANNOTATION) else {
+        return Ok(None);
+    };
+    let patterns = egress::HostPattern::parse_list(&[raw]).map_err(|e| {
+        SourceError::Invalid(format!(
+            "its secretRef {id}: annotation {ALLOWED_HOSTS_ANNOTATION}: {e}"
+        ))
+    })?;
+    if !patterns.iter().any(|p| p.matches(dest)) {
+        return Err(SourceError::Invalid(format!(
+            "its secretRef {id} may only be used for the hosts in its annotation {ALLOWED_HOSTS_ANNOTATION} ({raw:?}), and {dest} is not one of them; use the right Secret or add the host to the annotation"
+        )));
+    }
+    Ok(Some(patterns))
+}
+
+/// A credentials Secret: its `namespace/name`, its data (decoded bytes by key) and the hosts
+/// its `applyset.dev/allowed-hosts` annotation allows (`None`: any).
+pub struct CredentialsSecret {
+    pub id: String,
+    pub data: BTreeMap<String, Vec<u8>>,
+    pub allowed_hosts: Option<Vec<egress::HostPattern>>,
+}
+
+/// Reads the credentials Secret `r` of a source whose destination is `dest`, refused as
+/// [`check_credentials_secret`] says.
 pub async fn read_secret(
     client: &Client,
     parent: &ParentRef,
     r: &SecretReference,
-) -> Result<(String, BTreeMap<String, Vec<u8>>), SourceError> {
+    dest: &egress::Destination,
+) -> Result<CredentialsSecret, SourceError> {
     let ns = resolve_namespace(parent, r.namespace.as_deref()).map_err(SourceError::Invalid)?;
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let secret = api
@@ -806,6 +863,13 @@ pub async fn read_secret(
             r.name
         )));
     };
+    let id = format!("{ns}/{}", r.name);
+    let allowed_hosts = check_credentials_secret(
+        &id,
+        secret.type_.as_deref(),
+        &secret.metadata.annotations.unwrap_or_default(),
+        dest,
+    )?;
     let mut data: BTreeMap<String, Vec<u8>> = secret
         .data
         .unwrap_or_default()
@@ -815,7 +879,11 @@ pub async fn read_secret(
     for (k, v) in secret.string_data.unwrap_or_default() {
         data.insert(k, v.into_bytes());
     }
-    Ok((format!("{ns}/{}", r.name), data))
+    Ok(CredentialsSecret {
+        id,
+        data,
+        allowed_hosts,
+    })
 }
 
 /// UTF-8 value of a secret key, trimmed.
@@ -1252,6 +1320,65 @@ mod tests {
         assert!(
             !lp.exists() && !op.exists(),
             "removed when the Sources goes"
+        );
+    }
+
+    #[test]
+    fn credentials_secrets_are_checked() {
+        let dest = egress::Destination::of_host("git.example.com", 443);
+        let none = BTreeMap::new();
+        assert!(matches!(
+            check_credentials_secret("ns/s", Some("Opaque"), &none, &dest),
+            Ok(None)
+        ));
+        assert!(matches!(
+            check_credentials_secret("ns/s", None, &none, &dest),
+            Ok(None)
+        ));
+        let err = check_credentials_secret(
+            "ns/token",
+            Some("kubernetes.io/service-account-token"),
+            &none,
+            &dest,
+        )
+        .err()
+        .map(|e| match e {
+            SourceError::Invalid(m) => m,
+            other => panic!("not Invalid: {other}"),
+        })
+        .unwrap_or_default();
+        assert!(err.contains("ns/token"), "{err}");
+        assert!(err.contains("kubernetes.io/service-account-token"), "{err}");
+        let ann = |v: &str| BTreeMap::from([(ALLOWED_HOSTS_ANNOTATION.to_string(), v.to_string())]);
+        for ok in [
+            "git.example.com",
+            "other.com, *.example.com",
+            "git.example.com:443",
+        ] {
+            let got = check_credentials_secret("ns/s", Some("Opaque"), &ann(ok), &dest);
+            assert!(matches!(got, Ok(Some(_))), "{ok}");
+        }
+        for refused in ["other.com", "git.example.com:8443", "*.git.example.com", ""] {
+            let err = check_credentials_secret("ns/s", Some("Opaque"), &ann(refused), &dest)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains("ns/s may only be used for the hosts"),
+                "{refused}: {err}"
+            );
+            assert!(
+                err.contains("git.example.com:443 is not one of them"),
+                "{err}"
+            );
+        }
+        let err = check_credentials_secret("ns/s", None, &ann("https://x/"), &dest)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("annotation applyset.dev/allowed-hosts: host pattern"),
+            "{err}"
         );
     }
 

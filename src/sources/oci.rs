@@ -31,7 +31,7 @@ use reqwest::{Method, StatusCode, header};
 use serde_json::Value;
 
 use super::{
-    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, http::read_capped,
+    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, egress, http::read_capped,
     http::request_error, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
 };
 use crate::{api::OciSource, applyset::ParentRef};
@@ -145,6 +145,11 @@ struct Session {
     basic: Option<(String, String)>,
     /// `Authorization` header value once a challenge was answered.
     auth: Option<String>,
+    /// The egress policy (the token service's URL is checked against it).
+    policy: std::sync::Arc<egress::Policy>,
+    /// The hosts the secretRef's `applyset.dev/allowed-hosts` annotation allows (`None`: any);
+    /// the basic credentials go to no other token service.
+    secret_hosts: Option<Vec<egress::HostPattern>>,
 }
 
 /// The most layers an artifact may have (a Flux artifact has one, ORAS one per file pushed).
@@ -191,9 +196,10 @@ impl Session {
     /// with `insecure`), not yet authenticated.
     fn new(
         http: reqwest::Client,
+        policy: std::sync::Arc<egress::Policy>,
         o: &OciSource,
         repo: &Repository,
-        basic: Option<(String, String)>,
+        secret: SecretSettings,
     ) -> Self {
         Self {
             http,
@@ -205,8 +211,10 @@ impl Session {
             host: repo.host.clone(),
             repo: repo.name.clone(),
             insecure: o.insecure,
-            basic,
+            basic: secret.basic,
             auth: None,
+            policy,
+            secret_hosts: secret.allowed_hosts,
         }
     }
 
@@ -281,6 +289,9 @@ impl Session {
                 ));
             }
         }
+        self.policy
+            .check_url(&token_url)
+            .map_err(|e| format!("the registry's token realm {}: {e}", redact(realm)))?;
         {
             let mut q = token_url.query_pairs_mut();
             if let Some(s) = params.get("service") {
@@ -296,6 +307,16 @@ impl Session {
         if let Some((u, p)) = &self.basic
             && may_send_credentials(&token_url, &self.host)
         {
+            if let Some(allowed) = &self.secret_hosts {
+                let dest = egress::Destination::of_url(&token_url)?;
+                if !allowed.iter().any(|p| p.matches(&dest)) {
+                    return Err(format!(
+                        "the registry's token realm {} is on host {dest}, which the secretRef's annotation {} does not list; its credentials are not sent there (add the host to the annotation if it is the registry's token service)",
+                        redact(realm),
+                        super::ALLOWED_HOSTS_ANNOTATION
+                    ));
+                }
+            }
             rb = rb.basic_auth(u, Some(p));
         }
         let tr = rb
@@ -372,7 +393,11 @@ pub async fn fetch(
     validate(o).map_err(SourceError::Invalid)?;
     let repo = parse_url(&o.url).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(o.path.as_deref()).map_err(SourceError::Invalid)?;
-    let secret = SecretSettings::read(client, parent, o, &repo.host).await?;
+    s.policy
+        .check_insecure_flag(o.insecure)
+        .map_err(|e| SourceError::Failed(e.0))?;
+    let dest = super::http::checked_destination(s, &registry_base(o, &repo))?;
+    let secret = SecretSettings::read(client, parent, o, &repo.host, &dest).await?;
     let desc = super::describe(&crate::api::Source {
         oci: Some(o.clone()),
         ..Default::default()
@@ -397,7 +422,8 @@ pub async fn fetch(
     {
         return Ok(hit);
     }
-    let session = Session::new(s.http_client(secret.ca.as_deref())?, o, &repo, secret.basic);
+    let http = s.http_client(secret.ca.as_deref())?;
+    let session = Session::new(http, s.policy.clone(), o, &repo, secret);
     let mut artifact = Artifact::new(session, reference, prefix, &s.limits);
     // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
     let mut expected = o.digest.clone();
@@ -431,6 +457,8 @@ struct SecretSettings {
     id: String,
     basic: Option<(String, String)>,
     ca: Option<Vec<u8>>,
+    /// The secret's `applyset.dev/allowed-hosts` (`None`: any host).
+    allowed_hosts: Option<Vec<egress::HostPattern>>,
 }
 
 impl SecretSettings {
@@ -440,24 +468,38 @@ impl SecretSettings {
         parent: &ParentRef,
         o: &OciSource,
         host: &str,
+        dest: &egress::Destination,
     ) -> Result<Self, SourceError> {
         match &o.secret_ref {
             None => Ok(Self {
                 id: String::new(),
                 basic: None,
                 ca: None,
+                allowed_hosts: None,
             }),
             Some(r) => {
-                let (id, data) = read_secret(client, parent, r).await?;
+                let secret = read_secret(client, parent, r, dest).await?;
+                let data = secret.data;
                 let ca = data.get("ca.crt").cloned().filter(|c| !c.is_empty());
                 Ok(Self {
-                    id,
+                    id: secret.id,
                     basic: credentials(&data, host),
                     ca,
+                    allowed_hosts: secret.allowed_hosts,
                 })
             }
         }
     }
+}
+
+/// The registry's base URL for source `o` (repository `repo`): https, or http with
+/// `insecure`.
+fn registry_base(o: &OciSource, repo: &Repository) -> String {
+    format!(
+        "{}://{}/",
+        if o.insecure { "http" } else { "https" },
+        repo.host
+    )
 }
 
 /// The revision of the artifact with manifest `digest`: `oci:<tag>@<digest>` for a tag,
