@@ -1715,3 +1715,349 @@ async fn sources_share_one_deadline_and_messages_hide_queries() {
     }
     stop(op).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Egress policy and credentials
+
+/// The operator's configuration for this test with `policy` as its source egress policy.
+fn with_policy(h: &Harness, policy: applyset_operator::sources::egress::Policy) -> Operator {
+    let mut config = h.config();
+    config.source_policy = policy;
+    Operator::start(h.client.clone(), config)
+}
+
+const NOT_ALLOWED: &str = "not allowed by the operator's source policy";
+
+/// With `--source-deny-cidrs 127.0.0.2/32`, a server on 127.0.0.2 is never contacted: not by
+/// an http, git or oci source naming it, not through a redirect from an allowed loopback
+/// server (reqwest's redirect policy for http and oci; the connector check for gitoxide, whose
+/// redirect policy is its own), not as an OCI token service. Each set fails with SourceFailed
+/// naming the address, and is retried (not Stalled).
+#[tokio::test]
+async fn denied_addresses_are_never_contacted() {
+    init();
+    let h = Harness::new("src-deny").await;
+    let policy = applyset_operator::sources::egress::Policy::new(&["127.0.0.2/32"], &[], true)
+        .expect("policy");
+    let op = with_policy(&h, policy);
+    let denied = FileServer::start_on("127.0.0.2", None).await;
+    denied.put("/app.yaml", cm_doc("denied", "1"));
+    let denied_base = format!("http://{}", denied.addr);
+    // An allowed loopback server that redirects everything under /r/ to the denied one, and
+    // whose OCI paths ask for a token from the denied one.
+    let redirector = FileServer::start(None).await;
+    redirector.redirect("/r/", &denied_base);
+    redirector.redirect("/v2/r/", &denied_base);
+    redirector.require_auth_for(
+        "/v2/realm/",
+        "Bearer never",
+        &format!("Bearer realm=\"{denied_base}/token\",service=\"test\""),
+    );
+    let oci_at = |addr: std::net::SocketAddr, repo: &str| json!({"oci": {"url": format!("oci://{addr}/{repo}"), "tag": "v1", "insecure": true}});
+    let cases = [
+        (
+            "direct",
+            json!({"http": {"url": denied.url("/app.yaml")}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "redirected",
+            json!({"http": {"url": redirector.url("/r/app.yaml")}}),
+            "redirect to http://127.0.0.2",
+        ),
+        (
+            "git-direct",
+            json!({"git": {"url": format!("{denied_base}/apps.git"), "ref": {"branch": "main"}}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "git-redirected",
+            json!({"git": {"url": redirector.url("/r/apps.git"), "ref": {"branch": "main"}}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "oci-direct",
+            oci_at(denied.addr, "apps"),
+            "address 127.0.0.2 not allowed",
+        ),
+        // The registry redirects the manifest request (HEAD /v2/r/…) to the denied server.
+        (
+            "oci-redirected",
+            oci_at(redirector.addr, "r"),
+            "redirect to http://127.0.0.2",
+        ),
+        ("oci-realm", oci_at(redirector.addr, "realm"), "token realm"),
+    ];
+    let mut sets = Vec::new();
+    for (name, source, _) in &cases {
+        let set = h.applyset(name);
+        set.create(json!({"retryInterval": "2s", "sources": [source]}))
+            .await;
+        sets.push(set);
+    }
+    for (set, (name, _, says)) in sets.iter().zip(&cases) {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        let msg = message(&st);
+        assert!(msg.contains(NOT_ALLOWED), "{name}: {msg}");
+        assert!(msg.contains(says), "{name}: {msg}");
+        assert_not_stalled(&st);
+    }
+    // Retried at least once more each (the policy holds on every attempt).
+    let failed = op.metrics().source_fetches("any", "failed");
+    eventually("more failed source reads", LONG_DEADLINE, || {
+        let m = op.metrics();
+        let want = failed + cases.len() as u64;
+        async move { (m.source_fetches("any", "failed") >= want).then_some(()) }
+    })
+    .await;
+    assert!(redirector.requests() >= 3, "the redirects were asked for");
+    assert_eq!(
+        denied.requests(),
+        0,
+        "the denied server received no request"
+    );
+    assert_eq!(
+        denied.connections_accepted(),
+        0,
+        "nothing even connected to the denied server"
+    );
+    assert_members(&h, &h.ns, &[], &["denied"]).await;
+    stop(op).await;
+}
+
+/// With `--source-allowed-hosts localhost`, a source naming another host (here the same
+/// server by address) is refused before any request, the allowed name works, and a redirect
+/// to a host that is not allowed is not followed (its server receives nothing).
+#[tokio::test]
+async fn allowed_hosts_are_honoured_on_every_hop() {
+    init();
+    let h = Harness::new("src-hosts").await;
+    let policy =
+        applyset_operator::sources::egress::Policy::new(&[], &["localhost"], true).expect("policy");
+    let op = with_policy(&h, policy);
+    let server = FileServer::start(None).await;
+    server.put("/app.yaml", cm_doc("by-name", "1"));
+    let other = FileServer::start(None).await;
+    other.put("/away/app.yaml", cm_doc("away", "1"));
+    server.redirect("/away/", &format!("http://{}", other.addr));
+    let port = server.addr.port();
+
+    let by_address = h.applyset("by-address");
+    by_address
+        .create(json!({"sources": [{"http": {"url": server.url("/app.yaml")}}]}))
+        .await;
+    let st = by_address
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "host 127.0.0.1:{port} {NOT_ALLOWED}: it matches no pattern of --source-allowed-hosts"
+        )),
+        "{msg}"
+    );
+    assert_eq!(server.requests(), 0, "refused before any request");
+
+    let by_name = h.applyset("by-name");
+    by_name
+        .create(
+            json!({"sources": [{"http": {"url": format!("http://localhost:{port}/app.yaml")}}]}),
+        )
+        .await;
+    by_name.wait_ready().await;
+    assert_members(&h, &h.ns, &["by-name"], &[]).await;
+
+    let away = h.applyset("away");
+    away.create(
+        json!({"sources": [{"http": {"url": format!("http://localhost:{port}/away/app.yaml")}}]}),
+    )
+    .await;
+    let st = away.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "redirect to http://127.0.0.1:{}/away/app.yaml",
+            other.addr.port()
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("--source-allowed-hosts"), "{msg}");
+    assert_eq!(other.requests(), 0, "the redirect was not followed");
+    assert_eq!(other.connections_accepted(), 0);
+    assert_members(&h, &h.ns, &[], &["away"]).await;
+    stop(op).await;
+}
+
+/// `--source-insecure=false`: plain http:// (http and git sources) and OCI `insecure: true`
+/// are refused before any request.
+#[tokio::test]
+async fn insecure_sources_can_be_forbidden() {
+    init();
+    let h = Harness::new("src-insecure").await;
+    let policy =
+        applyset_operator::sources::egress::Policy::new::<&str>(&[], &[], false).expect("policy");
+    let op = with_policy(&h, policy);
+    let server = FileServer::start(None).await;
+    server.put("/app.yaml", cm_doc("plain", "1"));
+    let cases = [
+        (
+            "http",
+            json!({"http": {"url": server.url("/app.yaml")}}),
+            "plain http://",
+        ),
+        (
+            "git",
+            json!({"git": {"url": server.url("/apps.git"), "ref": {"branch": "main"}}}),
+            "plain http://",
+        ),
+        (
+            "oci",
+            json!({"oci": {"url": format!("oci://{}/apps", server.addr), "tag": "v1", "insecure": true}}),
+            "insecure: true",
+        ),
+    ];
+    for (name, source, says) in cases {
+        let set = h.applyset(name);
+        set.create(json!({"sources": [source]})).await;
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        let msg = message(&st);
+        assert!(
+            msg.contains(says) && msg.contains(NOT_ALLOWED),
+            "{name}: {msg}"
+        );
+        assert!(msg.contains("--source-insecure=false"), "{name}: {msg}");
+    }
+    assert_eq!(server.requests(), 0);
+    assert_eq!(server.connections_accepted(), 0);
+    stop(op).await;
+}
+
+/// Credentials stay with their host: a bearer token is not sent past a redirect to another
+/// host; a Secret annotated `applyset.dev/allowed-hosts` is used only for those hosts (else
+/// ValidationFailed, nothing sent); a `kubernetes.io/service-account-token` Secret is refused
+/// (ValidationFailed naming it).
+#[tokio::test]
+async fn credentials_stay_with_their_host() {
+    init();
+    let h = Harness::new("src-creds").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let origin = FileServer::start(None).await;
+    let elsewhere = FileServer::start(None).await;
+    origin.put("/app.yaml", cm_doc("direct", "1"));
+    elsewhere.put("/moved/app.yaml", cm_doc("moved", "1"));
+    // To another host (localhost instead of 127.0.0.1, another port).
+    origin.redirect(
+        "/moved/",
+        &format!("http://localhost:{}", elsewhere.addr.port()),
+    );
+    put_secret(&h, &ns, "token", &[("token", b"s3cret")]).await;
+    let moved = h.applyset("moved");
+    moved
+        .create(json!({"sources": [{"http": {"url": origin.url("/moved/app.yaml"), "secretRef": {"name": "token"}}}]}))
+        .await;
+    moved.wait_ready().await;
+    assert_members(&h, &ns, &["moved"], &[]).await;
+    assert!(
+        origin.authorizations().iter().all(|a| a == "Bearer s3cret"),
+        "{:?}",
+        origin.authorizations()
+    );
+    let seen = elsewhere.authorizations();
+    assert!(!seen.is_empty(), "the redirect was followed");
+    assert!(
+        seen.iter().all(String::is_empty),
+        "no credentials past the host they were given for: {seen:?}"
+    );
+
+    // A Secret restricted to other hosts: refused before any request.
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), &ns);
+    let restricted = |name: &str, hosts: &str| -> Secret {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "annotations": {"applyset.dev/allowed-hosts": hosts}},
+            "type": "Opaque", "stringData": {"token": "s3cret"}}))
+        .expect("secret")
+    };
+    for (name, hosts) in [
+        ("elsewhere-only", "registry.example.com, *.example.com"),
+        ("origin-only", "127.0.0.1"),
+    ] {
+        secrets
+            .create(&PostParams::default(), &restricted(name, hosts))
+            .await
+            .expect("create secret");
+    }
+    let requests = origin.requests();
+    let wrong = h.applyset("wrong-host");
+    wrong
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "elsewhere-only"}}}]}))
+        .await;
+    let st = wrong
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "its secretRef {ns}/elsewhere-only may only be used for the hosts in its annotation applyset.dev/allowed-hosts"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!(
+            "127.0.0.1:{} is not one of them",
+            origin.addr.port()
+        )),
+        "{msg}"
+    );
+    assert_eq!(origin.requests(), requests, "nothing sent");
+    let right = h.applyset("right-host");
+    right
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "origin-only"}}}]}))
+        .await;
+    right.wait_ready().await;
+
+    // A ServiceAccount token Secret is never used.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(h.client.clone(), &ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+        )
+        .expect("sa"),
+    )
+    .await
+    .expect("create sa");
+    let sa_token: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "robot-token", "annotations": {"kubernetes.io/service-account.name": "robot"}},
+        "type": "kubernetes.io/service-account-token", "stringData": {"token": "sa-token"}}))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &sa_token)
+        .await
+        .expect("create token secret");
+    let requests = origin.requests();
+    let token = h.applyset("sa-token");
+    token
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "robot-token"}}}]}))
+        .await;
+    let st = token
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "its secretRef {ns}/robot-token is a Secret of type kubernetes.io/service-account-token"
+        )),
+        "{msg}"
+    );
+    assert_eq!(origin.requests(), requests, "nothing sent");
+    assert!(
+        !origin
+            .authorizations()
+            .iter()
+            .any(|a| a.contains("sa-token")),
+        "the ServiceAccount token never left the operator"
+    );
+    stop(op).await;
+}
