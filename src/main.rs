@@ -88,6 +88,10 @@ struct RunArgs {
     /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
+    /// Memory budget for source content being fetched and parsed, shared by all sets, in MiB:
+    /// a fetch that cannot get its share waits (at most half of --source-timeout), then fails.
+    #[arg(long, env = "APPLYSET_SOURCE_MEMORY_MIB", default_value_t = 256)]
+    source_memory_mib: u64,
     /// Address ranges sources may never connect to, besides link-local and cloud metadata
     /// addresses (always refused): CIDRs or addresses, comma-separated (e.g. the cluster's
     /// service CIDR; 127.0.0.0/8,::1 to refuse loopback).
@@ -228,6 +232,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             max_download: args.source_max_download_mib.saturating_mul(1 << 20),
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
+            memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),

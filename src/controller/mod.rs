@@ -240,6 +240,7 @@ impl Readiness {
 /// A running operator (both controllers).
 pub struct Operator {
     metrics: Arc<Metrics>,
+    source_memory: sources::memory::MemoryBudget,
     readiness: Arc<Readiness>,
     members: Arc<MemberWatches>,
     shutdown: watch::Sender<bool>,
@@ -262,6 +263,7 @@ impl Operator {
             metrics.clone(),
             members.clone(),
         ));
+        let source_memory = ctx.sources.memory.clone();
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
@@ -284,6 +286,7 @@ impl Operator {
         });
         Operator {
             metrics,
+            source_memory,
             readiness,
             members,
             shutdown: tx,
@@ -293,6 +296,11 @@ impl Operator {
 
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// The memory budget of the sources (`--source-memory-mib`): what is held, the peak.
+    pub fn source_memory(&self) -> sources::memory::MemoryBudget {
+        self.source_memory.clone()
     }
 
     /// Whether the controllers' caches have synced (for `/readyz`).

@@ -162,7 +162,8 @@ pub async fn fetch(
     let cached_commit = cached
         .as_ref()
         .and_then(|c| c.revision.rsplit_once("sha1:").map(|(_, c)| c.to_string()));
-    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix).await?;
+    let mut lease = s.memory.lease();
+    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix, &mut lease).await?;
     match (outcome, cached) {
         (Outcome::Unchanged, Some(c)) => Ok(from_cache(&c)),
         (Outcome::Unchanged, None) => Err(SourceError::Failed(
@@ -170,8 +171,14 @@ pub async fn fetch(
         )),
         (Outcome::Fetched { commit, files }, _) => {
             let where_ = format!("{} at commit {commit}", under_path(&prefix));
-            let parsed =
-                parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
+            let parsed = parse_blocking(
+                desc,
+                files,
+                Naming::Files,
+                where_.trim_start().to_string(),
+                &mut lease,
+            )
+            .await?;
             let cached = Cached {
                 revision: revision_of(&g.reference, &name, &commit),
                 manifests: parsed.manifests,
@@ -179,7 +186,7 @@ pub async fn fetch(
                 last_modified: None,
                 bytes: parsed.bytes,
             };
-            Ok(s.cache.store(&identity, "git", cached))
+            Ok(s.cache.store(&identity, "git", cached, lease))
         }
     }
 }
@@ -251,17 +258,21 @@ fn from_cache(c: &Cached) -> Fetched {
         revision: c.revision.clone(),
         kind: "git",
         downloaded: false,
+        memory: None,
     }
 }
 
 /// Runs [`fetch_blocking`] on a blocking thread; the fetch is interrupted if this future is
-/// dropped (timeout, shutdown). Its errors come back with the URL redacted.
+/// dropped (timeout, shutdown). Its errors come back with the URL redacted. The manifest
+/// files read into memory are taken from `lease` (the operator's memory budget) before they
+/// are read.
 async fn fetch_on_blocking_thread(
     s: &Sources,
     g: &GitSource,
     creds: Creds,
     cached_commit: Option<String>,
     prefix: &str,
+    lease: &mut super::memory::Lease,
 ) -> Result<Outcome, SourceError> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let _guard = InterruptOnDrop(interrupt.clone());
@@ -271,7 +282,7 @@ async fn fetch_on_blocking_thread(
     let limits = s.limits.clone();
     let policy = s.policy.clone();
     let pfx = prefix.to_string();
-    tokio::task::spawn_blocking(move || {
+    super::http::unpack_reserving(lease, move |reserve| {
         fetch_blocking(
             &work,
             &url,
@@ -282,10 +293,10 @@ async fn fetch_on_blocking_thread(
             &limits,
             &policy,
             &interrupt,
+            reserve,
         )
     })
-    .await
-    .map_err(|e| SourceError::Failed(format!("git fetch task: {e}")))?
+    .await?
     .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))
 }
 
@@ -532,6 +543,7 @@ fn fetch_blocking(
     limits: &Limits,
     policy: &Arc<egress::Policy>,
     interrupt: &Arc<AtomicBool>,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     use gix::remote::Direction;
 
@@ -575,7 +587,7 @@ fn fetch_blocking(
         return Ok(Outcome::Unchanged);
     }
     receive_pack(prepare, keys, reference, limits, interrupt)?;
-    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt)?;
+    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt, reserve)?;
     // The scratch directory goes when `scratch` drops (after `repo`, declared later).
     Ok(outcome)
 }
@@ -798,6 +810,7 @@ fn read_commit(
     prefix: &str,
     limits: &Limits,
     interrupt: &AtomicBool,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     let commit = repo
         .find_object(wanted)
@@ -814,7 +827,15 @@ fn read_commit(
         entries: limits.max_entries,
         limits: limits.clone(),
     };
-    let files = read_tree(repo, root, prefix, &commit_id, &mut budget, interrupt)?;
+    let files = read_tree(
+        repo,
+        root,
+        prefix,
+        &commit_id,
+        &mut budget,
+        interrupt,
+        reserve,
+    )?;
     Ok(Outcome::Fetched {
         commit: commit_id,
         files,
@@ -847,6 +868,7 @@ fn read_tree(
     commit: &str,
     budget: &mut TreeBudget,
     interrupt: &AtomicBool,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Vec<SourceFile>, String> {
     let dir = prefix.trim_end_matches('/');
     let id = find_directory(repo, root, dir, commit, budget)?;
@@ -882,7 +904,7 @@ fn read_tree(
             if !mode.is_blob() {
                 continue;
             }
-            let text = read_blob(repo, entry.object_id(), &path, budget)?;
+            let text = read_blob(repo, entry.object_id(), &path, budget, reserve)?;
             files.push(SourceFile { path, text });
         }
     }
@@ -932,18 +954,21 @@ fn find_directory(
     Ok(id)
 }
 
-/// The text of blob `oid` (the file at `path`), its size taken from the budget (from the
-/// header, before it is inflated). A blob that is not UTF-8 is an error.
+/// The text of blob `oid` (the file at `path`), its size taken from the budget and reserved
+/// with `reserve` (the memory budget; from the header, before it is inflated). A blob that
+/// is not UTF-8 is an error.
 fn read_blob(
     repo: &gix::Repository,
     oid: gix::ObjectId,
     path: &str,
     budget: &mut TreeBudget,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<String, String> {
     let header = repo
         .find_header(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
     budget.take_bytes(header.size(), path)?;
+    reserve(header.size())?;
     let mut blob = repo
         .find_object(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;

@@ -37,6 +37,7 @@ pub mod archive;
 pub mod egress;
 pub mod git;
 pub mod http;
+pub mod memory;
 pub mod objects;
 pub mod oci;
 
@@ -74,6 +75,9 @@ pub struct Limits {
     pub timeout: Duration,
     /// Estimated memory of the parsed manifests the content cache may hold, in bytes.
     pub max_cached: u64,
+    /// The operator-wide memory budget for source content being fetched and parsed, in bytes
+    /// (`--source-memory-mib`; see [`memory`]).
+    pub memory: u64,
 }
 
 impl Default for Limits {
@@ -84,6 +88,7 @@ impl Default for Limits {
             max_entries: 10_000,
             timeout: Duration::from_secs(120),
             max_cached: 128 << 20,
+            memory: 256 << 20,
         }
     }
 }
@@ -106,6 +111,9 @@ pub struct Fetched {
     pub kind: &'static str,
     /// Whether content was downloaded (false: the cheap check found it cached).
     pub downloaded: bool,
+    /// The share of the memory budget the manifests hold until this result is dropped (none
+    /// for content served from the cache, which is bounded on its own).
+    pub memory: Option<Arc<memory::Lease>>,
 }
 
 /// Why a source could not be used.
@@ -251,13 +259,21 @@ impl Cache {
     /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
     /// used other entries until both bounds hold. Content larger than the whole byte budget is
     /// not cached at all (it is read again next time).
-    /// Caches freshly downloaded content and returns it as fetched.
-    pub fn store(&self, identity: &str, kind: &'static str, c: Cached) -> Fetched {
+    /// Caches freshly downloaded content and returns it as fetched, holding `lease` (the
+    /// memory budget of its manifests) until the result is dropped.
+    pub fn store(
+        &self,
+        identity: &str,
+        kind: &'static str,
+        c: Cached,
+        lease: memory::Lease,
+    ) -> Fetched {
         let fetched = Fetched {
             manifests: c.manifests.clone(),
             revision: c.revision.clone(),
             kind,
             downloaded: true,
+            memory: Some(Arc::new(lease)),
         };
         self.put(identity, c);
         fetched
@@ -356,6 +372,8 @@ pub const FETCH_CONCURRENCY: usize = 4;
 /// objects, limits and a scratch directory (Git needs a repository on disk).
 pub struct Sources {
     pub limits: Limits,
+    /// The memory budget of content being fetched and parsed ([`memory`]).
+    pub memory: memory::MemoryBudget,
     /// Which hosts and addresses sources may reach ([`egress`]).
     pub policy: Arc<egress::Policy>,
     pub cache: Cache,
@@ -475,6 +493,9 @@ impl Sources {
         install_crypto_provider();
         let base = work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator"));
         Self {
+            // A fetch waits for room at most half the sources' deadline, so that the budget's
+            // message (naming its flag) comes before the deadline's.
+            memory: memory::MemoryBudget::new(limits.memory, limits.timeout / 2),
             policy: Arc::new(policy),
             cache: Cache::new(256, limits.max_cached),
             limits,
@@ -602,10 +623,26 @@ impl Sources {
         let result = match kind_of(source).map_err(SourceError::Invalid) {
             Err(e) => Err(e),
             Ok(Kind::ConfigMap(o)) => {
-                objects::fetch(client, parent, ObjectKind::ConfigMap, o, &self.limits).await
+                objects::fetch(
+                    client,
+                    parent,
+                    ObjectKind::ConfigMap,
+                    o,
+                    &self.limits,
+                    &self.memory,
+                )
+                .await
             }
             Ok(Kind::Secret(o)) => {
-                objects::fetch(client, parent, ObjectKind::Secret, o, &self.limits).await
+                objects::fetch(
+                    client,
+                    parent,
+                    ObjectKind::Secret,
+                    o,
+                    &self.limits,
+                    &self.memory,
+                )
+                .await
             }
             Ok(Kind::Http(h)) => http::fetch(self, client, parent, h).await,
             Ok(Kind::Git(g)) => git::fetch(self, client, parent, g).await,
@@ -940,18 +977,25 @@ const EMPTY_HINT: &str = "a source that yields nothing is refused rather than re
 /// must not stall the async workers). A source without manifest files, or whose files hold no
 /// object, is refused (`Failed`); `where_` says where nothing was found, e.g.
 /// `under path deploy at commit 0a1b…`.
+///
+/// The parsed manifests take about as much memory as their text again, and that is taken from
+/// `lease` before parsing; once parsed, `lease` holds the manifests' estimated memory only
+/// (the text is gone).
 pub async fn parse_blocking(
     desc: String,
     files: Vec<SourceFile>,
     naming: Naming,
     where_: String,
+    lease: &mut memory::Lease,
 ) -> Result<Parsed, SourceError> {
     if files.is_empty() {
         return Err(SourceError::Failed(format!(
             "no manifest files (.yaml, .yml, .json) {where_}; {EMPTY_HINT}"
         )));
     }
-    tokio::task::spawn_blocking(move || {
+    let text: u64 = files.iter().map(|f| f.text.len() as u64).sum();
+    lease.grow(text).await.map_err(SourceError::Failed)?;
+    let parsed = tokio::task::spawn_blocking(move || {
         let manifests = match naming {
             Naming::Files => parse_files(&desc, &files)?,
             Naming::Keys => parse_files_as_keys(&desc, &files)?,
@@ -975,7 +1019,12 @@ pub async fn parse_blocking(
         })
     })
     .await
-    .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))?
+    .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))??;
+    lease
+        .hold(parsed.bytes)
+        .await
+        .map_err(SourceError::Failed)?;
+    Ok(parsed)
 }
 
 /// ` under path <dir>` for a non-empty directory prefix (`dir/`), else "".
@@ -1274,11 +1323,18 @@ mod tests {
 
     #[tokio::test]
     async fn empty_sources_are_refused() {
-        let err = parse_blocking("t".into(), vec![], Naming::Files, "under path x".into())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let budget = memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
+        let err = parse_blocking(
+            "t".into(),
+            vec![],
+            Naming::Files,
+            "under path x".into(),
+            &mut budget.lease(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(
             err.contains("no manifest files (.yaml, .yml, .json) under path x"),
             "{err}"
@@ -1288,11 +1344,17 @@ mod tests {
             path: "a.yaml".into(),
             text: "# nothing\n---\n".into(),
         }];
-        let err = parse_blocking("t".into(), only_comments, Naming::Files, "in x".into())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = parse_blocking(
+            "t".into(),
+            only_comments,
+            Naming::Files,
+            "in x".into(),
+            &mut budget.lease(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(err.contains("hold no objects"), "{err}");
     }
 
@@ -1389,6 +1451,7 @@ mod tests {
             revision: r.into(),
             kind: "git",
             downloaded: false,
+            memory: None,
         };
         assert_eq!(combined_revision("sha256:x", &[]), "sha256:x");
         assert_eq!(

@@ -150,6 +150,8 @@ struct Session {
     /// The hosts the secretRef's `applyset.dev/allowed-hosts` annotation allows (`None`: any);
     /// the basic credentials go to no other token service.
     secret_hosts: Option<Vec<egress::HostPattern>>,
+    /// The memory the downloads take, from the operator's budget.
+    lease: super::memory::Lease,
 }
 
 /// The most layers an artifact may have (a Flux artifact has one, ORAS one per file pushed).
@@ -200,6 +202,7 @@ impl Session {
         o: &OciSource,
         repo: &Repository,
         secret: SecretSettings,
+        lease: super::memory::Lease,
     ) -> Self {
         Self {
             http,
@@ -215,6 +218,7 @@ impl Session {
             auth: None,
             policy,
             secret_hosts: secret.allowed_hosts,
+            lease,
         }
     }
 
@@ -269,7 +273,7 @@ impl Session {
     /// with `insecure`) for the challenge's service and scope (default: pull of this
     /// repository), sending the basic credentials only where [`may_send_credentials`] allows.
     /// Returns the `Authorization` header value.
-    async fn bearer_token(&self, params: &BTreeMap<String, String>) -> Result<String, String> {
+    async fn bearer_token(&mut self, params: &BTreeMap<String, String>) -> Result<String, String> {
         let realm = params
             .get("realm")
             .ok_or("the registry's bearer challenge has no realm")?;
@@ -329,7 +333,7 @@ impl Session {
                 tr.status()
             ));
         }
-        let body = read_capped(tr, 1 << 20).await?;
+        let body = read_capped(tr, 1 << 20, &mut self.lease).await?;
         let v: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
         let token = v
@@ -371,7 +375,7 @@ impl Session {
                 resp.status()
             ));
         }
-        let body = read_capped(resp, max)
+        let body = read_capped(resp, max, &mut self.lease)
             .await
             .map_err(|e| format!("GET {what}: {e}"))?;
         let got = format!("sha256:{}", sha256_hex(&body));
@@ -423,7 +427,7 @@ pub async fn fetch(
         return Ok(hit);
     }
     let http = s.http_client(secret.ca.as_deref())?;
-    let session = Session::new(http, s.policy.clone(), o, &repo, secret);
+    let session = Session::new(http, s.policy.clone(), o, &repo, secret, s.memory.lease());
     let mut artifact = Artifact::new(session, reference, prefix, &s.limits);
     // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
     let mut expected = o.digest.clone();
@@ -438,9 +442,10 @@ pub async fn fetch(
     let (body, digest) = artifact.get_manifest(expected.as_deref()).await?;
     let layers = artifact.layers_of(&body)?;
     artifact.read_layers(&layers).await?;
+    let mut lease = std::mem::replace(&mut artifact.session.lease, s.memory.lease());
     let (files, prefix) = artifact.into_files(&digest)?;
     let where_ = format!("in the artifact's layers{}", under_path(&prefix));
-    let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
+    let parsed = parse_blocking(desc, files, Naming::Files, where_, &mut lease).await?;
     let cached = Cached {
         revision: revision_of(o, &digest),
         manifests: parsed.manifests,
@@ -448,7 +453,7 @@ pub async fn fetch(
         last_modified: None,
         bytes: parsed.bytes,
     };
-    Ok(s.cache.store(&identity, "oci", cached))
+    Ok(s.cache.store(&identity, "oci", cached, lease))
 }
 
 /// What the secretRef provides: its id (part of the cache identity), the registry
@@ -521,6 +526,7 @@ fn from_cache(
         revision,
         kind: "oci",
         downloaded: false,
+        memory: None,
     }
 }
 
@@ -640,9 +646,13 @@ impl Artifact {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let body = read_capped(resp, MAX_MANIFEST.min(self.download_left))
-            .await
-            .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
+        let body = read_capped(
+            resp,
+            MAX_MANIFEST.min(self.download_left),
+            &mut self.session.lease,
+        )
+        .await
+        .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
         self.download_left = self.download_left.saturating_sub(body.len() as u64);
         let digest = format!("sha256:{}", sha256_hex(&body));
         for want in [
@@ -701,6 +711,12 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
+        // The layers, and about as much again for their files, at once.
+        self.session
+            .lease
+            .reserve_ahead(declared.saturating_mul(2))
+            .await
+            .map_err(SourceError::Failed)?;
         for (i, layer) in layers.iter().enumerate() {
             self.read_layer(i, layer).await?;
         }
@@ -759,15 +775,16 @@ impl Artifact {
         let failed = SourceError::Failed;
         let pfx = self.prefix.clone();
         let budget = self.budget;
-        let unpacked =
-            tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&blob, &pfx, budget))
-                .await
-                .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
-                .map_err(|e| {
-                    failed(format!(
-                        "layer {i}: {e} (the limits count all layers of the artifact together)"
-                    ))
-                })?;
+        let unpacked = super::http::unpack_reserving(&mut self.session.lease, move |reserve| {
+            archive::read_tar_gz_reserving(&blob, &pfx, budget, reserve)
+        })
+        .await
+        .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
+        .map_err(|e| {
+            failed(format!(
+                "layer {i}: {e} (the limits count all layers of the artifact together)"
+            ))
+        })?;
         self.budget = unpacked.budget;
         self.prefix_found |= unpacked.prefix_found;
         self.files.extend(unpacked.files);
