@@ -28,6 +28,12 @@
 //! in its own namespace: the operator can read Secrets everywhere, and must not lend that
 //! right to whoever may create an ApplySet. A ClusterApplySet names the namespace.
 //!
+//! What http, git and oci sources may connect to is the operator's egress policy
+//! ([`egress`]); a credentials Secret of type `kubernetes.io/service-account-token` is refused
+//! and one annotated `applyset.dev/allowed-hosts` is used only for those hosts
+//! ([`check_credentials_secret`]). The content being fetched and parsed, by all parents
+//! together, takes its memory from one budget ([`memory`]).
+//!
 //! Errors are of three kinds ([`SourceError`]): the spec is wrong (`Invalid`, reported as
 //! ValidationFailed), the content does not parse (`Manifest`, ValidationFailed naming the
 //! source, file and line), or the source could not be read or was refused (`Failed`, reported
