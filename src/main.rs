@@ -380,3 +380,51 @@ fn main() -> ExitCode {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let argv = ["applyset-operator", "run"].iter().chain(args);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Run(a)) => *a,
+            Ok(Command::Crd) => panic!("not run"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn source_policy_and_memory_flags() {
+        let config = operator_config(&run_args(&[])).expect("defaults");
+        assert_eq!(config.source_limits.memory, 256 << 20);
+        assert!(config.source_policy.insecure_allowed());
+        let config = operator_config(&run_args(&[
+            "--source-memory-mib=32",
+            "--source-deny-cidrs=10.96.0.0/12,127.0.0.2",
+            "--source-deny-cidrs",
+            "fd00::/8",
+            "--source-allowed-hosts=*.example.com,registry.local:5000",
+            "--source-insecure=false",
+        ]))
+        .expect("valid flags");
+        assert_eq!(config.source_limits.memory, 32 << 20);
+        let p = &config.source_policy;
+        assert!(!p.insecure_allowed());
+        for denied in ["10.96.0.1", "127.0.0.2", "fd00::1", "169.254.169.254"] {
+            let ip = denied.parse().expect("ip");
+            assert!(p.check_ip(ip, None).is_err(), "{denied}");
+        }
+        assert!(p.check_url_str("https://git.example.com/r.git").is_ok());
+        assert!(p.check_url_str("https://registry.local:5000/v2/").is_ok());
+        assert!(p.check_url_str("https://registry.local/v2/").is_err());
+        let err = operator_config(&run_args(&["--source-deny-cidrs=10.0.0.0/33"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--source-deny-cidrs: "), "{err}");
+        let err = operator_config(&run_args(&["--source-allowed-hosts=https://x"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--source-allowed-hosts: "), "{err}");
+    }
+}
