@@ -2149,6 +2149,11 @@ async fn memory_budget_holds_with_many_concurrent_large_sources() {
         peak >= 4 << 20,
         "the sources did contend for the budget (peak {peak})"
     );
+    let exposed = op.metrics().encode();
+    assert!(
+        exposed.contains(&format!("applyset_source_memory_peak_bytes {peak}")),
+        "the peak is exposed: {exposed}"
+    );
     // Everything given back once the reconciles are done (results are dropped with them).
     eventually("the budget given back", DEADLINE, || {
         let b = budget.clone();

@@ -264,6 +264,7 @@ impl Operator {
             members.clone(),
         ));
         let source_memory = ctx.sources.memory.clone();
+        metrics.watch_source_memory(source_memory.clone());
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
