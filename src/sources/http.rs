@@ -303,11 +303,14 @@ async fn decode(
     if archive::is_gzip(&body) {
         let budget = archive::Budget::new(limits);
         let pfx = prefix.to_string();
+        let body_bytes = body.capacity() as u64;
         let unpacked = unpack_reserving(lease, move |reserve| {
             archive::read_tar_gz_reserving(&body, &pfx, budget, reserve)
         })
         .await?
         .map_err(SourceError::Failed)?;
+        // The bundle is gone (dropped after unpacking); its room serves the parse.
+        lease.release(body_bytes);
         if !unpacked.prefix_found {
             return Err(SourceError::Failed(format!(
                 "path {} does not exist in the bundle; fix path",

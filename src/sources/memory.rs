@@ -132,6 +132,12 @@ impl Lease {
         self.acquire_kib(kib_of(total), total).await
     }
 
+    /// Records that `bytes` the lease used were freed; their room stays reserved for what the
+    /// holder reads next (given back by [`Lease::hold`] or when the lease is dropped).
+    pub fn release(&mut self, bytes: u64) {
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
     /// Makes the lease use and hold exactly `bytes` (growing as [`Lease::grow`] does, or
     /// giving the rest, reserved room included, back).
     pub async fn hold(&mut self, bytes: u64) -> Result<(), String> {
@@ -264,6 +270,10 @@ mod tests {
         a.grow(1 << 20).await.expect("from the reserve");
         assert_eq!(b.held_bytes(), 2 << 20, "nothing more taken");
         a.grow(1024).await.expect("beyond the reserve");
+        assert_eq!(b.held_bytes(), (2 << 20) + 1024);
+        // Freed bytes stay reserved for the next use.
+        a.release(1 << 20);
+        a.grow(1 << 20).await.expect("from the freed room");
         assert_eq!(b.held_bytes(), (2 << 20) + 1024);
         // `hold` gives back what is not used, reserve included.
         a.reserve_ahead(1 << 20).await.expect("reserve");

@@ -775,6 +775,7 @@ impl Artifact {
         let failed = SourceError::Failed;
         let pfx = self.prefix.clone();
         let budget = self.budget;
+        let blob_bytes = blob.capacity() as u64;
         let unpacked = super::http::unpack_reserving(&mut self.session.lease, move |reserve| {
             archive::read_tar_gz_reserving(&blob, &pfx, budget, reserve)
         })
@@ -785,6 +786,8 @@ impl Artifact {
                 "layer {i}: {e} (the limits count all layers of the artifact together)"
             ))
         })?;
+        // The layer's download is gone (dropped after unpacking); its room serves the next.
+        self.session.lease.release(blob_bytes);
         self.budget = unpacked.budget;
         self.prefix_found |= unpacked.prefix_found;
         self.files.extend(unpacked.files);
