@@ -88,6 +88,22 @@ struct RunArgs {
     /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
+    /// Memory budget for source content being fetched and parsed, shared by all sets, in MiB:
+    /// a fetch that cannot get its share waits (at most half of --source-timeout), then fails.
+    #[arg(long, env = "APPLYSET_SOURCE_MEMORY_MIB", default_value_t = 256)]
+    source_memory_mib: u64,
+    /// Address ranges sources may never connect to, besides link-local and cloud metadata
+    /// addresses (always refused): CIDRs or addresses, comma-separated (e.g. the cluster's
+    /// service CIDR; 127.0.0.0/8,::1 to refuse loopback).
+    #[arg(long, env = "APPLYSET_SOURCE_DENY_CIDRS", value_delimiter = ',')]
+    source_deny_cidrs: Vec<String>,
+    /// When set, the only hosts sources may contact (first request, redirects, OCI token
+    /// services): comma-separated patterns `host`, `host:port`, `*.domain`, an address.
+    #[arg(long, env = "APPLYSET_SOURCE_ALLOWED_HOSTS", value_delimiter = ',')]
+    source_allowed_hosts: Vec<String>,
+    /// Whether sources may use plain http:// and OCI insecure: true (false refuses them).
+    #[arg(long, env = "APPLYSET_SOURCE_INSECURE", default_value_t = true, action = clap::ArgAction::Set)]
+    source_insecure: bool,
     /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
     /// its own namespace (impersonation).
     #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
@@ -151,12 +167,18 @@ fn identity() -> String {
 
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
+    let config = match operator_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid flags");
+            return ExitCode::FAILURE;
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let client = match kube_client(metrics.clone()).await {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let config = operator_config(&args);
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
 
     let health = Health::default();
@@ -193,8 +215,15 @@ async fn kube_client(metrics: Arc<Metrics>) -> Result<kube::Client, ExitCode> {
 }
 
 /// The controllers' configuration from the command line.
-fn operator_config(args: &RunArgs) -> Config {
-    Config {
+/// The controllers' configuration from the command line; an error names a flag whose value
+/// is not valid.
+fn operator_config(args: &RunArgs) -> Result<Config, String> {
+    let source_policy = applyset_operator::sources::egress::Policy::new(
+        &args.source_deny_cidrs,
+        &args.source_allowed_hosts,
+        args.source_insecure,
+    )?;
+    Ok(Config {
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency,
         watch_namespace: args.watch_namespace.clone(),
@@ -203,15 +232,17 @@ fn operator_config(args: &RunArgs) -> Config {
             max_download: args.source_max_download_mib.saturating_mul(1 << 20),
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
+            memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),
+        source_policy,
         tenancy: applyset_operator::tenancy::Defaults {
             namespaced: args.default_service_account.clone(),
             cluster: args.cluster_default_service_account.clone(),
             allow_cross_namespace: args.allow_cross_namespace_sets,
         },
-    }
+    })
 }
 
 /// Binds the health and metrics addresses and serves them in the background; logs why it
@@ -347,5 +378,53 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let argv = ["applyset-operator", "run"].iter().chain(args);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Run(a)) => *a,
+            Ok(Command::Crd) => panic!("not run"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn source_policy_and_memory_flags() {
+        let config = operator_config(&run_args(&[])).expect("defaults");
+        assert_eq!(config.source_limits.memory, 256 << 20);
+        assert!(config.source_policy.insecure_allowed());
+        let config = operator_config(&run_args(&[
+            "--source-memory-mib=32",
+            "--source-deny-cidrs=10.96.0.0/12,127.0.0.2",
+            "--source-deny-cidrs",
+            "fd00::/8",
+            "--source-allowed-hosts=*.example.com,registry.local:5000",
+            "--source-insecure=false",
+        ]))
+        .expect("valid flags");
+        assert_eq!(config.source_limits.memory, 32 << 20);
+        let p = &config.source_policy;
+        assert!(!p.insecure_allowed());
+        for denied in ["10.96.0.1", "127.0.0.2", "fd00::1", "169.254.169.254"] {
+            let ip = denied.parse().expect("ip");
+            assert!(p.check_ip(ip, None).is_err(), "{denied}");
+        }
+        assert!(p.check_url_str("https://git.example.com/r.git").is_ok());
+        assert!(p.check_url_str("https://registry.local:5000/v2/").is_ok());
+        assert!(p.check_url_str("https://registry.local/v2/").is_err());
+        let err = operator_config(&run_args(&["--source-deny-cidrs=10.0.0.0/33"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--source-deny-cidrs: "), "{err}");
+        let err = operator_config(&run_args(&["--source-allowed-hosts=https://x"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--source-allowed-hosts: "), "{err}");
     }
 }

@@ -24,6 +24,10 @@ pub struct Metrics {
     managed_members: IntGauge,
     api_requests_total: IntCounterVec,
     source_fetches_total: IntCounterVec,
+    source_memory_bytes: IntGauge,
+    source_memory_peak_bytes: IntGauge,
+    /// The sources' memory budget, read when the metrics are encoded.
+    source_memory: Mutex<Option<crate::sources::memory::MemoryBudget>>,
     managed_by_parent: Mutex<HashMap<String, i64>>,
     reconciles: AtomicU64,
 }
@@ -84,8 +88,20 @@ impl Metrics {
             &["kind", "result"],
         )
         .expect("valid metric");
+        let source_memory_bytes = IntGauge::new(
+            "applyset_source_memory_bytes",
+            "Bytes of the sources' memory budget (--source-memory-mib) held now by fetches and their results",
+        )
+        .expect("valid metric");
+        let source_memory_peak_bytes = IntGauge::new(
+            "applyset_source_memory_peak_bytes",
+            "The most bytes of the sources' memory budget held at once since the start",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(source_memory_bytes.clone()),
+            Box::new(source_memory_peak_bytes.clone()),
             Box::new(reconcile_duration.clone()),
             Box::new(reconciles_total.clone()),
             Box::new(members_applied_total.clone()),
@@ -107,6 +123,9 @@ impl Metrics {
             managed_members,
             api_requests_total,
             source_fetches_total,
+            source_memory_bytes,
+            source_memory_peak_bytes,
+            source_memory: Mutex::new(None),
             managed_by_parent: Mutex::new(HashMap::new()),
             reconciles: AtomicU64::new(0),
         }
@@ -177,8 +196,23 @@ impl Metrics {
         self.api_requests_total.with_label_values(&[verb]).get()
     }
 
+    /// Reports the use of the sources' memory budget `b` (read at each encoding).
+    pub fn watch_source_memory(&self, b: crate::sources::memory::MemoryBudget) {
+        if let Ok(mut m) = self.source_memory.lock() {
+            *m = Some(b);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        if let Ok(m) = self.source_memory.lock()
+            && let Some(b) = m.as_ref()
+        {
+            self.source_memory_bytes
+                .set(i64::try_from(b.held_bytes()).unwrap_or(i64::MAX));
+            self.source_memory_peak_bytes
+                .set(i64::try_from(b.peak_bytes()).unwrap_or(i64::MAX));
+        }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

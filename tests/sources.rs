@@ -1715,3 +1715,466 @@ async fn sources_share_one_deadline_and_messages_hide_queries() {
     }
     stop(op).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Egress policy and credentials
+
+/// The operator's configuration for this test with `policy` as its source egress policy.
+fn with_policy(h: &Harness, policy: applyset_operator::sources::egress::Policy) -> Operator {
+    let mut config = h.config();
+    config.source_policy = policy;
+    Operator::start(h.client.clone(), config)
+}
+
+const NOT_ALLOWED: &str = "not allowed by the operator's source policy";
+
+/// With `--source-deny-cidrs 127.0.0.2/32`, a server on 127.0.0.2 is never contacted: not by
+/// an http, git or oci source naming it, not through a redirect from an allowed loopback
+/// server (reqwest's redirect policy for http and oci; the connector check for gitoxide, whose
+/// redirect policy is its own), not as an OCI token service. Each set fails with SourceFailed
+/// naming the address, and is retried (not Stalled).
+#[tokio::test]
+async fn denied_addresses_are_never_contacted() {
+    init();
+    let h = Harness::new("src-deny").await;
+    let policy = applyset_operator::sources::egress::Policy::new(&["127.0.0.2/32"], &[], true)
+        .expect("policy");
+    let op = with_policy(&h, policy);
+    let denied = FileServer::start_on("127.0.0.2", None).await;
+    denied.put("/app.yaml", cm_doc("denied", "1"));
+    let denied_base = format!("http://{}", denied.addr);
+    // An allowed loopback server that redirects everything under /r/ to the denied one, and
+    // whose OCI paths ask for a token from the denied one.
+    let redirector = FileServer::start(None).await;
+    redirector.redirect("/r/", &denied_base);
+    redirector.redirect("/v2/r/", &denied_base);
+    redirector.require_auth_for(
+        "/v2/realm/",
+        "Bearer never",
+        &format!("Bearer realm=\"{denied_base}/token\",service=\"test\""),
+    );
+    let oci_at = |addr: std::net::SocketAddr, repo: &str| json!({"oci": {"url": format!("oci://{addr}/{repo}"), "tag": "v1", "insecure": true}});
+    let cases = [
+        (
+            "direct",
+            json!({"http": {"url": denied.url("/app.yaml")}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "redirected",
+            json!({"http": {"url": redirector.url("/r/app.yaml")}}),
+            "redirect to http://127.0.0.2",
+        ),
+        (
+            "git-direct",
+            json!({"git": {"url": format!("{denied_base}/apps.git"), "ref": {"branch": "main"}}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "git-redirected",
+            json!({"git": {"url": redirector.url("/r/apps.git"), "ref": {"branch": "main"}}}),
+            "address 127.0.0.2 not allowed",
+        ),
+        (
+            "oci-direct",
+            oci_at(denied.addr, "apps"),
+            "address 127.0.0.2 not allowed",
+        ),
+        // The registry redirects the manifest request (HEAD /v2/r/…) to the denied server.
+        (
+            "oci-redirected",
+            oci_at(redirector.addr, "r"),
+            "redirect to http://127.0.0.2",
+        ),
+        ("oci-realm", oci_at(redirector.addr, "realm"), "token realm"),
+    ];
+    let mut sets = Vec::new();
+    for (name, source, _) in &cases {
+        let set = h.applyset(name);
+        set.create(json!({"retryInterval": "2s", "sources": [source]}))
+            .await;
+        sets.push(set);
+    }
+    for (set, (name, _, says)) in sets.iter().zip(&cases) {
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        let msg = message(&st);
+        assert!(msg.contains(NOT_ALLOWED), "{name}: {msg}");
+        assert!(msg.contains(says), "{name}: {msg}");
+        assert_not_stalled(&st);
+    }
+    // Retried at least once more each (the policy holds on every attempt).
+    let failed = op.metrics().source_fetches("any", "failed");
+    eventually("more failed source reads", LONG_DEADLINE, || {
+        let m = op.metrics();
+        let want = failed + cases.len() as u64;
+        async move { (m.source_fetches("any", "failed") >= want).then_some(()) }
+    })
+    .await;
+    assert!(redirector.requests() >= 3, "the redirects were asked for");
+    assert_eq!(
+        denied.requests(),
+        0,
+        "the denied server received no request"
+    );
+    assert_eq!(
+        denied.connections_accepted(),
+        0,
+        "nothing even connected to the denied server"
+    );
+    assert_members(&h, &h.ns, &[], &["denied"]).await;
+    stop(op).await;
+}
+
+/// With `--source-allowed-hosts localhost`, a source naming another host (here the same
+/// server by address) is refused before any request, the allowed name works, and a redirect
+/// to a host that is not allowed is not followed (its server receives nothing).
+#[tokio::test]
+async fn allowed_hosts_are_honoured_on_every_hop() {
+    init();
+    let h = Harness::new("src-hosts").await;
+    let policy =
+        applyset_operator::sources::egress::Policy::new(&[], &["localhost"], true).expect("policy");
+    let op = with_policy(&h, policy);
+    let server = FileServer::start(None).await;
+    server.put("/app.yaml", cm_doc("by-name", "1"));
+    let other = FileServer::start(None).await;
+    other.put("/away/app.yaml", cm_doc("away", "1"));
+    server.redirect("/away/", &format!("http://{}", other.addr));
+    let port = server.addr.port();
+
+    let by_address = h.applyset("by-address");
+    by_address
+        .create(json!({"sources": [{"http": {"url": server.url("/app.yaml")}}]}))
+        .await;
+    let st = by_address
+        .wait_ready_reason(Some("False"), "SourceFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "host 127.0.0.1:{port} {NOT_ALLOWED}: it matches no pattern of --source-allowed-hosts"
+        )),
+        "{msg}"
+    );
+    assert_eq!(server.requests(), 0, "refused before any request");
+
+    let by_name = h.applyset("by-name");
+    by_name
+        .create(
+            json!({"sources": [{"http": {"url": format!("http://localhost:{port}/app.yaml")}}]}),
+        )
+        .await;
+    by_name.wait_ready().await;
+    assert_members(&h, &h.ns, &["by-name"], &[]).await;
+
+    let away = h.applyset("away");
+    away.create(
+        json!({"sources": [{"http": {"url": format!("http://localhost:{port}/away/app.yaml")}}]}),
+    )
+    .await;
+    let st = away.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "redirect to http://127.0.0.1:{}/away/app.yaml",
+            other.addr.port()
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("--source-allowed-hosts"), "{msg}");
+    assert_eq!(other.requests(), 0, "the redirect was not followed");
+    assert_eq!(other.connections_accepted(), 0);
+    assert_members(&h, &h.ns, &[], &["away"]).await;
+    stop(op).await;
+}
+
+/// `--source-insecure=false`: plain http:// (http and git sources) and OCI `insecure: true`
+/// are refused before any request.
+#[tokio::test]
+async fn insecure_sources_can_be_forbidden() {
+    init();
+    let h = Harness::new("src-insecure").await;
+    let policy =
+        applyset_operator::sources::egress::Policy::new::<&str>(&[], &[], false).expect("policy");
+    let op = with_policy(&h, policy);
+    let server = FileServer::start(None).await;
+    server.put("/app.yaml", cm_doc("plain", "1"));
+    let cases = [
+        (
+            "http",
+            json!({"http": {"url": server.url("/app.yaml")}}),
+            "plain http://",
+        ),
+        (
+            "git",
+            json!({"git": {"url": server.url("/apps.git"), "ref": {"branch": "main"}}}),
+            "plain http://",
+        ),
+        (
+            "oci",
+            json!({"oci": {"url": format!("oci://{}/apps", server.addr), "tag": "v1", "insecure": true}}),
+            "insecure: true",
+        ),
+    ];
+    for (name, source, says) in cases {
+        let set = h.applyset(name);
+        set.create(json!({"sources": [source]})).await;
+        let st = set.wait_ready_reason(Some("False"), "SourceFailed").await;
+        let msg = message(&st);
+        assert!(
+            msg.contains(says) && msg.contains(NOT_ALLOWED),
+            "{name}: {msg}"
+        );
+        assert!(msg.contains("--source-insecure=false"), "{name}: {msg}");
+    }
+    assert_eq!(server.requests(), 0);
+    assert_eq!(server.connections_accepted(), 0);
+    stop(op).await;
+}
+
+/// Credentials stay with their host: a bearer token is not sent past a redirect to another
+/// host; a Secret annotated `applyset.dev/allowed-hosts` is used only for those hosts (else
+/// ValidationFailed, nothing sent); a `kubernetes.io/service-account-token` Secret is refused
+/// (ValidationFailed naming it).
+#[tokio::test]
+async fn credentials_stay_with_their_host() {
+    init();
+    let h = Harness::new("src-creds").await;
+    let op = h.start_operator();
+    let ns = h.ns.clone();
+    let origin = FileServer::start(None).await;
+    let elsewhere = FileServer::start(None).await;
+    origin.put("/app.yaml", cm_doc("direct", "1"));
+    elsewhere.put("/moved/app.yaml", cm_doc("moved", "1"));
+    // To another host (localhost instead of 127.0.0.1, another port).
+    origin.redirect(
+        "/moved/",
+        &format!("http://localhost:{}", elsewhere.addr.port()),
+    );
+    put_secret(&h, &ns, "token", &[("token", b"s3cret")]).await;
+    let moved = h.applyset("moved");
+    moved
+        .create(json!({"sources": [{"http": {"url": origin.url("/moved/app.yaml"), "secretRef": {"name": "token"}}}]}))
+        .await;
+    moved.wait_ready().await;
+    assert_members(&h, &ns, &["moved"], &[]).await;
+    assert!(
+        origin.authorizations().iter().all(|a| a == "Bearer s3cret"),
+        "{:?}",
+        origin.authorizations()
+    );
+    let seen = elsewhere.authorizations();
+    assert!(!seen.is_empty(), "the redirect was followed");
+    assert!(
+        seen.iter().all(String::is_empty),
+        "no credentials past the host they were given for: {seen:?}"
+    );
+
+    // A Secret restricted to other hosts: refused before any request.
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), &ns);
+    let restricted = |name: &str, hosts: &str| -> Secret {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "annotations": {"applyset.dev/allowed-hosts": hosts}},
+            "type": "Opaque", "stringData": {"token": "s3cret"}}))
+        .expect("secret")
+    };
+    for (name, hosts) in [
+        ("elsewhere-only", "registry.example.com, *.example.com"),
+        ("origin-only", "127.0.0.1"),
+    ] {
+        secrets
+            .create(&PostParams::default(), &restricted(name, hosts))
+            .await
+            .expect("create secret");
+    }
+    let requests = origin.requests();
+    let wrong = h.applyset("wrong-host");
+    wrong
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "elsewhere-only"}}}]}))
+        .await;
+    let st = wrong
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "its secretRef {ns}/elsewhere-only may only be used for the hosts in its annotation applyset.dev/allowed-hosts"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!(
+            "127.0.0.1:{} is not one of them",
+            origin.addr.port()
+        )),
+        "{msg}"
+    );
+    assert_eq!(origin.requests(), requests, "nothing sent");
+    let right = h.applyset("right-host");
+    right
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "origin-only"}}}]}))
+        .await;
+    right.wait_ready().await;
+
+    // A ServiceAccount token Secret is never used.
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(h.client.clone(), &ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+        )
+        .expect("sa"),
+    )
+    .await
+    .expect("create sa");
+    let sa_token: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "robot-token", "annotations": {"kubernetes.io/service-account.name": "robot"}},
+        "type": "kubernetes.io/service-account-token", "stringData": {"token": "sa-token"}}))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &sa_token)
+        .await
+        .expect("create token secret");
+    let requests = origin.requests();
+    let token = h.applyset("sa-token");
+    token
+        .create(json!({"sources": [{"http": {"url": origin.url("/app.yaml"), "secretRef": {"name": "robot-token"}}}]}))
+        .await;
+    let st = token
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(&format!(
+            "its secretRef {ns}/robot-token is a Secret of type kubernetes.io/service-account-token"
+        )),
+        "{msg}"
+    );
+    assert_eq!(origin.requests(), requests, "nothing sent");
+    assert!(
+        !origin
+            .authorizations()
+            .iter()
+            .any(|a| a.contains("sa-token")),
+        "the ServiceAccount token never left the operator"
+    );
+    stop(op).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory budget
+
+/// Peak resident memory of this process (VmHWM) in KiB, after resetting it when `reset`
+/// (Linux: writing 5 to /proc/self/clear_refs); None where unavailable.
+fn peak_rss_kib(reset: bool) -> Option<u64> {
+    if reset {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A document of about `bytes` bytes: one small ConfigMap and comment lines (downloaded and
+/// read like any content, cheap for the API server).
+fn padded_doc(name: &str, bytes: usize) -> String {
+    let mut doc = cm_doc(name, "1");
+    let line = format!("# {}\n", "x".repeat(98));
+    while doc.len() < bytes {
+        doc.push_str(&line);
+    }
+    doc
+}
+
+/// Many concurrent large sources under a small `--source-memory-mib` (8 MiB): 12 sets of 4
+/// sources of 1 MiB each (each fetch holds about 2 MiB at its peak: the download, then the
+/// text being parsed), read 16 at a time, far more than fits at once. They wait for their
+/// share and all apply; the budget's peak stays within it (and was reached: the budget is
+/// what limited them). A source larger than the whole budget fails at once, naming the flag.
+#[tokio::test]
+async fn memory_budget_holds_with_many_concurrent_large_sources() {
+    init();
+    let h = Harness::new("src-memory").await;
+    let mut config = h.config();
+    config.source_limits.memory = 8 << 20;
+    config.source_limits.timeout = std::time::Duration::from_secs(60);
+    let op = Operator::start(h.client.clone(), config);
+    let budget = op.source_memory();
+    assert_eq!(budget.total_bytes(), 8 << 20);
+    let server = FileServer::start(None).await;
+    const SETS: usize = 12;
+    const PER_SET: usize = 4;
+    for s in 0..SETS {
+        for i in 0..PER_SET {
+            server.put(
+                &format!("/s{s}/d{i}.yaml"),
+                padded_doc(&format!("m-{s}-{i}"), 1 << 20),
+            );
+        }
+    }
+    let rss_before = peak_rss_kib(true);
+    let started = std::time::Instant::now();
+    let mut sets = Vec::new();
+    for s in 0..SETS {
+        let set = h.applyset(&format!("big-{s}"));
+        let sources: Vec<Value> = (0..PER_SET)
+            .map(|i| json!({"http": {"url": server.url(&format!("/s{s}/d{i}.yaml"))}}))
+            .collect();
+        set.create(json!({"sources": sources})).await;
+        sets.push(set);
+    }
+    for set in &sets {
+        set.wait_ready_within(LONG_DEADLINE).await;
+    }
+    let elapsed = started.elapsed();
+    let rss_after = peak_rss_kib(false);
+    let names: Vec<String> = (0..SETS)
+        .flat_map(|s| (0..PER_SET).map(move |i| format!("m-{s}-{i}")))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_members(&h, &h.ns, &names, &[]).await;
+    let peak = budget.peak_bytes();
+    eprintln!(
+        "memory budget: {SETS} sets x {PER_SET} sources of 1 MiB under 8 MiB: peak held {} KiB, all applied in {elapsed:?}; process peak RSS {:?} KiB before, {:?} KiB after",
+        peak / 1024,
+        rss_before,
+        rss_after
+    );
+    assert!(
+        peak <= budget.total_bytes(),
+        "peak {peak} within the budget"
+    );
+    assert!(
+        peak >= 4 << 20,
+        "the sources did contend for the budget (peak {peak})"
+    );
+    let exposed = op.metrics().encode();
+    assert!(
+        exposed.contains(&format!("applyset_source_memory_peak_bytes {peak}")),
+        "the peak is exposed: {exposed}"
+    );
+    // Everything given back once the reconciles are done (results are dropped with them).
+    eventually("the budget given back", DEADLINE, || {
+        let b = budget.clone();
+        async move { (b.held_bytes() == 0).then_some(()) }
+    })
+    .await;
+
+    // A source larger than the whole budget fails at once, naming the flag.
+    server.put("/huge.yaml", padded_doc("huge", 9 << 20));
+    let huge = h.applyset("huge");
+    huge.create(json!({"sources": [{"http": {"url": server.url("/huge.yaml")}}]}))
+        .await;
+    let st = huge.wait_ready_reason(Some("False"), "SourceFailed").await;
+    let msg = message(&st);
+    assert!(
+        msg.contains(
+            "more than the operator's whole memory budget for sources (--source-memory-mib=8)"
+        ),
+        "{msg}"
+    );
+    assert_not_stalled(&st);
+    assert_members(&h, &h.ns, &[], &["huge"]).await;
+    stop(op).await;
+}

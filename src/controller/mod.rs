@@ -73,6 +73,9 @@ pub struct Config {
     pub source_limits: sources::Limits,
     /// Scratch directory of the sources (default: the system's temporary directory).
     pub source_dir: Option<std::path::PathBuf>,
+    /// Which hosts and addresses sources may reach (`--source-deny-cidrs`,
+    /// `--source-allowed-hosts`, `--source-insecure`).
+    pub source_policy: sources::egress::Policy,
     /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
     /// set acting as the operator may reach beyond its namespace.
     pub tenancy: tenancy::Defaults,
@@ -87,6 +90,7 @@ impl Default for Config {
             label_selector: None,
             source_limits: sources::Limits::default(),
             source_dir: None,
+            source_policy: sources::egress::Policy::default(),
             tenancy: tenancy::Defaults::default(),
         }
     }
@@ -118,7 +122,11 @@ impl Context {
         members: Arc<MemberWatches>,
     ) -> Self {
         Self {
-            sources: Sources::new(config.source_limits.clone(), config.source_dir.clone()),
+            sources: Sources::new(
+                config.source_limits.clone(),
+                config.source_policy.clone(),
+                config.source_dir.clone(),
+            ),
             resolver: Resolver::new(client.clone()),
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
@@ -232,6 +240,7 @@ impl Readiness {
 /// A running operator (both controllers).
 pub struct Operator {
     metrics: Arc<Metrics>,
+    source_memory: sources::memory::MemoryBudget,
     readiness: Arc<Readiness>,
     members: Arc<MemberWatches>,
     shutdown: watch::Sender<bool>,
@@ -254,6 +263,8 @@ impl Operator {
             metrics.clone(),
             members.clone(),
         ));
+        let source_memory = ctx.sources.memory.clone();
+        metrics.watch_source_memory(source_memory.clone());
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
@@ -276,6 +287,7 @@ impl Operator {
         });
         Operator {
             metrics,
+            source_memory,
             readiness,
             members,
             shutdown: tx,
@@ -285,6 +297,11 @@ impl Operator {
 
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// The memory budget of the sources (`--source-memory-mib`): what is held, the peak.
+    pub fn source_memory(&self) -> sources::memory::MemoryBudget {
+        self.source_memory.clone()
     }
 
     /// Whether the controllers' caches have synced (for `/readyz`).

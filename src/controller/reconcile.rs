@@ -168,6 +168,9 @@ struct Desired {
     known: HashMap<GroupKind, Resolved>,
     /// The declared members (what prune must keep).
     declared: Declared,
+    /// The sources' share of the operator's memory budget, held while the set they rendered
+    /// is in use (given back when the reconcile ends).
+    _source_memory: Vec<Arc<sources::memory::Lease>>,
 }
 
 impl Desired {
@@ -176,6 +179,7 @@ impl Desired {
             known: set.resolutions(),
             declared: set.declared(),
             set,
+            _source_memory: Vec::new(),
         }
     }
 
@@ -212,7 +216,9 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     tenancy::check_scope(parent, &scope.identity, &ctx.config.tenancy, members)
         .map_err(|e| Report::failed(Reason::ValidationFailed, format!("{parent}: {e}")))?;
     tracing::debug!(members = set.members.len(), "rendered");
-    Ok(Desired::new(set))
+    let mut desired = Desired::new(set);
+    desired._source_memory = fetched.iter().filter_map(|f| f.memory.clone()).collect();
+    Ok(desired)
 }
 
 /// The sources' manifests; a source that cannot be used stops the reconcile (SourceFailed,

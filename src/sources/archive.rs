@@ -172,6 +172,18 @@ pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<Sou
 /// Like [`read_tar_gz`], within what is left of `budget` (shared by the archives of a source).
 /// Every gzip member is read (`MultiGzDecoder`: concatenated members are one stream).
 pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unpacked, String> {
+    read_tar_gz_reserving(data, prefix, budget, &mut |_| Ok(()))
+}
+
+/// Like [`read_tar_gz_with`], calling `reserve` with the size of each manifest file before
+/// it is read into memory (the operator's memory budget, [`super::memory`]); an error of
+/// `reserve` stops the read.
+pub fn read_tar_gz_reserving(
+    data: &[u8],
+    prefix: &str,
+    budget: Budget,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
+) -> Result<Unpacked, String> {
     let capped = Capped {
         inner: flate2::read::MultiGzDecoder::new(data),
         read: 0,
@@ -185,7 +197,7 @@ pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unp
     for entry in entries {
         let entry =
             entry.map_err(|e| read_failure(&budget, &e, "not a readable tar.gz archive"))?;
-        reader.take(entry)?;
+        reader.take(entry, reserve)?;
     }
     // Read to the end so that trailing garbage or a bomb after the last entry is noticed too.
     let mut rest = archive.into_inner();
@@ -239,7 +251,11 @@ impl<'p> EntryReader<'p> {
     /// the prefix. An entry beyond the entry budget, with a path that is absolute or leaves
     /// the root, a link, a special file, or a manifest file that is not UTF-8 or appears a
     /// second time refuses the whole archive.
-    fn take<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<(), String> {
+    fn take<R: Read>(
+        &mut self,
+        mut entry: tar::Entry<'_, R>,
+        reserve: &mut dyn FnMut(u64) -> Result<(), String>,
+    ) -> Result<(), String> {
         if self.count >= self.budget.entries {
             return Err(self.budget.too_many_entries());
         }
@@ -281,7 +297,11 @@ impl<'p> EntryReader<'p> {
         if path.is_empty() || !path.starts_with(self.prefix) || !is_manifest_file(&path) {
             return Ok(());
         }
-        let mut content = Vec::new();
+        // The memory for the file is reserved before it is read (its size from the header,
+        // which also bounds what is read; never more than the unpacking budget).
+        let size = entry.size().min(self.budget.unpacked);
+        reserve(size)?;
+        let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         entry
             .read_to_end(&mut content)
             .map_err(|e| read_failure(&self.budget, &e, &format!("reading entry {name:?}")))?;

@@ -34,8 +34,8 @@ use std::{
 use kube::Client;
 
 use super::{
-    Cached, Fetched, Limits, Naming, SourceError, SourceFile, Sources, archive, parse_blocking,
-    read_secret, redact, secret_text, under_path,
+    Cached, Fetched, Limits, Naming, SourceError, SourceFile, Sources, archive, egress,
+    parse_blocking, read_secret, redact, secret_text, under_path,
 };
 use crate::{
     api::{GitReference, GitSource},
@@ -148,7 +148,8 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(g).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(g.path.as_deref()).map_err(SourceError::Invalid)?;
-    let (secret_id, creds) = secret_creds(client, parent, g).await?;
+    let dest = checked_destination(s, &g.url).await?;
+    let (secret_id, creds) = secret_creds(client, parent, g, &dest).await?;
     let name = ref_name(&g.reference);
     let desc = format!("git {}@{name}", redact(&g.url));
     let identity = format!("git {} {name} path={prefix} secret={secret_id}", g.url);
@@ -161,7 +162,8 @@ pub async fn fetch(
     let cached_commit = cached
         .as_ref()
         .and_then(|c| c.revision.rsplit_once("sha1:").map(|(_, c)| c.to_string()));
-    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix).await?;
+    let mut lease = s.memory.lease();
+    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix, &mut lease).await?;
     match (outcome, cached) {
         (Outcome::Unchanged, Some(c)) => Ok(from_cache(&c)),
         (Outcome::Unchanged, None) => Err(SourceError::Failed(
@@ -169,8 +171,14 @@ pub async fn fetch(
         )),
         (Outcome::Fetched { commit, files }, _) => {
             let where_ = format!("{} at commit {commit}", under_path(&prefix));
-            let parsed =
-                parse_blocking(desc, files, Naming::Files, where_.trim_start().to_string()).await?;
+            let parsed = parse_blocking(
+                desc,
+                files,
+                Naming::Files,
+                where_.trim_start().to_string(),
+                &mut lease,
+            )
+            .await?;
             let cached = Cached {
                 revision: revision_of(&g.reference, &name, &commit),
                 manifests: parsed.manifests,
@@ -178,7 +186,7 @@ pub async fn fetch(
                 last_modified: None,
                 bytes: parsed.bytes,
             };
-            Ok(s.cache.store(&identity, "git", cached))
+            Ok(s.cache.store(&identity, "git", cached, lease))
         }
     }
 }
@@ -189,14 +197,49 @@ async fn secret_creds(
     client: &Client,
     parent: &ParentRef,
     g: &GitSource,
+    dest: &egress::Destination,
 ) -> Result<(String, Creds), SourceError> {
     match &g.secret_ref {
         None => Ok((String::new(), Creds::default())),
         Some(r) => {
-            let (id, data) = read_secret(client, parent, r).await?;
-            Ok((id, creds_from(&data)))
+            let secret = read_secret(client, parent, r, dest).await?;
+            Ok((secret.id, creds_from(&secret.data)))
         }
     }
+}
+
+/// The scheme, host and port of a Git URL (https, http, ssh or scp-like `user@host:path`).
+fn origin_of(url: &str) -> Result<(String, egress::Destination), String> {
+    let u = gix::url::parse(url).map_err(|e| format!("url is not a valid Git URL: {e}"))?;
+    let host = u.host().ok_or("url has no host")?;
+    let port = u
+        .port_or_default()
+        .ok_or("url has no port and its scheme has no default port")?;
+    Ok((
+        u.scheme.as_str().to_string(),
+        egress::Destination::of_host(host, port),
+    ))
+}
+
+/// The destination of the source's URL, refused (`Failed`, nothing sent) when the egress
+/// policy does not allow it. For https/http the same checks run again on every connection
+/// (gitoxide's redirects included); for ssh, whose program resolves and connects by itself,
+/// the host is checked against `--source-allowed-hosts` and its addresses are resolved and
+/// checked here, once (best effort: the program resolves again).
+async fn checked_destination(s: &Sources, url: &str) -> Result<egress::Destination, SourceError> {
+    if scheme_of(url).map_err(SourceError::Invalid)? != "ssh" {
+        return super::http::checked_destination(s, url);
+    }
+    let (_, dest) = origin_of(url).map_err(SourceError::Invalid)?;
+    s.policy
+        .check_host(&dest)
+        .map_err(|e| SourceError::Failed(e.0))?;
+    if let egress::DestHost::Name(name) = &dest.host {
+        egress::check_resolved(&s.policy, name, dest.port)
+            .await
+            .map_err(|e| SourceError::Failed(e.0))?;
+    }
+    Ok(dest)
 }
 
 /// The revision of `commit` for `reference` (whose name is `name`): `git:sha1:<commit>` when
@@ -215,17 +258,21 @@ fn from_cache(c: &Cached) -> Fetched {
         revision: c.revision.clone(),
         kind: "git",
         downloaded: false,
+        memory: None,
     }
 }
 
 /// Runs [`fetch_blocking`] on a blocking thread; the fetch is interrupted if this future is
-/// dropped (timeout, shutdown). Its errors come back with the URL redacted.
+/// dropped (timeout, shutdown). Its errors come back with the URL redacted. The manifest
+/// files read into memory are taken from `lease` (the operator's memory budget) before they
+/// are read.
 async fn fetch_on_blocking_thread(
     s: &Sources,
     g: &GitSource,
     creds: Creds,
     cached_commit: Option<String>,
     prefix: &str,
+    lease: &mut super::memory::Lease,
 ) -> Result<Outcome, SourceError> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let _guard = InterruptOnDrop(interrupt.clone());
@@ -233,8 +280,9 @@ async fn fetch_on_blocking_thread(
     let url = g.url.clone();
     let reference = g.reference.clone();
     let limits = s.limits.clone();
+    let policy = s.policy.clone();
     let pfx = prefix.to_string();
-    tokio::task::spawn_blocking(move || {
+    super::http::unpack_reserving(lease, move |reserve| {
         fetch_blocking(
             &work,
             &url,
@@ -243,11 +291,12 @@ async fn fetch_on_blocking_thread(
             cached_commit.as_deref(),
             &pfx,
             &limits,
+            &policy,
             &interrupt,
+            reserve,
         )
     })
-    .await
-    .map_err(|e| SourceError::Failed(format!("git fetch task: {e}")))?
+    .await?
     .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))
 }
 
@@ -492,7 +541,9 @@ fn fetch_blocking(
     cached_commit: Option<&str>,
     prefix: &str,
     limits: &Limits,
+    policy: &Arc<egress::Policy>,
     interrupt: &Arc<AtomicBool>,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     use gix::remote::Direction;
 
@@ -522,11 +573,11 @@ fn fetch_blocking(
     let connection = remote
         .connect(Direction::Fetch)
         .map_err(|e| format!("connecting: {}", chain(&e)))?
-        .with_credentials(credentials_helper(creds));
+        .with_credentials(credentials_helper(creds, url)?);
     let connection = if ssh {
         connection
     } else {
-        connection.with_transport_options(Box::new(http_options(creds, limits)?))
+        connection.with_transport_options(Box::new(http_options(creds, limits, policy)?))
     };
     let prepare = connection
         .prepare_fetch(gix::progress::Discard, Default::default())
@@ -536,7 +587,7 @@ fn fetch_blocking(
         return Ok(Outcome::Unchanged);
     }
     receive_pack(prepare, keys, reference, limits, interrupt)?;
-    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt)?;
+    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt, reserve)?;
     // The scratch directory goes when `scratch` drops (after `repo`, declared later).
     Ok(outcome)
 }
@@ -599,16 +650,41 @@ fn append_config(repo_dir: &Path, config: &str) -> Result<(), String> {
         .map_err(|e| format!("writing the scratch repository's config: {}", chain(&e)))
 }
 
+/// Whether the credentials request `ctx` is for the scheme, host and port of `origin` (the
+/// source's URL): only then are the secretRef's credentials given (never to a host a
+/// redirect led to).
+fn same_origin(
+    origin: &(String, egress::Destination),
+    ctx: &gix::credentials::protocol::Context,
+) -> bool {
+    let asked = match (&ctx.url, &ctx.protocol, &ctx.host) {
+        (Some(url), _, _) => origin_of(&url.to_string()).ok(),
+        (None, Some(protocol), Some(host)) => origin_of(&format!("{protocol}://{host}/")).ok(),
+        _ => None,
+    };
+    asked.as_ref() == Some(origin)
+}
+
 /// The credentials callback of the connection: the secretRef's username and password when
-/// both are set, else none.
+/// both are set and the request is for the source URL's own origin ([`same_origin`]), else
+/// none.
 fn credentials_helper(
     creds: &Creds,
-) -> impl FnMut(
-    gix::credentials::helper::Action,
-) -> gix::Result<Option<gix::credentials::protocol::Outcome>>
-+ use<> {
+    url: &str,
+) -> Result<
+    impl FnMut(
+        gix::credentials::helper::Action,
+    ) -> gix::Result<Option<gix::credentials::protocol::Outcome>>
+    + use<>,
+    String,
+> {
     let (user, pass) = (creds.username.clone(), creds.password.clone());
-    move |action| match action {
+    let origin = origin_of(url)?;
+    Ok(move |action| match action {
+        gix::credentials::helper::Action::Get(ctx) if !same_origin(&origin, &ctx) => {
+            tracing::debug!("git credentials asked for another host than the source's; none given");
+            Ok(None)
+        }
         gix::credentials::helper::Action::Get(ctx) => match (&user, &pass) {
             (Some(u), Some(p)) => Ok(Some(gix::credentials::protocol::Outcome {
                 identity: gix::sec::identity::Account {
@@ -621,14 +697,17 @@ fn credentials_helper(
             _ => Ok(None),
         },
         _ => Ok(None),
-    }
+    })
 }
 
-/// The transport options of https/http: bounded connection set-up and transfer, and the
-/// secretRef's CA.
+/// The transport options of https/http: bounded connection set-up and transfer, the
+/// secretRef's CA, and the egress policy (resolved addresses filtered, every connection's
+/// destination checked, redirect hops included: gitoxide's own redirect policy replaces any
+/// other, so the check is in the connector).
 fn http_options(
     creds: &Creds,
     limits: &Limits,
+    policy: &Arc<egress::Policy>,
 ) -> Result<gix::protocol::transport::client::blocking_io::http::Options, String> {
     let certs = match &creds.ca {
         Some(pem) => Some(
@@ -638,9 +717,14 @@ fn http_options(
         None => None,
     };
     let timeout = limits.timeout;
+    let policy = policy.clone();
     let backend = gix::protocol::transport::client::blocking_io::http::reqwest::Options {
         configure_client: Some(Box::new(move |b| {
-            let b = b.connect_timeout(CONNECT_TIMEOUT).timeout(timeout);
+            let b = b
+                .connect_timeout(CONNECT_TIMEOUT)
+                .timeout(timeout)
+                .dns_resolver(Arc::new(egress::Resolver(policy.clone())))
+                .connector_layer(egress::PolicyLayer(policy.clone()));
             Ok(match &certs {
                 Some(c) => b.tls_certs_merge(c.clone()),
                 None => b,
@@ -726,6 +810,7 @@ fn read_commit(
     prefix: &str,
     limits: &Limits,
     interrupt: &AtomicBool,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     let commit = repo
         .find_object(wanted)
@@ -742,7 +827,15 @@ fn read_commit(
         entries: limits.max_entries,
         limits: limits.clone(),
     };
-    let files = read_tree(repo, root, prefix, &commit_id, &mut budget, interrupt)?;
+    let files = read_tree(
+        repo,
+        root,
+        prefix,
+        &commit_id,
+        &mut budget,
+        interrupt,
+        reserve,
+    )?;
     Ok(Outcome::Fetched {
         commit: commit_id,
         files,
@@ -775,6 +868,7 @@ fn read_tree(
     commit: &str,
     budget: &mut TreeBudget,
     interrupt: &AtomicBool,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Vec<SourceFile>, String> {
     let dir = prefix.trim_end_matches('/');
     let id = find_directory(repo, root, dir, commit, budget)?;
@@ -810,7 +904,7 @@ fn read_tree(
             if !mode.is_blob() {
                 continue;
             }
-            let text = read_blob(repo, entry.object_id(), &path, budget)?;
+            let text = read_blob(repo, entry.object_id(), &path, budget, reserve)?;
             files.push(SourceFile { path, text });
         }
     }
@@ -860,18 +954,21 @@ fn find_directory(
     Ok(id)
 }
 
-/// The text of blob `oid` (the file at `path`), its size taken from the budget (from the
-/// header, before it is inflated). A blob that is not UTF-8 is an error.
+/// The text of blob `oid` (the file at `path`), its size taken from the budget and reserved
+/// with `reserve` (the memory budget; from the header, before it is inflated). A blob that
+/// is not UTF-8 is an error.
 fn read_blob(
     repo: &gix::Repository,
     oid: gix::ObjectId,
     path: &str,
     budget: &mut TreeBudget,
+    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<String, String> {
     let header = repo
         .find_header(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
     budget.take_bytes(header.size(), path)?;
+    reserve(header.size())?;
     let mut blob = repo
         .find_object(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
@@ -918,6 +1015,44 @@ mod tests {
         ] {
             assert!(validate(&git(bad, branch("main"))).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_source_origin() {
+        let origin = origin_of("https://git.example.com/org/r.git").expect("origin");
+        let ctx = |url: Option<&str>, protocol: Option<&str>, host: Option<&str>| {
+            gix::credentials::protocol::Context {
+                url: url.map(Into::into),
+                protocol: protocol.map(Into::into),
+                host: host.map(Into::into),
+                ..Default::default()
+            }
+        };
+        assert!(same_origin(
+            &origin,
+            &ctx(Some("https://git.example.com/org/r.git"), None, None)
+        ));
+        assert!(same_origin(
+            &origin,
+            &ctx(Some("https://GIT.example.com:443/other"), None, None)
+        ));
+        assert!(same_origin(
+            &origin,
+            &ctx(None, Some("https"), Some("git.example.com"))
+        ));
+        for other in [
+            ctx(Some("https://evil.example.com/org/r.git"), None, None),
+            ctx(Some("http://git.example.com/org/r.git"), None, None),
+            ctx(Some("https://git.example.com:8443/org/r.git"), None, None),
+            ctx(None, Some("https"), Some("evil.example.com")),
+            ctx(None, Some("https"), Some("git.example.com:8443")),
+            ctx(None, None, Some("git.example.com")),
+            ctx(None, None, None),
+        ] {
+            assert!(!same_origin(&origin, &other), "{other:?}");
+        }
+        let scp = origin_of("git@example.com:org/r.git").expect("scp");
+        assert_eq!(scp.1, egress::Destination::of_host("example.com", 22));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use kube::Client;
 use reqwest::{StatusCode, header};
 
 use super::{
-    Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, parse_blocking,
-    read_secret, redact, secret_text, sha256_hex, under_path,
+    Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, egress,
+    memory::Lease, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
 };
 use crate::{api::HttpSource, applyset::ParentRef};
 
@@ -45,11 +45,13 @@ impl Auth {
         client: &Client,
         parent: &ParentRef,
         r: Option<&crate::api::SecretReference>,
+        dest: &egress::Destination,
     ) -> Result<Auth, SourceError> {
         let Some(r) = r else {
             return Ok(Auth::default());
         };
-        let (id, data) = read_secret(client, parent, r).await?;
+        let secret = read_secret(client, parent, r, dest).await?;
+        let (id, data) = (secret.id, secret.data);
         let basic = match (
             secret_text(&data, "username"),
             secret_text(&data, "password"),
@@ -76,25 +78,40 @@ impl Auth {
     }
 }
 
-/// Reads a response body, failing beyond `max` bytes.
-pub async fn read_capped(mut resp: reqwest::Response, max: u64) -> Result<Vec<u8>, String> {
-    if let Some(len) = resp.content_length()
-        && len > max
-    {
-        return Err(format!(
-            "the response is {len} bytes, more than the limit of {max}"
-        ));
-    }
+/// Reads a response body, failing beyond `max` bytes. The memory the body takes is taken
+/// from `lease` before it is allocated: all of it at once when the response declares its
+/// length, else as the buffer grows.
+pub async fn read_capped(
+    mut resp: reqwest::Response,
+    max: u64,
+    lease: &mut Lease,
+) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
+    if let Some(len) = resp.content_length() {
+        if len > max {
+            return Err(format!(
+                "the response is {len} bytes, more than the limit of {max}"
+            ));
+        }
+        lease.grow(len).await?;
+        body.reserve_exact(usize::try_from(len).map_err(|e| e.to_string())?);
+    }
     while let Some(chunk) = resp
         .chunk()
         .await
         .map_err(|e| format!("reading the response: {e}"))?
     {
-        if body.len() as u64 + chunk.len() as u64 > max {
+        let need = body.len() as u64 + chunk.len() as u64;
+        if need > max {
             return Err(format!(
                 "the response is more than the limit of {max} bytes"
             ));
+        }
+        if need > body.capacity() as u64 {
+            // Grow the buffer as Vec does (doubling, within the limit), the memory first.
+            let cap = need.max(body.capacity() as u64 * 2).min(max);
+            lease.grow(cap - body.capacity() as u64).await?;
+            body.reserve_exact(usize::try_from(cap).map_err(|e| e.to_string())? - body.len());
         }
         body.extend_from_slice(&chunk);
     }
@@ -127,8 +144,9 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(h).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(h.path.as_deref()).map_err(SourceError::Invalid)?;
-    let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref()).await?;
     let url = redact(&h.url);
+    let dest = checked_destination(s, &h.url)?;
+    let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
         "http {} path={prefix} secret={}",
@@ -165,16 +183,33 @@ pub async fn fetch(
     }
     let etag = header_text(&resp, header::ETAG);
     let last_modified = header_text(&resp, header::LAST_MODIFIED);
-    let body = read_capped(resp, s.limits.max_download)
+    let mut lease = s.memory.lease();
+    if let Some(len) = resp
+        .content_length()
+        .filter(|l| *l <= s.limits.max_download)
+    {
+        // The body, and about as much again for parsing it (or for the files of a bundle),
+        // at once.
+        lease
+            .reserve_ahead(len.saturating_mul(2))
+            .await
+            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    }
+    let body = read_capped(resp, s.limits.max_download, &mut lease)
         .await
         .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
     let digest = sha256_hex(&body);
     check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
     let (manifests, bytes) = match cached.filter(|c| c.revision == revision) {
-        Some(c) => (c.manifests, c.bytes),
+        Some(c) => {
+            // The cached manifests are the content: nothing more is held.
+            drop(body);
+            lease.hold(0).await.map_err(SourceError::Failed)?;
+            (c.manifests, c.bytes)
+        }
         None => {
-            let p = decode(&desc, body, &prefix, &s.limits).await?;
+            let p = decode(&desc, body, &prefix, &s.limits, &mut lease).await?;
             (p.manifests, p.bytes)
         }
     };
@@ -185,7 +220,18 @@ pub async fn fetch(
         last_modified,
         bytes,
     };
-    Ok(s.cache.store(&identity, "http", cached))
+    Ok(s.cache.store(&identity, "http", cached, lease))
+}
+
+/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
+/// does not allow its scheme, host or literal address.
+pub fn checked_destination(s: &Sources, raw_url: &str) -> Result<egress::Destination, SourceError> {
+    let u = url::Url::parse(raw_url)
+        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
+    s.policy
+        .check_url(&u)
+        .map_err(|e| SourceError::Failed(e.0))?;
+    egress::Destination::of_url(&u).map_err(SourceError::Invalid)
 }
 
 /// The cached content, served without a download.
@@ -195,6 +241,7 @@ fn from_cache(c: &Cached) -> Fetched {
         revision: c.revision.clone(),
         kind: "http",
         downloaded: false,
+        memory: None,
     }
 }
 
@@ -251,15 +298,19 @@ async fn decode(
     body: Vec<u8>,
     prefix: &str,
     limits: &super::Limits,
+    lease: &mut Lease,
 ) -> Result<Parsed, SourceError> {
     if archive::is_gzip(&body) {
         let budget = archive::Budget::new(limits);
         let pfx = prefix.to_string();
-        let unpacked =
-            tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&body, &pfx, budget))
-                .await
-                .map_err(|e| SourceError::Failed(format!("unpacking: {e}")))?
-                .map_err(SourceError::Failed)?;
+        let body_bytes = body.capacity() as u64;
+        let unpacked = unpack_reserving(lease, move |reserve| {
+            archive::read_tar_gz_reserving(&body, &pfx, budget, reserve)
+        })
+        .await?
+        .map_err(SourceError::Failed)?;
+        // The bundle is gone (dropped after unpacking); its room serves the parse.
+        lease.release(body_bytes);
         if !unpacked.prefix_found {
             return Err(SourceError::Failed(format!(
                 "path {} does not exist in the bundle; fix path",
@@ -271,6 +322,7 @@ async fn decode(
             unpacked.files,
             Naming::Files,
             format!("in the bundle{}", under_path(prefix)),
+            lease,
         )
         .await
     } else {
@@ -287,7 +339,28 @@ async fn decode(
             }],
             Naming::Document,
             "in the document".into(),
+            lease,
         )
         .await
     }
+}
+
+/// Runs `work` on a blocking thread with a `reserve` function that takes memory from `lease`
+/// (waiting for room as [`Lease::grow`] does); `lease` holds what was reserved afterwards.
+pub async fn unpack_reserving<T: Send + 'static>(
+    lease: &mut Lease,
+    work: impl FnOnce(&mut dyn FnMut(u64) -> Result<(), String>) -> T + Send + 'static,
+) -> Result<T, SourceError> {
+    let rt = tokio::runtime::Handle::current();
+    let empty = lease.empty();
+    let moved = std::mem::replace(lease, empty);
+    let (out, moved) = tokio::task::spawn_blocking(move || {
+        let mut moved = moved;
+        let out = work(&mut |n| moved.grow_blocking(&rt, n));
+        (out, moved)
+    })
+    .await
+    .map_err(|e| SourceError::Failed(format!("unpacking: {e}")))?;
+    *lease = moved;
+    Ok(out)
 }

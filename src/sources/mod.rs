@@ -28,14 +28,22 @@
 //! in its own namespace: the operator can read Secrets everywhere, and must not lend that
 //! right to whoever may create an ApplySet. A ClusterApplySet names the namespace.
 //!
+//! What http, git and oci sources may connect to is the operator's egress policy
+//! ([`egress`]); a credentials Secret of type `kubernetes.io/service-account-token` is refused
+//! and one annotated `applyset.dev/allowed-hosts` is used only for those hosts
+//! ([`check_credentials_secret`]). The content being fetched and parsed, by all parents
+//! together, takes its memory from one budget ([`memory`]).
+//!
 //! Errors are of three kinds ([`SourceError`]): the spec is wrong (`Invalid`, reported as
 //! ValidationFailed), the content does not parse (`Manifest`, ValidationFailed naming the
 //! source, file and line), or the source could not be read or was refused (`Failed`, reported
 //! as SourceFailed and retried with backoff).
 
 pub mod archive;
+pub mod egress;
 pub mod git;
 pub mod http;
+pub mod memory;
 pub mod objects;
 pub mod oci;
 
@@ -73,6 +81,9 @@ pub struct Limits {
     pub timeout: Duration,
     /// Estimated memory of the parsed manifests the content cache may hold, in bytes.
     pub max_cached: u64,
+    /// The operator-wide memory budget for source content being fetched and parsed, in bytes
+    /// (`--source-memory-mib`; see [`memory`]).
+    pub memory: u64,
 }
 
 impl Default for Limits {
@@ -83,6 +94,7 @@ impl Default for Limits {
             max_entries: 10_000,
             timeout: Duration::from_secs(120),
             max_cached: 128 << 20,
+            memory: 256 << 20,
         }
     }
 }
@@ -105,6 +117,9 @@ pub struct Fetched {
     pub kind: &'static str,
     /// Whether content was downloaded (false: the cheap check found it cached).
     pub downloaded: bool,
+    /// The share of the memory budget the manifests hold until this result is dropped (none
+    /// for content served from the cache, which is bounded on its own).
+    pub memory: Option<Arc<memory::Lease>>,
 }
 
 /// Why a source could not be used.
@@ -250,13 +265,21 @@ impl Cache {
     /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
     /// used other entries until both bounds hold. Content larger than the whole byte budget is
     /// not cached at all (it is read again next time).
-    /// Caches freshly downloaded content and returns it as fetched.
-    pub fn store(&self, identity: &str, kind: &'static str, c: Cached) -> Fetched {
+    /// Caches freshly downloaded content and returns it as fetched, holding `lease` (the
+    /// memory budget of its manifests) until the result is dropped.
+    pub fn store(
+        &self,
+        identity: &str,
+        kind: &'static str,
+        c: Cached,
+        lease: memory::Lease,
+    ) -> Fetched {
         let fetched = Fetched {
             manifests: c.manifests.clone(),
             revision: c.revision.clone(),
             kind,
             downloaded: true,
+            memory: Some(Arc::new(lease)),
         };
         self.put(identity, c);
         fetched
@@ -355,6 +378,10 @@ pub const FETCH_CONCURRENCY: usize = 4;
 /// objects, limits and a scratch directory (Git needs a repository on disk).
 pub struct Sources {
     pub limits: Limits,
+    /// The memory budget of content being fetched and parsed ([`memory`]).
+    pub memory: memory::MemoryBudget,
+    /// Which hosts and addresses sources may reach ([`egress`]).
+    pub policy: Arc<egress::Policy>,
     pub cache: Cache,
     pub index: Index,
     work_dir: WorkDir,
@@ -468,10 +495,14 @@ pub fn install_crypto_provider() {
 }
 
 impl Sources {
-    pub fn new(limits: Limits, work_dir: Option<PathBuf>) -> Self {
+    pub fn new(limits: Limits, policy: egress::Policy, work_dir: Option<PathBuf>) -> Self {
         install_crypto_provider();
         let base = work_dir.unwrap_or_else(|| std::env::temp_dir().join("applyset-operator"));
         Self {
+            // A fetch waits for room at most half the sources' deadline, so that the budget's
+            // message (naming its flag) comes before the deadline's.
+            memory: memory::MemoryBudget::new(limits.memory, limits.timeout / 2),
+            policy: Arc::new(policy),
             cache: Cache::new(256, limits.max_cached),
             limits,
             index: Index::default(),
@@ -480,7 +511,9 @@ impl Sources {
         }
     }
 
-    /// An HTTP client; with `ca` (PEM), one that also trusts that CA bundle.
+    /// An HTTP client under the egress policy ([`egress`]: resolved addresses filtered,
+    /// every connection's destination and every redirect hop checked); with `ca` (PEM), one
+    /// that also trusts that CA bundle.
     fn http_client(&self, ca: Option<&[u8]>) -> Result<reqwest::Client, SourceError> {
         let build = |ca: Option<&[u8]>| -> Result<reqwest::Client, String> {
             let mut b = reqwest::Client::builder()
@@ -489,7 +522,9 @@ impl Sources {
                 // The deadline of `fetch_all` bounds every request; this is only a backstop
                 // (later, so that the deadline's message, naming the sources, wins).
                 .timeout(self.limits.timeout.saturating_add(Duration::from_secs(5)))
-                .redirect(reqwest::redirect::Policy::limited(5));
+                .redirect(self.policy.redirect_policy(5))
+                .dns_resolver(egress::Resolver(self.policy.clone()))
+                .connector_layer(egress::PolicyLayer(self.policy.clone()));
             if let Some(pem) = ca {
                 let certs = reqwest::Certificate::from_pem_bundle(pem)
                     .map_err(|e| format!("ca.crt is not a PEM certificate bundle: {e}"))?;
@@ -594,10 +629,26 @@ impl Sources {
         let result = match kind_of(source).map_err(SourceError::Invalid) {
             Err(e) => Err(e),
             Ok(Kind::ConfigMap(o)) => {
-                objects::fetch(client, parent, ObjectKind::ConfigMap, o, &self.limits).await
+                objects::fetch(
+                    client,
+                    parent,
+                    ObjectKind::ConfigMap,
+                    o,
+                    &self.limits,
+                    &self.memory,
+                )
+                .await
             }
             Ok(Kind::Secret(o)) => {
-                objects::fetch(client, parent, ObjectKind::Secret, o, &self.limits).await
+                objects::fetch(
+                    client,
+                    parent,
+                    ObjectKind::Secret,
+                    o,
+                    &self.limits,
+                    &self.memory,
+                )
+                .await
             }
             Ok(Kind::Http(h)) => http::fetch(self, client, parent, h).await,
             Ok(Kind::Git(g)) => git::fetch(self, client, parent, g).await,
@@ -788,12 +839,61 @@ pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// The data of a credentials Secret (decoded bytes by key).
+/// The annotation of a credentials Secret that restricts the hosts its credentials go to.
+pub const ALLOWED_HOSTS_ANNOTATION: &str = "applyset.dev/allowed-hosts";
+
+/// The Secret type whose token is never used as a source's credentials.
+const SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+
+/// Refuses a credentials Secret (`id`, `namespace/name`) of type `type_` for a source whose
+/// destination is `dest`: a ServiceAccount token Secret (`Invalid`: its token would be sent
+/// to a URL the ApplySet's author chose), or a Secret whose `applyset.dev/allowed-hosts`
+/// annotation (comma-separated host patterns) does not match `dest` (`Invalid`). Returns the
+/// annotation's patterns (`None` without the annotation), which also bound where the
+/// credentials may be sent later (an OCI token service).
+pub fn check_credentials_secret(
+    id: &str,
+    type_: Option<&str>,
+    annotations: &BTreeMap<String, String>,
+    dest: &egress::Destination,
+) -> Result<Option<Vec<egress::HostPattern>>, SourceError> {
+    if type_ == Some(SERVICE_ACCOUNT_TOKEN) {
+        return Err(SourceError::Invalid(format!(
+            "its secretRef {id} is a Secret of type {SERVICE_ACCOUNT_TOKEN}: a ServiceAccount token is never sent to a source; put the source's own credentials in a Secret of type Opaque (or kubernetes.io/dockerconfigjson) and reference that"
+        )));
+    }
+    let Some(raw) = annotations.get(ALLOWED_HOSTS_ANNOTATION) else {
+        return Ok(None);
+    };
+    let patterns = egress::HostPattern::parse_list(&[raw]).map_err(|e| {
+        SourceError::Invalid(format!(
+            "its secretRef {id}: annotation {ALLOWED_HOSTS_ANNOTATION}: {e}"
+        ))
+    })?;
+    if !patterns.iter().any(|p| p.matches(dest)) {
+        return Err(SourceError::Invalid(format!(
+            "its secretRef {id} may only be used for the hosts in its annotation {ALLOWED_HOSTS_ANNOTATION} ({raw:?}), and {dest} is not one of them; use the right Secret or add the host to the annotation"
+        )));
+    }
+    Ok(Some(patterns))
+}
+
+/// A credentials Secret: its `namespace/name`, its data (decoded bytes by key) and the hosts
+/// its `applyset.dev/allowed-hosts` annotation allows (`None`: any).
+pub struct CredentialsSecret {
+    pub id: String,
+    pub data: BTreeMap<String, Vec<u8>>,
+    pub allowed_hosts: Option<Vec<egress::HostPattern>>,
+}
+
+/// Reads the credentials Secret `r` of a source whose destination is `dest`, refused as
+/// [`check_credentials_secret`] says.
 pub async fn read_secret(
     client: &Client,
     parent: &ParentRef,
     r: &SecretReference,
-) -> Result<(String, BTreeMap<String, Vec<u8>>), SourceError> {
+    dest: &egress::Destination,
+) -> Result<CredentialsSecret, SourceError> {
     let ns = resolve_namespace(parent, r.namespace.as_deref()).map_err(SourceError::Invalid)?;
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let secret = api
@@ -806,6 +906,13 @@ pub async fn read_secret(
             r.name
         )));
     };
+    let id = format!("{ns}/{}", r.name);
+    let allowed_hosts = check_credentials_secret(
+        &id,
+        secret.type_.as_deref(),
+        &secret.metadata.annotations.unwrap_or_default(),
+        dest,
+    )?;
     let mut data: BTreeMap<String, Vec<u8>> = secret
         .data
         .unwrap_or_default()
@@ -815,7 +922,11 @@ pub async fn read_secret(
     for (k, v) in secret.string_data.unwrap_or_default() {
         data.insert(k, v.into_bytes());
     }
-    Ok((format!("{ns}/{}", r.name), data))
+    Ok(CredentialsSecret {
+        id,
+        data,
+        allowed_hosts,
+    })
 }
 
 /// UTF-8 value of a secret key, trimmed.
@@ -872,18 +983,25 @@ const EMPTY_HINT: &str = "a source that yields nothing is refused rather than re
 /// must not stall the async workers). A source without manifest files, or whose files hold no
 /// object, is refused (`Failed`); `where_` says where nothing was found, e.g.
 /// `under path deploy at commit 0a1b…`.
+///
+/// The parsed manifests take about as much memory as their text again, and that is taken from
+/// `lease` before parsing; once parsed, `lease` holds the manifests' estimated memory only
+/// (the text is gone).
 pub async fn parse_blocking(
     desc: String,
     files: Vec<SourceFile>,
     naming: Naming,
     where_: String,
+    lease: &mut memory::Lease,
 ) -> Result<Parsed, SourceError> {
     if files.is_empty() {
         return Err(SourceError::Failed(format!(
             "no manifest files (.yaml, .yml, .json) {where_}; {EMPTY_HINT}"
         )));
     }
-    tokio::task::spawn_blocking(move || {
+    let text: u64 = files.iter().map(|f| f.text.len() as u64).sum();
+    lease.grow(text).await.map_err(SourceError::Failed)?;
+    let parsed = tokio::task::spawn_blocking(move || {
         let manifests = match naming {
             Naming::Files => parse_files(&desc, &files)?,
             Naming::Keys => parse_files_as_keys(&desc, &files)?,
@@ -907,7 +1025,12 @@ pub async fn parse_blocking(
         })
     })
     .await
-    .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))?
+    .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))??;
+    lease
+        .hold(parsed.bytes)
+        .await
+        .map_err(SourceError::Failed)?;
+    Ok(parsed)
 }
 
 /// ` under path <dir>` for a non-empty directory prefix (`dir/`), else "".
@@ -1206,11 +1329,18 @@ mod tests {
 
     #[tokio::test]
     async fn empty_sources_are_refused() {
-        let err = parse_blocking("t".into(), vec![], Naming::Files, "under path x".into())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let budget = memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
+        let err = parse_blocking(
+            "t".into(),
+            vec![],
+            Naming::Files,
+            "under path x".into(),
+            &mut budget.lease(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(
             err.contains("no manifest files (.yaml, .yml, .json) under path x"),
             "{err}"
@@ -1220,11 +1350,17 @@ mod tests {
             path: "a.yaml".into(),
             text: "# nothing\n---\n".into(),
         }];
-        let err = parse_blocking("t".into(), only_comments, Naming::Files, "in x".into())
-            .await
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = parse_blocking(
+            "t".into(),
+            only_comments,
+            Naming::Files,
+            "in x".into(),
+            &mut budget.lease(),
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
         assert!(err.contains("hold no objects"), "{err}");
     }
 
@@ -1256,12 +1392,72 @@ mod tests {
     }
 
     #[test]
+    fn credentials_secrets_are_checked() {
+        let dest = egress::Destination::of_host("git.example.com", 443);
+        let none = BTreeMap::new();
+        assert!(matches!(
+            check_credentials_secret("ns/s", Some("Opaque"), &none, &dest),
+            Ok(None)
+        ));
+        assert!(matches!(
+            check_credentials_secret("ns/s", None, &none, &dest),
+            Ok(None)
+        ));
+        let err = check_credentials_secret(
+            "ns/token",
+            Some("kubernetes.io/service-account-token"),
+            &none,
+            &dest,
+        )
+        .err()
+        .map(|e| match e {
+            SourceError::Invalid(m) => m,
+            other => panic!("not Invalid: {other}"),
+        })
+        .unwrap_or_default();
+        assert!(err.contains("ns/token"), "{err}");
+        assert!(err.contains("kubernetes.io/service-account-token"), "{err}");
+        let ann = |v: &str| BTreeMap::from([(ALLOWED_HOSTS_ANNOTATION.to_string(), v.to_string())]);
+        for ok in [
+            "git.example.com",
+            "other.com, *.example.com",
+            "git.example.com:443",
+        ] {
+            let got = check_credentials_secret("ns/s", Some("Opaque"), &ann(ok), &dest);
+            assert!(matches!(got, Ok(Some(_))), "{ok}");
+        }
+        for refused in ["other.com", "git.example.com:8443", "*.git.example.com", ""] {
+            let err = check_credentials_secret("ns/s", Some("Opaque"), &ann(refused), &dest)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains("ns/s may only be used for the hosts"),
+                "{refused}: {err}"
+            );
+            assert!(
+                err.contains("git.example.com:443 is not one of them"),
+                "{err}"
+            );
+        }
+        let err = check_credentials_secret("ns/s", None, &ann("https://x/"), &dest)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("annotation applyset.dev/allowed-hosts: host pattern"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn combined_revision_format() {
         let f = |r: &str| Fetched {
             manifests: Arc::new(vec![]),
             revision: r.into(),
             kind: "git",
             downloaded: false,
+            memory: None,
         };
         assert_eq!(combined_revision("sha256:x", &[]), "sha256:x");
         assert_eq!(

@@ -14,6 +14,7 @@ pub async fn fetch(
     kind: ObjectKind,
     source: &ObjectSource,
     limits: &Limits,
+    memory: &super::memory::MemoryBudget,
 ) -> Result<Fetched, SourceError> {
     let ns =
         resolve_namespace(parent, source.namespace.as_deref()).map_err(SourceError::Invalid)?;
@@ -72,12 +73,15 @@ pub async fn fetch(
     };
     let files = select_keys(&data, &source.keys, kind_name, &ns, &source.name, limits)?;
     let where_ = format!("among the data keys of {kind_name} {ns}/{}", source.name);
-    let parsed = super::parse_blocking(desc, files, super::Naming::Keys, where_).await?;
+    let mut lease = memory.lease();
+    let parsed =
+        super::parse_blocking(desc, files, super::Naming::Keys, where_, &mut lease).await?;
     Ok(Fetched {
         manifests: parsed.manifests,
         revision: format!("{noun}:{ns}/{}@{rv}", source.name),
         kind: noun,
         downloaded: true,
+        memory: Some(std::sync::Arc::new(lease)),
     })
 }
 

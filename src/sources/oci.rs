@@ -31,7 +31,7 @@ use reqwest::{Method, StatusCode, header};
 use serde_json::Value;
 
 use super::{
-    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, http::read_capped,
+    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, egress, http::read_capped,
     http::request_error, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
 };
 use crate::{api::OciSource, applyset::ParentRef};
@@ -145,6 +145,13 @@ struct Session {
     basic: Option<(String, String)>,
     /// `Authorization` header value once a challenge was answered.
     auth: Option<String>,
+    /// The egress policy (the token service's URL is checked against it).
+    policy: std::sync::Arc<egress::Policy>,
+    /// The hosts the secretRef's `applyset.dev/allowed-hosts` annotation allows (`None`: any);
+    /// the basic credentials go to no other token service.
+    secret_hosts: Option<Vec<egress::HostPattern>>,
+    /// The memory the downloads take, from the operator's budget.
+    lease: super::memory::Lease,
 }
 
 /// The most layers an artifact may have (a Flux artifact has one, ORAS one per file pushed).
@@ -191,9 +198,11 @@ impl Session {
     /// with `insecure`), not yet authenticated.
     fn new(
         http: reqwest::Client,
+        policy: std::sync::Arc<egress::Policy>,
         o: &OciSource,
         repo: &Repository,
-        basic: Option<(String, String)>,
+        secret: SecretSettings,
+        lease: super::memory::Lease,
     ) -> Self {
         Self {
             http,
@@ -205,8 +214,11 @@ impl Session {
             host: repo.host.clone(),
             repo: repo.name.clone(),
             insecure: o.insecure,
-            basic,
+            basic: secret.basic,
             auth: None,
+            policy,
+            secret_hosts: secret.allowed_hosts,
+            lease,
         }
     }
 
@@ -261,7 +273,7 @@ impl Session {
     /// with `insecure`) for the challenge's service and scope (default: pull of this
     /// repository), sending the basic credentials only where [`may_send_credentials`] allows.
     /// Returns the `Authorization` header value.
-    async fn bearer_token(&self, params: &BTreeMap<String, String>) -> Result<String, String> {
+    async fn bearer_token(&mut self, params: &BTreeMap<String, String>) -> Result<String, String> {
         let realm = params
             .get("realm")
             .ok_or("the registry's bearer challenge has no realm")?;
@@ -281,6 +293,9 @@ impl Session {
                 ));
             }
         }
+        self.policy
+            .check_url(&token_url)
+            .map_err(|e| format!("the registry's token realm {}: {e}", redact(realm)))?;
         {
             let mut q = token_url.query_pairs_mut();
             if let Some(s) = params.get("service") {
@@ -296,6 +311,16 @@ impl Session {
         if let Some((u, p)) = &self.basic
             && may_send_credentials(&token_url, &self.host)
         {
+            if let Some(allowed) = &self.secret_hosts {
+                let dest = egress::Destination::of_url(&token_url)?;
+                if !allowed.iter().any(|p| p.matches(&dest)) {
+                    return Err(format!(
+                        "the registry's token realm {} is on host {dest}, which the secretRef's annotation {} does not list; its credentials are not sent there (add the host to the annotation if it is the registry's token service)",
+                        redact(realm),
+                        super::ALLOWED_HOSTS_ANNOTATION
+                    ));
+                }
+            }
             rb = rb.basic_auth(u, Some(p));
         }
         let tr = rb
@@ -308,7 +333,7 @@ impl Session {
                 tr.status()
             ));
         }
-        let body = read_capped(tr, 1 << 20).await?;
+        let body = read_capped(tr, 1 << 20, &mut self.lease).await?;
         let v: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
         let token = v
@@ -350,7 +375,7 @@ impl Session {
                 resp.status()
             ));
         }
-        let body = read_capped(resp, max)
+        let body = read_capped(resp, max, &mut self.lease)
             .await
             .map_err(|e| format!("GET {what}: {e}"))?;
         let got = format!("sha256:{}", sha256_hex(&body));
@@ -372,7 +397,11 @@ pub async fn fetch(
     validate(o).map_err(SourceError::Invalid)?;
     let repo = parse_url(&o.url).map_err(SourceError::Invalid)?;
     let prefix = archive::directory_prefix(o.path.as_deref()).map_err(SourceError::Invalid)?;
-    let secret = SecretSettings::read(client, parent, o, &repo.host).await?;
+    s.policy
+        .check_insecure_flag(o.insecure)
+        .map_err(|e| SourceError::Failed(e.0))?;
+    let dest = super::http::checked_destination(s, &registry_base(o, &repo))?;
+    let secret = SecretSettings::read(client, parent, o, &repo.host, &dest).await?;
     let desc = super::describe(&crate::api::Source {
         oci: Some(o.clone()),
         ..Default::default()
@@ -397,7 +426,8 @@ pub async fn fetch(
     {
         return Ok(hit);
     }
-    let session = Session::new(s.http_client(secret.ca.as_deref())?, o, &repo, secret.basic);
+    let http = s.http_client(secret.ca.as_deref())?;
+    let session = Session::new(http, s.policy.clone(), o, &repo, secret, s.memory.lease());
     let mut artifact = Artifact::new(session, reference, prefix, &s.limits);
     // The cheap check for a tag: HEAD the manifest and compare its digest with the cache.
     let mut expected = o.digest.clone();
@@ -412,9 +442,10 @@ pub async fn fetch(
     let (body, digest) = artifact.get_manifest(expected.as_deref()).await?;
     let layers = artifact.layers_of(&body)?;
     artifact.read_layers(&layers).await?;
+    let mut lease = std::mem::replace(&mut artifact.session.lease, s.memory.lease());
     let (files, prefix) = artifact.into_files(&digest)?;
     let where_ = format!("in the artifact's layers{}", under_path(&prefix));
-    let parsed = parse_blocking(desc, files, Naming::Files, where_).await?;
+    let parsed = parse_blocking(desc, files, Naming::Files, where_, &mut lease).await?;
     let cached = Cached {
         revision: revision_of(o, &digest),
         manifests: parsed.manifests,
@@ -422,7 +453,7 @@ pub async fn fetch(
         last_modified: None,
         bytes: parsed.bytes,
     };
-    Ok(s.cache.store(&identity, "oci", cached))
+    Ok(s.cache.store(&identity, "oci", cached, lease))
 }
 
 /// What the secretRef provides: its id (part of the cache identity), the registry
@@ -431,6 +462,8 @@ struct SecretSettings {
     id: String,
     basic: Option<(String, String)>,
     ca: Option<Vec<u8>>,
+    /// The secret's `applyset.dev/allowed-hosts` (`None`: any host).
+    allowed_hosts: Option<Vec<egress::HostPattern>>,
 }
 
 impl SecretSettings {
@@ -440,24 +473,38 @@ impl SecretSettings {
         parent: &ParentRef,
         o: &OciSource,
         host: &str,
+        dest: &egress::Destination,
     ) -> Result<Self, SourceError> {
         match &o.secret_ref {
             None => Ok(Self {
                 id: String::new(),
                 basic: None,
                 ca: None,
+                allowed_hosts: None,
             }),
             Some(r) => {
-                let (id, data) = read_secret(client, parent, r).await?;
+                let secret = read_secret(client, parent, r, dest).await?;
+                let data = secret.data;
                 let ca = data.get("ca.crt").cloned().filter(|c| !c.is_empty());
                 Ok(Self {
-                    id,
+                    id: secret.id,
                     basic: credentials(&data, host),
                     ca,
+                    allowed_hosts: secret.allowed_hosts,
                 })
             }
         }
     }
+}
+
+/// The registry's base URL for source `o` (repository `repo`): https, or http with
+/// `insecure`.
+fn registry_base(o: &OciSource, repo: &Repository) -> String {
+    format!(
+        "{}://{}/",
+        if o.insecure { "http" } else { "https" },
+        repo.host
+    )
 }
 
 /// The revision of the artifact with manifest `digest`: `oci:<tag>@<digest>` for a tag,
@@ -479,6 +526,7 @@ fn from_cache(
         revision,
         kind: "oci",
         downloaded: false,
+        memory: None,
     }
 }
 
@@ -598,9 +646,13 @@ impl Artifact {
             .get("docker-content-digest")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let body = read_capped(resp, MAX_MANIFEST.min(self.download_left))
-            .await
-            .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
+        let body = read_capped(
+            resp,
+            MAX_MANIFEST.min(self.download_left),
+            &mut self.session.lease,
+        )
+        .await
+        .map_err(|e| failed(format!("GET manifest {reference}: {e}")))?;
         self.download_left = self.download_left.saturating_sub(body.len() as u64);
         let digest = format!("sha256:{}", sha256_hex(&body));
         for want in [
@@ -659,6 +711,12 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
+        // The layers, and about as much again for their files, at once.
+        self.session
+            .lease
+            .reserve_ahead(declared.saturating_mul(2))
+            .await
+            .map_err(SourceError::Failed)?;
         for (i, layer) in layers.iter().enumerate() {
             self.read_layer(i, layer).await?;
         }
@@ -717,15 +775,19 @@ impl Artifact {
         let failed = SourceError::Failed;
         let pfx = self.prefix.clone();
         let budget = self.budget;
-        let unpacked =
-            tokio::task::spawn_blocking(move || archive::read_tar_gz_with(&blob, &pfx, budget))
-                .await
-                .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
-                .map_err(|e| {
-                    failed(format!(
-                        "layer {i}: {e} (the limits count all layers of the artifact together)"
-                    ))
-                })?;
+        let blob_bytes = blob.capacity() as u64;
+        let unpacked = super::http::unpack_reserving(&mut self.session.lease, move |reserve| {
+            archive::read_tar_gz_reserving(&blob, &pfx, budget, reserve)
+        })
+        .await
+        .map_err(|e| failed(format!("unpacking layer {i}: {e}")))?
+        .map_err(|e| {
+            failed(format!(
+                "layer {i}: {e} (the limits count all layers of the artifact together)"
+            ))
+        })?;
+        // The layer's download is gone (dropped after unpacking); its room serves the next.
+        self.session.lease.release(blob_bytes);
         self.budget = unpacked.budget;
         self.prefix_found |= unpacked.prefix_found;
         self.files.extend(unpacked.files);

@@ -103,11 +103,23 @@ fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     connections: Connections,
 ) -> JoinHandle<()> {
+    serve_counted(listener, router, tls, connections, Arc::default())
+}
+
+/// [`serve`], counting accepted connections in `accepted`.
+fn serve_counted(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    connections: Connections,
+    accepted: Arc<AtomicU64>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 continue;
             };
+            accepted.fetch_add(1, Ordering::SeqCst);
             let router = router.clone();
             let tls = tls.clone();
             let mut conns = connections.lock().expect("lock");
@@ -152,6 +164,13 @@ struct FileState {
     full: AtomicU64,
     not_modified: AtomicU64,
     requests: AtomicU64,
+    /// Connections accepted.
+    accepted: Arc<AtomicU64>,
+    /// (path prefix, target base URL): a request under the prefix is answered `302 Found`
+    /// with `Location: <target base><path and query>`.
+    redirects: Mutex<Vec<(String, String)>>,
+    /// The `Authorization` header of every request (empty when absent), in order.
+    authorizations: Mutex<Vec<String>>,
 }
 
 /// An HTTP(S) server of in-memory files (path → content), with ETag = sha256 of the content.
@@ -176,6 +195,28 @@ async fn serve_file(
     headers: HeaderMap,
 ) -> Response<Body> {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    state.authorizations.lock().expect("lock").push(
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
+    );
+    let redirect = state
+        .redirects
+        .lock()
+        .expect("lock")
+        .iter()
+        .find(|(prefix, _)| uri.path().starts_with(prefix.as_str()))
+        .map(|(_, base)| base.clone());
+    if let Some(base) = redirect {
+        let tail = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        return Response::builder()
+            .status(StatusCode::FOUND)
+            .header("location", format!("{base}{tail}"))
+            .body(Body::empty())
+            .expect("response");
+    }
     let rule = state
         .auth
         .lock()
@@ -234,7 +275,15 @@ async fn serve_file(
 impl FileServer {
     /// Starts a plain HTTP server (or HTTPS with `tls`) on a free loopback port.
     pub async fn start(tls: Option<Arc<Tls>>) -> FileServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FileServer::start_on("127.0.0.1", tls).await
+    }
+
+    /// Starts a plain HTTP server (or HTTPS with `tls`) on a free port of loopback address
+    /// `ip` (127.0.0.0/8 or ::1 only: tests never listen or connect elsewhere).
+    pub async fn start_on(ip: &str, tls: Option<Arc<Tls>>) -> FileServer {
+        let addr: std::net::IpAddr = ip.parse().expect("an IP address");
+        assert!(addr.is_loopback(), "test servers listen on loopback only");
+        let listener = TcpListener::bind((addr, 0)).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = FileServer {
             addr,
@@ -251,13 +300,34 @@ impl FileServer {
         let router = Router::new()
             .fallback(serve_file)
             .with_state(self.state.clone());
-        let task = serve(
+        let task = serve_counted(
             listener,
             router,
             self.tls.as_ref().map(|t| t.acceptor.clone()),
             self.connections.clone(),
+            self.state.accepted.clone(),
         );
         *self.task.lock().expect("lock") = Some(task);
+    }
+
+    /// Answers requests under `prefix` with `302 Found` to `target_base` followed by the
+    /// request's path and query.
+    pub fn redirect(&self, prefix: &str, target_base: &str) {
+        self.state
+            .redirects
+            .lock()
+            .expect("lock")
+            .push((prefix.to_string(), target_base.to_string()));
+    }
+
+    /// Connections accepted so far.
+    pub fn connections_accepted(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// The `Authorization` header of every request so far (empty when absent).
+    pub fn authorizations(&self) -> Vec<String> {
+        self.state.authorizations.lock().expect("lock").clone()
     }
 
     /// Stops listening (connections are refused) until [`FileServer::restart`].
