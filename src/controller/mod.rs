@@ -76,6 +76,8 @@ pub struct Config {
     /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
     /// set acting as the operator may reach beyond its namespace.
     pub tenancy: tenancy::Defaults,
+    /// What one set may declare: members, parsed YAML/JSON.
+    pub set_limits: crate::render::SetLimits,
 }
 
 impl Default for Config {
@@ -88,6 +90,7 @@ impl Default for Config {
             source_limits: sources::Limits::default(),
             source_dir: None,
             tenancy: tenancy::Defaults::default(),
+            set_limits: crate::render::SetLimits::default(),
         }
     }
 }
