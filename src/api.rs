@@ -502,11 +502,13 @@ pub struct ApplySetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
 
-    /// The members, capped at 500 entries (see membersTruncated).
+    /// The members, capped at 500 entries, and at fewer when the parent's spec and status
+    /// would otherwise take more than 1 MiB (see membersTruncated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberRef>,
 
-    /// True when members lists only the first 500 members.
+    /// True when members does not list every member (more than 500, or the parent would grow
+    /// over 1 MiB).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub members_truncated: bool,
 
@@ -610,7 +612,8 @@ pub struct Plan {
     /// Members already as declared.
     #[serde(default)]
     pub unchanged: i64,
-    /// True when one of the lists was capped.
+    /// True when one of the lists was capped (at 500 entries, or shorter to keep the parent
+    /// under 1 MiB).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }

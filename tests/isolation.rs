@@ -8,7 +8,7 @@
 mod operator;
 mod support;
 
-use applyset_operator::api::ApplySetStatus;
+use applyset_operator::{api::ApplySetStatus, controller::MAX_OBJECT_BYTES};
 use kube::Client;
 use operator::*;
 use serde_json::{Value, json};
@@ -140,5 +140,66 @@ async fn unreadable_and_malformed_sets_fail_alone() {
     healthy.wait_ready().await;
     let cm = must_get(&h.client, &configmap_ar(), Some(ns), "ok").await;
     assert_eq!(cm.data["data"]["k"], Value::from("2"));
+    stop(op).await;
+}
+
+/// A set whose spec takes nearly all of the 1 MiB a parent may have still gets a status: the
+/// members list is cut (membersTruncated) so that spec and status stay within the bound.
+#[tokio::test]
+async fn a_set_near_the_size_limit_still_gets_a_status() {
+    let h = Harness::new("nearlimit").await;
+    let op = h.start_operator();
+    let set = h.applyset("big");
+    let mut manifests: Vec<Value> = (0..300)
+        .map(|i| configmap(&format!("member-{i:04}"), json!({})))
+        .collect();
+    let spec_len = |m: &Vec<Value>| {
+        serde_json::to_vec(&json!({"manifests": m, "interval": "5s", "retryInterval": "1s"}))
+            .expect("json")
+            .len()
+    };
+    // The padding takes the spec to 8 KiB under the bound: 300 members in status need more.
+    let pad = MAX_OBJECT_BYTES - 8 * 1024 - spec_len(&manifests) - 200;
+    manifests.push(configmap("padding", json!({"v": "x".repeat(pad)})));
+    let spec_bytes = spec_len(&manifests);
+    assert!(spec_bytes > MAX_OBJECT_BYTES - 9 * 1024 && spec_bytes < MAX_OBJECT_BYTES);
+    set.create(json!({ "manifests": manifests })).await;
+    let st = set.wait_ready_within(LONG_DEADLINE).await;
+    assert_eq!(summary(&st).members, 301);
+    assert!(
+        st.members_truncated,
+        "membersTruncated: {}",
+        st.members.len()
+    );
+    assert!(
+        !st.members.is_empty() && st.members.len() < 301,
+        "{} members listed",
+        st.members.len()
+    );
+    let live = set.live().await;
+    let stored = serde_json::to_vec(&live.data["spec"]).expect("json").len()
+        + serde_json::to_vec(&live.data["status"])
+            .expect("json")
+            .len();
+    assert!(
+        stored <= MAX_OBJECT_BYTES,
+        "spec and status take {stored} bytes, more than {MAX_OBJECT_BYTES}"
+    );
+    // Once every member is unchanged, nothing changes: the next reconciles write no status
+    // (the cut status is the same every time).
+    wait_reconciles(&op, 2).await;
+    let live = set.live().await;
+    let rv = live.metadata.resource_version.clone();
+    wait_reconciles(&op, 2).await;
+    let again = set.live().await;
+    assert_eq!(
+        again.metadata.resource_version,
+        rv,
+        "status before: {}\nafter: {}\nannotations before {:?} after {:?}",
+        live.data["status"],
+        again.data["status"],
+        live.metadata.annotations,
+        again.metadata.annotations
+    );
     stop(op).await;
 }

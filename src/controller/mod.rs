@@ -50,6 +50,7 @@ use crate::{
     status::Reason,
     tenancy::{self, Identity},
 };
+pub use report::MAX_OBJECT_BYTES;
 use report::Report;
 
 /// The field manager of status writes.
