@@ -203,3 +203,75 @@ async fn a_set_near_the_size_limit_still_gets_a_status() {
     );
     stop(op).await;
 }
+
+/// The per-set budgets (`--max-members-per-set`, `--max-yaml-mib-per-set`): a set over one
+/// fails with ValidationFailed naming the count or the source and the flag; a set within them
+/// is applied by the same operator.
+#[tokio::test]
+async fn sets_over_the_per_set_budgets_fail_naming_the_flag() {
+    use applyset_operator::{manifest::YamlCost, render::SetLimits};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::{Api, api::PostParams};
+
+    let h = Harness::new("budgets").await;
+    let ns = h.ns.as_str();
+    let mut config = h.config();
+    config.set_limits = SetLimits {
+        max_members: 3,
+        yaml: YamlCost {
+            nodes: 100_000,
+            bytes: 64 * 1024,
+        },
+    };
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+
+    let many = h.applyset("many");
+    many.create(json!({"manifests": (0..4)
+        .map(|i| configmap(&format!("many-{i}"), json!({})))
+        .collect::<Vec<_>>()}))
+        .await;
+    let st = many
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains("declares 4 members") && msg.contains("--max-members-per-set"),
+        "{msg:?}"
+    );
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "many-0").await);
+
+    // A source whose one document is larger than the set's YAML budget.
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  v: {}\n",
+        "x".repeat(100 * 1024)
+    );
+    let bundle: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "bundle", "namespace": ns},
+        "data": {"big.yaml": big}
+    }))
+    .expect("configmap");
+    Api::<ConfigMap>::namespaced(h.client.clone(), ns)
+        .create(&PostParams::default(), &bundle)
+        .await
+        .expect("create the bundle");
+    let large = h.applyset("large");
+    large
+        .create(json!({"sources": [{"configMap": {"name": "bundle"}}]}))
+        .await;
+    let st = large
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains(&format!("configMap {ns}/bundle key big.yaml"))
+            && msg.contains("--max-yaml-mib-per-set"),
+        "{msg:?}"
+    );
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "big").await);
+
+    let fine = h.applyset("fine");
+    fine.create(json!({"manifests": [configmap("fine", json!({"k": "1"}))]}))
+        .await;
+    fine.wait_ready().await;
+    stop(op).await;
+}
