@@ -1093,12 +1093,10 @@ pub fn parse_documents_within(
         Some(serde_saphyr::budget::BudgetBreach::ScalarBytes { .. }) => {
             exceeded(BudgetExceeded::Bytes)
         }
-        Some(serde_saphyr::budget::BudgetBreach::Depth { .. }) => ManifestError::Budget {
-            origin: Box::new(origin.clone()),
-            problem: format!(
-                "nested more than {MAX_MANIFEST_DEPTH} levels deep; flatten the manifest"
-            ),
-        },
+        Some(serde_saphyr::budget::BudgetBreach::Depth { .. }) => too_deep(origin),
+        // The scanner's own bound on flow collections (`[[[…`, 255 levels) says so in a
+        // message of its own.
+        _ if error.to_string().contains("recursion limit exceeded") => too_deep(origin),
         _ => yaml_error(&error, origin),
     })?;
 
@@ -1119,6 +1117,14 @@ pub fn parse_documents_within(
         out.extend(Manifest::from_value(document.value, document_origin)?);
     }
     Ok(out)
+}
+
+/// The error of a text nested more than [`MAX_MANIFEST_DEPTH`] levels deep.
+fn too_deep(origin: &Origin) -> ManifestError {
+    ManifestError::Budget {
+        origin: Box::new(origin.clone()),
+        problem: format!("nested more than {MAX_MANIFEST_DEPTH} levels deep; flatten the manifest"),
+    }
 }
 
 /// The budget breach behind a parser error, if that is what stopped it.
