@@ -1083,6 +1083,11 @@ pub fn parse_documents_within(
     limits.max_nodes = left.nodes.saturating_add(16);
     limits.max_total_scalar_bytes = left.bytes;
     limits.max_reader_input_bytes = Some(left.bytes);
+    // Documents and parser events are bounded by the nodes (a document is at least one node,
+    // a node at most a few events), not by the parser's own defaults (1,024 documents,
+    // 1,000,000 events), which a large bundle within the budget would exceed.
+    limits.max_documents = left.nodes.saturating_add(1);
+    limits.max_events = left.nodes.saturating_mul(4).saturating_add(64);
     options.budget = Some(limits);
     let documents = serde_saphyr::from_str_multiple_with_options::<
         serde_saphyr::Spanned<Value>,
@@ -1097,7 +1102,14 @@ pub fn parse_documents_within(
         // The scanner's own bound on flow collections (`[[[…`, 255 levels) says so in a
         // message of its own.
         _ if error.to_string().contains("recursion limit exceeded") => too_deep(origin),
-        _ => yaml_error(&error, origin),
+        // Another of the parser's bounds (aliases, anchors, merge keys, …).
+        Some(breach) => ManifestError::Budget {
+            origin: Box::new(origin.clone()),
+            problem: format!(
+                "the YAML parser's bound was reached ({breach:?}); simplify the text (fewer anchors, aliases or merge keys)"
+            ),
+        },
+        None => yaml_error(&error, origin),
     })?;
 
     let nodes: usize = documents.iter().map(|d| value_cost(&d.value).nodes).sum();
@@ -2201,6 +2213,14 @@ mod tests {
             "]".repeat(MAX_MANIFEST_DEPTH - 1)
         );
         parse_documents(&ok, &cm_origin()).expect("at the bound");
+    }
+
+    #[test]
+    fn a_large_bundle_within_the_budget_parses() {
+        // More documents than the YAML parser allows by default (1,024).
+        let all = parse_documents(&configmaps(3000), &cm_origin()).expect("within the budget");
+        assert_eq!(all.len(), 3000);
+        assert_eq!(all[2999].origin.document(), Some(3000));
     }
 
     // ----- duplicates -----
