@@ -13,6 +13,8 @@ TEST_THREADS ?= 4
 # The model-based walk of `make soak` (tests/model): its seed (a number, or random) and length.
 SEED ?= random
 STEPS ?= 1000
+# Cases per property of `make fuzz` (make test runs 64).
+CASES ?= 100000
 
 .PHONY: help
 help: ## list the targets
@@ -64,6 +66,10 @@ test: deps kube-binaries helm-binary kstatus-binary registry-binary ## every tes
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+.PHONY: fuzz
+fuzz: ## the property tests of the tenant-input parsers (tests/fuzz.rs) with more cases: make fuzz CASES=<n>
+	PROPTEST_CASES=$(CASES) $(CARGO) test --locked --test fuzz
 
 .PHONY: soak
 soak: deps kube-binaries ## a long model-based random walk (tests/model): make soak SEED=<n|random> STEPS=<n>

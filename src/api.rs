@@ -37,7 +37,7 @@ pub struct ApplySetSpec {
     /// A `kind: List` is flattened into its items.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "manifests_schema")]
-    pub manifests: Vec<serde_json::Value>,
+    pub manifests: Vec<InlineManifest>,
 
     /// Manifest sources, read in this order after the inline manifests. Each entry has exactly
     /// one of configMap, secret, http, git or oci. If any source cannot be read, the reconcile
@@ -168,6 +168,115 @@ fn manifests_schema(_: &mut schemars::generate::SchemaGenerator) -> schemars::Sc
         "description": "Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name. A `kind: List` is flattened into its items.",
         "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
     })
+}
+
+/// Deepest nesting of mappings and lists a manifest may have (the object itself is level 1),
+/// inline or in a source (the YAML reader's own bound is the same). Real objects stay far
+/// below it; a deeper one could not be read back from the API server by JSON readers with a
+/// recursion limit (serde_json's is 128).
+pub const MAX_MANIFEST_DEPTH: usize = 64;
+
+/// One entry of `spec.manifests` as read from the API server.
+///
+/// Reading a parent must never fail because of what a tenant declared: a parent that cannot
+/// be read breaks the list and watch of every parent (the typed watcher fails the whole
+/// list). So each entry is first taken as raw JSON text (serde_json skips it without
+/// recursion), then read into a value; an entry that cannot be read (nested deeper than
+/// [`MAX_MANIFEST_DEPTH`], or anything else a JSON reader refuses) is kept as
+/// [`InlineManifest::Unreadable`], written back unchanged, and reported by the reconcile of
+/// its own parent only.
+#[derive(Clone, Debug)]
+pub enum InlineManifest {
+    /// The entry as a JSON value.
+    Value(serde_json::Value),
+    /// The entry could not be read: its raw JSON text and why.
+    Unreadable {
+        raw: Box<serde_json::value::RawValue>,
+        problem: String,
+    },
+}
+
+impl InlineManifest {
+    /// Reads one entry from its raw JSON text: a value, or why it cannot be one.
+    pub fn from_raw(raw: Box<serde_json::value::RawValue>) -> Self {
+        let depth = json_depth(raw.get());
+        if depth > MAX_MANIFEST_DEPTH {
+            let problem = format!(
+                "it is nested {depth} levels deep, more than the {MAX_MANIFEST_DEPTH} levels a manifest may have; flatten it or remove it"
+            );
+            return InlineManifest::Unreadable { raw, problem };
+        }
+        match serde_json::from_str(raw.get()) {
+            Ok(value) => InlineManifest::Value(value),
+            Err(e) => InlineManifest::Unreadable {
+                problem: format!("it cannot be read as JSON ({e}); fix it or remove it"),
+                raw,
+            },
+        }
+    }
+}
+
+impl From<serde_json::Value> for InlineManifest {
+    fn from(value: serde_json::Value) -> Self {
+        InlineManifest::Value(value)
+    }
+}
+
+impl PartialEq for InlineManifest {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (InlineManifest::Value(a), InlineManifest::Value(b)) => a == b,
+            (
+                InlineManifest::Unreadable { raw: a, .. },
+                InlineManifest::Unreadable { raw: b, .. },
+            ) => a.get() == b.get(),
+            _ => false,
+        }
+    }
+}
+
+impl Serialize for InlineManifest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            InlineManifest::Value(value) => value.serialize(serializer),
+            InlineManifest::Unreadable { raw, .. } => raw.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for InlineManifest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        Ok(InlineManifest::from_raw(raw))
+    }
+}
+
+/// The nesting depth of JSON text: how many mappings and lists are open at most (brackets
+/// inside strings do not count). Text that is not JSON gives a meaningless but finite number.
+pub fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// One manifest source: exactly one of configMap, secret, http, git or oci.
@@ -397,11 +506,13 @@ pub struct ApplySetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
 
-    /// The members, capped at 500 entries (see membersTruncated).
+    /// The members, capped at 500 entries, and at fewer when the parent's spec and status
+    /// would otherwise take more than 1 MiB (see membersTruncated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberRef>,
 
-    /// True when members lists only the first 500 members.
+    /// True when members does not list every member (more than 500, or the parent would grow
+    /// over 1 MiB).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub members_truncated: bool,
 
@@ -518,7 +629,8 @@ pub struct Plan {
     /// Members already as declared.
     #[serde(default)]
     pub unchanged: i64,
-    /// True when one of the lists was capped.
+    /// True when one of the lists was capped (at 500 entries, or shorter to keep the parent
+    /// under 1 MiB).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }
@@ -864,6 +976,54 @@ mod tests {
             Duration::from_secs(10),
             "retry never exceeds interval"
         );
+    }
+
+    #[test]
+    fn json_depth_counts_open_brackets_outside_strings() {
+        assert_eq!(json_depth("1"), 0);
+        assert_eq!(json_depth("{}"), 1);
+        assert_eq!(json_depth(r#"{"a":[{"b":[]}],"c":{}}"#), 4);
+        assert_eq!(json_depth(r#"{"a":"[[[{{{\"[["}"#), 1);
+        assert_eq!(json_depth("]]]}}}"), 0);
+    }
+
+    fn nested(depth: usize) -> String {
+        let mut text = String::from("1");
+        for _ in 0..depth {
+            text = format!("{{\"a\":{text}}}");
+        }
+        text
+    }
+
+    #[test]
+    fn a_manifest_nested_too_deep_is_unreadable_not_an_error_of_the_parent() {
+        let deep = nested(MAX_MANIFEST_DEPTH + 1);
+        let spec = format!(r#"{{"manifests":[{{"kind":"A"}},{deep}]}}"#);
+        let spec: ApplySetSpec = serde_json::from_str(&spec).expect("the parent reads");
+        assert_eq!(
+            spec.manifests[0],
+            InlineManifest::Value(serde_json::json!({"kind": "A"}))
+        );
+        let InlineManifest::Unreadable { problem, .. } = &spec.manifests[1] else {
+            panic!("unreadable expected: {:?}", spec.manifests[1]);
+        };
+        assert!(problem.contains("nested 65 levels deep"), "{problem}");
+        // Written back unchanged.
+        let back = serde_json::to_value(&spec).expect("serializes");
+        assert_eq!(back["manifests"][1].to_string(), deep);
+        // Far beyond serde_json's recursion limit too, and from a Value.
+        let deeper = nested(1000);
+        let spec = format!(r#"{{"manifests":[{deeper}]}}"#);
+        let spec: ApplySetSpec = serde_json::from_str(&spec).expect("the parent reads");
+        assert!(matches!(
+            spec.manifests[0],
+            InlineManifest::Unreadable { .. }
+        ));
+        let at_limit = nested(MAX_MANIFEST_DEPTH);
+        let value: serde_json::Value =
+            serde_json::from_str(&format!(r#"{{"manifests":[{at_limit}]}}"#)).expect("json");
+        let spec: ApplySetSpec = serde_json::from_value(value).expect("from a value");
+        assert!(matches!(spec.manifests[0], InlineManifest::Value(_)));
     }
 
     #[test]

@@ -120,6 +120,16 @@ struct RunArgs {
         default_value_t = false
     )]
     allow_cross_namespace_sets: bool,
+    /// Most members one set may declare (more: ValidationFailed).
+    #[arg(long, env = "APPLYSET_MAX_MEMBERS_PER_SET", default_value_t = applyset_operator::render::DEFAULT_MAX_MEMBERS_PER_SET)]
+    max_members_per_set: usize,
+    /// Most YAML/JSON nodes (mappings, lists, scalars, keys) of one set's manifests, summed
+    /// over its inline manifests and all its sources.
+    #[arg(long, env = "APPLYSET_MAX_YAML_NODES_PER_SET", default_value_t = applyset_operator::manifest::DEFAULT_SET_YAML_NODES)]
+    max_yaml_nodes_per_set: usize,
+    /// Most YAML/JSON text of one set's manifests, summed like the nodes, in MiB.
+    #[arg(long, env = "APPLYSET_MAX_YAML_MIB_PER_SET", default_value_t = 64)]
+    max_yaml_mib_per_set: usize,
 }
 
 fn init_logging(format: LogFormat) {
@@ -214,7 +224,6 @@ async fn kube_client(metrics: Arc<Metrics>) -> Result<kube::Client, ExitCode> {
     }
 }
 
-/// The controllers' configuration from the command line.
 /// The controllers' configuration from the command line; an error names a flag whose value
 /// is not valid.
 fn operator_config(args: &RunArgs) -> Result<Config, String> {
@@ -223,6 +232,15 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         &args.source_allowed_hosts,
         args.source_insecure,
     )?;
+    let set_limits = applyset_operator::render::SetLimits {
+        max_members: args.max_members_per_set,
+        yaml: applyset_operator::manifest::YamlCost {
+            nodes: args.max_yaml_nodes_per_set,
+            bytes: args.max_yaml_mib_per_set.saturating_mul(1 << 20),
+        },
+    };
+    // Every parse of a source is bounded by the per-set budget too (see manifest.rs).
+    applyset_operator::manifest::set_parse_limit(set_limits.yaml);
     Ok(Config {
         concurrency: args.concurrency,
         apply_concurrency: args.apply_concurrency,
@@ -242,6 +260,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             cluster: args.cluster_default_service_account.clone(),
             allow_cross_namespace: args.allow_cross_namespace_sets,
         },
+        set_limits,
     })
 }
 

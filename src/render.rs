@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     Result,
-    api::{ApplySetSpec, MemberRef},
+    api::{ApplySetSpec, InlineManifest, MemberRef},
     applyset::{self, GroupKind, ParentRef, ScopeError},
     discovery::{Resolved, Resolver},
     kinds::{self, Stage},
@@ -144,11 +144,64 @@ fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
     out
 }
 
+/// Default of `--max-members-per-set`.
+pub const DEFAULT_MAX_MEMBERS_PER_SET: usize = 10_000;
+
+/// What one set may declare (operator flags): members, and parsed YAML/JSON summed over its
+/// inline manifests and all its sources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetLimits {
+    /// `--max-members-per-set`.
+    pub max_members: usize,
+    /// `--max-yaml-nodes-per-set` and `--max-yaml-mib-per-set`.
+    pub yaml: manifest::YamlCost,
+}
+
+impl Default for SetLimits {
+    fn default() -> Self {
+        SetLimits {
+            max_members: DEFAULT_MAX_MEMBERS_PER_SET,
+            yaml: manifest::YamlBudget::default().limit,
+        }
+    }
+}
+
+/// Checks the declared objects of one set (inline first, then the sources in order) against
+/// `limits`: the YAML/JSON budget (the error names the manifest at which it ran out), then the
+/// number of members. The message says which flag sets the bound.
+pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), String> {
+    let mut budget = manifest::YamlBudget::new(limits.yaml);
+    for m in manifests {
+        let cost = manifest::object_cost(&m.object);
+        if let Err(exceeded) = budget.charge(cost) {
+            return Err(format!("{}: {}", m.origin, budget.describe(exceeded)));
+        }
+    }
+    if manifests.len() > limits.max_members {
+        return Err(format!(
+            "the set declares {} members, more than the {} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag",
+            manifests.len(),
+            limits.max_members
+        ));
+    }
+    Ok(())
+}
+
 /// Parses the inline manifests of a spec.
 pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestError> {
     let mut out = Vec::new();
-    for (i, value) in spec.manifests.iter().enumerate() {
-        out.extend(Manifest::from_value(value.clone(), Origin::inline(i))?);
+    for (i, entry) in spec.manifests.iter().enumerate() {
+        match entry {
+            InlineManifest::Value(value) => {
+                out.extend(Manifest::from_value(value.clone(), Origin::inline(i))?);
+            }
+            InlineManifest::Unreadable { problem, .. } => {
+                return Err(ManifestError::Unreadable {
+                    origin: Box::new(Origin::inline(i)),
+                    problem: problem.clone(),
+                });
+            }
+        }
     }
     Ok(out)
 }
@@ -283,4 +336,58 @@ fn string_map(v: Option<&Value>) -> Option<BTreeMap<String, String>> {
 
 pub fn annotations_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMap<String, String>> {
     string_map(object.get("metadata").and_then(|m| m.get("annotations")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{YamlCost, parse_documents};
+
+    fn manifests(n: usize) -> Vec<Manifest> {
+        let text: String = (0..n)
+            .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c{i}\n---\n"))
+            .collect();
+        parse_documents(
+            &text,
+            &Origin::file("git https://example.com/r.git@main", "all.yaml"),
+        )
+        .expect("valid")
+    }
+
+    #[test]
+    fn limits_allow_up_to_the_member_count_and_name_the_flag_beyond() {
+        let limits = SetLimits {
+            max_members: 3,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_limits(&manifests(3), &limits), Ok(()));
+        assert_eq!(check_limits(&[], &limits), Ok(()));
+        let err = check_limits(&manifests(4), &limits).expect_err("too many");
+        assert!(err.contains("declares 4 members"), "{err}");
+        assert!(err.contains("--max-members-per-set"), "{err}");
+        assert_eq!(SetLimits::default().max_members, 10_000);
+    }
+
+    #[test]
+    fn limits_name_the_manifest_where_the_yaml_budget_ran_out() {
+        let all = manifests(3);
+        let one = crate::manifest::object_cost(&all[0].object);
+        let limits = |nodes: usize, bytes: usize| SetLimits {
+            max_members: 100,
+            yaml: YamlCost { nodes, bytes },
+        };
+        assert_eq!(
+            check_limits(&all, &limits(3 * one.nodes, 3 * one.bytes)),
+            Ok(())
+        );
+        let err = check_limits(&all, &limits(3 * one.nodes - 1, 1 << 20)).expect_err("nodes");
+        assert!(
+            err.starts_with("git https://example.com/r.git@main file all.yaml, document 3"),
+            "{err}"
+        );
+        assert!(err.contains("--max-yaml-nodes-per-set"), "{err}");
+        let err = check_limits(&all, &limits(1000, 2 * one.bytes)).expect_err("bytes");
+        assert!(err.contains("document 3"), "{err}");
+        assert!(err.contains("--max-yaml-mib-per-set"), "{err}");
+    }
 }

@@ -50,6 +50,7 @@ use crate::{
     status::Reason,
     tenancy::{self, Identity},
 };
+pub use report::MAX_OBJECT_BYTES;
 use report::Report;
 
 /// The field manager of status writes.
@@ -79,6 +80,8 @@ pub struct Config {
     /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
     /// set acting as the operator may reach beyond its namespace.
     pub tenancy: tenancy::Defaults,
+    /// What one set may declare: members, parsed YAML/JSON.
+    pub set_limits: crate::render::SetLimits,
 }
 
 impl Default for Config {
@@ -92,6 +95,7 @@ impl Default for Config {
             source_dir: None,
             source_policy: sources::egress::Policy::default(),
             tenancy: tenancy::Defaults::default(),
+            set_limits: crate::render::SetLimits::default(),
         }
     }
 }

@@ -208,6 +208,8 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     for f in &fetched {
         manifests.extend(f.manifests.iter().cloned());
     }
+    render::check_limits(&manifests, &ctx.config.set_limits)
+        .map_err(|e| Report::failed(Reason::ValidationFailed, format!("{parent}: {e}")))?;
     let mut set = render::render(parent, spec, manifests, &ctx.resolver)
         .await?
         .map_err(render_failure)?;

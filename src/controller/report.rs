@@ -242,6 +242,118 @@ pub fn next_status(
     next
 }
 
+/// The most a parent's spec and status (and its labels and annotations) may take together,
+/// in bytes of JSON: well under what the API server and etcd store (1.5 MiB by default), so
+/// that a status write never fails because the object grew too large.
+pub const MAX_OBJECT_BYTES: usize = 1 << 20;
+
+/// Shortest a message is cut to while other entries remain to cut.
+const MIN_MESSAGE: usize = 64;
+
+/// Bytes of `status` as JSON.
+fn json_len(status: &ApplySetStatus) -> usize {
+    serde_json::to_vec(status)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX)
+}
+
+/// `status`, cut so that it takes at most `MAX_OBJECT_BYTES - other` bytes (`other`: what the
+/// rest of the object takes). First the lists shrink — `members` (then `membersTruncated`
+/// is set) and the plan's create, update and prune lists (then `plan.truncated`), all to the
+/// longest common length that fits — then the messages (conditions and `lastError`) are cut,
+/// to the longest common length that fits. A status that fits is returned unchanged. When even
+/// empty lists and messages of [`MIN_MESSAGE`] bytes do not fit (the spec alone is too large),
+/// that smallest status is returned.
+pub fn fit(status: ApplySetStatus, other: usize) -> ApplySetStatus {
+    let room = MAX_OBJECT_BYTES.saturating_sub(other);
+    if json_len(&status) <= room {
+        return status;
+    }
+    let fits = |s: &ApplySetStatus| json_len(s) <= room;
+    let longest_list = status.members.len().max(
+        status
+            .plan
+            .as_ref()
+            .map(|p| p.create.len().max(p.update.len()).max(p.prune.len()))
+            .unwrap_or(0),
+    );
+    // The largest number of list entries that fits (binary search; 0 always is a candidate).
+    let keep = largest(longest_list, |n| fits(&with_lists(&status, n)));
+    let status = with_lists(&status, keep);
+    if fits(&status) {
+        return status;
+    }
+    let longest_message = status
+        .conditions
+        .iter()
+        .map(|c| c.message.len())
+        .chain(status.last_error.iter().map(String::len))
+        .max()
+        .unwrap_or(0);
+    let cut = largest(longest_message, |n| {
+        fits(&with_messages(&status, n.max(MIN_MESSAGE)))
+    });
+    with_messages(&status, cut.max(MIN_MESSAGE))
+}
+
+/// The largest `n` in `0..=max` for which `ok(n)` holds, assuming `ok` holds for every
+/// smaller `n` once it holds for one; 0 when none does.
+fn largest(max: usize, ok: impl Fn(usize) -> bool) -> usize {
+    let (mut low, mut high) = (0, max);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if ok(mid) {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    low
+}
+
+/// `status` with `members` and each plan list cut to at most `n` entries, flagged when cut.
+fn with_lists(status: &ApplySetStatus, n: usize) -> ApplySetStatus {
+    let mut s = status.clone();
+    if s.members.len() > n {
+        s.members.truncate(n);
+        s.members_truncated = true;
+    }
+    if let Some(plan) = &mut s.plan {
+        for list in [&mut plan.create, &mut plan.update, &mut plan.prune] {
+            if list.len() > n {
+                list.truncate(n);
+                plan.truncated = true;
+            }
+        }
+    }
+    s
+}
+
+/// `status` with every condition message and `lastError` cut to at most `n` bytes.
+fn with_messages(status: &ApplySetStatus, n: usize) -> ApplySetStatus {
+    let mut s = status.clone();
+    for c in &mut s.conditions {
+        if c.message.len() > n {
+            c.message = status::truncate(&c.message, n);
+        }
+    }
+    if let Some(e) = &mut s.last_error
+        && e.len() > n
+    {
+        *e = status::truncate(e, n);
+    }
+    s
+}
+
+/// Bytes of what a parent holds besides its status: its spec, labels and annotations.
+pub fn other_bytes<P: Parent>(obj: &P) -> usize {
+    let meta = obj.meta();
+    let len = |v: Result<Vec<u8>, serde_json::Error>| v.map(|v| v.len()).unwrap_or(0);
+    len(serde_json::to_vec(obj.spec()))
+        + len(serde_json::to_vec(&meta.labels))
+        + len(serde_json::to_vec(&meta.annotations))
+}
+
 /// When to look again after a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -295,6 +407,7 @@ pub async fn write<P: Parent>(
     }
     let previous = obj.status().cloned().unwrap_or_default();
     let next = next_status(&previous, obj.meta().generation, &scope.id, r);
+    let next = fit(next, other_bytes(obj));
     write_status(ctx, obj, &previous, next).await?;
     let key = scope.parent.to_string();
     let spec = obj.spec();
@@ -414,7 +527,10 @@ pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
 /// Ready as it was (observed for the previous generation).
 pub async fn mark_progressing<P: Parent>(ctx: &Context, scope: &SetScope, obj: &P) -> Result<()> {
     let previous = obj.status().cloned().unwrap_or_default();
-    let next = progressing(&previous, obj.meta().generation, &scope.id);
+    let next = fit(
+        progressing(&previous, obj.meta().generation, &scope.id),
+        other_bytes(obj),
+    );
     if next == previous {
         return Ok(());
     }
@@ -655,6 +771,102 @@ mod tests {
         );
         assert_eq!(s.members.len(), MAX_LISTED);
         assert!(s.members_truncated);
+    }
+
+    fn big_status(members: usize, plan: usize, message: usize) -> ApplySetStatus {
+        let refs = |prefix: &str, n: usize| -> Vec<MemberRef> {
+            (0..n).map(|i| member(&format!("{prefix}{i:05}"))).collect()
+        };
+        let r = Report {
+            plan: (plan > 0).then(|| Plan {
+                create: refs("c", plan),
+                update: refs("u", plan),
+                prune: refs("p", plan),
+                ..Plan::default()
+            }),
+            members: Some(refs("m", members)),
+            ..Report::failed(Reason::ApplyFailed, "é".repeat(message / 2))
+        };
+        let mut s = next_status(&ApplySetStatus::default(), Some(1), "id", r);
+        s.last_error = Some("x".repeat(message.min(1024)));
+        s
+    }
+
+    #[test]
+    fn a_status_that_fits_is_left_alone() {
+        let s = big_status(MAX_LISTED, MAX_LISTED, 30_000);
+        assert!(json_len(&s) < MAX_OBJECT_BYTES / 2);
+        assert_eq!(fit(s.clone(), 0), s);
+        assert_eq!(fit(s.clone(), MAX_OBJECT_BYTES - json_len(&s)), s);
+    }
+
+    #[test]
+    fn the_lists_shrink_first_to_the_longest_length_that_fits() {
+        let s = big_status(MAX_LISTED, MAX_LISTED, 1000);
+        let room = json_len(&s) / 2;
+        let fitted = fit(s.clone(), MAX_OBJECT_BYTES - room);
+        assert!(json_len(&fitted) <= room);
+        assert!(fitted.members_truncated);
+        let plan = fitted.plan.as_ref().expect("plan kept");
+        assert!(plan.truncated);
+        let n = fitted.members.len();
+        assert!(n > 0 && n < MAX_LISTED, "{n}");
+        assert_eq!(
+            (plan.create.len(), plan.update.len(), plan.prune.len()),
+            (n, n, n)
+        );
+        // The first entries are kept, messages untouched, and one entry more would not fit.
+        assert_eq!(fitted.members[..], s.members[..n]);
+        assert_eq!(fitted.conditions, s.conditions);
+        assert!(json_len(&with_lists(&s, n + 1)) > room);
+        // Fitting again changes nothing (so an unchanged outcome writes nothing).
+        assert_eq!(fit(fitted.clone(), MAX_OBJECT_BYTES - room), fitted);
+    }
+
+    #[test]
+    fn messages_are_cut_only_when_empty_lists_do_not_fit() {
+        let s = big_status(100, 100, 30_000);
+        let empty_lists = with_lists(&s, 0);
+        let room = json_len(&empty_lists) - 10_000;
+        let fitted = fit(s.clone(), MAX_OBJECT_BYTES - room);
+        assert!(json_len(&fitted) <= room, "{}", json_len(&fitted));
+        assert!(fitted.members.is_empty() && fitted.members_truncated);
+        let ready = &fitted.conditions[0];
+        assert!(ready.message.len() < 30_000 && ready.message.len() > MIN_MESSAGE);
+        assert!(ready.message.ends_with('…'), "cut messages say so");
+        assert!(
+            s.conditions[0]
+                .message
+                .starts_with(ready.message.trim_end_matches('…'))
+        );
+        assert_eq!(ready.reason, "ApplyFailed", "the reason is never cut");
+        assert_eq!(fit(fitted.clone(), MAX_OBJECT_BYTES - room), fitted);
+    }
+
+    #[test]
+    fn a_spec_too_large_for_any_status_leaves_the_smallest_status() {
+        let s = big_status(MAX_LISTED, MAX_LISTED, 30_000);
+        let fitted = fit(s, MAX_OBJECT_BYTES + 1);
+        assert!(fitted.members.is_empty() && fitted.members_truncated);
+        let plan = fitted.plan.expect("plan");
+        assert!(plan.create.is_empty() && plan.truncated);
+        for c in &fitted.conditions {
+            assert!(
+                c.message.len() <= MIN_MESSAGE + '…'.len_utf8(),
+                "{}",
+                c.message
+            );
+        }
+        assert_eq!(fitted.last_error.map(|e| e.len()), Some(MIN_MESSAGE + 3));
+    }
+
+    #[test]
+    fn largest_finds_the_boundary() {
+        for limit in 0..20 {
+            assert_eq!(largest(19, |n| n <= limit), limit);
+        }
+        assert_eq!(largest(0, |_| false), 0);
+        assert_eq!(largest(1000, |n| n <= 5000), 1000);
     }
 
     #[test]

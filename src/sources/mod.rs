@@ -60,7 +60,9 @@ use kube::{Api, Client};
 use crate::{
     api::{ApplySetSpec, SecretReference, Source},
     applyset::{ParentKind, ParentRef},
-    manifest::{Manifest, ManifestError, Origin, parse_documents},
+    manifest::{
+        Manifest, ManifestError, Origin, YamlBudget, parse_documents, parse_documents_within,
+    },
 };
 
 /// Bounds on what a source may make the operator download and unpack.
@@ -941,8 +943,11 @@ pub fn secret_text(data: &BTreeMap<String, Vec<u8>>, key: &str) -> Option<String
 /// and the line).
 pub fn parse_files(desc: &str, files: &[SourceFile]) -> Result<Vec<Manifest>, ManifestError> {
     let mut out = Vec::new();
+    // One parse budget for all the files of the source.
+    let mut budget = YamlBudget::for_parsing();
     for f in files {
-        out.extend(parse_documents(&f.text, &Origin::file(desc, &f.path))?);
+        let origin = Origin::file(desc, &f.path);
+        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
     }
     Ok(out)
 }
@@ -953,8 +958,10 @@ pub fn parse_files_as_keys(
     files: &[SourceFile],
 ) -> Result<Vec<Manifest>, ManifestError> {
     let mut out = Vec::new();
+    let mut budget = YamlBudget::for_parsing();
     for f in files {
-        out.extend(parse_documents(&f.text, &Origin::key(desc, &f.path))?);
+        let origin = Origin::key(desc, &f.path);
+        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
     }
     Ok(out)
 }
