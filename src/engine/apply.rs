@@ -527,11 +527,21 @@ async fn wait_for_crds(scope: &SetScope, results: &mut [MemberResult], deadline:
         }
         let mut last: String;
         loop {
-            match crds.get_opt(&r.name).await {
-                Ok(Some(crd)) if established(&crd) => break,
-                Ok(Some(crd)) => last = not_established_reason(&crd),
-                Ok(None) => last = "not found".into(),
-                Err(e) => last = e.to_string(),
+            let state = match crds.get_opt(&r.name).await {
+                Ok(crd) => crd_state(crd.as_ref()),
+                Err(e) => CrdState::Waiting(e.to_string()),
+            };
+            match state {
+                CrdState::Established => break,
+                CrdState::Gone(why) => {
+                    // It will not become Established: fail now (the reconcile is retried,
+                    // and creates it again), not at the reconcile's timeout.
+                    result.outcome = Outcome::Failed {
+                        message: format!("{r}: {why}; applied again on the next attempt"),
+                    };
+                    break;
+                }
+                CrdState::Waiting(why) => last = why,
             }
             if Instant::now() >= deadline {
                 result.outcome = Outcome::Failed {
@@ -543,6 +553,29 @@ async fn wait_for_crds(scope: &SetScope, results: &mut [MemberResult], deadline:
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// Where a CRD just applied stands, as far as waiting for it goes.
+#[derive(Debug, PartialEq, Eq)]
+enum CrdState {
+    Established,
+    /// Gone or being deleted: it will not become Established (a foreign actor deleted it
+    /// while this reconcile applied it — the apply of an object being deleted succeeds).
+    Gone(String),
+    /// Not yet: why.
+    Waiting(String),
+}
+
+/// The state of a CRD read back after applying it (`None`: not found).
+fn crd_state(crd: Option<&CustomResourceDefinition>) -> CrdState {
+    match crd {
+        None => CrdState::Gone("deleted while being applied".into()),
+        Some(c) if c.metadata.deletion_timestamp.is_some() => {
+            CrdState::Gone("being deleted (deletionTimestamp is set)".into())
+        }
+        Some(c) if established(c) => CrdState::Established,
+        Some(c) => CrdState::Waiting(not_established_reason(c)),
     }
 }
 
@@ -602,6 +635,49 @@ mod tests {
             retry_after_seconds: 0,
         });
         s
+    }
+
+    fn crd(conditions: &[(&str, &str)], deleting: bool) -> CustomResourceDefinition {
+        let mut c: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gadgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"plural": "gadgets", "kind": "Gadget"}, "versions": []},
+            "status": {"conditions": conditions.iter().map(|(t, s)| serde_json::json!(
+                {"type": t, "status": s, "message": format!("{t} is {s}")})).collect::<Vec<_>>()},
+        }))
+        .expect("a CRD");
+        if deleting {
+            c.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+        }
+        c
+    }
+
+    #[test]
+    fn a_crd_gone_or_being_deleted_is_not_waited_for() {
+        assert_eq!(
+            crd_state(None),
+            CrdState::Gone("deleted while being applied".into())
+        );
+        // Being deleted, even while still Established: it goes away, with its resources.
+        assert!(matches!(
+            crd_state(Some(&crd(&[("Established", "True")], true))),
+            CrdState::Gone(_)
+        ));
+        assert_eq!(
+            crd_state(Some(&crd(&[("Established", "True")], false))),
+            CrdState::Established
+        );
+        assert_eq!(
+            crd_state(Some(&crd(&[("NamesAccepted", "False")], false))),
+            CrdState::Waiting("NamesAccepted=False: NamesAccepted is False".into())
+        );
+        assert_eq!(
+            crd_state(Some(&crd(&[], false))),
+            CrdState::Waiting("waiting for Established".into())
+        );
     }
 
     #[test]

@@ -114,3 +114,51 @@ async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
         w.race_aim.landed, w.race_aim.pruned
     ));
 }
+
+/// A set whose CRD a foreign actor deletes gets it back, with its custom resources, as
+/// drift — promptly. It used not to: the walk (seed 10383701368955355653, step 1590 of a
+/// 2,500-step soak) found model-c0 without its CRD and Gadget 90 s after the deletion. The
+/// deletion of a CRD takes a moment (its custom resources go first); a drift reconcile that
+/// started meanwhile applied the CRD while it was still being deleted (an apply of an object
+/// being deleted succeeds), and then waited for it to be Established until the reconcile's
+/// timeout, though it was gone; the drift that followed waited behind it. A CRD gone or being
+/// deleted is no longer waited for: the member fails at once, the reconcile is retried and
+/// creates the CRD again. The minimal sequence: model-c0 declares the Gadget CRD and a
+/// Gadget and is Ready; a foreign actor deletes the CRD. The race needs the reconcile to
+/// start within the deletion's few milliseconds, so the CRD is deleted again, 5 times (the
+/// first failed every time before the fix). Run it with `cargo test --test model crd_deleted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
+    let mut w = Walk::start(DEFAULT_SEED, 6).await;
+    w.rerun = Some("cargo test --test model crd_deleted");
+    let keys = universe::member_keys();
+    let crd = keys
+        .iter()
+        .find(|k| k.kind == universe::Kind::Crd)
+        .cloned()
+        .expect("the Gadget CRD");
+    let gadget = keys
+        .iter()
+        .find(|k| k.kind == universe::Kind::Gadget)
+        .cloned()
+        .expect("a Gadget");
+    let decl = universe::Decl {
+        rev: 1,
+        prune_disabled: false,
+        explicit_ns: true,
+    };
+    let spec = state::Spec {
+        members: [(crd.clone(), decl.clone()), (gadget, decl)].into(),
+        ..state::Spec::default()
+    };
+    let mut steps = vec![Step::Create { set: 3, spec }];
+    for _ in 0..5 {
+        steps.push(Step::ForeignDelete { key: crd.clone() });
+    }
+    for (i, step) in steps.iter().enumerate() {
+        w.log.push(format!("{:>5}. {step}", i + 1));
+        if let Err(e) = w.perform(step).await {
+            w.fail(i + 1, &e);
+        }
+    }
+}
