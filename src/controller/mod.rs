@@ -116,6 +116,8 @@ pub struct Context {
     /// Clients impersonating a ServiceAccount, by user name (they share the operator's
     /// connections).
     impersonated: Mutex<HashMap<String, Client>>,
+    /// The size of each parent's spec in bytes, measured once per generation.
+    pub spec_sizes: report::SpecSizes,
 }
 
 impl Context {
@@ -144,6 +146,7 @@ impl Context {
             config,
             failures: Mutex::new(HashMap::new()),
             impersonated: Mutex::new(HashMap::new()),
+            spec_sizes: report::SpecSizes::default(),
         }
     }
 

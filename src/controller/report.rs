@@ -345,13 +345,54 @@ fn with_messages(status: &ApplySetStatus, n: usize) -> ApplySetStatus {
     s
 }
 
-/// Bytes of what a parent holds besides its status: its spec, labels and annotations.
-pub fn other_bytes<P: Parent>(obj: &P) -> usize {
+/// Bytes of what a parent holds besides its status: its spec, labels and annotations. The
+/// spec's size is measured once per generation (a spec of thousands of manifests is
+/// megabytes of JSON, and most reconciles change nothing).
+pub fn other_bytes<P: Parent>(ctx: &Context, obj: &P) -> usize {
     let meta = obj.meta();
     let len = |v: Result<Vec<u8>, serde_json::Error>| v.map(|v| v.len()).unwrap_or(0);
-    len(serde_json::to_vec(obj.spec()))
-        + len(serde_json::to_vec(&meta.labels))
-        + len(serde_json::to_vec(&meta.annotations))
+    let spec = ctx
+        .spec_sizes
+        .get_or_measure(meta.uid.as_deref(), meta.generation, || {
+            len(serde_json::to_vec(obj.spec()))
+        });
+    spec + len(serde_json::to_vec(&meta.labels)) + len(serde_json::to_vec(&meta.annotations))
+}
+
+/// Parents whose spec size [`SpecSizes`] remembers at most (beyond, it starts over).
+const SPEC_SIZES_KEPT: usize = 10_000;
+
+/// The size of each parent's spec, by UID, with the generation it was measured at.
+#[derive(Default)]
+pub struct SpecSizes(std::sync::Mutex<std::collections::HashMap<String, (i64, usize)>>);
+
+impl SpecSizes {
+    /// The size of a parent's spec (`measure`), measured once per UID and generation (the
+    /// spec changes only with the generation); measured every time when either is unknown.
+    pub fn get_or_measure(
+        &self,
+        uid: Option<&str>,
+        generation: Option<i64>,
+        measure: impl FnOnce() -> usize,
+    ) -> usize {
+        let (Some(uid), Some(generation)) = (uid, generation) else {
+            return measure();
+        };
+        if let Ok(sizes) = self.0.lock()
+            && let Some((g, n)) = sizes.get(uid)
+            && *g == generation
+        {
+            return *n;
+        }
+        let n = measure();
+        if let Ok(mut sizes) = self.0.lock() {
+            if sizes.len() >= SPEC_SIZES_KEPT {
+                sizes.clear();
+            }
+            sizes.insert(uid.to_string(), (generation, n));
+        }
+        n
+    }
 }
 
 /// When to look again after a report.
@@ -407,7 +448,7 @@ pub async fn write<P: Parent>(
     }
     let previous = obj.status().cloned().unwrap_or_default();
     let next = next_status(&previous, obj.meta().generation, &scope.id, r);
-    let next = fit(next, other_bytes(obj));
+    let next = fit(next, other_bytes(ctx, obj));
     write_status(ctx, obj, &previous, next).await?;
     let key = scope.parent.to_string();
     let spec = obj.spec();
@@ -529,7 +570,7 @@ pub async fn mark_progressing<P: Parent>(ctx: &Context, scope: &SetScope, obj: &
     let previous = obj.status().cloned().unwrap_or_default();
     let next = fit(
         progressing(&previous, obj.meta().generation, &scope.id),
-        other_bytes(obj),
+        other_bytes(ctx, obj),
     );
     if next == previous {
         return Ok(());
@@ -867,6 +908,28 @@ mod tests {
         }
         assert_eq!(largest(0, |_| false), 0);
         assert_eq!(largest(1000, |n| n <= 5000), 1000);
+    }
+
+    #[test]
+    fn a_spec_is_measured_once_per_generation() {
+        let sizes = SpecSizes::default();
+        let measured = std::cell::Cell::new(0);
+        let measure = |n: usize| {
+            measured.set(measured.get() + 1);
+            n
+        };
+        assert_eq!(sizes.get_or_measure(Some("u"), Some(1), || measure(10)), 10);
+        assert_eq!(sizes.get_or_measure(Some("u"), Some(1), || measure(99)), 10);
+        assert_eq!(
+            measured.get(),
+            1,
+            "the same generation is not measured again"
+        );
+        assert_eq!(sizes.get_or_measure(Some("u"), Some(2), || measure(20)), 20);
+        assert_eq!(sizes.get_or_measure(Some("v"), Some(2), || measure(30)), 30);
+        assert_eq!(sizes.get_or_measure(None, Some(2), || measure(40)), 40);
+        assert_eq!(sizes.get_or_measure(None, Some(2), || measure(41)), 41);
+        assert_eq!(measured.get(), 5, "without a UID, every time");
     }
 
     #[test]
