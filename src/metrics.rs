@@ -10,8 +10,8 @@ use std::{
 };
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -30,6 +30,123 @@ pub struct Metrics {
     source_memory: Mutex<Option<crate::sources::memory::MemoryBudget>>,
     managed_by_parent: Mutex<HashMap<String, i64>>,
     reconciles: AtomicU64,
+    /// The series the Kubernetes controller ecosystem's dashboards query (controller-runtime
+    /// and client-go names), besides our own.
+    ecosystem: Ecosystem,
+    /// `applyset_info`: one series per parent, its label values by parent.
+    info: IntGaugeVec,
+    info_labels: Mutex<HashMap<String, Vec<String>>>,
+    /// Parents triggered and not yet started, by controller (`workqueue_depth`).
+    queued: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+}
+
+/// controller-runtime's and client-go's metric names.
+struct Ecosystem {
+    reconcile_total: IntCounterVec,
+    reconcile_errors_total: IntCounterVec,
+    reconcile_time: HistogramVec,
+    workqueue_depth: IntGaugeVec,
+    rest_client_requests_total: IntCounterVec,
+}
+
+impl Ecosystem {
+    fn new() -> Self {
+        Ecosystem {
+            reconcile_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_total",
+                    "Reconciles by controller and result (success, error), as controller-runtime names it",
+                ),
+                &["controller", "result"],
+            )
+            .expect("valid metric"),
+            reconcile_errors_total: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_errors_total",
+                    "Reconciles that ended in an error, by controller",
+                ),
+                &["controller"],
+            )
+            .expect("valid metric"),
+            reconcile_time: HistogramVec::new(
+                HistogramOpts::new(
+                    "controller_runtime_reconcile_time_seconds",
+                    "Duration of one reconcile, by controller",
+                )
+                .buckets(vec![
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ]),
+                &["controller"],
+            )
+            .expect("valid metric"),
+            workqueue_depth: IntGaugeVec::new(
+                Opts::new(
+                    "workqueue_depth",
+                    "Parents whose reconcile was triggered and has not started yet, by controller",
+                ),
+                &["name"],
+            )
+            .expect("valid metric"),
+            rest_client_requests_total: IntCounterVec::new(
+                Opts::new(
+                    "rest_client_requests_total",
+                    "Requests to the API server by HTTP status code (<error>: no answer) and method",
+                ),
+                &["code", "method"],
+            )
+            .expect("valid metric"),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.reconcile_total.clone()),
+            Box::new(self.reconcile_errors_total.clone()),
+            Box::new(self.reconcile_time.clone()),
+            Box::new(self.workqueue_depth.clone()),
+            Box::new(self.rest_client_requests_total.clone()),
+        ]
+    }
+}
+
+/// The labels of `applyset_info`, in order.
+pub const INFO_LABELS: [&str; 7] = [
+    "name",
+    "namespace",
+    "kind",
+    "ready",
+    "reason",
+    "suspended",
+    "revision",
+];
+
+/// What `applyset_info` says of one parent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    pub name: String,
+    /// Empty for a ClusterApplySet.
+    pub namespace: String,
+    pub kind: String,
+    /// The Ready condition's status ("True", "False", "Unknown").
+    pub ready: String,
+    pub reason: String,
+    pub suspended: bool,
+    /// The revision last applied (empty when none).
+    pub revision: String,
+}
+
+impl Info {
+    fn values(&self) -> Vec<String> {
+        vec![
+            self.name.clone(),
+            self.namespace.clone(),
+            self.kind.clone(),
+            self.ready.clone(),
+            self.reason.clone(),
+            self.suspended.to_string(),
+            self.revision.clone(),
+        ]
+    }
 }
 
 impl Default for Metrics {
@@ -98,7 +215,31 @@ impl Metrics {
             "The most bytes of the sources' memory budget held at once since the start",
         )
         .expect("valid metric");
-        for c in [
+        let ecosystem = Ecosystem::new();
+        let info = IntGaugeVec::new(
+            Opts::new(
+                "applyset_info",
+                "1 per ApplySet and ClusterApplySet, labelled with where it stands",
+            ),
+            &INFO_LABELS,
+        )
+        .expect("valid metric");
+        // Every series a dashboard or alert queries exists from the start (at 0), so a
+        // query of a quiet operator returns 0 rather than nothing.
+        for controller in ["applyset", "clusterapplyset"] {
+            for result in ["success", "error"] {
+                ecosystem
+                    .reconcile_total
+                    .with_label_values(&[controller, result]);
+            }
+            ecosystem
+                .reconcile_errors_total
+                .with_label_values(&[controller]);
+            ecosystem.workqueue_depth.with_label_values(&[controller]);
+        }
+        let mut collectors = ecosystem.collectors();
+        collectors.push(Box::new(info.clone()));
+        for c in collectors.into_iter().chain([
             Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(source_memory_bytes.clone()),
             Box::new(source_memory_peak_bytes.clone()),
@@ -109,7 +250,7 @@ impl Metrics {
             Box::new(conflicts_total.clone()),
             Box::new(managed_members.clone()),
             Box::new(source_fetches_total.clone()),
-        ] {
+        ]) {
             // Registering distinct names in a fresh registry cannot fail.
             let _ = registry.register(c);
         }
@@ -128,6 +269,10 @@ impl Metrics {
             source_memory: Mutex::new(None),
             managed_by_parent: Mutex::new(HashMap::new()),
             reconciles: AtomicU64::new(0),
+            ecosystem,
+            info,
+            info_labels: Mutex::new(HashMap::new()),
+            queued: Mutex::new(HashMap::new()),
         }
     }
 
@@ -136,12 +281,94 @@ impl Metrics {
         self.reconciles.load(Ordering::SeqCst)
     }
 
+    /// One finished reconcile of a parent of `kind` (`result`: "success" or an error class).
     pub fn reconciled(&self, kind: &str, result: &str, took: Duration) {
         self.reconcile_duration
             .with_label_values(&[kind])
             .observe(took.as_secs_f64());
         self.reconciles_total.with_label_values(&[result]).inc();
+        let controller = controller_name(kind);
+        let e = &self.ecosystem;
+        e.reconcile_time
+            .with_label_values(&[&controller])
+            .observe(took.as_secs_f64());
+        let outcome = if result == "success" {
+            "success"
+        } else {
+            "error"
+        };
+        e.reconcile_total
+            .with_label_values(&[&controller, outcome])
+            .inc();
+        if outcome == "error" {
+            e.reconcile_errors_total
+                .with_label_values(&[&controller])
+                .inc();
+        }
         self.reconciles.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A reconcile of `parent` (of `kind`) was requested: it waits in the queue until
+    /// [`Metrics::started`].
+    pub fn triggered(&self, kind: &str, parent: &str) {
+        self.queue(kind, |q| {
+            q.insert(parent.to_string());
+        });
+    }
+
+    /// A reconcile of `parent` started: it left the queue.
+    pub fn started(&self, kind: &str, parent: &str) {
+        self.queue(kind, |q| {
+            q.remove(parent);
+        });
+    }
+
+    fn queue(&self, kind: &str, change: impl FnOnce(&mut std::collections::HashSet<String>)) {
+        let controller = controller_name(kind);
+        if let Ok(mut queued) = self.queued.lock() {
+            let q = queued.entry(controller.clone()).or_default();
+            change(q);
+            let depth = i64::try_from(q.len()).unwrap_or(i64::MAX);
+            self.ecosystem
+                .workqueue_depth
+                .with_label_values(&[&controller])
+                .set(depth);
+        }
+    }
+
+    /// Sets the `applyset_info` series of `parent` (replacing its earlier one), or removes it
+    /// (`None`: the parent is gone).
+    pub fn set_info(&self, parent: &str, info: Option<&Info>) {
+        let Ok(mut labels) = self.info_labels.lock() else {
+            return;
+        };
+        let new = info.map(Info::values);
+        let old = labels.get(parent).cloned();
+        if old == new {
+            return;
+        }
+        if let Some(old) = old {
+            let old: Vec<&str> = old.iter().map(String::as_str).collect();
+            let _ = self.info.remove_label_values(&old);
+        }
+        match new {
+            Some(values) => {
+                let v: Vec<&str> = values.iter().map(String::as_str).collect();
+                self.info.with_label_values(&v).set(1);
+                labels.insert(parent.to_string(), values);
+            }
+            None => {
+                labels.remove(parent);
+            }
+        }
+    }
+
+    /// One answer (or failure: `code` "<error>") of the API server to a request `method`.
+    pub fn answered(&self, code: &str, method: &str) {
+        self.ecosystem
+            .rest_client_requests_total
+            .with_label_values(&[code, method])
+            .inc();
     }
 
     pub fn applied(&self, result: &str, n: u64) {
@@ -219,6 +446,12 @@ impl Metrics {
     }
 }
 
+/// The controller label of the ecosystem's series: the parent kind in lower case, as
+/// controller-runtime names a controller after its kind.
+pub fn controller_name(kind: &str) -> String {
+    kind.to_ascii_lowercase()
+}
+
 /// The verb of a request: the HTTP method, with watches told apart from reads.
 pub fn verb<B>(req: &http::Request<B>) -> &'static str {
     match *req.method() {
@@ -239,18 +472,61 @@ pub fn verb<B>(req: &http::Request<B>) -> &'static str {
     }
 }
 
-/// A client that counts every request it sends in `metrics`.
+/// A client that counts every request it sends in `metrics`, and every answer by status
+/// code.
 pub fn counting_client(
     config: kube::Config,
     metrics: std::sync::Arc<Metrics>,
 ) -> Result<kube::Client, kube::Error> {
-    let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
-        metrics.request(verb(&req));
-        req
+    let layer = tower::layer::layer_fn(move |inner| Counted {
+        inner,
+        metrics: metrics.clone(),
     });
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
         .build())
+}
+
+/// The service of [`counting_client`]: counts each request, then its answer.
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        self.metrics.request(verb(&req));
+        let method = req.method().as_str().to_owned();
+        let metrics = self.metrics.clone();
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let answer = answer.await;
+            let code = match &answer {
+                Ok(resp) => resp.status().as_u16().to_string(),
+                Err(_) => "<error>".to_string(),
+            };
+            metrics.answered(&code, &method);
+            answer
+        })
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +556,55 @@ mod tests {
         assert_eq!(
             verb(&r(http::Method::PATCH, "/api/v1/namespaces/a/configmaps/b")),
             "PATCH"
+        );
+    }
+
+    #[test]
+    fn the_ecosystem_series_follow_reconciles_queue_and_info() {
+        let m = Metrics::new();
+        m.reconciled("ApplySet", "success", Duration::from_millis(20));
+        m.reconciled("ApplySet", "apply", Duration::from_millis(20));
+        m.triggered("ApplySet", "ApplySet a/x");
+        m.triggered("ApplySet", "ApplySet a/x");
+        m.triggered("ApplySet", "ApplySet a/y");
+        m.started("ApplySet", "ApplySet a/x");
+        let info = Info {
+            name: "x".into(),
+            namespace: "a".into(),
+            kind: "ApplySet".into(),
+            ready: "False".into(),
+            reason: "ApplyFailed".into(),
+            suspended: false,
+            revision: String::new(),
+        };
+        m.set_info("ApplySet a/x", Some(&info));
+        let ready = Info {
+            ready: "True".into(),
+            reason: "ReconciliationSucceeded".into(),
+            ..info.clone()
+        };
+        m.set_info("ApplySet a/x", Some(&ready));
+        m.answered("200", "PATCH");
+        let text = m.encode();
+        for line in [
+            "controller_runtime_reconcile_total{controller=\"applyset\",result=\"success\"} 1",
+            "controller_runtime_reconcile_total{controller=\"applyset\",result=\"error\"} 1",
+            "controller_runtime_reconcile_errors_total{controller=\"applyset\"} 1",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"applyset\"} 2",
+            "workqueue_depth{name=\"applyset\"} 1",
+            "rest_client_requests_total{code=\"200\",method=\"PATCH\"} 1",
+            "reason=\"ReconciliationSucceeded\"",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+        assert!(
+            !text.contains("ApplyFailed"),
+            "the earlier info series is gone"
+        );
+        m.set_info("ApplySet a/x", None);
+        assert!(
+            !m.encode().contains("applyset_info{"),
+            "gone with its parent"
         );
     }
 

@@ -436,6 +436,42 @@ fn the_servers_can_listen_on_the_pod_ip_only() {
 }
 
 #[test]
+fn alerts_and_dashboard_are_opt_in() {
+    let docs = template(&[]);
+    assert!(find(&docs, "PrometheusRule").is_empty());
+    assert!(find(&docs, "ConfigMap").is_empty());
+    let docs = template(&[
+        "--set",
+        "prometheusRule.enabled=true",
+        "--set",
+        "prometheusRule.notReadyFor=30m",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "serviceMonitor.enabled=true",
+    ]);
+    let rule = one(&docs, "PrometheusRule");
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    let alerts: Vec<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+    assert_eq!(
+        alerts,
+        ["ApplySetNotReady", "ApplySetReconcileErrorsRising"]
+    );
+    assert_eq!(rules[0]["for"], "30m");
+    let dashboard = one(&docs, "ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json = dashboard["data"]["applyset-operator.json"]
+        .as_str()
+        .expect("the dashboard");
+    let parsed: Value = serde_json::from_str(json).expect("the dashboard is JSON");
+    assert_eq!(parsed["uid"], "applyset-operator");
+    let monitor = one(&docs, "ServiceMonitor");
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
+}
+
+#[test]
 fn the_dockerfile_pins_its_base_images_by_digest() {
     let dockerfile = fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
     let froms: Vec<&str> = dockerfile

@@ -241,3 +241,111 @@ async fn a_terminated_leader_releases_the_lease_at_once() {
         "lease still held by {after:?}"
     );
 }
+
+/// The metric names a PromQL expression queries: ours and the ecosystem's.
+fn queried_metrics(expr: &str) -> Vec<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| {
+            [
+                "applyset_",
+                "controller_runtime_",
+                "workqueue_",
+                "rest_client_",
+            ]
+            .iter()
+            .any(|p| t.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every metric the chart's Grafana dashboard and PrometheusRule query is exported by a
+/// running operator (a dashboard of empty panels, or an alert that can never fire, fails).
+#[tokio::test]
+async fn every_metric_the_dashboard_and_the_alerts_query_is_exported() {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/applyset-operator");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{chart}/files/grafana-dashboard.json"))
+            .expect("read the dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_string))
+        .collect();
+    let helm = std::env::var("APPLYSET_HELM").expect("APPLYSET_HELM (make test sets it)");
+    let out = std::process::Command::new(helm)
+        .args([
+            "template",
+            "aso",
+            chart,
+            "--set",
+            "prometheusRule.enabled=true",
+        ])
+        .args(["--show-only", "templates/prometheusrule.yaml"])
+        .output()
+        .expect("helm template");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rule: serde_json::Value =
+        serde_saphyr::from_str(&String::from_utf8_lossy(&out.stdout)).expect("the rule is YAML");
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    exprs.extend(
+        rules
+            .iter()
+            .filter_map(|r| r["expr"].as_str().map(str::to_string)),
+    );
+    let mut names: Vec<String> = exprs.iter().flat_map(|e| queried_metrics(e)).collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= 7, "{names:?} from {exprs:?}");
+
+    let h = Harness::new("dash").await;
+    ensure_crds(&h.client).await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector],
+        "dashboard",
+    );
+    let set = h.applyset("dash");
+    set.create(json!({"manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    set.wait_ready().await;
+    let text = wait_for("applyset_info in /metrics", DEADLINE, || async {
+        op.metrics().filter(|m| m.contains("applyset_info{"))
+    })
+    .await;
+    let exported = |name: &str| {
+        text.lines()
+            .any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+    };
+    let missing: Vec<&String> = names.iter().filter(|n| !exported(n)).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}\n{text}");
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("applyset_info{"))
+        .unwrap_or_default();
+    for label in [
+        "name=\"dash\"",
+        "kind=\"ApplySet\"",
+        "ready=\"True\"",
+        "reason=\"ReconciliationSucceeded\"",
+        "suspended=\"false\"",
+    ] {
+        assert!(info.contains(label), "{label} in {info}");
+    }
+    assert!(
+        text.contains("rest_client_requests_total{code=\"200\",method=\"PATCH\"}"),
+        "answers counted by code: {text}"
+    );
+}

@@ -376,12 +376,20 @@ async fn run_controller<P: Parent>(
             }
         }
     };
+    let queued = ctx.metrics.clone();
     let stream = watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
         .applied_objects()
-        .predicate_filter(trigger_hash::<P>, Default::default());
+        .predicate_filter(trigger_hash::<P>, Default::default())
+        .inspect(move |o| {
+            if let Ok(o) = o {
+                queued.triggered(P::KIND.kind(), &o.parent_ref().to_string());
+            }
+        });
+    let queued = ctx.metrics.clone();
+    let drift = drift.inspect(move |r| queued.triggered(P::KIND.kind(), &queue_key(r)));
     let mut shutdown_unsynced = shutdown.clone();
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
@@ -472,6 +480,7 @@ where
             .parents_of(&key, P::KIND)
             .into_iter()
             .map(|p| {
+                ctx.metrics.triggered(P::KIND.kind(), &p.to_string());
                 let r = ObjectRef::<P>::new(&p.name);
                 match p.namespace {
                     Some(ns) => r.within(&ns),
@@ -482,9 +491,22 @@ where
     }
 }
 
+/// The queue key of a triggered parent (`workqueue_depth`): its [`ParentRef`] text, as
+/// [`reconcile`] removes it.
+fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
+    ParentRef {
+        kind: P::KIND,
+        name: r.name.clone(),
+        namespace: r.namespace.clone(),
+    }
+    .to_string()
+}
+
 /// One reconcile of one parent, in a span that carries the parent (every log line of the
 /// reconcile, engine and sources included, is tied to it).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics
+        .started(P::KIND.kind(), &obj.parent_ref().to_string());
     let span = tracing::info_span!("reconcile", parent = %obj.parent_ref());
     reconcile_contained(obj, ctx).instrument(span).await
 }

@@ -449,8 +449,10 @@ pub async fn write<P: Parent>(
     let previous = obj.status().cloned().unwrap_or_default();
     let next = next_status(&previous, obj.meta().generation, &scope.id, r);
     let next = fit(next, other_bytes(ctx, obj));
+    let info = info(scope, obj, &next);
     write_status(ctx, obj, &previous, next).await?;
     let key = scope.parent.to_string();
+    ctx.metrics.set_info(&key, Some(&info));
     let spec = obj.spec();
     Ok(match when {
         Next::Interval { reset } => {
@@ -465,6 +467,20 @@ pub async fn write<P: Parent>(
         }
         Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
     })
+}
+
+/// What `applyset_info` says of a parent with status `status`.
+fn info<P: Parent>(scope: &SetScope, obj: &P, status: &ApplySetStatus) -> crate::metrics::Info {
+    let ready = status.conditions.iter().find(|c| c.type_ == status::READY);
+    crate::metrics::Info {
+        name: scope.parent.name.clone(),
+        namespace: scope.parent.namespace.clone().unwrap_or_default(),
+        kind: scope.parent.kind.kind().to_string(),
+        ready: ready.map_or_else(|| "Unknown".to_string(), |c| c.status.clone()),
+        reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        suspended: obj.spec().suspend,
+        revision: status.last_applied_revision.clone().unwrap_or_default(),
+    }
 }
 
 /// Applies `next` to the status subresource unless it equals `previous`; an event when the
