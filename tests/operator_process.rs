@@ -348,4 +348,15 @@ async fn every_metric_the_dashboard_and_the_alerts_query_is_exported() {
         text.contains("rest_client_requests_total{code=\"200\",method=\"PATCH\"}"),
         "answers counted by code: {text}"
     );
+
+    // Deleted (its member pruned by its cleanup): its info goes, and nothing stays queued.
+    set.delete().await;
+    set.wait_gone(DEADLINE).await;
+    wait_for("the deleted set to leave the metrics", DEADLINE, || async {
+        op.metrics().filter(|m| {
+            !m.contains("applyset_info{")
+                && sample(m, "workqueue_depth{name=\"applyset\"}") == Some(0.0)
+        })
+    })
+    .await;
 }

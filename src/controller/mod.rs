@@ -388,8 +388,14 @@ async fn run_controller<P: Parent>(
                 queued.triggered(P::KIND.kind(), &o.parent_ref().to_string());
             }
         });
-    let queued = ctx.metrics.clone();
-    let drift = drift.inspect(move |r| queued.triggered(P::KIND.kind(), &queue_key(r)));
+    let (queued, known) = (ctx.metrics.clone(), reader.clone());
+    // Drift of a parent already gone (its members deleted by its own cleanup) starts no
+    // reconcile: it does not count as queued.
+    let drift = drift.inspect(move |r| {
+        if known.get(r).is_some() {
+            queued.triggered(P::KIND.kind(), &queue_key(r));
+        }
+    });
     let mut shutdown_unsynced = shutdown.clone();
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
