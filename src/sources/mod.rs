@@ -983,6 +983,23 @@ pub struct Parsed {
     pub bytes: u64,
 }
 
+/// The path of a kustomize overlay's `kustomization.yaml` (or `.yml`) among `files`, if any.
+pub fn kustomization(files: &[SourceFile]) -> Option<&str> {
+    files.iter().map(|f| f.path.as_str()).find(|p| {
+        matches!(
+            p.rsplit('/').next(),
+            Some("kustomization.yaml" | "kustomization.yml")
+        )
+    })
+}
+
+/// Why a directory holding `kustomization` is refused, and what to do instead.
+pub fn kustomize_overlay(desc: &str, kustomization: &str) -> String {
+    format!(
+        "{desc}: {kustomization} makes this a kustomize overlay, and overlays are not built (its files are not plain manifests); render it with `kustomize build` (or `kubectl kustomize`) and serve the output as a source: an OCI artifact, an HTTP .tar.gz bundle or a ConfigMap (`kubectl create configmap NAME --from-file=rendered.yaml`), or point the source's path at a directory of plain manifests"
+    )
+}
+
 /// What an empty source is told to do.
 const EMPTY_HINT: &str = "a source that yields nothing is refused rather than read as empty (which would prune its members); fix the path or the content, or remove the source from spec.sources";
 
@@ -1005,6 +1022,11 @@ pub async fn parse_blocking(
         return Err(SourceError::Failed(format!(
             "no manifest files (.yaml, .yml, .json) {where_}; {EMPTY_HINT}"
         )));
+    }
+    if naming == Naming::Files
+        && let Some(k) = kustomization(&files)
+    {
+        return Err(SourceError::Invalid(kustomize_overlay(&desc, k)));
     }
     let text: u64 = files.iter().map(|f| f.text.len() as u64).sum();
     lease.grow(text).await.map_err(SourceError::Failed)?;
@@ -1302,6 +1324,35 @@ mod tests {
             assert!(resolve_namespace(&parent, Some("team-b")).is_err());
             // A ClusterApplySet may name any namespace.
             assert!(validate(&ParentRef::cluster("c"), &spec).is_ok(), "{field}");
+        }
+    }
+
+    #[test]
+    fn a_kustomize_overlay_is_named_as_such() {
+        let file = |p: &str| SourceFile {
+            path: p.into(),
+            text: String::new(),
+        };
+        assert_eq!(kustomization(&[file("a.yaml"), file("b.yml")]), None);
+        assert_eq!(
+            kustomization(&[file("deploy/a.yaml"), file("deploy/kustomization.yaml")]),
+            Some("deploy/kustomization.yaml")
+        );
+        assert_eq!(
+            kustomization(&[file("kustomization.yml")]),
+            Some("kustomization.yml")
+        );
+        assert_eq!(kustomization(&[file("not-a-kustomization.yaml")]), None);
+        let msg = kustomize_overlay("git https://x/repo", "overlays/prod/kustomization.yaml");
+        for part in [
+            "git https://x/repo: overlays/prod/kustomization.yaml",
+            "kustomize overlay",
+            "not built",
+            "kustomize build",
+            "OCI artifact",
+            "ConfigMap",
+        ] {
+            assert!(msg.contains(part), "{part} in {msg}");
         }
     }
 
