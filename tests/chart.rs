@@ -436,6 +436,28 @@ fn the_servers_can_listen_on_the_pod_ip_only() {
 }
 
 #[test]
+fn a_shard_is_a_release_with_a_label_selector() {
+    let docs = template(&[
+        "--set",
+        "labelSelector=applyset.dev/shard=blue",
+        "--set",
+        "crds.install=false",
+    ]);
+    let a = args(one(&docs, "Deployment"));
+    assert!(
+        a.contains(&"--label-selector=applyset.dev/shard=blue".to_string()),
+        "{a:?}"
+    );
+    assert!(a.contains(&"--leader-election-name=aso-applyset-operator".to_string()));
+    assert!(find(&docs, "CustomResourceDefinition").is_empty());
+    let all = args(one(&template(&[]), "Deployment"));
+    assert!(
+        !all.iter().any(|x| x.starts_with("--label-selector")),
+        "{all:?}"
+    );
+}
+
+#[test]
 fn alerts_and_dashboard_are_opt_in() {
     let docs = template(&[]);
     assert!(find(&docs, "PrometheusRule").is_empty());

@@ -376,11 +376,18 @@ async fn run_controller<P: Parent>(
             }
         }
     };
-    let queued = ctx.metrics.clone();
+    let (queued, gone) = (ctx.metrics.clone(), ctx.metrics.clone());
     let stream = watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
+        // A parent deleted, or no longer selected (moved to another shard by its label):
+        // its info series goes (another operator, if any, reports it now).
+        .inspect(move |e| {
+            if let Ok(watcher::Event::Delete(o)) = e {
+                gone.set_info(&o.parent_ref().to_string(), None);
+            }
+        })
         .applied_objects()
         .predicate_filter(trigger_hash::<P>, Default::default())
         .inspect(move |o| {
