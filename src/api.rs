@@ -635,7 +635,10 @@ pub struct Plan {
     pub truncated: bool,
 }
 
-/// Parses a Go-style duration (`10m`, `1h30m`, `500ms`, `1.5h`).
+/// Parses a Go-style duration (`10m`, `1h30m`, `500ms`, `1.5h`); `None` when it is not one
+/// or does not fit. Not kube's `kube::core::Duration` parser: it accepts the same text, but
+/// panics on an amount too large for a `std::time::Duration` (it multiplies with
+/// `Duration::mul_f64`), e.g. `99999999999999999999h`, and a spec is tenant input.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let mut rest = s.trim();
     if rest.is_empty() {
@@ -939,7 +942,7 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5h"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
-        for bad in ["", "10", "m", "10x", "1h m", "-1s"] {
+        for bad in ["", "10", "m", "10x", "1h m", "-1s", "99999999999999999999h"] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
     }

@@ -525,34 +525,59 @@ async fn wait_for_crds(scope: &SetScope, results: &mut [MemberResult], deadline:
         if !kinds::is_crd(&r.group, &r.kind) || !result.outcome.is_applied() {
             continue;
         }
-        let mut last: String;
-        loop {
-            let state = match crds.get_opt(&r.name).await {
-                Ok(crd) => crd_state(crd.as_ref()),
-                Err(e) => CrdState::Waiting(e.to_string()),
-            };
-            match state {
-                CrdState::Established => break,
-                CrdState::Gone(why) => {
-                    // It will not become Established: fail now (the reconcile is retried,
-                    // and creates it again), not at the reconcile's timeout.
-                    result.outcome = Outcome::Failed {
-                        message: format!("{r}: {why}; applied again on the next attempt"),
-                    };
-                    break;
-                }
-                CrdState::Waiting(why) => last = why,
-            }
-            if Instant::now() >= deadline {
-                result.outcome = Outcome::Failed {
-                    message: format!(
-                        "{r}: not Established before the reconcile timeout ({last}); its custom resources were not applied"
-                    ),
-                };
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let failure = match wait_for_crd(&crds, &r.name, deadline).await {
+            CrdState::Established => continue,
+            // It will not become Established: fail now (the reconcile is retried, and
+            // creates it again), not at the reconcile's timeout.
+            CrdState::Gone(why) => format!("{r}: {why}; applied again on the next attempt"),
+            CrdState::Waiting(why) => format!(
+                "{r}: not Established before the reconcile timeout ({why}); its custom resources were not applied"
+            ),
+        };
+        result.outcome = Outcome::Failed { message: failure };
+    }
+}
+
+/// Waits until CRD `name` is Established, gone or being deleted, or `deadline` passes: a
+/// watch of that one object (kube's `await_condition`). Should the watch fail (e.g. the set's
+/// identity may get but not watch CRDs), it is looked at every 100 ms instead.
+async fn wait_for_crd(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+    deadline: Instant,
+) -> CrdState {
+    let decided =
+        |crd: Option<&CustomResourceDefinition>| !matches!(crd_state(crd), CrdState::Waiting(_));
+    let watched = tokio::time::timeout_at(
+        tokio::time::Instant::from_std(deadline),
+        kube::runtime::wait::await_condition(crds.clone(), name, decided),
+    )
+    .await;
+    match watched {
+        Ok(Ok(crd)) => crd_state(crd.as_ref()),
+        Ok(Err(e)) => {
+            tracing::debug!(crd = name, error = %e, "watching a CRD failed; polling it");
+            poll_crd(crds, name, deadline).await
         }
+        // The deadline passed: one last look says why.
+        Err(_) => match crds.get_opt(name).await {
+            Ok(crd) => crd_state(crd.as_ref()),
+            Err(e) => CrdState::Waiting(e.to_string()),
+        },
+    }
+}
+
+/// [`wait_for_crd`] by GETs every 100 ms.
+async fn poll_crd(crds: &Api<CustomResourceDefinition>, name: &str, deadline: Instant) -> CrdState {
+    loop {
+        let state = match crds.get_opt(name).await {
+            Ok(crd) => crd_state(crd.as_ref()),
+            Err(e) => CrdState::Waiting(e.to_string()),
+        };
+        if !matches!(state, CrdState::Waiting(_)) || Instant::now() >= deadline {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
