@@ -124,9 +124,10 @@ async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
 /// timeout, though it was gone; the drift that followed waited behind it. A CRD gone or being
 /// deleted is no longer waited for: the member fails at once, the reconcile is retried and
 /// creates the CRD again. The minimal sequence: model-c0 declares the Gadget CRD and a
-/// Gadget and is Ready; a foreign actor deletes the CRD. The race needs the reconcile to
-/// start within the deletion's few milliseconds, so the CRD is deleted again, 5 times (the
-/// first failed every time before the fix). Run it with `cargo test --test model crd_deleted`.
+/// Gadget and is Ready; a foreign actor deletes the CRD. The drift reconcile starts while the
+/// deletion waits for the Gadget to go, so the first deletion showed the bug every time
+/// before the fix; the CRD is deleted 5 times. Run it with
+/// `cargo test --test model crd_deleted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
     let mut w = Walk::start(DEFAULT_SEED, 6).await;
