@@ -20,6 +20,8 @@ CASES ?= 100000
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
+# `deps` needs nothing but bash and apt-get (as root) or sudo: no coreutils (`id`, `env`),
+# which a minimal image may lack.
 # In CI (CI set) the apt-get line of `deps` always runs (a no-op when everything is
 # installed), so that a broken install line fails CI even on a machine that has the packages.
 APT_ALWAYS ?= $(CI)
@@ -31,8 +33,9 @@ deps: ## install what building and testing need (apt packages; Go and Rust are o
 	[ -z "$(APT_ALWAYS)" ] || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 >/dev/null; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  if [ "$$EUID" = 0 ]; then as_root=(); else as_root=(sudo DEBIAN_FRONTEND=noninteractive); fi; \
+	  "$${as_root[@]}" apt-get update -qq && "$${as_root[@]}" apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
