@@ -7,11 +7,7 @@
 mod operator;
 mod support;
 
-use std::{
-    fmt::Write as _,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{fmt::Write as _, path::Path, process::Command};
 
 use operator::*;
 use serde_json::{Value, json};
@@ -198,7 +194,7 @@ fn odd_objects_get_an_answer() {
 /// keys Argo CD reads, for both kinds.
 #[test]
 fn the_component_adds_the_script_to_argocd_cm() {
-    let dir = scratch("argocd-component");
+    let dir = support::scratch("argocd-component");
     std::fs::write(
         dir.join("argocd-cm.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: argocd-cm\n  namespace: argocd\ndata:\n  url: https://argocd.example\n",
@@ -236,11 +232,4 @@ fn the_component_adds_the_script_to_argocd_cm() {
         let key = format!("resource.customizations.health.applyset.dev_{kind}");
         assert_eq!(cm["data"][&key], script.as_str(), "{key}");
     }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("applyset-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }

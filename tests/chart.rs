@@ -28,7 +28,7 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use support::{cluster, test_namespace, wait_for};
+use support::{cluster, scratch, test_namespace, wait_for};
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/applyset-operator");
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -62,14 +62,6 @@ fn helm_bin() -> &'static Path {
         assert!(!dir.is_empty(), "build-helm.sh printed no directory");
         PathBuf::from(dir).join("helm")
     })
-}
-
-/// A scratch directory of this test binary, removed by nobody (it lives under the OS temp
-/// directory and is small).
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("applyset-chart-{}-{name}", std::process::id()));
-    fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 /// `helm ARGS`, with helm's own state kept out of $HOME.

@@ -44,7 +44,6 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
     ctx.members.forget(&scope.id);
     ctx.sources.index.remove(&scope.parent);
     ctx.metrics.set_members(&scope.parent.to_string(), 0);
-    ctx.metrics.set_info(&scope.parent.to_string(), None);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {
         tracing::info!("deleted with deletionPolicy Orphan; members left in place");
         return Ok(Action::await_change());

@@ -538,14 +538,20 @@ async fn wait_for_crds(scope: &SetScope, results: &mut [MemberResult], deadline:
     }
 }
 
-/// Waits until CRD `name` is Established, gone or being deleted, or `deadline` passes: a
-/// watch of that one object (kube's `await_condition`). Should the watch fail (e.g. the set's
-/// identity may get but not watch CRDs), it is looked at every 100 ms instead.
+/// Waits until CRD `name` is Established, gone or being deleted, or `deadline` passes. One
+/// GET first: a CRD applied unchanged is Established already, and a reconcile that changed
+/// nothing costs no more than that. Otherwise a watch of that one object (kube's
+/// `await_condition`); should the watch fail (e.g. the set's identity may get but not watch
+/// CRDs), it is looked at every 100 ms instead.
 async fn wait_for_crd(
     crds: &Api<CustomResourceDefinition>,
     name: &str,
     deadline: Instant,
 ) -> CrdState {
+    let now = look(crds, name).await;
+    if !matches!(now, CrdState::Waiting(_)) {
+        return now;
+    }
     let decided =
         |crd: Option<&CustomResourceDefinition>| !matches!(crd_state(crd), CrdState::Waiting(_));
     let watched = tokio::time::timeout_at(
@@ -560,24 +566,26 @@ async fn wait_for_crd(
             poll_crd(crds, name, deadline).await
         }
         // The deadline passed: one last look says why.
-        Err(_) => match crds.get_opt(name).await {
-            Ok(crd) => crd_state(crd.as_ref()),
-            Err(e) => CrdState::Waiting(e.to_string()),
-        },
+        Err(_) => look(crds, name).await,
     }
 }
 
 /// [`wait_for_crd`] by GETs every 100 ms.
 async fn poll_crd(crds: &Api<CustomResourceDefinition>, name: &str, deadline: Instant) -> CrdState {
     loop {
-        let state = match crds.get_opt(name).await {
-            Ok(crd) => crd_state(crd.as_ref()),
-            Err(e) => CrdState::Waiting(e.to_string()),
-        };
+        let state = look(crds, name).await;
         if !matches!(state, CrdState::Waiting(_)) || Instant::now() >= deadline {
             return state;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Where CRD `name` stands now (one GET; a failed GET is waited on).
+async fn look(crds: &Api<CustomResourceDefinition>, name: &str) -> CrdState {
+    match crds.get_opt(name).await {
+        Ok(crd) => crd_state(crd.as_ref()),
+        Err(e) => CrdState::Waiting(e.to_string()),
     }
 }
 

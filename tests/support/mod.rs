@@ -95,6 +95,14 @@ impl TestCluster {
     }
 }
 
+/// A scratch directory of this test binary, under the OS temp directory, created if missing
+/// and removed by nobody (it is small).
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("applyset-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
 static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Creates a namespace of its own for a test: `<prefix>-<pid>-<n>`.
