@@ -125,6 +125,43 @@ pub struct ApplySetSpec {
     /// Namespace or CustomResourceDefinition is never deleted by the set.
     #[serde(default)]
     pub adopt_existing: bool,
+
+    /// After the apply and the prune, wait until every member is Current (the kstatus rules:
+    /// a Deployment's replicas available, a Job complete, a custom resource Ready, ...),
+    /// within spec.timeout from the start of the wait. Meanwhile Ready is Unknown (reason
+    /// Progressing) and names the members not yet current; a member that fails, or the
+    /// timeout, makes Ready False (reason HealthCheckFailed, retried). Sets that wait (or have
+    /// healthChecks) keep a Healthy condition and status.health current between reconciles.
+    #[serde(default)]
+    pub wait: bool,
+
+    /// More objects to wait for and keep assessing, members or not (e.g. a Deployment another
+    /// tool manages that this set's members need). They are waited for even without wait:
+    /// true. Each must be within the set's scope (as its members are), and the set's identity
+    /// must be allowed to get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub health_checks: Vec<HealthCheck>,
+}
+
+/// An object whose health a set assesses (spec.healthChecks).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// apiVersion of the object, e.g. apps/v1.
+    #[schemars(length(min = 1, max = 317))]
+    pub api_version: String,
+    /// Kind of the object, e.g. Deployment.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Name of the object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of a namespaced object; defaults to the ApplySet's own namespace (a
+    /// ClusterApplySet must name it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
 }
 
 /// Cluster-scoped ApplySet, for sets that span namespaces (CRDs, Namespaces, RBAC, add-ons).
@@ -523,6 +560,49 @@ pub struct ApplySetStatus {
     /// Short message of the last failure; cleared on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+
+    /// Sets that wait or have healthChecks: the health of their members and checked objects,
+    /// kept current from the operator's watches between reconciles (with the Healthy
+    /// condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
+}
+
+/// How many of a set's assessed objects are in each kstatus status, and the first few that
+/// are not current.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    /// Objects that are Current.
+    pub current: i64,
+    /// Objects in progress (their controller has not caught up, or they do not work yet).
+    pub in_progress: i64,
+    /// Objects that failed.
+    pub failed: i64,
+    /// Objects being deleted.
+    #[serde(default)]
+    pub terminating: i64,
+    /// Objects that do not exist.
+    #[serde(default)]
+    pub not_found: i64,
+    /// Objects whose health is unknown (malformed, or not seen yet).
+    #[serde(default)]
+    pub unknown: i64,
+    /// The first objects that are not current (at most 5), the most urgent first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_current: Vec<NotCurrentObject>,
+}
+
+/// An object that is not current.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotCurrentObject {
+    /// Kind and name, e.g. `Deployment demo/web`.
+    pub object: String,
+    /// InProgress, Failed, Terminating, NotFound or Unknown.
+    pub status: String,
+    /// Why, e.g. `0 of 1 replicas available`.
+    pub message: String,
 }
 
 /// `status.observedGeneration` of a set the operator has not reconciled yet. The CRDs default
@@ -715,6 +795,8 @@ impl Default for ApplySetSpec {
             service_account_name: None,
             service_account_namespace: None,
             adopt_existing: false,
+            wait: false,
+            health_checks: Vec::new(),
         }
     }
 }

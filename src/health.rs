@@ -133,6 +133,43 @@ impl Health {
 /// `ScheduleWindow`).
 pub const SCHEDULE_WINDOW: SignedDuration = SignedDuration::from_secs(15);
 
+/// Built-in kinds that have no status to assess: by the generic rules such an object is Current
+/// as soon as it exists, so its health needs only its existence (the member watches watch them
+/// by metadata alone). Every other kind, custom resources included, is assessed from the whole
+/// object.
+const WITHOUT_STATUS: [(&str, &str); 18] = [
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "LimitRange"),
+    ("", "PodTemplate"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "StorageClass"),
+    ("networking.k8s.io", "IngressClass"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("coordination.k8s.io", "Lease"),
+];
+
+/// Whether objects of this kind must be read whole to assess their health (false for the
+/// built-in kinds without status, which are Current once they exist).
+pub fn needs_object(group: &str, kind: &str) -> bool {
+    !WITHOUT_STATUS.contains(&(group, kind))
+}
+
 /// The health of an object given as its whole JSON (`apiVersion`, `kind`, `metadata`, `spec`,
 /// `status`). `now` is only read by the Pod rule (how long a Pod has been unschedulable).
 pub fn assess(object: &Value, now: Timestamp) -> Health {
@@ -981,6 +1018,31 @@ impl Summary {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn kinds_without_status_need_no_object() {
+        assert!(!needs_object("", "ConfigMap"));
+        assert!(!needs_object("rbac.authorization.k8s.io", "ClusterRole"));
+        assert!(needs_object("apps", "Deployment"));
+        assert!(needs_object("", "Service"));
+        assert!(needs_object("", "Pod"));
+        assert!(
+            needs_object("example.com", "ConfigMap"),
+            "by group and kind"
+        );
+        assert!(needs_object("example.com", "Widget"));
+        // Each listed kind is Current once it exists, by the generic rules.
+        for (group, kind) in WITHOUT_STATUS {
+            let api_version = if group.is_empty() {
+                "v1".to_string()
+            } else {
+                format!("{group}/v1")
+            };
+            let object = json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"name": "x", "generation": 1}});
+            assert_eq!(assess(&object, now()).status, Status::Current, "{kind}");
+        }
+    }
 
     /// The clock of every test: objects created "just now" are created at this instant.
     fn now() -> Timestamp {

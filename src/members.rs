@@ -9,8 +9,15 @@
 //!   resourceVersion moves away from the recorded one) triggers a reconcile of its parent at
 //!   once, rather than at the next interval.
 //!
+//! - **Health.** Kinds with a status to assess (every kind but the built-in ones without
+//!   status, see [`health::needs_object`]) are watched whole: each event's object is assessed
+//!   (kstatus rules) and only the verdict is kept. Sets that wait or have health checks are
+//!   tracked: when the health of one of their objects changes, they are marked for the
+//!   health reporter (`controller::healthy`). Objects named by `spec.healthChecks` get a watch
+//!   of their own (one object each).
+//!
 //! State is compact: per member a body hash and a resourceVersion; per watched object a
-//! resourceVersion.
+//! resourceVersion (and, for kinds with status, its health: a status and a short message).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -18,18 +25,20 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use futures::{StreamExt, channel::mpsc};
+use futures::{StreamExt, channel::mpsc, stream::BoxStream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client,
     core::{DynamicObject, PartialObjectMeta},
     runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
 };
-use tokio::task::AbortHandle;
+use tokio::{sync::Notify, task::AbortHandle};
 
 use crate::{
     api::{ApplySet, ClusterApplySet, MemberRef},
     applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolved,
+    health::{self, Health},
 };
 
 /// The hash of a body to apply (stable within a process).
@@ -53,19 +62,82 @@ struct State {
     /// Members with an apply in flight: how many, and the newest resourceVersion an event
     /// brought meanwhile.
     in_flight: HashMap<MemberRef, InFlight>,
+    /// Sets whose health is kept (spec.wait or spec.healthChecks), by parent ID.
+    tracked: HashMap<String, Tracked>,
+    /// Objects of health checks: their health (`None` until their watch has listed), and the
+    /// sets that check them.
+    checked: HashMap<MemberRef, Checked>,
+    /// Tracked sets whose health may have changed since the health reporter last looked.
+    dirty: HashSet<String>,
 }
 
-/// A successful apply: the body's hash, and the object's resourceVersion and UID as answered.
+/// What the health of a tracked set is made of.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Targets {
+    /// Members to assess (spec.wait), with whether their kind is assessed from the whole
+    /// object ([`health::needs_object`]).
+    pub members: Vec<MemberRef>,
+    /// Objects of spec.healthChecks, with how to watch them.
+    pub checks: Vec<CheckTarget>,
+}
+
+/// An object of spec.healthChecks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckTarget {
+    pub reference: MemberRef,
+    pub resource: kube::discovery::ApiResource,
+}
+
+struct Tracked {
+    parent: ParentRef,
+    targets: Targets,
+}
+
+#[derive(Default)]
+struct Checked {
+    health: Option<Health>,
+    users: HashSet<String>,
+    watch: Option<AbortHandle>,
+}
+
+/// A successful apply: the body's hash, and the object's resourceVersion, UID and
+/// [`shape`] as answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub hash: u64,
     pub rv: String,
     pub uid: String,
+    pub shape: Option<u64>,
+}
+
+/// The hash of everything of an object but its status, resourceVersion and managedFields:
+/// two versions of an object with the same shape differ only in status (what its controller
+/// writes), which is not drift. Stable within a process.
+pub fn shape(object: &DynamicObject) -> u64 {
+    let mut h = DefaultHasher::new();
+    let mut meta = object.metadata.clone();
+    meta.resource_version = None;
+    meta.managed_fields = None;
+    serde_json::to_string(&meta)
+        .unwrap_or_default()
+        .hash(&mut h);
+    if let Some(fields) = object.data.as_object() {
+        for (k, v) in fields.iter().filter(|(k, _)| k.as_str() != "status") {
+            k.hash(&mut h);
+            v.to_string().hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 struct Labelled {
     rv: String,
     id: Option<String>,
+    /// The object's health at `rv`, for kinds assessed from the whole object; `None` for other
+    /// kinds, and after our own apply until the watch delivers that version.
+    health: Option<Health>,
+    /// The object's [`shape`] at `rv`, for kinds watched whole.
+    shape: Option<u64>,
 }
 
 #[derive(Default)]
@@ -81,6 +153,8 @@ pub struct MemberWatches {
     watches: Mutex<HashMap<GroupKind, AbortHandle>>,
     trigger_applysets: mpsc::UnboundedSender<ObjectRef<ApplySet>>,
     trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
+    /// Woken when a tracked set is marked dirty.
+    health_changed: Notify,
 }
 
 /// The receiving ends of the drift triggers, one per parent kind.
@@ -99,6 +173,7 @@ impl MemberWatches {
             watches: Mutex::default(),
             trigger_applysets: ta,
             trigger_cluster: tc,
+            health_changed: Notify::new(),
         };
         (
             Arc::new(w),
@@ -127,11 +202,36 @@ impl MemberWatches {
         }
     }
 
-    async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
-        let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::all_with(self.client.clone(), &resolved.resource);
+    /// The events of every labelled object of a kind: metadata only for kinds without status,
+    /// whole objects (assessed, then dropped) for the others.
+    fn seen(&self, gk: &GroupKind, resolved: &Resolved) -> BoxStream<'static, Seen> {
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
-        let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
+        if health::needs_object(&gk.group, &gk.kind) {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resolved.resource);
+            watcher(api, cfg)
+                .backoff(crate::watch::backoff())
+                .map(|e| {
+                    e.map(|e| {
+                        map_event(e, |o| {
+                            let h = health::assess_dynamic(&o, k8s_openapi::jiff::Timestamp::now());
+                            let shape = shape(&o);
+                            (o.metadata, Some((h, shape)))
+                        })
+                    })
+                })
+                .boxed()
+        } else {
+            let api: Api<PartialObjectMeta<DynamicObject>> =
+                Api::all_with(self.client.clone(), &resolved.resource);
+            watcher(api, cfg)
+                .backoff(crate::watch::backoff())
+                .map(|e| e.map(|e| map_event(e, |o| (o.metadata, None))))
+                .boxed()
+        }
+    }
+
+    async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
+        let mut events = self.seen(&gk, &resolved);
         let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
         while let Some(event) = events.next().await {
             let event = match event {
@@ -143,24 +243,33 @@ impl MemberWatches {
             };
             match event {
                 watcher::Event::Init => pending.clear(),
-                watcher::Event::InitApply(o) => {
-                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        pending.insert(r, Labelled { rv, id });
+                watcher::Event::InitApply((meta, whole)) => {
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
+                        let (health, shape) = whole.unzip();
+                        pending.insert(
+                            r,
+                            Labelled {
+                                rv,
+                                id,
+                                health,
+                                shape,
+                            },
+                        );
                     }
                 }
                 watcher::Event::InitDone => {
                     let drifted = self.replace_kind(&gk, std::mem::take(&mut pending));
                     self.trigger(drifted);
                 }
-                watcher::Event::Apply(o) => {
-                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        let drifted = self.observe(r, Some(rv.clone()), Some(rv), id);
+                watcher::Event::Apply((meta, whole)) => {
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
+                        let drifted = self.observe_seen(r, Some(rv.clone()), whole, Some(rv), id);
                         self.trigger(drifted);
                     }
                 }
-                watcher::Event::Delete(o) => {
-                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &o) {
-                        let drifted = self.observe(r, None, Some(rv), id);
+                watcher::Event::Delete((meta, _)) => {
+                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
+                        let drifted = self.observe_seen(r, None, None, Some(rv), id);
                         self.trigger(drifted);
                     }
                 }
@@ -171,16 +280,15 @@ impl MemberWatches {
     fn key(
         gk: &GroupKind,
         namespaced: bool,
-        o: &PartialObjectMeta<DynamicObject>,
+        meta: &ObjectMeta,
     ) -> Option<(MemberRef, String, Option<String>)> {
-        let r = MemberRef::of_live(gk, namespaced, &o.metadata)?;
-        let id = o
-            .metadata
+        let r = MemberRef::of_live(gk, namespaced, meta)?;
+        let id = meta
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_PART_OF))
             .cloned();
-        Some((r, o.metadata.resource_version.clone()?, id))
+        Some((r, meta.resource_version.clone()?, id))
     }
 
     /// Replaces what is known of one kind after a (re)list; returns parents whose members
@@ -193,22 +301,46 @@ impl MemberWatches {
             .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
         s.live.extend(fresh);
         s.synced.insert(gk.clone());
+        let of_kind: Vec<String> = s
+            .tracked
+            .iter()
+            .filter(|(_, t)| {
+                t.targets
+                    .members
+                    .iter()
+                    .any(|r| r.group == gk.group && r.kind == gk.kind)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.mark_dirty(&mut s, of_kind);
         let mut drifted = Vec::new();
-        for (id, members) in &s.applied {
-            let moved = members.iter().any(|(r, a)| {
-                r.group == gk.group
-                    && r.kind == gk.kind
-                    && s.live.get(r).map(|l| &l.rv) != Some(&a.rv)
-            });
-            if moved && let Some(p) = s.parents.get(id) {
+        let State {
+            applied,
+            live,
+            parents,
+            ..
+        } = &mut *s;
+        for (id, members) in applied.iter_mut() {
+            let mut moved = false;
+            for (r, a) in members.iter_mut() {
+                if r.group != gk.group || r.kind != gk.kind {
+                    continue;
+                }
+                match live.get(r) {
+                    Some(l) if l.rv == a.rv => {}
+                    Some(l) if only_status_moved(a, l.shape) => a.rv = l.rv.clone(),
+                    _ => moved = true,
+                }
+            }
+            if moved && let Some(p) = parents.get(id) {
                 drifted.push(p.clone());
             }
         }
         drifted
     }
 
-    /// Records one change; returns the parent to reconcile if this was drift.
-    /// `rv` is the live resourceVersion (`None`: deleted); `event_rv` the event's own.
+    /// Records one change without health (tests of kinds without status).
+    #[cfg(test)]
     fn observe(
         &self,
         r: MemberRef,
@@ -216,6 +348,22 @@ impl MemberWatches {
         event_rv: Option<String>,
         id: Option<String>,
     ) -> Vec<ParentRef> {
+        self.observe_seen(r, rv, None, event_rv, id)
+    }
+
+    /// Records one change; returns the parent to reconcile if this was drift (a change of
+    /// anything but the status: a member's controller writing its status is not drift).
+    /// `rv` is the live resourceVersion (`None`: deleted), `whole` the object's health and
+    /// [`shape`] at `rv` (for kinds watched whole); `event_rv` the event's own.
+    fn observe_seen(
+        &self,
+        r: MemberRef,
+        rv: Option<String>,
+        whole: Option<(Health, u64)>,
+        event_rv: Option<String>,
+        id: Option<String>,
+    ) -> Vec<ParentRef> {
+        let (health, shape) = whole.unzip();
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
@@ -227,16 +375,25 @@ impl MemberWatches {
         {
             return Vec::new();
         }
+        let before = s.live.get(&r).map(|l| (l.id.clone(), l.health.clone()));
         match &rv {
             Some(v) => s.live.insert(
                 r.clone(),
                 Labelled {
                     rv: v.clone(),
                     id: id.clone(),
+                    health: health.clone(),
+                    shape,
                 },
             ),
             None => s.live.remove(&r),
         };
+        let after = rv.as_ref().map(|_| (id.clone(), health));
+        if before != after {
+            let tracking =
+                self.tracking(&s, &r, before.and_then(|b| b.0).as_deref(), id.as_deref());
+            self.mark_dirty(&mut s, tracking);
+        }
         // While we apply the member, an event may be our own write arriving before the
         // apply's answer: the apply decides when it ends (see [`Applying`]).
         if let Some(f) = s.in_flight.get_mut(&r) {
@@ -260,15 +417,19 @@ impl MemberWatches {
         };
         let mut out = Vec::new();
         for id in owners {
-            let recorded = s
-                .applied
-                .get(&id)
-                .and_then(|m| m.get(&r))
-                .map(|a| a.rv.clone());
-            if let Some(recorded) = recorded
-                && rv.as_ref() != Some(&recorded)
-                && let Some(p) = s.parents.get(&id)
-            {
+            let Some(a) = s.applied.get_mut(&id).and_then(|m| m.get_mut(&r)) else {
+                continue;
+            };
+            match &rv {
+                Some(v) if *v == a.rv => continue,
+                // Only the status moved: what we applied is still as applied.
+                Some(v) if only_status_moved(a, shape) => {
+                    a.rv = v.clone();
+                    continue;
+                }
+                _ => {}
+            }
+            if let Some(p) = s.parents.get(&id) {
                 out.push(p.clone());
             }
         }
@@ -383,14 +544,24 @@ impl MemberWatches {
         let drifted = newest.as_ref().is_some_and(|n| older(&applied.rv, n));
         if !drifted {
             // The answer is the live version as of now; a later change by anyone arrives
-            // after it, as the events of one object are ordered.
+            // after it, as the events of one object are ordered. Its health is known only if
+            // the watch already delivered that very version.
+            let seen = s.live.get(member).filter(|l| l.rv == applied.rv);
+            let health = seen.and_then(|l| l.health.clone());
+            let changed = s.live.get(member).map(|l| &l.health) != Some(&health);
             s.live.insert(
                 member.clone(),
                 Labelled {
                     rv: applied.rv.clone(),
                     id: Some(id.to_string()),
+                    health,
+                    shape: applied.shape,
                 },
             );
+            if changed {
+                let tracking = self.tracking(&s, member, Some(id), None);
+                self.mark_dirty(&mut s, tracking);
+            }
         }
         s.applied
             .entry(id.to_string())
@@ -413,12 +584,13 @@ impl MemberWatches {
         }
     }
 
-    /// Forgets a parent (deleted).
+    /// Forgets a parent (deleted), its health included.
     pub fn forget(&self, id: &str) {
         if let Ok(mut s) = self.state.lock() {
             s.applied.remove(id);
             s.parents.remove(id);
         }
+        self.untrack(id);
     }
 }
 
@@ -457,8 +629,276 @@ impl MemberWatches {
                 h.abort();
             }
         }
+        if let Ok(mut s) = self.state.lock() {
+            for c in s.checked.values_mut() {
+                if let Some(h) = c.watch.take() {
+                    h.abort();
+                }
+            }
+        }
     }
 }
+
+/// Health: the sets whose health is kept, the watches of their health checks, and their
+/// summaries.
+impl MemberWatches {
+    /// Keeps the health of parent `id` (`parent`) made of `targets`: the members to assess
+    /// (watched like every member) and the objects of its health checks (each watched by
+    /// itself, shared by the sets that check it). Marks the set for the health reporter.
+    pub fn track(self: &Arc<Self>, id: &str, parent: &ParentRef, targets: Targets) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let previous = s
+            .tracked
+            .remove(id)
+            .map(|t| t.targets.checks)
+            .unwrap_or_default();
+        for c in &previous {
+            if !targets.checks.iter().any(|n| n.reference == c.reference) {
+                self.stop_checking(&mut s, id, &c.reference);
+            }
+        }
+        for c in &targets.checks {
+            let entry = s.checked.entry(c.reference.clone()).or_default();
+            entry.users.insert(id.to_string());
+            if entry.watch.is_none() {
+                let this = self.clone();
+                let target = c.clone();
+                let handle =
+                    tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
+                entry.watch = Some(handle);
+            }
+        }
+        s.tracked.insert(
+            id.to_string(),
+            Tracked {
+                parent: parent.clone(),
+                targets,
+            },
+        );
+        self.mark_dirty(&mut s, vec![id.to_string()]);
+    }
+
+    /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone).
+    pub fn untrack(&self, id: &str) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        if let Some(t) = s.tracked.remove(id) {
+            for c in &t.targets.checks {
+                self.stop_checking(&mut s, id, &c.reference);
+            }
+        }
+        s.dirty.remove(id);
+    }
+
+    /// Whether parent `id`'s health is kept.
+    pub fn is_tracked(&self, id: &str) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.tracked.contains_key(id))
+            .unwrap_or(false)
+    }
+
+    /// `id` no longer checks `r`: its watch stops when no set checks it any more.
+    fn stop_checking(&self, s: &mut State, id: &str, r: &MemberRef) {
+        let unused = match s.checked.get_mut(r) {
+            Some(c) => {
+                c.users.remove(id);
+                c.users.is_empty()
+            }
+            None => false,
+        };
+        if unused
+            && let Some(c) = s.checked.remove(r)
+            && let Some(h) = c.watch
+        {
+            h.abort();
+        }
+    }
+
+    /// Watches one object of a health check (by name) and keeps its health.
+    async fn watch_check(self: Arc<Self>, target: CheckTarget) {
+        let r = target.reference;
+        let api: Api<DynamicObject> = match &r.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
+            None => Api::all_with(self.client.clone(), &target.resource),
+        };
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
+        let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
+        let assess =
+            |o: &DynamicObject| health::assess_dynamic(o, k8s_openapi::jiff::Timestamp::now());
+        let mut pending = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Err(e) => tracing::debug!(object = %r, error = %e, "health check watch"),
+                Ok(watcher::Event::Init) => pending = None,
+                Ok(watcher::Event::InitApply(o)) => pending = Some(assess(&o)),
+                Ok(watcher::Event::InitDone) => {
+                    let h = pending.take().unwrap_or_else(Health::not_found);
+                    self.checked_is(&r, h);
+                }
+                Ok(watcher::Event::Apply(o)) => self.checked_is(&r, assess(&o)),
+                Ok(watcher::Event::Delete(_)) => self.checked_is(&r, Health::not_found()),
+            }
+        }
+    }
+
+    /// Records the health of a checked object; marks the sets that check it when it changed.
+    fn checked_is(&self, r: &MemberRef, h: Health) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let Some(c) = s.checked.get_mut(r) else {
+            return;
+        };
+        if c.health.as_ref() == Some(&h) {
+            return;
+        }
+        c.health = Some(h);
+        let users = c.users.iter().cloned().collect();
+        self.mark_dirty(&mut s, users);
+    }
+
+    /// The tracked sets, among `a` and `b`, that assess member `r`.
+    fn tracking(&self, s: &State, r: &MemberRef, a: Option<&str>, b: Option<&str>) -> Vec<String> {
+        [a, b]
+            .into_iter()
+            .flatten()
+            .filter(|id| {
+                s.tracked
+                    .get(*id)
+                    .is_some_and(|t| t.targets.members.contains(r))
+            })
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Marks sets for the health reporter (and wakes it).
+    fn mark_dirty(&self, s: &mut State, ids: Vec<String>) {
+        let mut any = false;
+        for id in ids {
+            any |= s.dirty.insert(id);
+        }
+        if any {
+            self.health_changed.notify_one();
+        }
+    }
+
+    /// Resolves when a tracked set has been marked since the last [`Self::take_dirty`].
+    pub async fn health_changed(&self) {
+        self.health_changed.notified().await;
+    }
+
+    /// The tracked sets marked since the last call, with their parents.
+    pub fn take_dirty(&self) -> Vec<(String, ParentRef)> {
+        let Ok(mut s) = self.state.lock() else {
+            return Vec::new();
+        };
+        let dirty = std::mem::take(&mut s.dirty);
+        dirty
+            .into_iter()
+            .filter_map(|id| {
+                let parent = s.tracked.get(&id)?.parent.clone();
+                Some((id, parent))
+            })
+            .collect()
+    }
+
+    /// The health of tracked set `id` as the watches see it now (`None`: not tracked): its
+    /// members (an object not seen yet is in progress, one gone is not found) and its checked
+    /// objects, with the first [`NOT_CURRENT_LISTED`] that are not current.
+    pub fn health(&self, id: &str) -> Option<health::Summary> {
+        let s = self.state.lock().ok()?;
+        let t = s.tracked.get(id)?;
+        let members = t
+            .targets
+            .members
+            .iter()
+            .map(|r| (r, member_health(&s, id, r)));
+        let checks = t.targets.checks.iter().map(|c| {
+            let h = s
+                .checked
+                .get(&c.reference)
+                .and_then(|c| c.health.clone())
+                .unwrap_or_else(not_observed);
+            (&c.reference, h)
+        });
+        // Only the objects that are not current are named (the summary keeps a few of them).
+        let named: Vec<(String, Health)> = members
+            .chain(checks)
+            .map(|(r, h)| {
+                let name = if h.is_current() {
+                    String::new()
+                } else {
+                    r.to_string()
+                };
+                (name, h)
+            })
+            .collect();
+        Some(health::summarize(
+            named.iter().map(|(n, h)| (n.as_str(), h)),
+            NOT_CURRENT_LISTED,
+        ))
+    }
+
+    /// Reconciles `parents` (each through its controller's queue).
+    pub fn trigger_parents(&self, parents: Vec<ParentRef>) {
+        self.trigger(parents);
+    }
+}
+
+/// Whether a live version of [`shape`] `live` differs from what `applied` answered only in
+/// status (known only for kinds watched whole).
+fn only_status_moved(applied: &Applied, live: Option<u64>) -> bool {
+    applied.shape.is_some() && applied.shape == live
+}
+
+/// How many objects that are not current a set's health names.
+pub const NOT_CURRENT_LISTED: usize = 5;
+
+/// The health of an object not observed yet.
+fn not_observed() -> Health {
+    Health::new(health::Status::InProgress, "not observed yet")
+}
+
+/// The health of member `r` of set `id`: from its watch once the kind has listed; a member
+/// of a kind without status is Current once it exists.
+fn member_health(s: &State, id: &str, r: &MemberRef) -> Health {
+    let gk = GroupKind::new(r.group.clone(), r.kind.clone());
+    if !s.synced.contains(&gk) {
+        return not_observed();
+    }
+    match s.live.get(r) {
+        Some(l) if l.id.as_deref() == Some(id) => match &l.health {
+            Some(h) => h.clone(),
+            None if !health::needs_object(&r.group, &r.kind) => {
+                Health::new(health::Status::Current, "exists")
+            }
+            None => Health::new(
+                health::Status::InProgress,
+                "waiting for its applied version to be observed",
+            ),
+        },
+        _ => Health::not_found(),
+    }
+}
+
+/// A watch event of one kind mapped to another (`f` applied to each object).
+fn map_event<K, T>(e: watcher::Event<K>, f: impl Fn(K) -> T) -> watcher::Event<T> {
+    match e {
+        watcher::Event::Apply(o) => watcher::Event::Apply(f(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(f(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(f(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// What a member watch learns of one object: its metadata, and its health for kinds
+/// assessed from the whole object.
+type Seen = Result<watcher::Event<(ObjectMeta, Option<(Health, u64)>)>, watcher::Error>;
 
 /// Whether resourceVersion `a` is older than `b` (both etcd revisions).
 fn older(a: &str, b: &str) -> bool {
@@ -477,6 +917,7 @@ mod tests {
             hash,
             rv: rv.into(),
             uid: "uid".into(),
+            shape: None,
         }
     }
 
@@ -615,6 +1056,107 @@ mod tests {
         assert_eq!(triggered(&mut t), 0);
         w.applying(&id, &a).record(applied(2, "11"));
         assert_eq!(event(&w, &a, "12", &id).len(), 1, "not in flight any more");
+    }
+
+    #[tokio::test]
+    async fn a_status_written_by_the_members_controller_is_not_drift() {
+        let (w, mut t, id, a) = registry();
+        let current = Health::new(health::Status::Current, "ok");
+        w.applying(&id, &a).record(Applied {
+            shape: Some(7),
+            ..applied(1, "10")
+        });
+        // Same shape at a newer version: only the status moved.
+        let status_only = Some((current.clone(), 7));
+        assert!(
+            w.observe_seen(
+                a.clone(),
+                Some("11".into()),
+                status_only,
+                Some("11".into()),
+                Some(id.clone())
+            )
+            .is_empty()
+        );
+        assert_eq!(triggered(&mut t), 0);
+        assert!(
+            w.unchanged(&id, &a, 1).is_some(),
+            "still as applied: not sent again"
+        );
+        // Anything else moved: drift.
+        let changed = Some((current, 8));
+        assert_eq!(
+            w.observe_seen(
+                a.clone(),
+                Some("12".into()),
+                changed,
+                Some("12".into()),
+                Some(id.clone())
+            )
+            .len(),
+            1
+        );
+        assert!(w.unchanged(&id, &a, 1).is_none());
+    }
+
+    #[tokio::test]
+    async fn tracked_sets_are_marked_when_their_members_health_changes() {
+        let (w, _t, id, a) = registry();
+        let parent = ParentRef::applyset("ns", "p");
+        w.track(
+            &id,
+            &parent,
+            Targets {
+                members: vec![a.clone()],
+                checks: Vec::new(),
+            },
+        );
+        assert_eq!(w.take_dirty().len(), 1, "tracking marks the set");
+        let h = w.health(&id).expect("tracked");
+        assert_eq!(
+            (h.not_found, h.total()),
+            (1, 1),
+            "synced kind, no object: not found"
+        );
+        let progressing = Health::new(health::Status::InProgress, "0 of 1 replicas available");
+        w.observe_seen(
+            a.clone(),
+            Some("5".into()),
+            Some((progressing.clone(), 1)),
+            Some("5".into()),
+            Some(id.clone()),
+        );
+        assert_eq!(w.take_dirty().len(), 1);
+        // The same health again (a status write that changes nothing it reads): not marked.
+        w.observe_seen(
+            a.clone(),
+            Some("6".into()),
+            Some((progressing, 1)),
+            Some("6".into()),
+            Some(id.clone()),
+        );
+        assert!(w.take_dirty().is_empty());
+        let current = Health::new(health::Status::Current, "ok");
+        w.observe_seen(
+            a.clone(),
+            Some("7".into()),
+            Some((current, 1)),
+            Some("7".into()),
+            Some(id.clone()),
+        );
+        assert_eq!(w.take_dirty().len(), 1);
+        assert_eq!(w.health(&id).map(|h| h.current), Some(1));
+        // Another set's object of the same name is not this set's member.
+        w.observe_seen(
+            a.clone(),
+            Some("8".into()),
+            None,
+            Some("8".into()),
+            Some("other".into()),
+        );
+        assert_eq!(w.health(&id).map(|h| h.not_found), Some(1));
+        w.untrack(&id);
+        assert!(w.health(&id).is_none());
     }
 
     #[test]

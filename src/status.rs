@@ -10,6 +10,9 @@ use k8s_openapi::{
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+/// Sets that wait or have health checks: whether their members and checked objects are
+/// Current, kept up to date from the watches (written by the operator's health reporter).
+pub const HEALTHY: &str = "Healthy";
 
 /// Reasons of the Ready condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +29,7 @@ pub enum Reason {
     EmptySetRefused,
     Suspended,
     PlanReady,
+    HealthCheckFailed,
 }
 
 impl Reason {
@@ -43,6 +47,7 @@ impl Reason {
             Reason::EmptySetRefused => "EmptySetRefused",
             Reason::Suspended => "Suspended",
             Reason::PlanReady => "PlanReady",
+            Reason::HealthCheckFailed => "HealthCheckFailed",
         }
     }
 
@@ -75,6 +80,19 @@ pub fn set(
     generation: Option<i64>,
 ) {
     let status = if status { "True" } else { "False" };
+    set_status(conditions, type_, status, reason, message, generation);
+}
+
+/// Sets (or replaces) condition `type_` with status `True`, `False` or `Unknown`, keeping its
+/// lastTransitionTime when the status does not change.
+pub fn set_status(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
     let previous = conditions.iter().find(|c| c.type_ == type_);
     let last_transition_time = match previous {
         Some(p) if p.status == status => p.last_transition_time.clone(),
@@ -99,8 +117,9 @@ pub fn remove(conditions: &mut Vec<Condition>, type_: &str) {
     conditions.retain(|c| c.type_ != type_);
 }
 
-/// The conditions for an outcome: Ready with `reason`; Stalled=True for stalled reasons;
-/// Reconciling=True while `reconciling`.
+/// The conditions for an outcome: Ready with `reason` (Unknown for Progressing, a set waiting
+/// for its members' health); Stalled=True for stalled reasons; Reconciling=True while
+/// `reconciling` or Progressing.
 pub fn conditions_for(
     previous: &[Condition],
     ready: bool,
@@ -110,7 +129,15 @@ pub fn conditions_for(
     generation: Option<i64>,
 ) -> Vec<Condition> {
     let mut c = previous.to_vec();
-    set(&mut c, READY, ready, reason.as_str(), message, generation);
+    // Progressing (a set waiting for its members' health): Ready is not known yet.
+    let waiting = reason == Reason::Progressing;
+    let status = match (waiting, ready) {
+        (true, _) => "Unknown",
+        (false, true) => "True",
+        (false, false) => "False",
+    };
+    set_status(&mut c, READY, status, reason.as_str(), message, generation);
+    let reconciling = reconciling || waiting;
     if reason.is_stalled() {
         set(&mut c, STALLED, true, reason.as_str(), message, generation);
     } else {
@@ -133,7 +160,8 @@ pub fn conditions_for(
         READY => 0,
         RECONCILING => 1,
         STALLED => 2,
-        _ => 3,
+        HEALTHY => 3,
+        _ => 4,
     });
     c
 }
@@ -209,6 +237,32 @@ mod tests {
         );
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].status, "True");
+    }
+
+    #[test]
+    fn waiting_is_ready_unknown_and_reconciling() {
+        let c = conditions_for(&[], false, Reason::Progressing, "waiting", false, Some(1));
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.type_.as_str(), c.status.as_str()))
+                .collect::<Vec<_>>(),
+            [(READY, "Unknown"), (RECONCILING, "True")]
+        );
+        let c = conditions_for(
+            &c,
+            false,
+            Reason::HealthCheckFailed,
+            "failed",
+            false,
+            Some(1),
+        );
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.type_.as_str(), c.status.as_str()))
+                .collect::<Vec<_>>(),
+            [(READY, "False")]
+        );
+        assert!(!Reason::HealthCheckFailed.is_stalled());
     }
 
     #[test]

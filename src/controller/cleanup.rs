@@ -42,6 +42,7 @@ pub async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) ->
 /// Forgets the parent, then (policy Delete) prunes every member it recorded.
 async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Action> {
     ctx.members.forget(&scope.id);
+    ctx.health.forget(&scope.id);
     ctx.sources.index.remove(&scope.parent);
     ctx.metrics.set_members(&scope.parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {

@@ -6,6 +6,7 @@
 
 mod cleanup;
 mod events;
+mod healthy;
 mod impersonate;
 mod reconcile;
 mod report;
@@ -118,6 +119,8 @@ pub struct Context {
     impersonated: Mutex<HashMap<String, Client>>,
     /// The size of each parent's spec in bytes, measured once per generation.
     pub spec_sizes: report::SpecSizes,
+    /// The health reporter's memory (sets that wait or have health checks).
+    health: healthy::Reporter,
 }
 
 impl Context {
@@ -147,6 +150,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             impersonated: Mutex::new(HashMap::new()),
             spec_sizes: report::SpecSizes::default(),
+            health: healthy::Reporter::default(),
         }
     }
 
@@ -276,20 +280,27 @@ impl Operator {
         let ready = readiness.clone();
         let stop_watches = members.clone();
         let task = tokio::spawn(async move {
-            tokio::join!(
-                run_controller::<ApplySet>(
-                    ctx.clone(),
-                    rx.clone(),
-                    ready.clone(),
-                    triggers.applysets
-                ),
-                run_controller::<ClusterApplySet>(
-                    ctx.clone(),
-                    rx.clone(),
-                    ready.clone(),
-                    triggers.cluster_applysets
+            let controllers = async {
+                tokio::join!(
+                    run_controller::<ApplySet>(
+                        ctx.clone(),
+                        rx.clone(),
+                        ready.clone(),
+                        triggers.applysets
+                    ),
+                    run_controller::<ClusterApplySet>(
+                        ctx.clone(),
+                        rx.clone(),
+                        ready.clone(),
+                        triggers.cluster_applysets
+                    )
                 )
-            );
+            };
+            // The health reporter runs as long as the controllers.
+            tokio::select! {
+                _ = controllers => {}
+                () = healthy::run(ctx.clone()) => {}
+            }
             stop_watches.stop();
         });
         Operator {

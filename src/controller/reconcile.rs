@@ -14,11 +14,12 @@ use kube::{Api, runtime::controller::Action};
 
 use super::{
     Context,
+    healthy::Verdict,
     report::{self, Report},
 };
 use crate::{
     Error, Result,
-    api::{ApplySetSpec, Mode},
+    api::{ApplySetSpec, MemberRef, Mode},
     applyset::GroupKind,
     discovery::Resolved,
     engine::{
@@ -27,6 +28,7 @@ use crate::{
         outcome::{MemberResult, Outcome, tally},
         prune::{self, Declared, Keep},
     },
+    members::{CheckTarget, Targets},
     parent::{self, Parent, Recorded},
     render::{self, DesiredSet, RenderError},
     sources::{self, Fetched, SourceError, Sources},
@@ -113,7 +115,7 @@ async fn decide<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<R
     }
 }
 
-/// SPEC §4, steps 1 to 6.
+/// SPEC §4, steps 1 to 6, then the wait for the set's health.
 async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Report> {
     let spec = obj.spec();
     let clock = Clock::start(spec);
@@ -141,7 +143,8 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
     if spec.prune {
         shrink(ctx, &stored, &extent).await?;
     }
-    Ok(succeeded(ctx, scope, &desired, &results))
+    let done = succeeded(ctx, scope, &desired, &results);
+    wait(ctx, obj, scope, &desired, done).await
 }
 
 /// The reconcile's time bounds: `spec.timeout` from now, and now as Unix seconds (objects
@@ -597,6 +600,166 @@ fn succeeded(
         .map(|m| m.reference.clone())
         .collect();
     report::succeeded(summary, members, &desired.set.revision)
+}
+
+/// Step 7, wait (spec.wait, spec.healthChecks): the set's health as the member watches see it
+/// — its members when it waits, and its checked objects. Ready once everything is Current;
+/// HealthCheckFailed (retried) when something failed or the wait outlasted spec.timeout;
+/// otherwise Progressing, and the reconcile ends: the health reporter reconciles the set
+/// again as soon as its health is decisive, and the requeue at the timeout ends the wait.
+/// A set that neither waits nor checks stops being tracked.
+async fn wait<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    scope: &SetScope,
+    desired: &Desired,
+    done: Report,
+) -> Step<Report> {
+    let spec = obj.spec();
+    if !spec.wait && spec.health_checks.is_empty() {
+        ctx.members.untrack(&scope.id);
+        ctx.health.forget(&scope.id);
+        super::healthy::clear(ctx, &scope.parent, obj.status()).await;
+        return Ok(done);
+    }
+    let checks = health_checks(ctx, scope, spec).await?;
+    let members = match spec.wait {
+        true => desired
+            .set
+            .members
+            .iter()
+            .map(|m| m.reference.clone())
+            .collect(),
+        false => Vec::new(),
+    };
+    ctx.health
+        .seed(&scope.id, obj.status(), obj.meta().generation);
+    ctx.members
+        .track(&scope.id, &scope.parent, Targets { members, checks });
+    let Some(health) = ctx.members.health(&scope.id) else {
+        return Ok(done);
+    };
+    let key = (obj.meta().generation, desired.set.revision.clone());
+    let parent = &scope.parent;
+    let failed = |message: String| Report {
+        ready: false,
+        reason: Reason::HealthCheckFailed,
+        message,
+        ..done.clone()
+    };
+    Ok(
+        match ctx
+            .health
+            .decide(&scope.id, key, health.status(), spec.timeout())
+        {
+            Verdict::Current => Report {
+                message: format!("{}; {}", done.message, health.message()),
+                ..done
+            },
+            Verdict::Failed => failed(format!("{parent}: {}; retrying", health.message())),
+            Verdict::TimedOut(_) => failed(format!(
+                "{parent}: not healthy within spec.timeout ({}): {}; retrying",
+                spec.timeout,
+                health.message()
+            )),
+            Verdict::Waiting(left) => Report {
+                ready: false,
+                reason: Reason::Progressing,
+                message: format!("{}; waiting: {}", done.message, health.message()),
+                requeue_after: Some(left),
+                ..done
+            },
+        },
+    )
+}
+
+/// The objects of spec.healthChecks, resolved: each kind served, each object within the
+/// set's scope (as a member would be) and readable by the set's identity — otherwise
+/// ValidationFailed, naming the entry.
+async fn health_checks(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+) -> Step<Vec<CheckTarget>> {
+    let parent = &scope.parent;
+    let invalid = |i: usize, why: String| {
+        Stop::from(Report {
+            retry: true,
+            ..Report::failed(
+                Reason::ValidationFailed,
+                format!("{parent}: spec.healthChecks[{i}]: {why}"),
+            )
+        })
+    };
+    let gvks: Vec<(String, String, String)> = spec
+        .health_checks
+        .iter()
+        .map(|c| {
+            let (group, version) = match c.api_version.split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (String::new(), c.api_version.clone()),
+            };
+            (group, version, c.kind.clone())
+        })
+        .collect();
+    let resolved = ctx.resolver.resolve_all(&gvks).await?;
+    let mut targets = Vec::with_capacity(gvks.len());
+    for (i, (c, gvk)) in spec.health_checks.iter().zip(&gvks).enumerate() {
+        let Some(r) = resolved.get(gvk) else {
+            let why = format!("{} {} is not served by the cluster", c.api_version, c.kind);
+            return Err(invalid(i, why));
+        };
+        let namespace = match (r.namespaced, &c.namespace, &parent.namespace) {
+            (false, _, _) => None,
+            (true, Some(ns), _) | (true, None, Some(ns)) => Some(ns.clone()),
+            (true, None, None) => {
+                let why = format!("{} is namespaced: name its namespace", c.kind);
+                return Err(invalid(i, why));
+            }
+        };
+        let reference = MemberRef {
+            group: gvk.0.clone(),
+            kind: c.kind.clone(),
+            namespace,
+            name: c.name.clone(),
+        };
+        tenancy::check_scope(
+            parent,
+            &scope.identity,
+            &ctx.config.tenancy,
+            [(&reference, r.namespaced)],
+        )
+        .map_err(|e| invalid(i, e))?;
+        readable(scope, &reference, &r.resource)
+            .await
+            .map_err(|why| invalid(i, why))?;
+        targets.push(CheckTarget {
+            reference,
+            resource: r.resource.clone(),
+        });
+    }
+    Ok(targets)
+}
+
+/// Whether the set's identity may get `reference` (its health is then the set's to know);
+/// why not otherwise. An object that does not exist is readable (it is reported NotFound).
+async fn readable(
+    scope: &SetScope,
+    reference: &MemberRef,
+    resource: &kube::discovery::ApiResource,
+) -> std::result::Result<(), String> {
+    let api: Api<kube::core::DynamicObject> = match &reference.namespace {
+        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
+        None => Api::all_with(scope.client.clone(), resource),
+    };
+    match api.get_metadata_opt(&reference.name).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 403 => Err(format!(
+            "{} may not get {reference}; grant it get on {} or remove the check",
+            scope.identity, resource.plural
+        )),
+        Err(e) => Err(format!("reading {reference} failed: {e}")),
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,9 @@ pub struct Report {
     /// Retry with backoff even if the reason is a stalled one (something the operator does
     /// not watch may fix it, e.g. a CRD installed by someone else).
     pub retry: bool,
+    /// Look again after this long at the latest (a set waiting for its health: when its
+    /// wait times out).
+    pub requeue_after: Option<std::time::Duration>,
 }
 
 impl Report {
@@ -49,6 +52,7 @@ impl Report {
             attempted: None,
             applied: None,
             retry: false,
+            requeue_after: None,
         }
     }
 
@@ -199,6 +203,7 @@ pub fn succeeded(summary: Summary, members: Vec<MemberRef>, revision: &str) -> R
         attempted: Some(revision.to_string()),
         applied: Some(revision.to_string()),
         retry: false,
+        requeue_after: None,
     }
 }
 
@@ -404,10 +409,14 @@ pub enum Next {
     Backoff,
     /// Only on a change (suspended).
     AwaitChange,
+    /// After this long (or on a change before).
+    After(std::time::Duration),
 }
 
 pub fn next(r: &Report) -> Next {
-    if r.ready || r.reason == Reason::PlanReady {
+    if let Some(d) = r.requeue_after {
+        Next::After(d)
+    } else if r.ready || r.reason == Reason::PlanReady {
         Next::Interval { reset: true }
     } else if r.reason == Reason::Suspended {
         Next::AwaitChange
@@ -466,6 +475,7 @@ pub async fn write<P: Parent>(
             Action::await_change()
         }
         Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
+        Next::After(d) => Action::requeue(d.min(spec.interval())),
     })
 }
 
@@ -512,13 +522,17 @@ async fn write_status<P: Parent>(
     Ok(())
 }
 
-/// Server-side applies `status` to the parent's status subresource.
+/// Server-side applies `status` to the parent's status subresource, without the `Healthy`
+/// condition and `status.health`: those belong to the health reporter's field manager.
 pub async fn patch_status<P: Parent>(
     ctx: &Context,
     obj: &P,
     status: &ApplySetStatus,
 ) -> Result<()> {
     let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
+    let mut status = status.clone();
+    status.health = None;
+    status.conditions.retain(|c| c.type_ != status::HEALTHY);
     let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": status});
     P::api(ctx.client.clone(), obj.namespace().as_deref())
         .patch_status(

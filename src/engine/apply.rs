@@ -147,11 +147,17 @@ async fn apply_one(
         Some(Answer {
             rv: Some(rv),
             uid: Some(uid),
+            shape,
         }),
     ) = (applying, answer)
         && outcome.is_applied()
     {
-        applying.record(Applied { hash, rv, uid });
+        applying.record(Applied {
+            hash,
+            rv,
+            uid,
+            shape,
+        });
     }
     (outcome, uid)
 }
@@ -192,6 +198,8 @@ async fn mark_adopted(
 struct Answer {
     rv: Option<String>,
     uid: Option<String>,
+    /// Its [`crate::members::shape`], for kinds the member watches see whole.
+    shape: Option<u64>,
 }
 
 /// One member's apply requests: the parameters and the body.
@@ -267,6 +275,8 @@ async fn apply_body(
             let answer = Answer {
                 rv: applied.metadata.resource_version.clone(),
                 uid: applied.metadata.uid.clone(),
+                shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
+                    .then(|| crate::members::shape(&applied)),
             };
             (classify(api, member, &applied, opts).await, Some(answer))
         }

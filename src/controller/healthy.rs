@@ -1,0 +1,425 @@
+//! The health of sets that wait or have health checks: the `Healthy` condition and
+//! `status.health`, written by the health reporter whenever the member watches see a tracked
+//! set's health change (between reconciles too), under a field manager of their own; and the
+//! wait of a reconcile (spec.wait, spec.healthChecks), decided without holding a worker: a
+//! reconcile that finds its set not yet current reports Progressing and ends, and the reporter
+//! reconciles the set again when its health becomes decisive (Current or Failed).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use serde_json::json;
+
+use super::Context;
+use crate::{
+    api::{ApplySet, ApplySetStatus, ClusterApplySet, HealthStatus, NotCurrentObject},
+    applyset::{ParentKind, ParentRef},
+    health::{self, Status},
+    status::{self, HEALTHY},
+};
+
+/// The field manager of the `Healthy` condition and `status.health` (the reconcile's status
+/// writes leave both out, so each field has one writer).
+pub const HEALTH_FIELD_MANAGER: &str = "applyset.dev/health";
+
+/// Health statuses written at once.
+const WRITES_AT_ONCE: usize = 16;
+
+/// `status.health` for a summary.
+pub fn health_status(s: &health::Summary) -> HealthStatus {
+    let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+    HealthStatus {
+        current: n(s.current),
+        in_progress: n(s.in_progress),
+        failed: n(s.failed),
+        terminating: n(s.terminating),
+        not_found: n(s.not_found),
+        unknown: n(s.unknown),
+        not_current: s
+            .not_current
+            .iter()
+            .map(|e| NotCurrentObject {
+                object: e.object.clone(),
+                status: e.status.to_string(),
+                message: status::truncate(&e.message, 256),
+            })
+            .collect(),
+    }
+}
+
+/// The `Healthy` condition for a summary: True when everything is Current, False when
+/// something failed, Unknown otherwise (in progress, not found, being deleted, unknown). Its
+/// lastTransitionTime is `previous`'s while the status stays the same.
+pub fn healthy_condition(
+    previous: Option<&Condition>,
+    s: &health::Summary,
+    generation: Option<i64>,
+) -> Condition {
+    let (state, reason) = match s.status() {
+        Status::Current => ("True", "Current"),
+        Status::Failed => ("False", "HealthCheckFailed"),
+        Status::Unknown => ("Unknown", "Unknown"),
+        _ => ("Unknown", "Progressing"),
+    };
+    let last_transition_time = match previous {
+        Some(p) if p.status == state => p.last_transition_time.clone(),
+        _ => {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+        }
+    };
+    Condition {
+        type_: HEALTHY.into(),
+        status: state.into(),
+        reason: reason.into(),
+        message: status::truncate(&s.message(), 32 * 1024),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// What the reporter last wrote (or found) for a set.
+#[derive(Clone, Debug, PartialEq)]
+struct Written {
+    generation: Option<i64>,
+    health: Option<HealthStatus>,
+    condition: Option<Condition>,
+}
+
+/// A reconcile's wait in progress: for which generation and revision, since when.
+#[derive(Clone, Debug)]
+struct Waiting {
+    key: (Option<i64>, String),
+    since: Instant,
+}
+
+/// What a reconcile concludes of its set's health.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Everything is Current.
+    Current,
+    /// Something failed.
+    Failed,
+    /// The wait took longer than `spec.timeout`.
+    TimedOut(Duration),
+    /// Still waiting; decide again within this long at the latest.
+    Waiting(Duration),
+}
+
+/// The verdict on a summary of status `now_status` for a wait that began `waited` ago, with
+/// `timeout` to wait in all.
+pub fn verdict(now_status: Status, waited: Duration, timeout: Duration) -> Verdict {
+    match now_status {
+        Status::Current => Verdict::Current,
+        Status::Failed => Verdict::Failed,
+        _ if waited >= timeout => Verdict::TimedOut(timeout),
+        _ => Verdict::Waiting(timeout - waited),
+    }
+}
+
+/// The health reporter's memory: what it wrote per set, and the waits in progress.
+#[derive(Default)]
+pub struct Reporter {
+    written: Mutex<HashMap<String, Written>>,
+    waits: Mutex<HashMap<String, Waiting>>,
+}
+
+impl Reporter {
+    /// Notes what the parent's status already says of its health (so an unchanged health
+    /// is not written again, after a restart too) and the generation to report it for.
+    pub fn seed(&self, id: &str, status: Option<&ApplySetStatus>, generation: Option<i64>) {
+        let Ok(mut w) = self.written.lock() else {
+            return;
+        };
+        let found = Written {
+            generation,
+            health: status.and_then(|s| s.health.clone()),
+            condition: status
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == HEALTHY).cloned()),
+        };
+        match w.get_mut(id) {
+            // Written by this process: it knows better than a possibly older cached status.
+            Some(known) => known.generation = generation,
+            None => {
+                w.insert(id.to_string(), found);
+            }
+        }
+    }
+
+    /// Forgets a set (no longer tracked).
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut w) = self.written.lock() {
+            w.remove(id);
+        }
+        self.end_wait(id);
+    }
+
+    /// Decides a reconcile's wait for `id` at generation and revision `key`, given its
+    /// health's status: a wait starts at the first undecided look and lasts `timeout`.
+    pub fn decide(
+        &self,
+        id: &str,
+        key: (Option<i64>, String),
+        now_status: Status,
+        timeout: Duration,
+    ) -> Verdict {
+        let Ok(mut waits) = self.waits.lock() else {
+            return verdict(now_status, Duration::ZERO, timeout);
+        };
+        let now = Instant::now();
+        let waited = match waits.get(id) {
+            Some(w) if w.key == key => now.saturating_duration_since(w.since),
+            _ => Duration::ZERO,
+        };
+        let v = verdict(now_status, waited, timeout);
+        match v {
+            Verdict::Waiting(_) if waited.is_zero() => {
+                waits.insert(id.to_string(), Waiting { key, since: now });
+            }
+            Verdict::Waiting(_) => {}
+            _ => {
+                waits.remove(id);
+            }
+        }
+        v
+    }
+
+    /// Ends a wait in progress, if any.
+    pub fn end_wait(&self, id: &str) {
+        if let Ok(mut waits) = self.waits.lock() {
+            waits.remove(id);
+        }
+    }
+
+    fn is_waiting(&self, id: &str) -> bool {
+        self.waits
+            .lock()
+            .map(|w| w.contains_key(id))
+            .unwrap_or(false)
+    }
+}
+
+/// Runs the health reporter until the operator stops: each tracked set whose health may have
+/// changed gets its `Healthy` condition and `status.health` written (when they changed), and
+/// a set waiting for its health is reconciled again once its health is decisive.
+pub async fn run(ctx: Arc<Context>) {
+    loop {
+        ctx.members.health_changed().await;
+        let dirty = ctx.members.take_dirty();
+        futures::stream::iter(dirty)
+            .for_each_concurrent(WRITES_AT_ONCE, |(id, parent)| {
+                let ctx = ctx.clone();
+                async move { report(&ctx, &id, &parent).await }
+            })
+            .await;
+    }
+}
+
+/// Writes one set's health if it changed; reconciles it when it waits and its health is
+/// decisive.
+async fn report(ctx: &Context, id: &str, parent: &ParentRef) {
+    let Some(summary) = ctx.members.health(id) else {
+        return;
+    };
+    let decisive = matches!(summary.status(), Status::Current | Status::Failed);
+    if decisive && ctx.health.is_waiting(id) {
+        ctx.members.trigger_parents(vec![parent.clone()]);
+    }
+    let Some(previous) = ctx
+        .health
+        .written
+        .lock()
+        .ok()
+        .and_then(|w| w.get(id).cloned())
+    else {
+        return;
+    };
+    let next = Written {
+        generation: previous.generation,
+        health: Some(health_status(&summary)),
+        condition: Some(healthy_condition(
+            previous.condition.as_ref(),
+            &summary,
+            previous.generation,
+        )),
+    };
+    if next == previous {
+        return;
+    }
+    let body = json!({"status": {"health": next.health, "conditions": next.condition.iter().collect::<Vec<_>>()}});
+    match patch(ctx, parent, body).await {
+        Ok(()) => {
+            if let Ok(mut w) = ctx.health.written.lock()
+                && w.contains_key(id)
+            {
+                w.insert(id.to_string(), next);
+            }
+        }
+        Err(e) => tracing::debug!(parent = %parent, error = %e, "writing health failed"),
+    }
+}
+
+/// Removes `status.health` and the `Healthy` condition from a parent that no longer waits
+/// nor checks (what the health field manager owned goes).
+pub async fn clear(ctx: &Context, parent: &ParentRef, status: Option<&ApplySetStatus>) {
+    let shown = status
+        .is_some_and(|s| s.health.is_some() || s.conditions.iter().any(|c| c.type_ == HEALTHY));
+    if !shown {
+        return;
+    }
+    if let Err(e) = patch(ctx, parent, json!({"status": {}})).await {
+        tracing::debug!(parent = %parent, error = %e, "clearing health failed");
+    }
+}
+
+/// Server-side applies `body` (a `status` fragment) to the parent's status as the health
+/// field manager.
+async fn patch(ctx: &Context, parent: &ParentRef, mut body: serde_json::Value) -> kube::Result<()> {
+    let params = PatchParams::apply(HEALTH_FIELD_MANAGER).force();
+    let name = parent.name.as_str();
+    body["apiVersion"] = json!("applyset.dev/v1alpha1");
+    match (parent.kind, &parent.namespace) {
+        (ParentKind::ApplySet, Some(ns)) => {
+            body["kind"] = json!("ApplySet");
+            let api: Api<ApplySet> = Api::namespaced(ctx.client.clone(), ns);
+            api.patch_status(name, &params, &Patch::Apply(body)).await?;
+        }
+        _ => {
+            body["kind"] = json!("ClusterApplySet");
+            let api: Api<ClusterApplySet> = Api::all(ctx.client.clone());
+            api.patch_status(name, &params, &Patch::Apply(body)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Health;
+
+    fn summary(statuses: &[Status]) -> health::Summary {
+        let healths: Vec<(String, Health)> = statuses
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("Deployment ns/d{i}"), Health::new(*s, "why")))
+            .collect();
+        health::summarize(healths.iter().map(|(n, h)| (n.as_str(), h)), 5)
+    }
+
+    #[test]
+    fn the_verdict_follows_the_health_and_the_clock() {
+        let t = Duration::from_secs(60);
+        assert_eq!(verdict(Status::Current, t * 2, t), Verdict::Current);
+        assert_eq!(verdict(Status::Failed, Duration::ZERO, t), Verdict::Failed);
+        for s in [
+            Status::InProgress,
+            Status::NotFound,
+            Status::Terminating,
+            Status::Unknown,
+        ] {
+            assert_eq!(
+                verdict(s, Duration::from_secs(20), t),
+                Verdict::Waiting(Duration::from_secs(40))
+            );
+            assert_eq!(verdict(s, t, t), Verdict::TimedOut(t));
+        }
+    }
+
+    #[test]
+    fn a_wait_lasts_from_its_first_look_and_starts_over_for_a_new_generation() {
+        let r = Reporter::default();
+        let t = Duration::from_secs(3600);
+        let key = |g| (Some(g), "rev".to_string());
+        assert!(
+            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+        );
+        assert!(r.is_waiting("a"));
+        assert!(
+            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d < t)
+        );
+        // A new generation waits anew.
+        assert!(
+            matches!(r.decide("a", key(2), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+        );
+        // A decisive look ends the wait; the next undecided one starts a new one.
+        assert_eq!(r.decide("a", key(2), Status::Current, t), Verdict::Current);
+        assert!(!r.is_waiting("a"));
+        assert_eq!(
+            r.decide("a", key(2), Status::InProgress, Duration::ZERO),
+            Verdict::TimedOut(Duration::ZERO)
+        );
+        assert!(!r.is_waiting("a"));
+    }
+
+    #[test]
+    fn healthy_is_true_false_or_unknown_and_keeps_its_transition_time() {
+        let current = healthy_condition(None, &summary(&[Status::Current]), Some(1));
+        assert_eq!(
+            (current.status.as_str(), current.reason.as_str()),
+            ("True", "Current")
+        );
+        assert_eq!(current.message, "1 of 1 current");
+        let again = healthy_condition(
+            Some(&current),
+            &summary(&[Status::Current, Status::Current]),
+            Some(2),
+        );
+        assert_eq!(again.last_transition_time, current.last_transition_time);
+        assert_eq!(again.observed_generation, Some(2));
+        let failed = healthy_condition(
+            Some(&current),
+            &summary(&[Status::Failed, Status::Current]),
+            Some(2),
+        );
+        assert_eq!(
+            (failed.status.as_str(), failed.reason.as_str()),
+            ("False", "HealthCheckFailed")
+        );
+        assert_eq!(
+            failed.message,
+            "1 of 2 not current (1 failed): Deployment ns/d0: why"
+        );
+        let waiting = healthy_condition(None, &summary(&[Status::InProgress]), Some(1));
+        assert_eq!(
+            (waiting.status.as_str(), waiting.reason.as_str()),
+            ("Unknown", "Progressing")
+        );
+        let unknown = healthy_condition(None, &summary(&[Status::Unknown]), Some(1));
+        assert_eq!(
+            (unknown.status.as_str(), unknown.reason.as_str()),
+            ("Unknown", "Unknown")
+        );
+    }
+
+    #[test]
+    fn the_health_status_counts_and_names_what_is_not_current() {
+        let h = health_status(&summary(&[
+            Status::Current,
+            Status::InProgress,
+            Status::NotFound,
+        ]));
+        assert_eq!(
+            (h.current, h.in_progress, h.not_found, h.failed),
+            (1, 1, 1, 0)
+        );
+        assert_eq!(
+            h.not_current
+                .iter()
+                .map(|e| (e.object.as_str(), e.status.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("Deployment ns/d2", "NotFound"),
+                ("Deployment ns/d1", "InProgress")
+            ]
+        );
+    }
+}
