@@ -179,16 +179,13 @@ pub fn assess(object: &Value, now: Timestamp) -> Health {
     }
 }
 
-/// The health of a [`DynamicObject`] (its `data` holds `spec` and `status`), without converting
-/// it to JSON first. Same rules as [`assess`].
-pub fn assess_dynamic(object: &DynamicObject, now: Timestamp) -> Health {
-    let (api_version, kind) = object
-        .types
-        .as_ref()
-        .map_or(("", ""), |t| (t.api_version.as_str(), t.kind.as_str()));
+/// The health of a [`DynamicObject`] of kind `group`/`kind` (its `data` holds `spec` and
+/// `status`), without converting it to JSON first. Same rules as [`assess`]. The kind is the
+/// caller's: the items of a LIST (a watch's first events) carry no apiVersion and kind.
+pub fn assess_dynamic(object: &DynamicObject, group: &str, kind: &str, now: Timestamp) -> Health {
     let meta = &object.metadata;
     let o = Object {
-        group: group_of(api_version),
+        group,
         kind,
         generation: meta.generation,
         deleting: meta.deletion_timestamp.is_some(),
@@ -2560,8 +2557,24 @@ mod tests {
             cr(json!({"status": {"conditions": "bad"}})),
         ];
         for o in objects {
-            let dynamic: DynamicObject = serde_json::from_value(o.clone()).unwrap();
-            assert_eq!(assess_dynamic(&dynamic, now()), assess(&o, now()), "{o}");
+            let mut dynamic: DynamicObject = serde_json::from_value(o.clone()).unwrap();
+            let (api_version, kind) = (
+                o["apiVersion"].as_str().unwrap(),
+                o["kind"].as_str().unwrap(),
+            );
+            let group = group_of(api_version);
+            assert_eq!(
+                assess_dynamic(&dynamic, group, kind, now()),
+                assess(&o, now()),
+                "{o}"
+            );
+            // As a LIST's item: without apiVersion and kind, the caller's kind decides.
+            dynamic.types = None;
+            assert_eq!(
+                assess_dynamic(&dynamic, group, kind, now()),
+                assess(&o, now()),
+                "{o}"
+            );
         }
     }
 

@@ -207,13 +207,19 @@ impl MemberWatches {
     fn seen(&self, gk: &GroupKind, resolved: &Resolved) -> BoxStream<'static, Seen> {
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
         if health::needs_object(&gk.group, &gk.kind) {
+            let gk = gk.clone();
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resolved.resource);
             watcher(api, cfg)
                 .backoff(crate::watch::backoff())
-                .map(|e| {
+                .map(move |e| {
                     e.map(|e| {
                         map_event(e, |o| {
-                            let h = health::assess_dynamic(&o, k8s_openapi::jiff::Timestamp::now());
+                            let h = health::assess_dynamic(
+                                &o,
+                                &gk.group,
+                                &gk.kind,
+                                k8s_openapi::jiff::Timestamp::now(),
+                            );
                             let shape = shape(&o);
                             (o.metadata, Some((h, shape)))
                         })
@@ -727,8 +733,9 @@ impl MemberWatches {
         };
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
         let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
-        let assess =
-            |o: &DynamicObject| health::assess_dynamic(o, k8s_openapi::jiff::Timestamp::now());
+        let assess = |o: &DynamicObject| {
+            health::assess_dynamic(o, &r.group, &r.kind, k8s_openapi::jiff::Timestamp::now())
+        };
         let mut pending = None;
         while let Some(event) = events.next().await {
             match event {
