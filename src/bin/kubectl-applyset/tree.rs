@@ -192,15 +192,18 @@ async fn members<P: Parent>(
         if r.namespaced {
             for ns in &namespaces {
                 let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &r.resource);
-                lists.push(api);
+                lists.push((api, r.resource.clone()));
             }
         } else {
-            lists.push(Api::all_with(client.clone(), &r.resource));
+            lists.push((
+                Api::all_with(client.clone(), &r.resource),
+                r.resource.clone(),
+            ));
         }
     }
     let params = ListParams::default().labels(&selector);
     let found: Vec<Vec<(MemberRef, DynamicObject)>> = futures::stream::iter(lists)
-        .map(|api| {
+        .map(|(api, resource)| {
             let params = params.clone();
             async move {
                 let list = match api.list(&params).await {
@@ -209,20 +212,20 @@ async fn members<P: Parent>(
                     Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
                     Err(e) => return Err(format!("listing members: {e}")),
                 };
+                // Items of a list carry no apiVersion and kind: they are the listed resource's.
                 Ok(list
                     .into_iter()
-                    .filter_map(|o| {
-                        let types = o.types.clone()?;
+                    .filter_map(|mut o| {
                         let r = MemberRef {
-                            group: types
-                                .api_version
-                                .split_once('/')
-                                .map(|(g, _)| g.to_string())
-                                .unwrap_or_default(),
-                            kind: types.kind,
+                            group: resource.group.clone(),
+                            kind: resource.kind.clone(),
                             namespace: o.metadata.namespace.clone(),
                             name: o.metadata.name.clone()?,
                         };
+                        o.types = Some(kube::api::TypeMeta {
+                            api_version: resource.api_version.clone(),
+                            kind: resource.kind.clone(),
+                        });
                         Some((r, o))
                     })
                     .collect())
