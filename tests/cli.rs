@@ -449,3 +449,47 @@ async fn tree_and_get_show_the_set_from_the_cluster() {
         "{row}"
     );
 }
+
+/// `diff` of a large set runs concurrently: 400 unchanged members and one changed one.
+#[tokio::test]
+async fn diff_of_a_large_set() {
+    const N: usize = 400;
+    let h = Harness::new("cli-large").await;
+    let op = h.start_operator();
+    let set = h.applyset("big");
+    let manifests: Vec<Value> = (0..N)
+        .map(|i| configmap(&format!("c{i}"), json!({"i": i.to_string()})))
+        .collect();
+    set.create(json!({"manifests": manifests})).await;
+    set.wait_ready_within(LONG_DEADLINE).await;
+    stop(op).await;
+    let mut changed = manifests.clone();
+    changed[7] = configmap("c7", json!({"i": "seven"}));
+    let dir = scratch("cli-large");
+    let file = dir.join("big.yaml");
+    write_set(&file, &set, &json!({"manifests": changed}));
+    let started = std::time::Instant::now();
+    let out = on_cluster(&[
+        "diff",
+        "-f",
+        file.to_str().expect("path"),
+        "--concurrency",
+        "32",
+    ])
+    .await;
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "0 to create, 1 to change, 0 to prune, 0 conflicts, {} unchanged",
+            N - 1
+        )),
+        "{}",
+        shown(&out)
+    );
+    eprintln!("diff of {N} members took {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "diff of {N} members took {took:?}"
+    );
+}
