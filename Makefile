@@ -117,6 +117,15 @@ lint: helm-binary ## cargo fmt --check, cargo clippy -D warnings, helm lint
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	$$(tests/testenv/build-helm.sh 2>/dev/null)/helm lint --strict charts/applyset-operator
 
+# PREFIX: install under PREFIX/bin instead of cargo's (~/.cargo/bin); INSTALL_ARGS: more
+# `cargo install` arguments (e.g. --debug for a quick build).
+PREFIX ?=
+INSTALL_ARGS ?=
+
+.PHONY: install
+install: ## install applyset-operator and the kubectl plugin kubectl-applyset on the PATH (cargo install; PREFIX=dir for dir/bin)
+	$(CARGO) install --locked --path . --bins $(if $(PREFIX),--root $(PREFIX)) $(INSTALL_ARGS)
+
 .PHONY: release
 release: ## the release build of the operator (the Dockerfile runs the same command)
 	$(CARGO) build --release --locked --bin applyset-operator

@@ -539,6 +539,12 @@ pub struct ApplySetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_revision: Option<String>,
 
+    /// The value of the applyset.dev/reconcile-requested-at annotation the last reported
+    /// reconcile saw: a client that set the annotation knows its request was handled when
+    /// this equals the value it set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+
     /// Counts of the last reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,

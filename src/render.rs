@@ -100,7 +100,7 @@ pub enum RenderError {
 }
 
 /// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
-fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
+pub fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
     let mut out = BTreeMap::new();
     for m in manifests
         .iter()
@@ -217,8 +217,15 @@ pub async fn render(
     manifests: Vec<Manifest>,
     resolver: &Resolver,
 ) -> Result<Result<DesiredSet, RenderError>> {
-    let declared = declared_kinds(&manifests);
     // Each distinct kind is resolved once, with at most one discovery refresh for all misses.
+    let served = resolver.resolve_all(&kinds_to_resolve(&manifests)).await?;
+    Ok(render_resolved(parent, spec, manifests, served))
+}
+
+/// The kinds of `manifests` that must be resolved by discovery (those not defined by a CRD
+/// declared among them), sorted, each once.
+pub fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
+    let declared = declared_kinds(manifests);
     let mut gvks: Vec<Gvk> = manifests
         .iter()
         .map(gvk)
@@ -226,17 +233,29 @@ pub async fn render(
         .collect();
     gvks.sort();
     gvks.dedup();
-    let served = resolver.resolve_all(&gvks).await?;
+    gvks
+}
+
+/// Renders the desired set of `parent` with the kinds already resolved (`served`: how the
+/// kinds of [`kinds_to_resolve`] resolved; a kind absent from it is unknown). Pure.
+#[allow(clippy::result_large_err)]
+pub fn render_resolved(
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    manifests: Vec<Manifest>,
+    served: HashMap<Gvk, Resolved>,
+) -> Result<DesiredSet, RenderError> {
+    let declared = declared_kinds(&manifests);
     let kinds = Kinds { served, declared };
     let members: Result<Vec<Member>, RenderError> = manifests
         .into_iter()
         .map(|m| member(m, &kinds, spec, parent))
         .collect();
-    Ok(members.and_then(desired_set))
+    members.and_then(desired_set)
 }
 
 /// (group, version, kind).
-type Gvk = (String, String, String);
+pub type Gvk = (String, String, String);
 
 fn gvk(m: &Manifest) -> Gvk {
     (m.group.clone(), m.version.clone(), m.kind.clone())

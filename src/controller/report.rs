@@ -456,7 +456,10 @@ pub async fn write<P: Parent>(
         count(ctx, s);
     }
     let previous = obj.status().cloned().unwrap_or_default();
-    let next = next_status(&previous, obj.meta().generation, &scope.id, r);
+    let mut next = next_status(&previous, obj.meta().generation, &scope.id, r);
+    if let Some(at) = reconcile_requested_at(obj) {
+        next.last_handled_reconcile_at = Some(at);
+    }
     let next = fit(next, other_bytes(ctx, obj));
     let info = info(scope, obj, &next);
     write_status(ctx, obj, &previous, next).await?;
@@ -477,6 +480,16 @@ pub async fn write<P: Parent>(
         Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
         Next::After(d) => Action::requeue(d.min(spec.interval())),
     })
+}
+
+/// The parent's `applyset.dev/reconcile-requested-at` annotation: the request this reconcile
+/// handled (echoed in `status.lastHandledReconcileAt`).
+fn reconcile_requested_at<P: Parent>(obj: &P) -> Option<String> {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::applyset::ANNOTATION_RECONCILE_REQUESTED_AT))
+        .cloned()
 }
 
 /// What `applyset_info` says of a parent with status `status`.

@@ -1,0 +1,139 @@
+//! The connection to the cluster (kubectl's `--kubeconfig`, `--context`, `-n`) and the names
+//! of sets on the command line.
+
+use applyset_operator::applyset::{ParentKind, ParentRef};
+use http::{HeaderValue, Request};
+use kube::{
+    Client, Config,
+    client::Body,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+use crate::Global;
+
+/// A client of the cluster and the namespace commands default to.
+pub struct Conn {
+    pub client: Client,
+    /// `-n`, else the context's namespace, else `default`.
+    pub namespace: String,
+}
+
+/// The kube configuration `g` selects: `--kubeconfig` (else `$KUBECONFIG`, `~/.kube/config`,
+/// in-cluster) with `--context`.
+pub async fn config(g: &Global) -> Result<Config, String> {
+    let options = KubeConfigOptions {
+        context: g.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &g.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        None if g.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| e.to_string()),
+        None => Config::infer().await.map_err(|e| e.to_string()),
+    };
+    config.map_err(|e| format!("no usable cluster configuration: {e}"))
+}
+
+/// Connects as `g` says.
+pub async fn connect(g: &Global) -> Result<Conn, String> {
+    let config = config(g).await?;
+    let namespace = g
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| format!("connecting to the cluster: {e}"))?;
+    Ok(Conn { client, namespace })
+}
+
+/// The set `name` names: `NAME`, `applyset/NAME` or `aset/NAME` (an ApplySet in
+/// `namespace`), `clusterapplyset/NAME` or `caset/NAME` (a ClusterApplySet). Kinds are
+/// case-insensitive and may carry the group (`clusterapplyset.applyset.dev/NAME`).
+pub fn parse_set(name: &str, namespace: &str) -> Result<ParentRef, String> {
+    let (kind, name) = match name.split_once('/') {
+        None => (ParentKind::ApplySet, name),
+        Some((kind, name)) => {
+            let kind = kind.to_ascii_lowercase();
+            let kind = kind.strip_suffix(".applyset.dev").unwrap_or(&kind);
+            match kind {
+                "applyset" | "applysets" | "aset" => (ParentKind::ApplySet, name),
+                "clusterapplyset" | "clusterapplysets" | "caset" => {
+                    (ParentKind::ClusterApplySet, name)
+                }
+                other => {
+                    return Err(format!(
+                        "{other:?} is not a set kind: name a set NAME, applyset/NAME or clusterapplyset/NAME"
+                    ));
+                }
+            }
+        }
+    };
+    if name.is_empty() || name.contains('/') {
+        return Err(format!(
+            "{name:?} is not a set name: name a set NAME, applyset/NAME or clusterapplyset/NAME"
+        ));
+    }
+    Ok(match kind {
+        ParentKind::ApplySet => ParentRef::applyset(namespace, name),
+        ParentKind::ClusterApplySet => ParentRef::cluster(name),
+    })
+}
+
+/// `applyset/NAME` or `clusterapplyset/NAME`: how a set is named on the command line.
+pub fn set_name(parent: &ParentRef) -> String {
+    match parent.kind {
+        ParentKind::ApplySet => format!("applyset/{}", parent.name),
+        ParentKind::ClusterApplySet => format!("clusterapplyset/{}", parent.name),
+    }
+}
+
+/// A client that sends every request through `base` as `user` (the `Impersonate-User`
+/// header), as the operator does for a set that names a ServiceAccount; `None` when `user`
+/// cannot be a header value.
+pub fn impersonating(base: &Client, user: &str) -> Option<Client> {
+    let header = HeaderValue::from_str(user).ok()?;
+    let inner = base.clone();
+    let service = tower::service_fn(move |mut req: Request<Body>| {
+        req.headers_mut().insert("Impersonate-User", header.clone());
+        let inner = inner.clone();
+        async move { inner.send(req).await }
+    });
+    Some(Client::new(service, base.default_namespace().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_names() {
+        assert_eq!(
+            parse_set("web", "team").expect("name"),
+            ParentRef::applyset("team", "web")
+        );
+        assert_eq!(
+            parse_set("aset/web", "team").expect("name"),
+            ParentRef::applyset("team", "web")
+        );
+        assert_eq!(
+            parse_set("ClusterApplySet.applyset.dev/infra", "team").expect("name"),
+            ParentRef::cluster("infra")
+        );
+        assert_eq!(
+            parse_set("caset/infra", "team").expect("name"),
+            ParentRef::cluster("infra")
+        );
+        assert!(parse_set("deployment/web", "team").is_err());
+        assert!(parse_set("caset/", "team").is_err());
+        assert_eq!(
+            set_name(&ParentRef::cluster("infra")),
+            "clusterapplyset/infra"
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! `kubectl-applyset`: the command line of applyset-operator, a kubectl plugin (`kubectl
+//! applyset ...` once the binary is on the PATH). It is built on the operator's library, so
+//! `build` and `diff` render, validate and decide exactly as the operator does.
+//!
+//! Exit codes: 0 success (for `diff`: no changes; for `reconcile`: Ready), 1 `diff` found
+//! changes or `reconcile` ended not Ready, 2 an error (bad input, unreachable cluster, a
+//! wait that timed out).
+
+mod build;
+mod conn;
+mod diff;
+mod file;
+mod kinds;
+mod progress;
+mod render;
+mod sets;
+mod tree;
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit code of an error.
+pub const EXIT_ERROR: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-applyset",
+    bin_name = "kubectl applyset",
+    version,
+    about = "Build, diff, inspect and reconcile ApplySets and ClusterApplySets (applyset.dev/v1alpha1)",
+    long_about = None,
+    after_help = "Sets are named NAME (an ApplySet in the namespace of -n or of the kubeconfig context) \
+or clusterapplyset/NAME (also caset/NAME) for a ClusterApplySet; applyset/NAME and aset/NAME \
+name an ApplySet.\n\nExit codes: 0 success (diff: no changes; reconcile: Ready), 1 diff found \
+changes or reconcile ended not Ready, 2 error."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every command takes, as kubectl spells them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The namespace of ApplySets (default: the context's namespace, else "default").
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Render the ApplySets in FILE offline and print their members as YAML, as the operator
+    /// would apply them (with the part-of label).
+    #[command(
+        long_about = "Render the ApplySets and ClusterApplySets in FILE and print their members as YAML, \
+as the operator would apply them (normalized, namespaced, with the applyset.kubernetes.io/part-of \
+label), in apply order. Validation uses the operator's own rules and messages; errors name the file \
+and line.\n\nWithout --cluster nothing contacts a cluster: inline manifests, http, git and oci \
+sources are read directly; configMap and secret sources (and secretRefs) need --cluster. Kinds are \
+resolved from a built-in table of Kubernetes kinds and from CustomResourceDefinitions in FILE or in \
+the sets; another kind is assumed namespaced, with a warning (--cluster resolves it by discovery)."
+    )]
+    Build {
+        /// File with ApplySet and ClusterApplySet documents (other documents: CRDs are read for
+        /// their kinds, the rest ignored); - reads standard input.
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        file: PathBuf,
+        /// Use the kubeconfig's cluster: discovery for kinds, and configMap/secret sources.
+        #[arg(long)]
+        cluster: bool,
+        /// Validate as an operator run with --allow-cross-namespace-sets.
+        #[arg(long)]
+        allow_cross_namespace_sets: bool,
+    },
+    /// Show what applying the sets in FILE would change in the cluster (server-side dry-run).
+    #[command(
+        long_about = "Show what the operator would do with the sets in FILE against the current cluster: \
+a server-side dry-run apply of every member as the set's field manager (and as its ServiceAccount \
+when spec.serviceAccountName names one, through impersonation), printed as a unified diff of each \
+object that would be created or changed (Secret values masked), the objects that would be pruned, \
+and conflicts with other field managers or other sets. Nothing is written.\n\nExit code 0: no \
+changes; 1: changes or conflicts; 2: error."
+    )]
+    Diff {
+        /// File with ApplySet and ClusterApplySet documents; - reads standard input.
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        file: PathBuf,
+        /// Members dry-run at once.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: u16,
+        /// Validate as an operator run with --allow-cross-namespace-sets.
+        #[arg(long)]
+        allow_cross_namespace_sets: bool,
+    },
+    /// Show a set and its members from the cluster, with their health.
+    Tree {
+        /// The set: NAME or clusterapplyset/NAME.
+        name: String,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List sets with their Ready status, counts and message.
+    Get {
+        /// Only this set: NAME or clusterapplyset/NAME.
+        name: Option<String>,
+        /// ApplySets of every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+    /// Ask the operator to reconcile a set now and wait until it has.
+    Reconcile {
+        /// The set: NAME or clusterapplyset/NAME.
+        name: String,
+        /// How long to wait for the operator (e.g. 30s, 5m).
+        #[arg(long, default_value = "5m", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Stop reconciling a set (spec.suspend: true).
+    Suspend {
+        /// The set: NAME or clusterapplyset/NAME.
+        name: String,
+    },
+    /// Reconcile a suspended set again (spec.suspend: false).
+    Resume {
+        /// The set: NAME or clusterapplyset/NAME.
+        name: String,
+    },
+}
+
+/// Output formats of `tree`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// A Go-style duration (`30s`, `5m`, `1h30m`).
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    applyset_operator::api::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration such as 30s, 5m or 1h30m"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    applyset_operator::sources::install_crypto_provider();
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Runs one command; `Ok` carries the exit code, `Err` an error message (exit 2).
+async fn run(cli: Cli) -> Result<u8, String> {
+    let g = &cli.global;
+    match cli.command {
+        Command::Build {
+            file,
+            cluster,
+            allow_cross_namespace_sets,
+        } => build::run(g, &file, cluster, allow_cross_namespace_sets).await,
+        Command::Diff {
+            file,
+            concurrency,
+            allow_cross_namespace_sets,
+        } => {
+            diff::run(
+                g,
+                &file,
+                usize::from(concurrency),
+                allow_cross_namespace_sets,
+            )
+            .await
+        }
+        Command::Tree { name, output } => tree::run(g, &name, output).await,
+        Command::Get {
+            name,
+            all_namespaces,
+        } => sets::get(g, name.as_deref(), all_namespaces).await,
+        Command::Reconcile { name, timeout } => sets::reconcile(g, &name, timeout).await,
+        Command::Suspend { name } => sets::suspend(g, &name, true).await,
+        Command::Resume { name } => sets::suspend(g, &name, false).await,
+    }
+}

@@ -1,0 +1,274 @@
+//! `get`, `reconcile`, `suspend` and `resume`: reading and nudging sets in the cluster.
+
+use std::time::Duration;
+
+use applyset_operator::{
+    api::{ApplySet, ApplySetStatus, ClusterApplySet},
+    applyset::{ANNOTATION_RECONCILE_REQUESTED_AT, ParentKind, ParentRef},
+    parent::Parent,
+};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
+use kube::{
+    Api, Client,
+    api::{ListParams, Patch, PatchParams},
+    runtime::wait::await_condition,
+};
+use serde_json::json;
+
+use crate::{Global, conn, progress::Progress};
+
+/// The field manager of the plugin's own writes (annotations, spec.suspend).
+pub const FIELD_MANAGER: &str = "kubectl-applyset";
+
+/// The Ready condition of a status.
+pub fn ready(status: Option<&ApplySetStatus>) -> Option<&Condition> {
+    status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+}
+
+/// One row of `get`.
+struct Row {
+    namespace: String,
+    name: String,
+    ready: String,
+    reason: String,
+    members: String,
+    pruned: String,
+    age: String,
+    message: String,
+}
+
+fn row<P: Parent>(p: &P, now: Timestamp) -> Row {
+    let status = p.status();
+    let ready = ready(status);
+    let summary = status.and_then(|s| s.summary.as_ref());
+    let parent = p.parent_ref();
+    let message = match (ready, status.and_then(|s| s.last_error.as_ref())) {
+        (Some(c), _) => c.message.clone(),
+        (None, Some(e)) => e.clone(),
+        (None, None) => String::new(),
+    };
+    Row {
+        namespace: parent.namespace.clone().unwrap_or_default(),
+        name: conn::set_name(&parent),
+        ready: ready.map_or_else(|| "Unknown".into(), |c| c.status.clone()),
+        reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        members: summary.map(|s| s.members.to_string()).unwrap_or_default(),
+        pruned: summary.map(|s| s.pruned.to_string()).unwrap_or_default(),
+        age: p
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| age(now, t.0))
+            .unwrap_or_default(),
+        message: message.replace('\n', " "),
+    }
+}
+
+/// kubectl's short age: `45s`, `12m`, `5h`, `3d`.
+pub fn age(now: Timestamp, then: Timestamp) -> String {
+    let s = now.as_second().saturating_sub(then.as_second()).max(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 3 * 3600 => format!("{}m", s / 60),
+        s if s < 48 * 3600 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// `get`: the sets (ApplySets of the namespace, or of all with `-A`, and ClusterApplySets)
+/// as a table with the CRDs' printer columns and the Ready message.
+pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, String> {
+    let c = conn::connect(g).await?;
+    let now = Timestamp::now();
+    let mut rows = Vec::new();
+    let missing_crds = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+    match name.map(|n| conn::parse_set(n, &c.namespace)).transpose()? {
+        Some(parent) => {
+            let r = match parent.kind {
+                ParentKind::ApplySet => fetch::<ApplySet>(&c.client, &parent)
+                    .await?
+                    .map(|p| row(&p, now)),
+                ParentKind::ClusterApplySet => fetch::<ClusterApplySet>(&c.client, &parent)
+                    .await?
+                    .map(|p| row(&p, now)),
+            };
+            rows.push(r.ok_or_else(|| format!("{parent} not found"))?);
+        }
+        None => {
+            let sets: Api<ApplySet> = if all {
+                Api::all(c.client.clone())
+            } else {
+                Api::namespaced(c.client.clone(), &c.namespace)
+            };
+            match sets.list(&ListParams::default()).await {
+                Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
+                Err(e) if missing_crds(&e) => {}
+                Err(e) => return Err(format!("listing ApplySets: {e}")),
+            }
+            let cluster: Api<ClusterApplySet> = Api::all(c.client.clone());
+            match cluster.list(&ListParams::default()).await {
+                Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
+                Err(e) if missing_crds(&e) => {}
+                Err(e) => return Err(format!("listing ClusterApplySets: {e}")),
+            }
+        }
+    }
+    if rows.is_empty() {
+        eprintln!("No sets found.");
+        return Ok(0);
+    }
+    print!("{}", table(&rows, all));
+    Ok(0)
+}
+
+/// The rows as kubectl prints tables: upper-case headers, columns three spaces apart.
+fn table(rows: &[Row], namespaces: bool) -> String {
+    let mut cells: Vec<Vec<&str>> = Vec::new();
+    let mut header = vec![
+        "NAME", "READY", "REASON", "MEMBERS", "PRUNED", "AGE", "MESSAGE",
+    ];
+    if namespaces {
+        header.insert(0, "NAMESPACE");
+    }
+    cells.push(header);
+    for r in rows {
+        let mut line = vec![
+            r.name.as_str(),
+            &r.ready,
+            &r.reason,
+            &r.members,
+            &r.pruned,
+            &r.age,
+            &r.message,
+        ];
+        if namespaces {
+            line.insert(0, &r.namespace);
+        }
+        cells.push(line);
+    }
+    let columns = cells.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in &cells {
+        let mut text = String::new();
+        for (i, cell) in line.iter().enumerate() {
+            if i + 1 == columns {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<w$}   ", w = widths[i]));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The set `parent`, if it exists.
+pub async fn fetch<P: Parent>(client: &Client, parent: &ParentRef) -> Result<Option<P>, String> {
+    match P::api(client.clone(), parent.namespace.as_deref())
+        .get_opt(&parent.name)
+        .await
+    {
+        Ok(p) => Ok(p),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(format!("reading {parent}: {e}")),
+    }
+}
+
+/// `suspend` / `resume`: sets spec.suspend.
+pub async fn suspend(g: &Global, name: &str, suspend: bool) -> Result<u8, String> {
+    let c = conn::connect(g).await?;
+    let parent = conn::parse_set(name, &c.namespace)?;
+    let patch = json!({"spec": {"suspend": suspend}});
+    match parent.kind {
+        ParentKind::ApplySet => drop(merge::<ApplySet>(&c.client, &parent, &patch).await?),
+        ParentKind::ClusterApplySet => {
+            drop(merge::<ClusterApplySet>(&c.client, &parent, &patch).await?)
+        }
+    }
+    println!("{parent} {}", if suspend { "suspended" } else { "resumed" });
+    Ok(0)
+}
+
+/// A JSON merge patch of the set `parent`.
+async fn merge<P: Parent>(
+    client: &Client,
+    parent: &ParentRef,
+    patch: &serde_json::Value,
+) -> Result<P, String> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    P::api(client.clone(), parent.namespace.as_deref())
+        .patch(&parent.name, &params, &Patch::Merge(patch))
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => format!("{parent} not found"),
+            e => format!("updating {parent}: {e}"),
+        })
+}
+
+/// `reconcile`: requests a reconcile (the annotation, a new value) and waits, by watching the
+/// set, until its status echoes that value in lastHandledReconcileAt; then prints the outcome.
+pub async fn reconcile(g: &Global, name: &str, timeout: Duration) -> Result<u8, String> {
+    let c = conn::connect(g).await?;
+    let parent = conn::parse_set(name, &c.namespace)?;
+    match parent.kind {
+        ParentKind::ApplySet => reconcile_as::<ApplySet>(&c.client, &parent, timeout).await,
+        ParentKind::ClusterApplySet => {
+            reconcile_as::<ClusterApplySet>(&c.client, &parent, timeout).await
+        }
+    }
+}
+
+async fn reconcile_as<P: Parent>(
+    client: &Client,
+    parent: &ParentRef,
+    timeout: Duration,
+) -> Result<u8, String> {
+    let requested = Timestamp::now().to_string();
+    let patch =
+        json!({"metadata": {"annotations": {ANNOTATION_RECONCILE_REQUESTED_AT: requested}}});
+    merge::<P>(client, parent, &patch).await?;
+    let progress = Progress::new("", 0);
+    progress.say(&format!(
+        "waiting for the operator to reconcile {parent} ..."
+    ));
+    let api = P::api(client.clone(), parent.namespace.as_deref());
+    let wanted = requested.clone();
+    let handled = move |p: Option<&P>| {
+        p.and_then(|p| p.status())
+            .and_then(|s| s.last_handled_reconcile_at.as_deref())
+            == Some(wanted.as_str())
+    };
+    let waited = tokio::time::timeout(timeout, await_condition(api, &parent.name, handled)).await;
+    progress.finish();
+    let set = match waited {
+        Err(_) => {
+            return Err(format!(
+                "{parent}: the operator did not handle the request within {timeout:?} (is it running, and does it watch this set?)"
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("watching {parent}: {e}")),
+        Ok(Ok(None)) => return Err(format!("{parent} was deleted")),
+        Ok(Ok(Some(set))) => set,
+    };
+    let status = set.status();
+    let Some(c) = ready(status) else {
+        println!("{parent}: reconciled; no Ready condition yet");
+        return Ok(1);
+    };
+    println!("{parent}: Ready={} {}: {}", c.status, c.reason, c.message);
+    let current = c.observed_generation.is_none() || c.observed_generation == set.meta().generation;
+    Ok(if c.status == "True" && current { 0 } else { 1 })
+}

@@ -1,0 +1,495 @@
+//! End to end tests of the `kubectl-applyset` plugin: the binary run as a process against
+//! the real control plane of this test binary, with an in-process operator where a command
+//! needs one (`reconcile`, and the sets `diff` and `tree` look at). Also: `--help` compared
+//! with a checked-in snapshot, through kubectl's plugin mechanism too, and `build` offline.
+
+#[path = "support/operator.rs"]
+mod operator;
+mod support;
+
+use std::{path::Path, process::Output};
+
+use kube::api::{Patch, PatchParams};
+
+use operator::*;
+use serde_json::{Value, json};
+use support::{cluster, scratch};
+
+/// The plugin binary.
+const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
+
+/// The checked-in `--help` text (regenerate: `kubectl-applyset --help > tests/cli/help.txt`).
+const HELP: &str = include_str!("cli/help.txt");
+
+/// Runs the plugin with `args` (without waiting on the runtime's threads: the operator of the
+/// test runs on the same runtime).
+async fn plugin(args: &[&str]) -> Output {
+    tokio::process::Command::new(PLUGIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl-applyset")
+}
+
+/// Runs the plugin against the test cluster.
+async fn on_cluster(args: &[&str]) -> Output {
+    let kubeconfig = format!("--kubeconfig={}", cluster().kubeconfig().display());
+    let mut all = vec![kubeconfig.as_str()];
+    all.extend_from_slice(args);
+    plugin(&all).await
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `code`, stdout and stderr, for assertion messages.
+fn shown(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        stdout(o),
+        stderr(o)
+    )
+}
+
+/// Writes an ApplySet document for `set` with `spec` to `path` (JSON is YAML).
+fn write_set(path: &Path, set: &Parent, spec: &Value) {
+    let doc = json!({
+        "apiVersion": "applyset.dev/v1alpha1",
+        "kind": set.kind(),
+        "metadata": {"name": set.name, "namespace": set.namespace},
+        "spec": spec,
+    });
+    let text = serde_json::to_string_pretty(&doc).expect("json");
+    std::fs::write(path, text).expect("write the set file");
+}
+
+#[tokio::test]
+async fn help_matches_the_snapshot() {
+    let out = plugin(&["--help"]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    assert_eq!(
+        stdout(&out),
+        HELP,
+        "`kubectl-applyset --help` changed; if intended, update tests/cli/help.txt"
+    );
+}
+
+/// kubectl finds the plugin on the PATH: `kubectl applyset --help` runs it.
+#[tokio::test]
+async fn kubectl_runs_the_plugin_from_the_path() {
+    let bin = applyset_testenv::binaries().expect("the kube binaries");
+    let dir = Path::new(PLUGIN).parent().expect("the plugin's directory");
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = tokio::process::Command::new(bin.join("kubectl"))
+        .args(["applyset", "--help"])
+        .env("PATH", path)
+        .output()
+        .await
+        .expect("run kubectl");
+    assert!(out.status.success(), "{}", shown(&out));
+    assert_eq!(stdout(&out), HELP);
+}
+
+/// `build` without a cluster: members with the part-of label; errors name the file and line;
+/// a configMap source says it needs a cluster.
+#[tokio::test]
+async fn build_offline_prints_members_and_names_file_and_line_of_errors() {
+    let dir = scratch("cli-build");
+    let good = dir.join("good.yaml");
+    std::fs::write(
+        &good,
+        "\
+apiVersion: applyset.dev/v1alpha1
+kind: ApplySet
+metadata:
+  name: web
+  namespace: team
+spec:
+  manifests:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: a
+    data:
+      k: v
+",
+    )
+    .expect("write");
+    let out = plugin(&["build", "-f", good.to_str().expect("path")]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let id = applyset_id("team", "web");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("applyset.kubernetes.io/part-of: {id}")),
+        "{}",
+        shown(&out)
+    );
+    assert!(text.contains("namespace: team"), "{}", shown(&out));
+
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "\
+apiVersion: applyset.dev/v1alpha1
+kind: ApplySet
+metadata:
+  name: web
+spec:
+  manifests:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: a
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      labels:
+        k: v
+",
+    )
+    .expect("write");
+    let out = plugin(&["build", "-f", bad.to_str().expect("path")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{}:11: spec.manifests[1]: ConfigMap: metadata.name is missing",
+            bad.display()
+        )),
+        "{}",
+        shown(&out)
+    );
+
+    let source = dir.join("source.yaml");
+    std::fs::write(
+        &source,
+        "\
+apiVersion: applyset.dev/v1alpha1
+kind: ApplySet
+metadata:
+  name: web
+spec:
+  sources:
+  - configMap:
+      name: manifests
+",
+    )
+    .expect("write");
+    let out = plugin(&["build", "-f", source.to_str().expect("path")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}:7: ", source.display()))
+            && stderr(&out).contains("build runs without a cluster; run it with --cluster"),
+        "{}",
+        shown(&out)
+    );
+
+    let yaml_error = dir.join("syntax.yaml");
+    std::fs::write(&yaml_error, "apiVersion: v1\nkind: [\n").expect("write");
+    let out = plugin(&["build", "-f", yaml_error.to_str().expect("path")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains(&format!("{}:", yaml_error.display())),
+        "{}",
+        shown(&out)
+    );
+}
+
+/// `diff`: exit 0 when the cluster matches, 1 with a unified diff of a change, an object to
+/// create, a member to prune, masked Secret values and a conflict with another manager; 2 on
+/// an invalid file.
+#[tokio::test]
+async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
+    let h = Harness::new("cli-diff").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("app");
+    let mut token = secret("token");
+    token["data"] = json!({"password": "b2xkLXNlY3JldA==", "user": "YWRtaW4="});
+    let applied = json!({"manifests": [
+        configmap("a", json!({"k": "a"})),
+        configmap("b", json!({"k": "b"})),
+        token,
+        secret("gone"),
+    ]});
+    set.create(applied.clone()).await;
+    set.wait_ready().await;
+    // The diff needs no operator (and one would fight the other manager below).
+    stop(op).await;
+    let dir = scratch("cli-diff");
+    let file = dir.join(format!("{ns}.yaml"));
+    let path = file.to_str().expect("path");
+
+    write_set(&file, &set, &applied);
+    let out = on_cluster(&["diff", "-f", path]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("0 to create, 0 to change, 0 to prune, 0 conflicts, 4 unchanged"),
+        "{}",
+        shown(&out)
+    );
+
+    // Another manager takes b's field; the file changes a and the Secret, adds c, drops gone.
+    dyn_api(&h.client, &configmap_ar(), Some(ns))
+        .patch(
+            "b",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "theirs"}})),
+        )
+        .await
+        .expect("another manager takes b's field");
+    let mut token = secret("token");
+    token["data"] = json!({"password": "bmV3LXNlY3JldA==", "user": "YWRtaW4="});
+    let changed = json!({"manifests": [
+        configmap("a", json!({"k": "changed"})),
+        configmap("b", json!({"k": "ours"})),
+        configmap("c", json!({"k": "c"})),
+        token,
+    ]});
+    write_set(&file, &set, &changed);
+    let out = on_cluster(&["diff", "-f", path]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 to create, 2 to change, 1 to prune, 1 conflicts, 0 unchanged"),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        text.contains(&format!(
+            "--- live/v1.ConfigMap.{ns}.a\n+++ merged/v1.ConfigMap.{ns}.a\n"
+        )),
+        "{}",
+        shown(&out)
+    );
+    assert!(text.contains("-  k: a\n+  k: changed\n"), "{}", shown(&out));
+    assert!(
+        text.contains(&format!("--- /dev/null\n+++ merged/v1.ConfigMap.{ns}.c\n")),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        text.contains(&format!("--- live/v1.Secret.{ns}.gone\n+++ /dev/null\n")),
+        "{}",
+        shown(&out)
+    );
+    // Secret values never show; a changed one is marked.
+    for value in [
+        "b2xkLXNlY3JldA==",
+        "bmV3LXNlY3JldA==",
+        "YWRtaW4=",
+        "c2VjcmV0",
+    ] {
+        assert!(!text.contains(value), "{value} shown:\n{}", shown(&out));
+    }
+    assert!(
+        text.contains("-  password: '*** (before)'\n+  password: '*** (after)'\n")
+            || text.contains("-  password: \"*** (before)\"\n+  password: \"*** (after)\"\n"),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        text.contains(&format!(
+            "# conflict ConfigMap {ns}/b: conflict with field manager(s) \"someone-else\""
+        )),
+        "{}",
+        shown(&out)
+    );
+
+    // Nothing was written by the diff.
+    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
+    assert_eq!(a.data["data"]["k"], "a");
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
+
+    // An invalid file is an error.
+    write_set(
+        &file,
+        &set,
+        &json!({"manifests": [{"apiVersion": "v1", "kind": "ConfigMap"}]}),
+    );
+    let out = on_cluster(&["diff", "-f", path]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+}
+
+/// The operator echoes the reconcile request it handled in status.lastHandledReconcileAt;
+/// `reconcile` waits for that echo and reports the outcome (exit 1 when suspended: not
+/// Ready); `suspend` and `resume` set spec.suspend.
+#[tokio::test]
+async fn reconcile_waits_for_the_operator_and_suspend_resume() {
+    let h = Harness::new("cli-rec").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("app");
+    set.create(json!({"manifests": [configmap("a", json!({"k": "a"}))]}))
+        .await;
+    set.wait_ready().await;
+
+    // The echo, through the API alone.
+    set.patch_metadata(
+        json!({"annotations": {"applyset.dev/reconcile-requested-at": "by-hand-1"}}),
+    )
+    .await;
+    set.wait_until("the echo of by-hand-1", DEADLINE, |_, s| {
+        (s?.last_handled_reconcile_at.as_deref() == Some("by-hand-1")).then_some(())
+    })
+    .await;
+
+    let out = on_cluster(&["reconcile", "app", "-n", ns, "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "ApplySet {ns}/app: Ready=True ReconciliationSucceeded"
+        )),
+        "{}",
+        shown(&out)
+    );
+    let requested = set
+        .annotation("applyset.dev/reconcile-requested-at")
+        .await
+        .expect("the request annotation");
+    let status = set.status().await.expect("status");
+    assert_eq!(
+        status.last_handled_reconcile_at.as_deref(),
+        Some(requested.as_str())
+    );
+
+    let out = on_cluster(&["suspend", "applyset/app", "-n", ns]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    assert_eq!(stdout(&out), format!("ApplySet {ns}/app suspended\n"));
+    let out = on_cluster(&["reconcile", "app", "-n", ns, "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(stdout(&out).contains("Suspended"), "{}", shown(&out));
+
+    let out = on_cluster(&["resume", "app", "-n", ns]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let out = on_cluster(&["reconcile", "app", "-n", ns, "--timeout", "60s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    stop(op).await;
+
+    // No operator: the wait ends at the timeout, an error.
+    let out = on_cluster(&["reconcile", "app", "-n", ns, "--timeout", "2s"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains("did not handle the request within"),
+        "{}",
+        shown(&out)
+    );
+}
+
+/// `tree` lists the members with their health, as text and as JSON; `get` prints the table.
+#[tokio::test]
+async fn tree_and_get_show_the_set_from_the_cluster() {
+    let h = Harness::new("cli-tree").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("app");
+    set.create(json!({"manifests": [configmap("a", json!({"k": "a"})), deployment("web")]}))
+        .await;
+    set.wait_ready().await;
+    stop(op).await;
+
+    let out = on_cluster(&["tree", "app", "-n", ns]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(&format!(
+            "ApplySet.applyset.dev/{ns}/app  Ready=True ReconciliationSucceeded"
+        )),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        text.contains(&format!("├── ConfigMap/{ns}/a  Current")),
+        "{}",
+        shown(&out)
+    );
+    // No deployment controller runs in the test control plane: the Deployment is in progress.
+    assert!(
+        text.contains(&format!("└── Deployment.apps/{ns}/web  InProgress")),
+        "{}",
+        shown(&out)
+    );
+
+    let out = on_cluster(&["tree", "applyset/app", "-n", ns, "-o", "json"]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let tree: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(tree["kind"], "ApplySet");
+    assert_eq!(tree["ready"]["status"], "True");
+    let members = tree["members"].as_array().expect("members");
+    assert_eq!(members.len(), 2, "{tree}");
+    assert_eq!(members[0]["kind"], "ConfigMap");
+    assert_eq!(members[0]["health"]["status"], "Current");
+
+    let out = on_cluster(&["get", "-n", ns]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let header = lines.next().expect("header");
+    assert!(
+        header.starts_with("NAME") && header.contains("READY") && header.ends_with("MESSAGE"),
+        "{text}"
+    );
+    let row = lines
+        .find(|l| l.starts_with("applyset/app "))
+        .unwrap_or_else(|| panic!("no row for the set:\n{text}"));
+    assert!(
+        row.contains("True") && row.contains("applied 2 members"),
+        "{row}"
+    );
+}
+
+/// `diff` of a large set runs concurrently: 400 unchanged members and one changed one.
+#[tokio::test]
+async fn diff_of_a_large_set() {
+    const N: usize = 400;
+    let h = Harness::new("cli-large").await;
+    let op = h.start_operator();
+    let set = h.applyset("big");
+    let manifests: Vec<Value> = (0..N)
+        .map(|i| configmap(&format!("c{i}"), json!({"i": i.to_string()})))
+        .collect();
+    set.create(json!({"manifests": manifests})).await;
+    set.wait_ready_within(LONG_DEADLINE).await;
+    stop(op).await;
+    let mut changed = manifests.clone();
+    changed[7] = configmap("c7", json!({"i": "seven"}));
+    let dir = scratch("cli-large");
+    let file = dir.join("big.yaml");
+    write_set(&file, &set, &json!({"manifests": changed}));
+    let started = std::time::Instant::now();
+    let out = on_cluster(&[
+        "diff",
+        "-f",
+        file.to_str().expect("path"),
+        "--concurrency",
+        "32",
+    ])
+    .await;
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "0 to create, 1 to change, 0 to prune, 0 conflicts, {} unchanged",
+            N - 1
+        )),
+        "{}",
+        shown(&out)
+    );
+    eprintln!("diff of {N} members took {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "diff of {N} members took {took:?}"
+    );
+}
