@@ -5,12 +5,14 @@
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
-//!                [--no-kubectl] [--impersonate]
+//!                [--no-kubectl] [--impersonate] [--wait]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
 //! `--impersonate` makes every ApplySet name a ServiceAccount (bound to cluster-admin), so
 //! the operator makes every member request through impersonation: the cost of tenancy.
+//! `--wait` gives every set of the Flux shape `wait: true` (the bench makes each Deployment
+//! available, as the Deployment controller would): the cost of health waits.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -55,6 +57,9 @@ struct Args {
     kubectl: bool,
     /// Every set names a ServiceAccount (the operator impersonates it).
     impersonate: bool,
+    /// The Flux shape's sets wait for their members' health (`spec.wait: true`); the bench
+    /// plays the Deployment controller, making each Deployment available once it exists.
+    wait: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -66,6 +71,7 @@ fn parse_args() -> Res<Args> {
         concurrency: None,
         kubectl: true,
         impersonate: false,
+        wait: false,
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -100,6 +106,7 @@ fn parse_args() -> Res<Args> {
             }
             "--no-kubectl" => a.kubectl = false,
             "--impersonate" => a.impersonate = true,
+            "--wait" => a.wait = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -782,6 +789,9 @@ async fn run_shape(
     let api_before = apiserver_requests(kubectl, kubeconfig);
     let (op_before, _, _) = op.counters();
     let created = AtomicU64::new(0);
+    let wait = args.wait;
+    let kubelet =
+        wait.then(|| tokio::spawn(make_deployments_available(client.clone(), ns.clone())));
     let start = Instant::now();
     stream::iter(0..k)
         .map(|i| {
@@ -796,6 +806,9 @@ async fn run_shape(
                     "metadata": {"name": format!("set-{i:04}"), "namespace": ns}, "spec": {"manifests": ms}});
                 if let Some(sa) = sa {
                     body["spec"]["serviceAccountName"] = json!(sa);
+                }
+                if wait {
+                    body["spec"]["wait"] = json!(true);
                 }
                 let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
                 api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
@@ -842,6 +855,9 @@ async fn run_shape(
         return Err(format!("only {n} of {k} ApplySets Ready within {WAIT:?}"));
     }
     let all_ready = start.elapsed().as_secs_f64();
+    if let Some(k) = kubelet {
+        k.abort();
+    }
     let (op_after, _, _) = op.counters();
     let api_after = apiserver_requests(kubectl, kubeconfig);
     let peak_rss_mib = op.peak_rss_mib();
@@ -854,6 +870,37 @@ async fn run_shape(
         operator_requests: op_after - op_before,
         apiserver_requests: api_after - api_before,
     })
+}
+
+/// Plays the Deployment controller (there is none in the bench's control plane): every
+/// Deployment in `ns` gets the status of one available replica as soon as it is seen.
+async fn make_deployments_available(client: Client, ns: String) {
+    use kube::runtime::WatchStreamExt;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, &ns, &resource_of(&json!({"kind": "Deployment"})));
+    kube::runtime::watcher(api.clone(), Default::default())
+        .default_backoff()
+        .applied_objects()
+        .for_each_concurrent(16, |o| {
+            let api = api.clone();
+            async move {
+                let Ok(o) = o else { return };
+                let generation = o.metadata.generation;
+                if o.data["status"]["observedGeneration"].as_i64() == generation {
+                    return;
+                }
+                let status = json!({"status": {"observedGeneration": generation, "replicas": 1,
+                    "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                    "conditions": [
+                        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}});
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let _ = api
+                    .patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(status))
+                    .await;
+            }
+        })
+        .await;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -916,7 +963,15 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
             e.get("resync_write_requests").copied().unwrap_or(f64::NAN),
         ));
     }
-    md.push_str("\n## The Flux shape: K ApplySets × 4 members, created at once\n\n| ApplySets | all Ready (s) | operator peak RSS (MiB) | operator requests | API server requests (all clients) |\n|---|---|---|---|---|\n");
+    let waiting = if args.wait {
+        ", every set with `wait: true` (the bench makes each Deployment available as the Deployment controller would; its status writes count among the API server's requests)"
+    } else {
+        ""
+    };
+    md.push_str(&format!(
+        "\n## The Flux shape: K ApplySets × 4 members, created at once{waiting}\n\n"
+    ));
+    md.push_str("| ApplySets | all Ready (s) | operator peak RSS (MiB) | operator requests | API server requests (all clients) |\n|---|---|---|---|---|\n");
     let mut json_shapes = Vec::new();
     for s in shapes {
         md.push_str(&format!(
@@ -972,7 +1027,7 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
     for (t, f, ok) in &targets {
         md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
     }
-    let json = json!({"sets": json_sets, "shapes": json_shapes, "operator_peak_rss_mib_sets": op_rss_sets,
+    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets,
         "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
     (md, json)
 }
