@@ -185,6 +185,23 @@ fn odd_objects_get_an_answer() {
                                               "observedGeneration": 3}]}}),
             "Degraded",
         ),
+        // Ready, then a member failed (Healthy kept current between reconciles), or is
+        // rolling out again.
+        (
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+                {"type": "Healthy", "status": "False", "reason": "HealthCheckFailed"}]}}),
+            "Degraded",
+        ),
+        (
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+                {"type": "Healthy", "status": "Unknown", "reason": "Progressing"}]}}),
+            "Progressing",
+        ),
+        (
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+                {"type": "Healthy", "status": "True", "reason": "Current"}]}}),
+            "Healthy",
+        ),
     ] {
         assert_eq!(health(&obj).0, expected, "{obj}");
     }

@@ -211,6 +211,23 @@ async fn kstatus_reads_the_set_through_its_states() {
         .await;
     assert_kstatus(&retried, "InProgress");
 
+    // A set waiting for its members' health (spec.wait, a Deployment not available):
+    // Ready=Unknown and Reconciling=True, which kstatus reads as InProgress, so a Flux
+    // `wait` on the set waits for its workloads too.
+    let health = h.applyset(&unique("ks-health"));
+    health
+        .create(json!({"wait": true, "manifests": [deployment("web")]}))
+        .await;
+    health
+        .wait_ready_reason(Some("Unknown"), "Progressing")
+        .await;
+    let v = assert_kstatus(&health, "InProgress");
+    assert!(
+        v.message.contains("waiting: 1 of 1 not current"),
+        "{}",
+        v.message
+    );
+
     // `kubectl wait --for=condition=Ready` waits through the defaulted status until the
     // operator has reconciled a new set.
     let waited = h.applyset(&unique("ks-wait"));
