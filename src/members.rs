@@ -468,6 +468,14 @@ fn older(a: &str, b: &str) -> bool {
     }
 }
 
+impl MemberWatches {
+    /// Reconciles `parents` (of either kind) through the same channels as drift: the
+    /// dependents of a set whose readiness changed, the dependencies a deleted set held up.
+    pub fn trigger_parents(&self, parents: Vec<ParentRef>) {
+        self.trigger(parents);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,8 @@ pub enum Reason {
     EmptySetRefused,
     Suspended,
     PlanReady,
+    /// A `dependsOn` set is not ready (retried; not stalled).
+    DependencyNotReady,
 }
 
 impl Reason {
@@ -43,6 +45,7 @@ impl Reason {
             Reason::EmptySetRefused => "EmptySetRefused",
             Reason::Suspended => "Suspended",
             Reason::PlanReady => "PlanReady",
+            Reason::DependencyNotReady => "DependencyNotReady",
         }
     }
 
