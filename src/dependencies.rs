@@ -370,8 +370,13 @@ struct Index {
 
 impl Index {
     fn set(&mut self, parent: &ParentRef, dependencies: Vec<ParentRef>) {
+        // Unchanged (every reconcile of a set whose dependsOn did not change): the verdicts
+        // of its dependencies are kept, so their next event triggers only on a real change.
+        if self.depends_on.get(parent) == Some(&dependencies) {
+            return;
+        }
         if let Some(old) = self.depends_on.remove(parent) {
-            for d in old {
+            for d in old.into_iter().filter(|d| !dependencies.contains(d)) {
                 if let Some(ds) = self.dependents.get_mut(&d) {
                     ds.remove(parent);
                     if ds.is_empty() {
@@ -1170,6 +1175,12 @@ mod tests {
         assert_eq!(
             d.on_event(&event(applyset("t", "crds", 2, ready(2)))),
             vec![web.clone()]
+        );
+        // The dependent reconciled again with the same dependsOn: nothing changed.
+        d.set(&web, vec![crds.clone()]);
+        assert!(
+            d.on_event(&event(applyset("t", "crds", 2, ready(2))))
+                .is_empty()
         );
         // Gone: its dependents hear of it; what it depended on is forgotten.
         d.set(&crds, vec![c("base")]);

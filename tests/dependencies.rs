@@ -332,3 +332,54 @@ async fn dependents_delete_their_members_before_their_dependencies() {
     );
     stop(op).await;
 }
+
+/// examples/depends-on.yaml, applied as it is (with this test's label on the sets, and an
+/// operator watching its namespace): the ApplySet of Gadgets becomes Ready after the
+/// ClusterApplySet of their CRD, and the Gadgets exist.
+#[tokio::test]
+async fn the_depends_on_example_works() {
+    use applyset_operator::manifest::{Origin, parse_documents};
+    let h = Harness::new("dep-example").await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/depends-on.yaml");
+    let text = std::fs::read_to_string(&path).expect("read the example");
+    let docs = parse_documents(&text, &Origin::file("examples", "depends-on.yaml"))
+        .unwrap_or_else(|e| panic!("examples/depends-on.yaml: {e}"));
+    let mut sets = Vec::new();
+    for d in docs {
+        let mut obj = Value::Object(d.object.clone());
+        let name = obj["metadata"]["name"].as_str().expect("name").to_owned();
+        match d.kind.as_str() {
+            "Namespace" => {
+                ssa(&h.client, &namespace_ar(), None, "test", obj).await;
+            }
+            kind @ ("ApplySet" | "ClusterApplySet") => {
+                obj["metadata"]["labels"] = json!({TEST_LABEL: h.label});
+                let o: kube::api::DynamicObject = serde_json::from_value(obj).expect("object");
+                let set = Parent {
+                    client: h.client.clone(),
+                    cluster: kind == "ClusterApplySet",
+                    namespace: o.metadata.namespace.clone(),
+                    name,
+                    label: h.label.clone(),
+                };
+                set.api()
+                    .create(&PostParams::default(), &o)
+                    .await
+                    .unwrap_or_else(|e| panic!("creating {}: {e}", set.display()));
+                sets.push(set);
+            }
+            other => panic!("unexpected {other} in the example"),
+        }
+    }
+    let mut config = h.config();
+    config.watch_namespace = Some("gadgets".into());
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+    for set in &sets {
+        set.wait_ready_within(LONG_DEADLINE).await;
+    }
+    let gadgets = gvk_resource("example.applyset.dev", "v1", "Gadget", "gadgets");
+    for name in ["red", "blue"] {
+        must_get(&h.client, &gadgets, Some("gadgets"), name).await;
+    }
+    stop(op).await;
+}
