@@ -606,8 +606,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being
     // deleted too delete theirs.
-    if deleting
-        && obj.spec().deletion_policy == DeletionPolicy::Delete
+    if obj.spec().deletion_policy == DeletionPolicy::Delete
         && obj.finalizers().iter().any(|f| f == FINALIZER)
         && let Some(action) = cleanup::wait_for_dependents(&*obj, ctx, &scope).await?
     {

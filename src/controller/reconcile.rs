@@ -1,7 +1,7 @@
 //! The reconcile of a parent that is not being deleted: SPEC §4 as a straight line of named
 //! steps — dependencies → render → guard → superset → apply → prune → shrink → report — with
-//! Plan mode a step of its own. Each step returns what the next one needs, or stops the reconcile with
-//! the [`Report`] to write.
+//! Plan mode a step of its own. Each step returns what the next one needs, or stops the
+//! reconcile with the [`Report`] to write.
 
 use std::{
     collections::HashMap,
