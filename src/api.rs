@@ -142,6 +142,18 @@ pub struct ApplySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub health_checks: Vec<HealthCheck>,
+
+    /// Sets that must be ready before this one is applied: each must have Ready=True for its
+    /// current generation (and Healthy=True when it has a Healthy condition). Until then
+    /// nothing is rendered or written, and status says Ready=False, reason DependencyNotReady,
+    /// naming the first one that is not ready. A set is applied as soon as its dependencies
+    /// become ready. A cycle (a set depending on itself, directly or through others) is
+    /// refused (ValidationFailed). On deletion with deletionPolicy Delete, a set waits (at most
+    /// its timeout) for the sets depending on it that are being deleted too, so their members
+    /// are deleted first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub depends_on: Vec<Dependency>,
 }
 
 /// An object whose health a set assesses (spec.healthChecks).
@@ -164,6 +176,45 @@ pub struct HealthCheck {
     pub namespace: Option<String>,
 }
 
+/// A set this one depends on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.namespace) && self.kind == 'ClusterApplySet')",
+    "message": "namespace is only for an ApplySet dependency: a ClusterApplySet has none"
+}]))]
+pub struct Dependency {
+    /// Name of the ApplySet or ClusterApplySet.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub name: String,
+
+    /// Namespace of an ApplySet dependency. Defaults to the depending ApplySet's own
+    /// namespace; a ClusterApplySet that depends on an ApplySet must set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: Option<String>,
+
+    /// ApplySet (the default) or ClusterApplySet.
+    #[serde(default)]
+    pub kind: DependencyKind,
+}
+
+/// The kind of a dependency.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DependencyKind {
+    /// A namespaced ApplySet.
+    #[default]
+    ApplySet,
+    /// A cluster-scoped ClusterApplySet.
+    ClusterApplySet,
+}
+
 /// Cluster-scoped ApplySet, for sets that span namespaces (CRDs, Namespaces, RBAC, add-ons).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -176,6 +227,7 @@ pub struct HealthCheck {
     status = "ApplySetStatus",
     doc = "A cluster-scoped set of Kubernetes objects applied with server-side apply and pruned when no longer declared. The ClusterApplySet is the KEP-3659 ApplySet parent of its members.",
     validation = Rule::new("has(self.spec.serviceAccountName) == has(self.spec.serviceAccountNamespace)").message("spec.serviceAccountName and spec.serviceAccountNamespace go together: set both or neither"),
+    validation = Rule::new("!has(self.spec.dependsOn) || self.spec.dependsOn.all(d, d.kind == 'ClusterApplySet' || has(d.namespace))").message("spec.dependsOn: a ClusterApplySet must name the namespace of an ApplySet it depends on"),
     label("applyset.kubernetes.io/is-parent-type", "true"),
     printcolumn = r#"{"name":"Ready","type":"string","description":"Ready condition status","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","description":"Ready condition reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
@@ -803,6 +855,7 @@ impl Default for ApplySetSpec {
             adopt_existing: false,
             wait: false,
             health_checks: Vec::new(),
+            depends_on: Vec::new(),
         }
     }
 }

@@ -20,6 +20,8 @@
 //! - [`watch`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
+//!   and the index from dependencies to dependents.
 //! - [`controller`]: the controllers and the reconcile, SPEC §4 as a line of named steps that
 //!   orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
@@ -28,6 +30,7 @@
 pub mod api;
 pub mod applyset;
 pub mod controller;
+pub mod dependencies;
 pub mod discovery;
 pub mod engine;
 pub mod health;

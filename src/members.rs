@@ -442,9 +442,17 @@ impl MemberWatches {
         out
     }
 
+    /// Reconciles the parents whose members drifted.
     fn trigger(&self, parents: Vec<ParentRef>) {
-        for p in parents {
+        for p in &parents {
             tracing::debug!(parent = %p, "member drift");
+        }
+        self.send(parents);
+    }
+
+    /// Queues a reconcile of each parent.
+    fn send(&self, parents: Vec<ParentRef>) {
+        for p in parents {
             match (p.kind, &p.namespace) {
                 (ParentKind::ApplySet, Some(ns)) => {
                     let _ = self
@@ -850,9 +858,11 @@ impl MemberWatches {
         ))
     }
 
-    /// Reconciles `parents` (each through its controller's queue).
+    /// Reconciles `parents` (of either kind) through the same channels as drift: a set whose
+    /// health became decisive while it waits, the dependents of a set whose readiness
+    /// changed, the dependencies a deleted set held up.
     pub fn trigger_parents(&self, parents: Vec<ParentRef>) {
-        self.trigger(parents);
+        self.send(parents);
     }
 }
 

@@ -30,6 +30,8 @@ pub enum Reason {
     Suspended,
     PlanReady,
     HealthCheckFailed,
+    /// A `dependsOn` set is not ready (retried; not stalled).
+    DependencyNotReady,
 }
 
 impl Reason {
@@ -48,6 +50,7 @@ impl Reason {
             Reason::Suspended => "Suspended",
             Reason::PlanReady => "PlanReady",
             Reason::HealthCheckFailed => "HealthCheckFailed",
+            Reason::DependencyNotReady => "DependencyNotReady",
         }
     }
 

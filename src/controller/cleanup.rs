@@ -1,7 +1,7 @@
 //! Deletion of a parent: with `deletionPolicy: Delete` every member is pruned (same safety
 //! rules, reverse order) before the finalizer goes; with `Orphan` the members stay.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use kube::runtime::controller::Action;
 
@@ -12,6 +12,7 @@ use super::{
 use crate::{
     Error, Result,
     api::DeletionPolicy,
+    dependencies::Waiting,
     engine::{
         Extent, SetScope, live,
         outcome::{Outcome, Retained, tally},
@@ -39,11 +40,46 @@ pub async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) ->
     }
 }
 
+/// The deletion order of dependsOn: `Some` (when to look again) while a set that depends on
+/// this one is being deleted too and has not deleted its members yet (see
+/// [`crate::dependencies::blocking_dependent`]); the wait is reported in status. The
+/// dependent's disappearance triggers a reconcile of this set (see
+/// [`crate::dependencies::Dependencies::on_event`]); the requeue is a safety net.
+pub async fn wait_for_dependents<P: Parent>(
+    obj: &P,
+    ctx: &Context,
+    scope: &SetScope,
+) -> Result<Option<Action>> {
+    let spec = obj.spec();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    match ctx.dependencies.waiting_for(&scope.parent, spec, now) {
+        Waiting::No => Ok(None),
+        Waiting::Caches => Ok(Some(Action::requeue(Duration::from_secs(1)))),
+        Waiting::For {
+            dependent,
+            remaining,
+        } => {
+            let msg = format!(
+                "{}: being deleted; waiting for {dependent}, which depends on it and is being deleted too, to delete its members first (at most spec.timeout, {}, from the start of its deletion)",
+                scope.parent, spec.timeout
+            );
+            tracing::info!(dependent = %dependent, "waiting for a dependent to delete its members");
+            report::write(ctx, scope, obj, Report::failed(Reason::Progressing, msg)).await?;
+            Ok(Some(Action::requeue(
+                remaining
+                    .min(spec.retry_interval())
+                    .max(Duration::from_secs(1)),
+            )))
+        }
+    }
+}
+
 /// Forgets the parent, then (policy Delete) prunes every member it recorded.
 async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Action> {
     ctx.members.forget(&scope.id);
     ctx.health.forget(&scope.id);
     ctx.sources.index.remove(&scope.parent);
+    ctx.dependencies.forget(&scope.parent);
     ctx.metrics.set_members(&scope.parent.to_string(), 0);
     if obj.spec().deletion_policy == DeletionPolicy::Orphan {
         tracing::info!("deleted with deletionPolicy Orphan; members left in place");

@@ -40,8 +40,9 @@ use tracing::Instrument;
 
 use crate::{
     Error, Result,
-    api::{ApplySet, ClusterApplySet},
+    api::{ApplySet, ClusterApplySet, DeletionPolicy},
     applyset::{self, FINALIZER, ParentRef},
+    dependencies::Dependencies,
     discovery::Resolver,
     engine::SetScope,
     members::MemberWatches,
@@ -121,6 +122,8 @@ pub struct Context {
     pub spec_sizes: report::SpecSizes,
     /// The health reporter's memory (sets that wait or have health checks).
     health: healthy::Reporter,
+    /// `spec.dependsOn`: the index from dependencies to dependents, the parent caches.
+    pub dependencies: Dependencies,
 }
 
 impl Context {
@@ -151,6 +154,7 @@ impl Context {
             impersonated: Mutex::new(HashMap::new()),
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
+            dependencies: Dependencies::default(),
         }
     }
 
@@ -377,6 +381,7 @@ async fn run_controller<P: Parent>(
         wc = wc.labels(sel);
     }
     let (reader, writer) = reflector::store();
+    ctx.dependencies.use_store(reader.clone());
     let synced = {
         let reader = reader.clone();
         let ready = ready.clone();
@@ -387,7 +392,7 @@ async fn run_controller<P: Parent>(
             }
         }
     };
-    let (queued, gone) = (ctx.metrics.clone(), ctx.metrics.clone());
+    let (queued, gone, deps) = (ctx.metrics.clone(), ctx.metrics.clone(), ctx.clone());
     let stream = watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
@@ -397,6 +402,13 @@ async fn run_controller<P: Parent>(
         .inspect(move |e| {
             if let Ok(watcher::Event::Delete(o)) = e {
                 gone.set_info(&o.parent_ref().to_string(), None);
+            }
+        })
+        // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
+        // dependencies it held up (before the filter: status changes count here).
+        .inspect(move |e| {
+            if let Ok(e) = e {
+                deps.members.trigger_parents(deps.dependencies.on_event(e));
             }
         })
         .applied_objects()
@@ -602,6 +614,14 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     // in its first reconcile.
     if !deleting {
         return reconcile::apply(obj, ctx, &scope).await;
+    }
+    // Being deleted, with members to delete: first the sets that depend on it and are being
+    // deleted too delete theirs.
+    if obj.spec().deletion_policy == DeletionPolicy::Delete
+        && obj.finalizers().iter().any(|f| f == FINALIZER)
+        && let Some(action) = cleanup::wait_for_dependents(&*obj, ctx, &scope).await?
+    {
+        return Ok(action);
     }
     // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());

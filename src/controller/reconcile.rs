@@ -1,7 +1,7 @@
 //! The reconcile of a parent that is not being deleted: SPEC §4 as a straight line of named
-//! steps — render → guard → superset → apply → prune → shrink → report — with Plan mode a
-//! step of its own. Each step returns what the next one needs, or stops the reconcile with
-//! the [`Report`] to write.
+//! steps — dependencies → render → guard → superset → apply → prune → shrink → report — with
+//! Plan mode a step of its own. Each step returns what the next one needs, or stops the
+//! reconcile with the [`Report`] to write.
 
 use std::{
     collections::HashMap,
@@ -21,6 +21,7 @@ use crate::{
     Error, Result,
     api::{ApplySetSpec, MemberRef, Mode},
     applyset::GroupKind,
+    dependencies::Refusal,
     discovery::Resolved,
     engine::{
         Extent, SetScope, adopt, apply,
@@ -115,9 +116,10 @@ async fn decide<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<R
     }
 }
 
-/// SPEC §4, steps 1 to 6, then the wait for the set's health.
+/// SPEC §4, steps 0 to 6, then the wait for the set's health (step 7).
 async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Report> {
     let spec = obj.spec();
+    dependencies(ctx, scope, spec).await?;
     let clock = Clock::start(spec);
     let desired = render(ctx, scope, spec).await?;
     let before = recorded(ctx, scope, obj).await?;
@@ -193,6 +195,36 @@ impl Desired {
             namespaces: self.set.namespaces(),
         }
     }
+}
+
+/// Step 0, the gate: every `dependsOn` set is ready (see [`crate::dependencies`]); nothing is
+/// rendered or written before. The other sets of a cycle are reconciled, so that they refuse
+/// it too.
+async fn dependencies(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<()> {
+    let parent = &scope.parent;
+    let refusal = match ctx
+        .dependencies
+        .gate(&ctx.client, parent, spec, &ctx.config.tenancy)
+        .await
+    {
+        Ok(()) => return Ok(()),
+        Err(refusal) => refusal,
+    };
+    let r = match refusal {
+        Refusal::Invalid(msg) => {
+            Report::failed(Reason::ValidationFailed, format!("{parent}: {msg}"))
+        }
+        Refusal::Cycle { message, others } => {
+            ctx.members.trigger_parents(others);
+            Report::failed(Reason::ValidationFailed, format!("{parent}: {message}"))
+        }
+        Refusal::NotReady(why) => {
+            tracing::debug!(why = %why, "dependency not ready");
+            let msg = format!("{parent}: dependency {why}; nothing is applied until it is ready");
+            Report::failed(Reason::DependencyNotReady, msg)
+        }
+    };
+    Err(r.into())
 }
 
 /// Step 1, render and validate: inline manifests, then every source. The referenced ConfigMaps

@@ -1,0 +1,1188 @@
+//! `spec.dependsOn`: sets that must be ready before a set is applied.
+//!
+//! - **The rules**, pure: which sets a spec names ([`resolve`]), which of them the tenancy
+//!   conventions allow ([`check_scope`]), whether a dependency is ready ([`verdict`]), the
+//!   cycle through a set ([`find_cycle`]), and which dependent a set being deleted waits for
+//!   ([`blocking_dependent`]).
+//! - **The index** ([`Dependencies`]): each set's dependencies as of its last reconcile, and
+//!   the reverse (each dependency's dependents), updated by every reconcile and cleared on
+//!   deletion; plus read access to the controllers' caches of both parent kinds. The parent
+//!   watches report every event to [`Dependencies::on_event`], which names the sets to
+//!   reconcile: the dependents of a set whose readiness changed, and the dependencies (being
+//!   deleted) of a set that is gone.
+
+use std::{
+    any::Any,
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use futures::FutureExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::{
+    Client, Resource, ResourceExt,
+    api::ObjectMeta,
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+
+use crate::{
+    api::{
+        ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet, DeletionPolicy, DependencyKind,
+    },
+    applyset::{FINALIZER, ParentKind, ParentRef},
+    parent::Parent,
+    status,
+    tenancy::Defaults,
+};
+
+/// Most entries `spec.dependsOn` may have (the CRD says so too).
+pub const MAX_DEPENDENCIES: usize = 64;
+
+/// The start of the message of a set refused for a cycle.
+const CYCLE: &str = "dependsOn cycle: ";
+
+// ---------------------------------------------------------------------------------------------
+// Rules (pure)
+
+/// The sets `spec.dependsOn` of `parent` names, in spec order: an ApplySet dependency without
+/// a namespace is in the depending ApplySet's namespace; a ClusterApplySet must name it.
+pub fn resolve(parent: &ParentRef, spec: &ApplySetSpec) -> Result<Vec<ParentRef>, String> {
+    if spec.depends_on.len() > MAX_DEPENDENCIES {
+        return Err(format!(
+            "spec.dependsOn has {} entries, more than the {MAX_DEPENDENCIES} allowed",
+            spec.depends_on.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(spec.depends_on.len());
+    for (i, d) in spec.depends_on.iter().enumerate() {
+        let at = |m: &str| format!("spec.dependsOn[{i}] ({:?} {}): {m}", d.kind, d.name);
+        if d.name.is_empty() {
+            return Err(at("name is empty"));
+        }
+        let namespace = d.namespace.as_deref().filter(|n| !n.is_empty());
+        out.push(match d.kind {
+            DependencyKind::ClusterApplySet => {
+                if namespace.is_some() {
+                    return Err(at(
+                        "namespace is only for an ApplySet dependency: a ClusterApplySet has none",
+                    ));
+                }
+                ParentRef::cluster(&d.name)
+            }
+            DependencyKind::ApplySet => match (namespace, parent.effective_namespace()) {
+                (Some(ns), _) | (None, Some(ns)) => ParentRef::applyset(ns, &d.name),
+                (None, None) => {
+                    return Err(at(
+                        "a ClusterApplySet must name the namespace of an ApplySet it depends on (set namespace)",
+                    ));
+                }
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The dependencies of `parent` that resolve (those that do not are left out): what a set
+/// gone or being deleted depended on.
+fn resolve_lenient(parent: &ParentRef, spec: &ApplySetSpec) -> Vec<ParentRef> {
+    spec.depends_on
+        .iter()
+        .filter_map(|d| {
+            let one = ApplySetSpec {
+                depends_on: vec![d.clone()],
+                ..ApplySetSpec::default()
+            };
+            resolve(parent, &one).ok()?.pop()
+        })
+        .collect()
+}
+
+/// What the tenancy conventions allow: cross-namespace dependencies are allowed (as in
+/// Flux), except under the operator's lock-down (`--default-service-account`, the
+/// counterpart of Flux's `--no-cross-namespace-refs`), where an ApplySet may only depend on
+/// ApplySets of its own namespace and on ClusterApplySets — unless the operator also runs with
+/// `--allow-cross-namespace-sets`. A ClusterApplySet may depend on any set.
+pub fn check_scope(
+    parent: &ParentRef,
+    dependencies: &[ParentRef],
+    defaults: &Defaults,
+) -> Result<(), String> {
+    if parent.kind != ParentKind::ApplySet
+        || defaults.namespaced.is_none()
+        || defaults.allow_cross_namespace
+    {
+        return Ok(());
+    }
+    let own = parent.effective_namespace();
+    match dependencies
+        .iter()
+        .find(|d| d.kind == ParentKind::ApplySet && d.effective_namespace() != own)
+    {
+        None => Ok(()),
+        Some(d) => Err(format!(
+            "spec.dependsOn: {d} is in another namespace; under the operator's lock-down (--default-service-account) an ApplySet may only depend on ApplySets in its own namespace {} and on ClusterApplySets. Depend on it from a ClusterApplySet, or run the operator with --allow-cross-namespace-sets",
+            own.unwrap_or_default()
+        )),
+    }
+}
+
+/// Whether a dependency is ready: `Err` says why not. Ready means Ready=True for the
+/// dependency's current generation (the Ready condition's observedGeneration, else the
+/// status', equals metadata.generation), not being deleted, and Healthy=True when it has a
+/// Healthy condition. `found`: the dependency's metadata and status, `None` when it does not
+/// exist.
+pub fn verdict(
+    dependency: &ParentRef,
+    found: Option<(&ObjectMeta, Option<&ApplySetStatus>)>,
+) -> Result<(), String> {
+    let Some((meta, status)) = found else {
+        return Err(format!("{dependency} does not exist"));
+    };
+    if meta.deletion_timestamp.is_some() {
+        return Err(format!("{dependency} is being deleted"));
+    }
+    let generation = meta.generation.unwrap_or_default();
+    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let condition = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
+    let ready = condition(status::READY);
+    let observed = ready
+        .and_then(|c| c.observed_generation)
+        .or_else(|| status.and_then(ApplySetStatus::observed));
+    match ready {
+        Some(c) if observed == Some(generation) => {
+            if c.status != "True" {
+                return Err(format!(
+                    "{dependency} is not ready: Ready={} ({})",
+                    c.status, c.reason
+                ));
+            }
+        }
+        _ => {
+            return Err(format!(
+                "{dependency} has not reconciled generation {generation} yet"
+            ));
+        }
+    }
+    match condition(status::HEALTHY) {
+        Some(h) if h.status != "True" => Err(format!(
+            "{dependency} is not healthy: Healthy={} ({})",
+            h.status, h.reason
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The cycle through `start`, if any: `[start, …, start]`, following each set's dependencies
+/// in order (`edges`), the first cycle found by a depth-first search. A set that depends on
+/// itself is a cycle `[start, start]`. Cycles elsewhere in the graph (not through `start`) are
+/// not reported: they are refused when their own members are reconciled.
+pub fn find_cycle(
+    start: &ParentRef,
+    edges: impl Fn(&ParentRef) -> Vec<ParentRef>,
+) -> Option<Vec<ParentRef>> {
+    // `path[k]`'s successors are `stack[k]`, of which the first `.1` were looked at.
+    let mut path = vec![start.clone()];
+    let mut stack = vec![(edges(start), 0usize)];
+    // A set explored once without reaching `start` never will: it is not explored again.
+    let mut seen: HashSet<ParentRef> = HashSet::from([start.clone()]);
+    while let Some((next, i)) = stack.last_mut() {
+        let Some(n) = next.get(*i).cloned() else {
+            stack.pop();
+            path.pop();
+            continue;
+        };
+        *i += 1;
+        if n == *start {
+            path.push(n);
+            return Some(path);
+        }
+        if seen.insert(n.clone()) {
+            stack.push((edges(&n), 0));
+            path.push(n);
+        }
+    }
+    None
+}
+
+/// `dependsOn cycle: ApplySet a/x → ApplySet a/y → ApplySet a/x`.
+pub fn describe_cycle(cycle: &[ParentRef]) -> String {
+    let names: Vec<String> = cycle.iter().map(ToString::to_string).collect();
+    format!("{CYCLE}{}", names.join(" → "))
+}
+
+/// A set as the deletion order looks at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub parent: ParentRef,
+    /// What it depends on.
+    pub depends_on: Vec<ParentRef>,
+    /// When its deletion began (Unix seconds), if it is being deleted.
+    pub deleting_since: Option<i64>,
+    /// Whether it still holds our finalizer with deletionPolicy Delete: its cleanup will delete
+    /// its members.
+    pub deletes_members: bool,
+}
+
+/// The set that `me`, being deleted, waits for, and how much longer at most: a set that
+/// depends on `me`, is being deleted too and will delete its members (our finalizer,
+/// deletionPolicy Delete) — for at most `patience` after its deletion began. A dependent that
+/// `me` also depends on (directly or not: a cycle) is not waited for (both would wait for
+/// each other). The first such set by name. `now`: Unix seconds.
+pub fn blocking_dependent(
+    me: &ParentRef,
+    candidates: &[Candidate],
+    patience: Duration,
+    now: i64,
+) -> Option<(ParentRef, Duration)> {
+    let edges: HashMap<&ParentRef, &Vec<ParentRef>> = candidates
+        .iter()
+        .map(|c| (&c.parent, &c.depends_on))
+        .collect();
+    let mut blocking: Vec<(ParentRef, Duration)> = candidates
+        .iter()
+        .filter(|c| c.parent != *me && c.deletes_members && c.depends_on.contains(me))
+        .filter_map(|c| {
+            let since = c.deleting_since?;
+            let waited = Duration::from_secs(u64::try_from(now.saturating_sub(since)).unwrap_or(0));
+            let remaining = patience.checked_sub(waited).filter(|r| !r.is_zero())?;
+            // `me` reaching `c` through the dependencies: a cycle through both.
+            let cycle = find_cycle(&c.parent, |p| {
+                edges.get(p).map(|e| e.to_vec()).unwrap_or_default()
+            })
+            .is_some_and(|path| path.contains(me));
+            (!cycle).then(|| (c.parent.clone(), remaining))
+        })
+        .collect();
+    blocking.sort_by_key(|(p, _)| p.to_string());
+    blocking.into_iter().next()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The index and the caches
+
+/// A parent as found in a cache or read from the API server.
+#[derive(Clone, Debug)]
+pub enum Found {
+    ApplySet(Arc<ApplySet>),
+    ClusterApplySet(Arc<ClusterApplySet>),
+}
+
+impl Found {
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Found::ApplySet(o) => o.meta(),
+            Found::ClusterApplySet(o) => o.meta(),
+        }
+    }
+
+    pub fn spec(&self) -> &ApplySetSpec {
+        match self {
+            Found::ApplySet(o) => Parent::spec(&**o),
+            Found::ClusterApplySet(o) => Parent::spec(&**o),
+        }
+    }
+
+    pub fn status(&self) -> Option<&ApplySetStatus> {
+        match self {
+            Found::ApplySet(o) => Parent::status(&**o),
+            Found::ClusterApplySet(o) => Parent::status(&**o),
+        }
+    }
+
+    pub fn parent_ref(&self) -> ParentRef {
+        match self {
+            Found::ApplySet(o) => o.parent_ref(),
+            Found::ClusterApplySet(o) => o.parent_ref(),
+        }
+    }
+
+    /// Whether it is ready as a dependency ([`verdict`]).
+    fn verdict(&self) -> Result<(), String> {
+        verdict(&self.parent_ref(), Some((self.meta(), self.status())))
+    }
+
+    /// Whether its status shows it refused for a dependsOn cycle.
+    fn refused_for_cycle(&self) -> bool {
+        self.status()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::READY))
+            .is_some_and(|c| c.message.contains(CYCLE))
+    }
+
+    fn candidate(&self) -> Candidate {
+        let meta = self.meta();
+        let spec = self.spec();
+        let parent = self.parent_ref();
+        Candidate {
+            depends_on: resolve_lenient(&parent, spec),
+            parent,
+            deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+            deletes_members: spec.deletion_policy == DeletionPolicy::Delete
+                && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
+        }
+    }
+}
+
+/// Why the gate stops a reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The spec's dependsOn is invalid or not allowed (ValidationFailed, Stalled).
+    Invalid(String),
+    /// A cycle (ValidationFailed, Stalled); `others`: the other sets of the cycle whose
+    /// status does not say so yet (to reconcile, so that they refuse it too).
+    Cycle {
+        message: String,
+        others: Vec<ParentRef>,
+    },
+    /// A dependency is not ready (DependencyNotReady, retried).
+    NotReady(String),
+}
+
+/// What a set being deleted waits for before it deletes its members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// Nothing: go ahead.
+    No,
+    /// The caches of the parents have not been listed yet.
+    Caches,
+    /// `dependent`, at most `remaining` longer.
+    For {
+        dependent: ParentRef,
+        remaining: Duration,
+    },
+}
+
+#[derive(Default)]
+struct Index {
+    /// Each set's dependencies as of its last reconcile.
+    depends_on: HashMap<ParentRef, Vec<ParentRef>>,
+    /// The reverse: each dependency's dependents.
+    dependents: HashMap<ParentRef, HashSet<ParentRef>>,
+    /// The last verdict seen of each set that has dependents.
+    verdicts: HashMap<ParentRef, Result<(), String>>,
+}
+
+impl Index {
+    fn set(&mut self, parent: &ParentRef, dependencies: Vec<ParentRef>) {
+        // Unchanged (every reconcile of a set whose dependsOn did not change): the verdicts
+        // of its dependencies are kept, so their next event triggers only on a real change.
+        if self.depends_on.get(parent) == Some(&dependencies) {
+            return;
+        }
+        if let Some(old) = self.depends_on.remove(parent) {
+            for d in old.into_iter().filter(|d| !dependencies.contains(d)) {
+                if let Some(ds) = self.dependents.get_mut(&d) {
+                    ds.remove(parent);
+                    if ds.is_empty() {
+                        self.dependents.remove(&d);
+                        self.verdicts.remove(&d);
+                    }
+                }
+            }
+        }
+        if dependencies.is_empty() {
+            return;
+        }
+        for d in &dependencies {
+            self.dependents
+                .entry(d.clone())
+                .or_default()
+                .insert(parent.clone());
+        }
+        self.depends_on.insert(parent.clone(), dependencies);
+    }
+
+    fn dependents_of(&self, parent: &ParentRef) -> Vec<ParentRef> {
+        let mut out: Vec<ParentRef> = self
+            .dependents
+            .get(parent)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default();
+        out.sort_by_key(ToString::to_string);
+        out
+    }
+}
+
+/// The dependency index and read access to the parent caches, shared by every reconcile.
+#[derive(Default)]
+pub struct Dependencies {
+    index: Mutex<Index>,
+    applysets: OnceLock<Store<ApplySet>>,
+    cluster_applysets: OnceLock<Store<ClusterApplySet>>,
+}
+
+impl Dependencies {
+    /// Gives access to the cache of the parents of kind `P` (each controller's store).
+    pub fn use_store<P: Parent>(&self, store: Store<P>) {
+        let store: Box<dyn Any> = Box::new(store);
+        match store.downcast::<Store<ApplySet>>() {
+            Ok(s) => {
+                let _ = self.applysets.set(*s);
+            }
+            Err(other) => {
+                if let Ok(s) = other.downcast::<Store<ClusterApplySet>>() {
+                    let _ = self.cluster_applysets.set(*s);
+                }
+            }
+        }
+    }
+
+    /// Records what `parent` depends on now (replacing what it depended on before).
+    pub fn set(&self, parent: &ParentRef, dependencies: Vec<ParentRef>) {
+        if let Ok(mut index) = self.index.lock() {
+            index.set(parent, dependencies);
+        }
+    }
+
+    /// Forgets what `parent` depends on (it is deleted).
+    pub fn forget(&self, parent: &ParentRef) {
+        self.set(parent, Vec::new());
+    }
+
+    /// The sets that depend on `parent`, as of their last reconcile, sorted.
+    pub fn dependents_of(&self, parent: &ParentRef) -> Vec<ParentRef> {
+        self.index
+            .lock()
+            .map(|i| i.dependents_of(parent))
+            .unwrap_or_default()
+    }
+
+    /// What `parent` depends on, as of its last reconcile.
+    fn depends_on(&self, parent: &ParentRef) -> Vec<ParentRef> {
+        self.index
+            .lock()
+            .ok()
+            .and_then(|i| i.depends_on.get(parent).cloned())
+            .unwrap_or_default()
+    }
+
+    /// `parent` from the caches.
+    pub fn cached(&self, parent: &ParentRef) -> Option<Found> {
+        match parent.kind {
+            ParentKind::ApplySet => {
+                let ns = parent.namespace.as_deref()?;
+                let r = ObjectRef::new(&parent.name).within(ns);
+                Some(Found::ApplySet(self.applysets.get()?.get(&r)?))
+            }
+            ParentKind::ClusterApplySet => {
+                let r = ObjectRef::new(&parent.name);
+                Some(Found::ClusterApplySet(
+                    self.cluster_applysets.get()?.get(&r)?,
+                ))
+            }
+        }
+    }
+
+    /// `parent` from the caches, else from the API server (a set the caches do not hold:
+    /// outside the operator's namespace or label selector, or not listed yet); `Ok(None)` when
+    /// it does not exist.
+    async fn lookup(&self, client: &Client, parent: &ParentRef) -> Result<Option<Found>, String> {
+        if let Some(found) = self.cached(parent) {
+            return Ok(Some(found));
+        }
+        let read = match parent.kind {
+            ParentKind::ApplySet => ApplySet::api(client.clone(), parent.namespace.as_deref())
+                .get_opt(&parent.name)
+                .await
+                .map(|o| o.map(|o| Found::ApplySet(Arc::new(o)))),
+            ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
+                .get_opt(&parent.name)
+                .await
+                .map(|o| o.map(|o| Found::ClusterApplySet(Arc::new(o)))),
+        };
+        read.map_err(|e| format!("{parent} could not be read: {e}"))
+    }
+
+    /// The gate of a reconcile (SPEC §4 step 0): records what `parent` depends on, then
+    /// refuses an invalid or disallowed dependsOn, a cycle through `parent` (from the index:
+    /// the others' dependencies as of their last reconcile, and `parent`'s from `spec`), and
+    /// a dependency that is not ready (the first one, in spec order). `client` reads a
+    /// dependency the caches do not hold.
+    pub async fn gate(
+        &self,
+        client: &Client,
+        parent: &ParentRef,
+        spec: &ApplySetSpec,
+        tenancy: &Defaults,
+    ) -> Result<(), Refusal> {
+        let resolved = resolve(parent, spec).and_then(|deps| {
+            check_scope(parent, &deps, tenancy)?;
+            Ok(deps)
+        });
+        let dependencies = match resolved {
+            Ok(deps) => deps,
+            Err(msg) => {
+                self.forget(parent);
+                return Err(Refusal::Invalid(msg));
+            }
+        };
+        // Recorded before any dependency is looked at: a dependency that becomes ready after
+        // the look finds this set in the index (see `on_event`).
+        self.set(parent, dependencies.clone());
+        if dependencies.is_empty() {
+            return Ok(());
+        }
+        let edges = |p: &ParentRef| {
+            if p == parent {
+                dependencies.clone()
+            } else {
+                self.depends_on(p)
+            }
+        };
+        if let Some(cycle) = find_cycle(parent, edges) {
+            let others = cycle
+                .iter()
+                .filter(|p| *p != parent)
+                .filter(|p| !self.cached(p).is_some_and(|f| f.refused_for_cycle()))
+                .cloned()
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            return Err(Refusal::Cycle {
+                message: describe_cycle(&cycle),
+                others,
+            });
+        }
+        for d in &dependencies {
+            let found = self.lookup(client, d).await.map_err(Refusal::NotReady)?;
+            verdict(d, found.as_ref().map(|f| (f.meta(), f.status())))
+                .map_err(Refusal::NotReady)?;
+        }
+        Ok(())
+    }
+
+    /// The sets to reconcile after an event of the watch of parents of kind `P` (the cache
+    /// already updated):
+    /// - a set added or changed whose verdict as a dependency changed: when it became ready,
+    ///   its dependents; otherwise its dependents that are not ready themselves (so that what
+    ///   they say stays true; one that is ready finds out at its own next reconcile).
+    /// - a set gone: its dependents that are not ready, and its dependencies being deleted
+    ///   (they may have been waiting for it). Its own dependencies are forgotten.
+    pub fn on_event<P: Parent>(&self, event: &watcher::Event<P>) -> Vec<ParentRef> {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                let parent = o.parent_ref();
+                let verdict = verdict(&parent, Some((o.meta(), o.status())));
+                let dependents = {
+                    let Ok(mut index) = self.index.lock() else {
+                        return Vec::new();
+                    };
+                    if !index.dependents.contains_key(&parent) {
+                        return Vec::new();
+                    }
+                    let previous = index.verdicts.insert(parent.clone(), verdict.clone());
+                    if previous.as_ref() == Some(&verdict) {
+                        return Vec::new();
+                    }
+                    index.dependents_of(&parent)
+                };
+                if verdict.is_ok() {
+                    dependents
+                } else {
+                    self.not_ready(dependents)
+                }
+            }
+            watcher::Event::Delete(o) => {
+                let parent = o.parent_ref();
+                let dependents = match self.index.lock() {
+                    Ok(mut index) => {
+                        index.verdicts.remove(&parent);
+                        index.set(&parent, Vec::new());
+                        index.dependents_of(&parent)
+                    }
+                    Err(_) => Vec::new(),
+                };
+                let mut out = self.not_ready(dependents);
+                out.extend(resolve_lenient(&parent, o.spec()).into_iter().filter(|d| {
+                    self.cached(d)
+                        .is_some_and(|f| f.meta().deletion_timestamp.is_some())
+                }));
+                out
+            }
+            watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+        }
+    }
+
+    /// The sets of `parents` that are not ready themselves (or not in the caches).
+    fn not_ready(&self, parents: Vec<ParentRef>) -> Vec<ParentRef> {
+        parents
+            .into_iter()
+            .filter(|p| self.cached(p).is_none_or(|f| f.verdict().is_err()))
+            .collect()
+    }
+
+    /// Which dependent `me`, being deleted with `spec`, waits for (see
+    /// [`blocking_dependent`]; patience: `spec.timeout`), looked up in the caches of both
+    /// kinds — not in the index, which is empty after a restart until every set reconciled.
+    /// `now`: the current time.
+    pub fn waiting_for(&self, me: &ParentRef, spec: &ApplySetSpec, now: Timestamp) -> Waiting {
+        let mut candidates = Vec::new();
+        if let Some(s) = self.applysets.get() {
+            if s.wait_until_ready().now_or_never().is_none() {
+                return Waiting::Caches;
+            }
+            candidates.extend(
+                s.state()
+                    .into_iter()
+                    .map(|o| Found::ApplySet(o).candidate()),
+            );
+        }
+        if let Some(s) = self.cluster_applysets.get() {
+            if s.wait_until_ready().now_or_never().is_none() {
+                return Waiting::Caches;
+            }
+            candidates.extend(
+                s.state()
+                    .into_iter()
+                    .map(|o| Found::ClusterApplySet(o).candidate()),
+            );
+        }
+        match blocking_dependent(me, &candidates, spec.timeout(), now.as_second()) {
+            None => Waiting::No,
+            Some((dependent, remaining)) => Waiting::For {
+                dependent,
+                remaining,
+            },
+        }
+    }
+}
+
+/// Whether `obj` has our finalizer.
+pub fn has_finalizer<P: Parent>(obj: &P) -> bool {
+    obj.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    use super::*;
+    use crate::api::Dependency;
+
+    fn a(ns: &str, name: &str) -> ParentRef {
+        ParentRef::applyset(ns, name)
+    }
+
+    fn c(name: &str) -> ParentRef {
+        ParentRef::cluster(name)
+    }
+
+    fn dep(name: &str, namespace: Option<&str>, kind: DependencyKind) -> Dependency {
+        Dependency {
+            name: name.into(),
+            namespace: namespace.map(str::to_string),
+            kind,
+        }
+    }
+
+    fn spec(deps: Vec<Dependency>) -> ApplySetSpec {
+        ApplySetSpec {
+            depends_on: deps,
+            ..ApplySetSpec::default()
+        }
+    }
+
+    // ----- resolve and check_scope -----
+
+    #[test]
+    fn an_applyset_dependency_defaults_to_the_dependents_namespace() {
+        let s = spec(vec![
+            dep("crds", None, DependencyKind::ApplySet),
+            dep("db", Some("data"), DependencyKind::ApplySet),
+            dep("platform", None, DependencyKind::ClusterApplySet),
+        ]);
+        assert_eq!(
+            resolve(&a("team", "web"), &s),
+            Ok(vec![a("team", "crds"), a("data", "db"), c("platform")])
+        );
+    }
+
+    #[test]
+    fn a_cluster_applyset_must_name_the_namespace_of_an_applyset_dependency() {
+        let s = spec(vec![dep("crds", None, DependencyKind::ApplySet)]);
+        let err = resolve(&c("platform"), &s).expect_err("no namespace");
+        assert_eq!(
+            err,
+            "spec.dependsOn[0] (ApplySet crds): a ClusterApplySet must name the namespace of an ApplySet it depends on (set namespace)"
+        );
+        let s = spec(vec![dep("crds", Some("x"), DependencyKind::ApplySet)]);
+        assert_eq!(resolve(&c("platform"), &s), Ok(vec![a("x", "crds")]));
+    }
+
+    #[test]
+    fn a_cluster_applyset_dependency_has_no_namespace() {
+        let s = spec(vec![dep(
+            "base",
+            Some("x"),
+            DependencyKind::ClusterApplySet,
+        )]);
+        let err = resolve(&a("team", "web"), &s).expect_err("namespace");
+        assert!(
+            err.contains("namespace is only for an ApplySet dependency"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn dependencies_are_bounded_and_named() {
+        let many = (0..=MAX_DEPENDENCIES)
+            .map(|i| dep(&format!("d{i}"), None, DependencyKind::ApplySet))
+            .collect();
+        let err = resolve(&a("t", "w"), &spec(many)).expect_err("too many");
+        assert!(
+            err.contains("65 entries, more than the 64 allowed"),
+            "{err}"
+        );
+        let err = resolve(
+            &a("t", "w"),
+            &spec(vec![dep("", None, DependencyKind::ApplySet)]),
+        )
+        .expect_err("empty name");
+        assert!(err.contains("name is empty"), "{err}");
+        // The lenient reading keeps what resolves.
+        let s = spec(vec![
+            dep("", None, DependencyKind::ApplySet),
+            dep("ok", None, DependencyKind::ClusterApplySet),
+        ]);
+        assert_eq!(resolve_lenient(&a("t", "w"), &s), vec![c("ok")]);
+    }
+
+    #[test]
+    fn cross_namespace_dependencies_are_refused_only_under_the_lock_down() {
+        let open = Defaults::default();
+        let locked = Defaults {
+            namespaced: Some("deployer".into()),
+            ..Defaults::default()
+        };
+        let locked_but_allowed = Defaults {
+            allow_cross_namespace: true,
+            ..locked.clone()
+        };
+        let me = a("team", "web");
+        let other_ns = vec![a("team", "crds"), a("data", "db")];
+        assert_eq!(check_scope(&me, &other_ns, &open), Ok(()));
+        let err = check_scope(&me, &other_ns, &locked).expect_err("refused");
+        assert!(
+            err.starts_with("spec.dependsOn: ApplySet data/db is in another namespace"),
+            "{err}"
+        );
+        assert_eq!(check_scope(&me, &other_ns, &locked_but_allowed), Ok(()));
+        // Its own namespace and ClusterApplySets are always allowed; a ClusterApplySet may
+        // depend on any set.
+        let own = vec![a("team", "crds"), c("platform")];
+        assert_eq!(check_scope(&me, &own, &locked), Ok(()));
+        assert_eq!(check_scope(&c("platform"), &other_ns, &locked), Ok(()));
+    }
+
+    // ----- verdict -----
+
+    fn condition(type_: &str, status: &str, reason: &str, generation: Option<i64>) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: generation,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    fn meta(generation: i64) -> ObjectMeta {
+        ObjectMeta {
+            generation: Some(generation),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn status(observed: i64, conditions: Vec<Condition>) -> ApplySetStatus {
+        ApplySetStatus {
+            observed_generation: Some(observed),
+            conditions,
+            ..ApplySetStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_dependency_is_ready_with_ready_true_for_its_current_generation() {
+        let d = a("team-a", "crds");
+        let ready = status(
+            3,
+            vec![condition(
+                "Ready",
+                "True",
+                "ReconciliationSucceeded",
+                Some(3),
+            )],
+        );
+        assert_eq!(verdict(&d, Some((&meta(3), Some(&ready)))), Ok(()));
+        assert_eq!(
+            verdict(&d, Some((&meta(4), Some(&ready)))),
+            Err("ApplySet team-a/crds has not reconciled generation 4 yet".into())
+        );
+        assert_eq!(
+            verdict(&d, None),
+            Err("ApplySet team-a/crds does not exist".into())
+        );
+        assert_eq!(
+            verdict(&d, Some((&meta(1), None))),
+            Err("ApplySet team-a/crds has not reconciled generation 1 yet".into())
+        );
+        let failed = status(3, vec![condition("Ready", "False", "ApplyFailed", Some(3))]);
+        assert_eq!(
+            verdict(&d, Some((&meta(3), Some(&failed)))),
+            Err("ApplySet team-a/crds is not ready: Ready=False (ApplyFailed)".into())
+        );
+    }
+
+    #[test]
+    fn the_ready_conditions_own_generation_counts() {
+        let d = c("base");
+        // A reconcile of generation 4 in progress: status.observedGeneration is 4 but Ready
+        // still describes 3.
+        let marking = status(
+            4,
+            vec![
+                condition("Ready", "True", "ReconciliationSucceeded", Some(3)),
+                condition("Reconciling", "True", "Progressing", Some(4)),
+            ],
+        );
+        assert_eq!(
+            verdict(&d, Some((&meta(4), Some(&marking)))),
+            Err("ClusterApplySet base has not reconciled generation 4 yet".into())
+        );
+        // A Ready condition without observedGeneration falls back to the status'.
+        let old = status(
+            4,
+            vec![condition("Ready", "True", "ReconciliationSucceeded", None)],
+        );
+        assert_eq!(verdict(&d, Some((&meta(4), Some(&old)))), Ok(()));
+        // -1 is "not observed yet".
+        let new = status(-1, vec![condition("Ready", "False", "Progressing", None)]);
+        assert!(verdict(&d, Some((&meta(1), Some(&new)))).is_err());
+    }
+
+    #[test]
+    fn a_dependency_with_a_healthy_condition_must_be_healthy() {
+        let d = a("t", "db");
+        let ready = condition("Ready", "True", "ReconciliationSucceeded", Some(2));
+        let unhealthy = status(
+            2,
+            vec![
+                ready.clone(),
+                condition("Healthy", "False", "HealthCheckFailed", Some(2)),
+            ],
+        );
+        assert_eq!(
+            verdict(&d, Some((&meta(2), Some(&unhealthy)))),
+            Err("ApplySet t/db is not healthy: Healthy=False (HealthCheckFailed)".into())
+        );
+        let healthy = status(
+            2,
+            vec![ready, condition("Healthy", "True", "Current", Some(2))],
+        );
+        assert_eq!(verdict(&d, Some((&meta(2), Some(&healthy)))), Ok(()));
+    }
+
+    #[test]
+    fn a_dependency_being_deleted_is_not_ready() {
+        let d = a("t", "db");
+        let ready = status(
+            2,
+            vec![condition(
+                "Ready",
+                "True",
+                "ReconciliationSucceeded",
+                Some(2),
+            )],
+        );
+        let mut m = meta(2);
+        m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            verdict(&d, Some((&m, Some(&ready)))),
+            Err("ApplySet t/db is being deleted".into())
+        );
+    }
+
+    // ----- cycles -----
+
+    fn graph(
+        edges: &[(&ParentRef, &[&ParentRef])],
+    ) -> impl Fn(&ParentRef) -> Vec<ParentRef> + use<> {
+        let map: HashMap<ParentRef, Vec<ParentRef>> = edges
+            .iter()
+            .map(|(k, v)| ((*k).clone(), v.iter().map(|p| (*p).clone()).collect()))
+            .collect();
+        move |p| map.get(p).cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn cycles_through_the_start_are_found_and_named() {
+        let (x, y, z) = (a("a", "x"), a("a", "y"), c("z"));
+        // Self-dependency.
+        let g = graph(&[(&x, &[&x])]);
+        assert_eq!(find_cycle(&x, g), Some(vec![x.clone(), x.clone()]));
+        // Two sets.
+        let g = graph(&[(&x, &[&y]), (&y, &[&x])]);
+        let cycle = find_cycle(&x, &g).expect("a cycle");
+        assert_eq!(
+            describe_cycle(&cycle),
+            "dependsOn cycle: ApplySet a/x → ApplySet a/y → ApplySet a/x"
+        );
+        assert_eq!(
+            describe_cycle(&find_cycle(&y, &g).expect("a cycle")),
+            "dependsOn cycle: ApplySet a/y → ApplySet a/x → ApplySet a/y"
+        );
+        // Three, across kinds.
+        let g = graph(&[(&x, &[&y]), (&y, &[&z]), (&z, &[&x])]);
+        assert_eq!(
+            describe_cycle(&find_cycle(&z, &g).expect("a cycle")),
+            "dependsOn cycle: ClusterApplySet z → ApplySet a/x → ApplySet a/y → ClusterApplySet z"
+        );
+    }
+
+    #[test]
+    fn no_cycle_in_a_dag_nor_for_a_set_outside_a_cycle() {
+        let (w, x, y, z) = (a("a", "w"), a("a", "x"), a("a", "y"), a("a", "z"));
+        // A diamond: w → x, y → z.
+        let g = graph(&[(&w, &[&x, &y]), (&x, &[&z]), (&y, &[&z])]);
+        for p in [&w, &x, &y, &z] {
+            assert_eq!(find_cycle(p, &g), None, "{p}");
+        }
+        // w depends on a cycle x ⇄ y it is not part of.
+        let g = graph(&[(&w, &[&x]), (&x, &[&y]), (&y, &[&x])]);
+        assert_eq!(find_cycle(&w, &g), None);
+        assert!(find_cycle(&x, &g).is_some());
+    }
+
+    #[test]
+    fn the_first_cycle_in_spec_order_is_named() {
+        let (s, x, y) = (a("a", "s"), a("a", "x"), a("a", "y"));
+        let g = graph(&[(&s, &[&y, &x]), (&x, &[&s]), (&y, &[&x])]);
+        assert_eq!(find_cycle(&s, &g), Some(vec![s.clone(), y, x, s.clone()]));
+    }
+
+    #[test]
+    fn a_long_chain_does_not_overflow_the_stack() {
+        let n = 50_000;
+        let node = |i: usize| a("a", &format!("n{i}"));
+        let next = move |p: &ParentRef| {
+            let i: usize = p.name[1..].parse().unwrap_or(0);
+            vec![node((i + 1) % n)]
+        };
+        let cycle = find_cycle(&node(0), next).expect("the chain closes");
+        assert_eq!(cycle.len(), n + 1);
+    }
+
+    /// Every graph of four sets (every subset of the 16 possible edges, self-dependencies
+    /// included), from every start: a cycle is reported exactly when the start reaches itself,
+    /// and what is reported is a path of real edges from the start back to it.
+    #[test]
+    fn exhaustively_every_graph_of_four_sets() {
+        let nodes: Vec<ParentRef> = (0..4).map(|i| a("a", &format!("s{i}"))).collect();
+        for bits in 0u32..(1 << 16) {
+            let has = |i: usize, j: usize| bits & (1 << (i * 4 + j)) != 0;
+            let index = |p: &ParentRef| nodes.iter().position(|n| n == p).unwrap_or(0);
+            let edges = |p: &ParentRef| {
+                let i = index(p);
+                (0..4)
+                    .filter(|&j| has(i, j))
+                    .map(|j| nodes[j].clone())
+                    .collect()
+            };
+            for start in 0..4 {
+                // Reachability by a closure over ≥ 1 edge.
+                let mut reach = [false; 4];
+                let mut todo: Vec<usize> = (0..4).filter(|&j| has(start, j)).collect();
+                while let Some(k) = todo.pop() {
+                    if !reach[k] {
+                        reach[k] = true;
+                        todo.extend((0..4).filter(|&j| has(k, j)));
+                    }
+                }
+                let found = find_cycle(&nodes[start], edges);
+                assert_eq!(
+                    found.is_some(),
+                    reach[start],
+                    "graph {bits:#b} from {start}"
+                );
+                if let Some(path) = found {
+                    assert_eq!(path.first(), Some(&nodes[start]));
+                    assert_eq!(path.last(), Some(&nodes[start]));
+                    for w in path.windows(2) {
+                        assert!(has(index(&w[0]), index(&w[1])), "{bits:#b}: {path:?}");
+                    }
+                    // No set twice, but the start at both ends.
+                    let inner: HashSet<&ParentRef> = path[..path.len() - 1].iter().collect();
+                    assert_eq!(inner.len(), path.len() - 1, "{path:?}");
+                }
+            }
+        }
+    }
+
+    // ----- deletion order -----
+
+    fn candidate(
+        p: &ParentRef,
+        deps: &[&ParentRef],
+        since: Option<i64>,
+        deletes: bool,
+    ) -> Candidate {
+        Candidate {
+            parent: p.clone(),
+            depends_on: deps.iter().map(|d| (*d).clone()).collect(),
+            deleting_since: since,
+            deletes_members: deletes,
+        }
+    }
+
+    #[test]
+    fn a_set_waits_for_dependents_being_deleted_that_delete_members() {
+        let (base, app, other) = (c("base"), a("t", "app"), a("t", "other"));
+        let patience = Duration::from_secs(300);
+        let me = candidate(&base, &[], Some(1000), true);
+        // A dependent being deleted for 10 s: wait, at most 290 s more.
+        let all = [me.clone(), candidate(&app, &[&base], Some(1000), true)];
+        assert_eq!(
+            blocking_dependent(&base, &all, patience, 1010),
+            Some((app.clone(), Duration::from_secs(290)))
+        );
+        // Not being deleted, Orphan or finalizer gone, a set that does not depend on it, or
+        // waited for long enough: no wait.
+        for others in [
+            candidate(&app, &[&base], None, true),
+            candidate(&app, &[&base], Some(1000), false),
+            candidate(&other, &[], Some(1000), true),
+        ] {
+            assert_eq!(
+                blocking_dependent(&base, &[me.clone(), others.clone()], patience, 1010),
+                None,
+                "{others:?}"
+            );
+        }
+        assert_eq!(blocking_dependent(&base, &all, patience, 1300), None);
+        // A set is never its own dependent.
+        let itself = [candidate(&base, &[&base], Some(1000), true)];
+        assert_eq!(blocking_dependent(&base, &itself, patience, 1010), None);
+    }
+
+    #[test]
+    fn sets_in_a_cycle_do_not_wait_for_each_other() {
+        let (x, y, z) = (a("t", "x"), a("t", "y"), a("t", "z"));
+        let all = [
+            candidate(&x, &[&y], Some(1), true),
+            candidate(&y, &[&z], Some(1), true),
+            candidate(&z, &[&x], Some(1), true),
+        ];
+        for p in [&x, &y, &z] {
+            assert_eq!(
+                blocking_dependent(p, &all, Duration::from_secs(60), 2),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_dependent_by_name_is_named() {
+        let base = c("base");
+        let all = [
+            candidate(&a("t", "zeta"), &[&base], Some(1), true),
+            candidate(&a("t", "alpha"), &[&base], Some(1), true),
+        ];
+        let (first, _) =
+            blocking_dependent(&base, &all, Duration::from_secs(60), 2).expect("a wait");
+        assert_eq!(first, a("t", "alpha"));
+    }
+
+    // ----- the index and watch events -----
+
+    fn applyset(ns: &str, name: &str, generation: i64, st: Option<ApplySetStatus>) -> ApplySet {
+        let mut o = ApplySet::new(name, ApplySetSpec::default());
+        o.metadata.namespace = Some(ns.into());
+        o.metadata.generation = Some(generation);
+        o.status = st;
+        o
+    }
+
+    fn ready(generation: i64) -> Option<ApplySetStatus> {
+        Some(status(
+            generation,
+            vec![condition(
+                "Ready",
+                "True",
+                "ReconciliationSucceeded",
+                Some(generation),
+            )],
+        ))
+    }
+
+    #[test]
+    fn the_index_follows_each_sets_last_dependencies() {
+        let d = Dependencies::default();
+        let (web, api, crds, base) = (a("t", "web"), a("t", "api"), a("t", "crds"), c("base"));
+        d.set(&web, vec![crds.clone(), base.clone()]);
+        d.set(&api, vec![crds.clone()]);
+        assert_eq!(d.dependents_of(&crds), vec![a("t", "api"), a("t", "web")]);
+        assert_eq!(d.dependents_of(&base), vec![web.clone()]);
+        d.set(&web, vec![crds.clone()]);
+        assert_eq!(d.dependents_of(&base), Vec::<ParentRef>::new());
+        d.forget(&api);
+        d.forget(&web);
+        assert_eq!(d.dependents_of(&crds), Vec::<ParentRef>::new());
+        let index = d.index.lock().expect("lock");
+        assert!(index.depends_on.is_empty() && index.dependents.is_empty());
+    }
+
+    #[test]
+    fn a_dependency_that_becomes_ready_triggers_its_dependents_once() {
+        let d = Dependencies::default();
+        let (web, crds) = (a("t", "web"), a("t", "crds"));
+        // Without dependents, nothing is tracked.
+        let event = |o: ApplySet| watcher::Event::Apply(o);
+        assert!(
+            d.on_event(&event(applyset("t", "crds", 1, None)))
+                .is_empty()
+        );
+        d.set(&web, vec![crds.clone()]);
+        // Not ready: the dependents not ready themselves (not in the caches here) hear of it,
+        // once per change of what it says.
+        assert_eq!(
+            d.on_event(&event(applyset("t", "crds", 1, None))),
+            vec![web.clone()]
+        );
+        assert!(
+            d.on_event(&event(applyset("t", "crds", 1, None)))
+                .is_empty()
+        );
+        assert_eq!(
+            d.on_event(&event(applyset("t", "crds", 1, ready(1)))),
+            vec![web.clone()]
+        );
+        assert!(
+            d.on_event(&event(applyset("t", "crds", 1, ready(1))))
+                .is_empty()
+        );
+        // A new generation, then ready again.
+        assert_eq!(
+            d.on_event(&event(applyset("t", "crds", 2, ready(1)))),
+            vec![web.clone()]
+        );
+        assert_eq!(
+            d.on_event(&event(applyset("t", "crds", 2, ready(2)))),
+            vec![web.clone()]
+        );
+        // The dependent reconciled again with the same dependsOn: nothing changed.
+        d.set(&web, vec![crds.clone()]);
+        assert!(
+            d.on_event(&event(applyset("t", "crds", 2, ready(2))))
+                .is_empty()
+        );
+        // Gone: its dependents hear of it; what it depended on is forgotten.
+        d.set(&crds, vec![c("base")]);
+        let gone = watcher::Event::Delete(applyset("t", "crds", 2, ready(2)));
+        assert_eq!(d.on_event(&gone), vec![web]);
+        assert!(d.dependents_of(&c("base")).is_empty());
+    }
+}
