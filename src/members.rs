@@ -26,7 +26,7 @@ use std::{
 };
 
 use futures::{StreamExt, channel::mpsc, stream::BoxStream};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::{
     Api, Client,
     core::{DynamicObject, PartialObjectMeta},
@@ -91,6 +91,21 @@ pub struct CheckTarget {
 struct Tracked {
     parent: ParentRef,
     targets: Targets,
+    /// `targets.members`, to look up.
+    members: HashSet<MemberRef>,
+    /// The health of members of kinds the operator cannot watch (their watch has not
+    /// listed), as read by the set's last reconcile.
+    fetched: HashMap<MemberRef, Health>,
+}
+
+/// A tracked set's health as the watches see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetHealth {
+    pub summary: health::Summary,
+    /// Objects not observed yet (a kind whose watch has not listed, a version just applied
+    /// that the watch has not delivered, a checked object not listed yet): counted in
+    /// progress.
+    pub unobserved: usize,
 }
 
 #[derive(Default)]
@@ -110,14 +125,23 @@ pub struct Applied {
     pub shape: Option<u64>,
 }
 
-/// The hash of everything of an object but its status, resourceVersion and managedFields:
-/// two versions of an object with the same shape differ only in status (what its controller
-/// writes), which is not drift. Stable within a process.
+/// The hash of everything of an object but its status, its resourceVersion, and the
+/// managedFields entries of its status subresource (and the times of the others): two
+/// versions of an object with the same shape differ only in status (what its controller
+/// writes), which is not drift. A change of who owns which field of the object itself
+/// (another manager taking over ours, even with equal values) changes the shape. Stable
+/// within a process.
 pub fn shape(object: &DynamicObject) -> u64 {
     let mut h = DefaultHasher::new();
     let mut meta = object.metadata.clone();
     meta.resource_version = None;
-    meta.managed_fields = None;
+    meta.managed_fields = meta.managed_fields.map(|entries| {
+        entries
+            .into_iter()
+            .filter(|e| e.subresource.as_deref().unwrap_or_default() != "status")
+            .map(|e| ManagedFieldsEntry { time: None, ..e })
+            .collect()
+    });
     serde_json::to_string(&meta)
         .unwrap_or_default()
         .hash(&mut h);
@@ -155,6 +179,8 @@ pub struct MemberWatches {
     trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
     /// Woken when a tracked set is marked dirty.
     health_changed: Notify,
+    /// Moves on whenever a tracked set's health may have changed (see [`Self::changes`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// The receiving ends of the drift triggers, one per parent kind.
@@ -174,6 +200,7 @@ impl MemberWatches {
             trigger_applysets: ta,
             trigger_cluster: tc,
             health_changed: Notify::new(),
+            changes: tokio::sync::watch::Sender::new(0),
         };
         (
             Arc::new(w),
@@ -209,17 +236,13 @@ impl MemberWatches {
         if health::needs_object(&gk.group, &gk.kind) {
             let gk = gk.clone();
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resolved.resource);
-            watcher(api, cfg)
+            // Whole objects (a CRD can be a megabyte): listed in small pages.
+            watcher(api, cfg.page_size(WHOLE_PAGE))
                 .backoff(crate::watch::backoff())
                 .map(move |e| {
                     e.map(|e| {
                         map_event(e, |o| {
-                            let h = health::assess_dynamic(
-                                &o,
-                                &gk.group,
-                                &gk.kind,
-                                k8s_openapi::jiff::Timestamp::now(),
-                            );
+                            let h = assess(&o, &gk.group, &gk.kind);
                             let shape = shape(&o);
                             (o.metadata, Some((h, shape)))
                         })
@@ -663,10 +686,10 @@ impl MemberWatches {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
-        let previous = s
+        let (previous, mut fetched) = s
             .tracked
             .remove(id)
-            .map(|t| t.targets.checks)
+            .map(|t| (t.targets.checks, t.fetched))
             .unwrap_or_default();
         for c in &previous {
             if !targets.checks.iter().any(|n| n.reference == c.reference) {
@@ -674,21 +697,35 @@ impl MemberWatches {
             }
         }
         for c in &targets.checks {
+            let full = s.checked.len() >= MAX_CHECKED_OBJECTS;
             let entry = s.checked.entry(c.reference.clone()).or_default();
             entry.users.insert(id.to_string());
-            if entry.watch.is_none() {
-                let this = self.clone();
-                let target = c.clone();
-                let handle =
-                    tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
-                entry.watch = Some(handle);
+            if entry.watch.is_some() || entry.health.is_some() {
+                continue;
             }
+            if full {
+                entry.health = Some(Health::new(
+                    health::Status::Unknown,
+                    format!(
+                        "not watched: the operator already watches {MAX_CHECKED_OBJECTS} checked objects, the most it will"
+                    ),
+                ));
+                continue;
+            }
+            let this = self.clone();
+            let target = c.clone();
+            let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
+            entry.watch = Some(handle);
         }
+        let members: HashSet<MemberRef> = targets.members.iter().cloned().collect();
+        fetched.retain(|r, _| members.contains(r));
         s.tracked.insert(
             id.to_string(),
             Tracked {
                 parent: parent.clone(),
                 targets,
+                members,
+                fetched,
             },
         );
         self.mark_dirty(&mut s, vec![id.to_string()]);
@@ -741,13 +778,18 @@ impl MemberWatches {
         };
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
         let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
-        let assess = |o: &DynamicObject| {
-            health::assess_dynamic(o, &r.group, &r.kind, k8s_openapi::jiff::Timestamp::now())
-        };
+        let assess = |o: &DynamicObject| assess(o, &r.group, &r.kind);
         let mut pending = None;
         while let Some(event) = events.next().await {
             match event {
-                Err(e) => tracing::debug!(object = %r, error = %e, "health check watch"),
+                Err(e) => {
+                    tracing::debug!(object = %r, error = %e, "health check watch");
+                    // Never listed (forbidden, not served, ...): say so rather than wait.
+                    if pending.is_none() && !self.has_checked(&r) {
+                        let why = format!("cannot be watched: {e}");
+                        self.checked_is(&r, Health::new(health::Status::Unknown, why));
+                    }
+                }
                 Ok(watcher::Event::Init) => pending = None,
                 Ok(watcher::Event::InitApply(o)) => pending = Some(assess(&o)),
                 Ok(watcher::Event::InitDone) => {
@@ -758,6 +800,17 @@ impl MemberWatches {
                 Ok(watcher::Event::Delete(_)) => self.checked_is(&r, Health::not_found()),
             }
         }
+    }
+
+    /// Whether the health of checked object `r` is known from its watch.
+    fn has_checked(&self, r: &MemberRef) -> bool {
+        self.state.lock().is_ok_and(|s| {
+            s.checked.get(r).is_some_and(|c| {
+                c.health
+                    .as_ref()
+                    .is_some_and(|h| h.status != health::Status::Unknown)
+            })
+        })
     }
 
     /// Records the health of a checked object; marks the sets that check it when it changed.
@@ -781,17 +834,16 @@ impl MemberWatches {
         [a, b]
             .into_iter()
             .flatten()
-            .filter(|id| {
-                s.tracked
-                    .get(*id)
-                    .is_some_and(|t| t.targets.members.contains(r))
-            })
+            .filter(|id| s.tracked.get(*id).is_some_and(|t| t.members.contains(r)))
             .map(str::to_string)
             .collect()
     }
 
     /// Marks sets for the health reporter (and wakes it).
     fn mark_dirty(&self, s: &mut State, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
         let mut any = false;
         for id in ids {
             any |= s.dirty.insert(id);
@@ -799,6 +851,46 @@ impl MemberWatches {
         if any {
             self.health_changed.notify_one();
         }
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees a change whenever a tracked set's health may have changed (for a
+    /// reconcile waiting a moment for its objects to be observed).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The members of tracked set `id` whose kind the watches have not listed (the operator
+    /// may not be allowed to watch it cluster-wide).
+    pub fn unwatched(&self, id: &str) -> Vec<MemberRef> {
+        let Ok(s) = self.state.lock() else {
+            return Vec::new();
+        };
+        let Some(t) = s.tracked.get(id) else {
+            return Vec::new();
+        };
+        t.targets
+            .members
+            .iter()
+            .filter(|r| {
+                !s.synced
+                    .contains(&GroupKind::new(r.group.clone(), r.kind.clone()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Records the health of members of set `id` read by other means than the watches (see
+    /// [`Self::unwatched`]); marks the set.
+    pub fn fetched(&self, id: &str, healths: Vec<(MemberRef, Health)>) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let Some(t) = s.tracked.get_mut(id) else {
+            return;
+        };
+        t.fetched.extend(healths);
+        self.mark_dirty(&mut s, vec![id.to_string()]);
     }
 
     /// Resolves when a tracked set has been marked since the last [`Self::take_dirty`].
@@ -824,26 +916,27 @@ impl MemberWatches {
     /// The health of tracked set `id` as the watches see it now (`None`: not tracked): its
     /// members (an object not seen yet is in progress, one gone is not found) and its checked
     /// objects, with the first [`NOT_CURRENT_LISTED`] that are not current.
-    pub fn health(&self, id: &str) -> Option<health::Summary> {
+    pub fn health(&self, id: &str) -> Option<SetHealth> {
         let s = self.state.lock().ok()?;
         let t = s.tracked.get(id)?;
         let members = t
             .targets
             .members
             .iter()
-            .map(|r| (r, member_health(&s, id, r)));
+            .map(|r| (r, member_health(&s, id, r, &t.fetched)));
         let checks = t.targets.checks.iter().map(|c| {
-            let h = s
-                .checked
-                .get(&c.reference)
-                .and_then(|c| c.health.clone())
-                .unwrap_or_else(not_observed);
+            let h = s.checked.get(&c.reference).and_then(|c| c.health.clone());
             (&c.reference, h)
         });
+        let mut unobserved = 0;
         // Only the objects that are not current are named (the summary keeps a few of them).
         let named: Vec<(String, Health)> = members
             .chain(checks)
             .map(|(r, h)| {
+                let h = h.unwrap_or_else(|| {
+                    unobserved += 1;
+                    not_observed()
+                });
                 let name = if h.is_current() {
                     String::new()
                 } else {
@@ -852,10 +945,14 @@ impl MemberWatches {
                 (name, h)
             })
             .collect();
-        Some(health::summarize(
+        let summary = health::summarize(
             named.iter().map(|(n, h)| (n.as_str(), h)),
             NOT_CURRENT_LISTED,
-        ))
+        );
+        Some(SetHealth {
+            summary,
+            unobserved,
+        })
     }
 
     /// Reconciles `parents` (of either kind) through the same channels as drift: a set whose
@@ -866,11 +963,30 @@ impl MemberWatches {
     }
 }
 
+/// Objects per page when a kind watched whole is listed.
+const WHOLE_PAGE: u32 = 100;
+
+/// Longest health message kept per object (condition messages come from anyone).
+const HEALTH_MESSAGE_BYTES: usize = 256;
+
+/// The health of object `o` of kind `group`/`kind`, its message cut to
+/// [`HEALTH_MESSAGE_BYTES`].
+pub fn assess(o: &DynamicObject, group: &str, kind: &str) -> Health {
+    let mut h = health::assess_dynamic(o, group, kind, k8s_openapi::jiff::Timestamp::now());
+    if h.message.len() > HEALTH_MESSAGE_BYTES {
+        h.message = crate::status::truncate(&h.message, HEALTH_MESSAGE_BYTES);
+    }
+    h
+}
+
 /// Whether a live version of [`shape`] `live` differs from what `applied` answered only in
 /// status (known only for kinds watched whole).
 fn only_status_moved(applied: &Applied, live: Option<u64>) -> bool {
     applied.shape.is_some() && applied.shape == live
 }
+
+/// Most objects of health checks the operator watches at once (each has a watch of its own).
+pub const MAX_CHECKED_OBJECTS: usize = 2000;
 
 /// How many objects that are not current a set's health names.
 pub const NOT_CURRENT_LISTED: usize = 5;
@@ -880,25 +996,29 @@ fn not_observed() -> Health {
     Health::new(health::Status::InProgress, "not observed yet")
 }
 
-/// The health of member `r` of set `id`: from its watch once the kind has listed; a member
-/// of a kind without status is Current once it exists.
-fn member_health(s: &State, id: &str, r: &MemberRef) -> Health {
+/// The health of member `r` of set `id`: from its watch once the kind has listed (else as
+/// `fetched` by the set's reconcile); a member of a kind without status is Current once it
+/// exists. `None`: not observed yet.
+fn member_health(
+    s: &State,
+    id: &str,
+    r: &MemberRef,
+    fetched: &HashMap<MemberRef, Health>,
+) -> Option<Health> {
     let gk = GroupKind::new(r.group.clone(), r.kind.clone());
     if !s.synced.contains(&gk) {
-        return not_observed();
+        return fetched.get(r).cloned();
     }
     match s.live.get(r) {
         Some(l) if l.id.as_deref() == Some(id) => match &l.health {
-            Some(h) => h.clone(),
+            Some(h) => Some(h.clone()),
             None if !health::needs_object(&r.group, &r.kind) => {
-                Health::new(health::Status::Current, "exists")
+                Some(Health::new(health::Status::Current, "exists"))
             }
-            None => Health::new(
-                health::Status::InProgress,
-                "waiting for its applied version to be observed",
-            ),
+            // Applied a moment ago; the watch has not delivered that version yet.
+            None => None,
         },
-        _ => Health::not_found(),
+        _ => Some(Health::not_found()),
     }
 }
 
@@ -1131,8 +1251,8 @@ mod tests {
         assert_eq!(w.take_dirty().len(), 1, "tracking marks the set");
         let h = w.health(&id).expect("tracked");
         assert_eq!(
-            (h.not_found, h.total()),
-            (1, 1),
+            (h.summary.not_found, h.summary.total(), h.unobserved),
+            (1, 1, 0),
             "synced kind, no object: not found"
         );
         let progressing = Health::new(health::Status::InProgress, "0 of 1 replicas available");
@@ -1162,7 +1282,7 @@ mod tests {
             Some(id.clone()),
         );
         assert_eq!(w.take_dirty().len(), 1);
-        assert_eq!(w.health(&id).map(|h| h.current), Some(1));
+        assert_eq!(w.health(&id).map(|h| h.summary.current), Some(1));
         // Another set's object of the same name is not this set's member.
         w.observe_seen(
             a.clone(),
@@ -1171,9 +1291,67 @@ mod tests {
             Some("8".into()),
             Some("other".into()),
         );
-        assert_eq!(w.health(&id).map(|h| h.not_found), Some(1));
+        assert_eq!(w.health(&id).map(|h| h.summary.not_found), Some(1));
         w.untrack(&id);
         assert!(w.health(&id).is_none());
+    }
+
+    #[tokio::test]
+    async fn members_of_kinds_not_watched_are_unobserved_until_read_otherwise() {
+        let (w, _t, id, a) = registry();
+        let parent = ParentRef::applyset("ns", "p");
+        let web = MemberRef {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+        };
+        let members = vec![a.clone(), web.clone()];
+        let changes = w.changes();
+        w.track(
+            &id,
+            &parent,
+            Targets {
+                members: members.clone(),
+                checks: Vec::new(),
+            },
+        );
+        assert!(
+            changes.has_changed().unwrap_or(false),
+            "a reconcile waiting on it wakes"
+        );
+        // ConfigMaps are watched (a is not found); Deployments have not listed.
+        let h = w.health(&id).expect("tracked");
+        assert_eq!((h.unobserved, h.summary.in_progress), (1, 1));
+        assert_eq!(w.unwatched(&id), vec![web.clone()]);
+        // Read by the reconcile instead: observed, and kept when the set is tracked again.
+        w.fetched(
+            &id,
+            vec![(web.clone(), Health::new(health::Status::Current, "ok"))],
+        );
+        w.track(
+            &id,
+            &parent,
+            Targets {
+                members,
+                checks: Vec::new(),
+            },
+        );
+        let h = w.health(&id).expect("tracked");
+        assert_eq!(
+            (h.unobserved, h.summary.current, h.summary.not_found),
+            (0, 1, 1)
+        );
+        // A member applied a moment ago, whose version the watch has not delivered: unobserved.
+        w.applying(&id, &a).record(Applied {
+            shape: Some(1),
+            ..applied(1, "20")
+        });
+        assert_eq!(
+            w.health(&id).map(|h| h.unobserved),
+            Some(0),
+            "ConfigMaps need no status"
+        );
     }
 
     #[test]

@@ -430,3 +430,76 @@ async fn sets_waiting_for_their_health_hold_no_worker() {
     plain.wait_ready().await;
     stop(op).await;
 }
+
+/// How many times `reason` was published about `set` (an event repeated is one object with a
+/// series count).
+async fn published(h: &Harness, set: &str, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let list = events.list(&Default::default()).await.expect("list events");
+    list.items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(set))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+#[tokio::test]
+async fn a_restarted_operator_does_not_flip_a_healthy_set() {
+    let h = Harness::new("health-restart").await;
+    let op = h.start_operator();
+    let set = h.applyset(&unique("steady"));
+    set.create(
+        json!({"wait": true, "manifests": [deployment("web"), configmap("c", json!({"k": "v"}))]}),
+    )
+    .await;
+    wait_ready_is(&set, "Unknown", "Progressing").await;
+    write_status(&h.client, &deployment_ar(), &h.ns, "web", available()).await;
+    set.wait_ready().await;
+    let before = set
+        .wait_until("Ready and Healthy", DEADLINE, |_, st| {
+            st.filter(|st| healthy(st).is_some_and(|h| h.0 == "True"))
+                .cloned()
+        })
+        .await;
+    stop(op).await;
+    let waited = published(&h, &set.name, "Progressing").await;
+    assert!(waited >= 1, "the first wait was announced");
+
+    // A new operator process (empty watches, no records of its applies) reconciles the set
+    // again: neither Ready nor Healthy goes through Unknown on the way (it decides on what its
+    // watches observed, waiting a moment for them to list, rather than on members it has not
+    // seen yet).
+    let op = h.start_operator();
+    set.patch_metadata(
+        json!({"annotations": {"applyset.dev/reconcile-requested-at": "after-restart"}}),
+    )
+    .await;
+    let after = set
+        .wait_until("the requested reconcile, Ready", DEADLINE, |_, st| {
+            let st = st?;
+            (st.last_handled_reconcile_at.as_deref() == Some("after-restart")
+                && ready(st).status == "True")
+                .then(|| st.clone())
+        })
+        .await;
+    assert_eq!(
+        ready(&after).last_transition_time,
+        ready(&before).last_transition_time
+    );
+    assert_eq!(
+        published(&h, &set.name, "Progressing").await,
+        waited,
+        "Ready did not go through Progressing again:\n{}",
+        status_json(&after)
+    );
+    let healthy = |st: &ApplySetStatus| {
+        condition(st, "Healthy").map(|c| (c.status.clone(), c.last_transition_time.clone()))
+    };
+    assert_eq!(
+        healthy(&after),
+        healthy(&before),
+        "Healthy stayed True throughout"
+    );
+    stop(op).await;
+}

@@ -64,12 +64,15 @@ pub async fn wait_for_dependents<P: Parent>(
                 scope.parent, spec.timeout
             );
             tracing::info!(dependent = %dependent, "waiting for a dependent to delete its members");
-            report::write(ctx, scope, obj, Report::failed(Reason::Progressing, msg)).await?;
-            Ok(Some(Action::requeue(
-                remaining
-                    .min(spec.retry_interval())
-                    .max(Duration::from_secs(1)),
-            )))
+            let again = remaining
+                .min(spec.retry_interval())
+                .max(Duration::from_secs(1));
+            let r = Report {
+                requeue_after: Some(again),
+                ..Report::failed(Reason::Progressing, msg)
+            };
+            report::write(ctx, scope, obj, r).await?;
+            Ok(Some(Action::requeue(again)))
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::{
     api::{ApplySet, ApplySetStatus, ClusterApplySet, HealthStatus, NotCurrentObject},
     applyset::{ParentKind, ParentRef},
     health::{self, Status},
+    members::SetHealth,
     status::{self, HEALTHY},
 };
 
@@ -213,26 +214,43 @@ impl Reporter {
 pub async fn run(ctx: Arc<Context>) {
     loop {
         ctx.members.health_changed().await;
-        let dirty = ctx.members.take_dirty();
+        let dirty: Vec<(String, ParentRef, SetHealth)> = ctx
+            .members
+            .take_dirty()
+            .into_iter()
+            .filter_map(|(id, parent)| {
+                let health = ctx.members.health(&id)?;
+                Some((id, parent, health))
+            })
+            // Not everything observed yet (a kind still listing): nothing to say until it is.
+            .filter(|(_, _, h)| h.unobserved == 0)
+            .collect();
+        // First the waits that are decided (a reconcile each), then the writes.
+        let decided: Vec<ParentRef> = dirty
+            .iter()
+            .filter(|(id, _, h)| is_decisive(&h.summary) && ctx.health.is_waiting(id))
+            .map(|(_, parent, _)| parent.clone())
+            .collect();
+        ctx.members.trigger_parents(decided);
         futures::stream::iter(dirty)
-            .for_each_concurrent(WRITES_AT_ONCE, |(id, parent)| {
+            .for_each_concurrent(WRITES_AT_ONCE, |(id, parent, health)| {
                 let ctx = ctx.clone();
-                async move { report(&ctx, &id, &parent).await }
+                async move { report(&ctx, &id, &parent, &health.summary).await }
             })
             .await;
     }
 }
 
-/// Writes one set's health if it changed; reconciles it when it waits and its health is
-/// decisive.
-async fn report(ctx: &Context, id: &str, parent: &ParentRef) {
-    let Some(summary) = ctx.members.health(id) else {
-        return;
-    };
-    let decisive = matches!(summary.status(), Status::Current | Status::Failed);
-    if decisive && ctx.health.is_waiting(id) {
-        ctx.members.trigger_parents(vec![parent.clone()]);
-    }
+/// Whether a wait on this health is over: everything Current, or something Failed.
+fn is_decisive(s: &health::Summary) -> bool {
+    matches!(s.status(), Status::Current | Status::Failed)
+}
+
+/// How long one health write may take (a slow one must not hold the others up for long).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Writes one set's health if it changed since the reporter last wrote (or found) it.
+async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::Summary) {
     let Some(previous) = ctx
         .health
         .written
@@ -242,28 +260,29 @@ async fn report(ctx: &Context, id: &str, parent: &ParentRef) {
     else {
         return;
     };
-    let next = Written {
-        generation: previous.generation,
-        health: Some(health_status(&summary)),
-        condition: Some(healthy_condition(
-            previous.condition.as_ref(),
-            &summary,
-            previous.generation,
-        )),
-    };
-    if next == previous {
+    let health = Some(health_status(summary));
+    let condition = Some(healthy_condition(
+        previous.condition.as_ref(),
+        summary,
+        previous.generation,
+    ));
+    if health == previous.health && condition == previous.condition {
         return;
     }
-    let body = json!({"status": {"health": next.health, "conditions": next.condition.iter().collect::<Vec<_>>()}});
-    match patch(ctx, parent, body).await {
-        Ok(()) => {
+    let body =
+        json!({"status": {"health": health, "conditions": condition.iter().collect::<Vec<_>>()}});
+    match tokio::time::timeout(WRITE_TIMEOUT, patch(ctx, parent, body)).await {
+        Ok(Ok(())) => {
+            // Merged under the lock: a reconcile may have moved the generation meanwhile.
             if let Ok(mut w) = ctx.health.written.lock()
-                && w.contains_key(id)
+                && let Some(known) = w.get_mut(id)
             {
-                w.insert(id.to_string(), next);
+                known.health = health;
+                known.condition = condition;
             }
         }
-        Err(e) => tracing::debug!(parent = %parent, error = %e, "writing health failed"),
+        Ok(Err(e)) => tracing::debug!(parent = %parent, error = %e, "writing health failed"),
+        Err(_) => tracing::debug!(parent = %parent, "writing health timed out"),
     }
 }
 

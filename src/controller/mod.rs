@@ -392,16 +392,21 @@ async fn run_controller<P: Parent>(
             }
         }
     };
-    let (queued, gone, deps) = (ctx.metrics.clone(), ctx.metrics.clone(), ctx.clone());
+    let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
     let stream = watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
         // A parent deleted, or no longer selected (moved to another shard by its label):
-        // its info series goes (another operator, if any, reports it now).
+        // its info series goes (another operator, if any, reports it now), and so does what
+        // is kept of it (its cleanup, if it ran, forgot it already; one that did not run —
+        // a finalizer removed by hand, a move to another shard — must not leave it behind).
         .inspect(move |e| {
             if let Ok(watcher::Event::Delete(o)) = e {
-                gone.set_info(&o.parent_ref().to_string(), None);
+                let parent = o.parent_ref();
+                gone.metrics.set_info(&parent.to_string(), None);
+                gone.members.forget(&parent.id());
+                gone.health.forget(&parent.id());
             }
         })
         // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the

@@ -122,6 +122,7 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
     dependencies(ctx, scope, spec).await?;
     let clock = Clock::start(spec);
     let desired = render(ctx, scope, spec).await?;
+    let checks = health_checks(ctx, scope, spec).await?;
     let before = recorded(ctx, scope, obj).await?;
     guard_empty(scope, spec, &desired.set, &before.recorded)?;
     let extent = Extent::new(
@@ -146,7 +147,7 @@ async fn steps<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Step<Repo
         shrink(ctx, &stored, &extent).await?;
     }
     let done = succeeded(ctx, scope, &desired, &results);
-    wait(ctx, obj, scope, &desired, done).await
+    wait(ctx, obj, scope, &desired, checks, done).await
 }
 
 /// The reconcile's time bounds: `spec.timeout` from now, and now as Unix seconds (objects
@@ -645,6 +646,7 @@ async fn wait<P: Parent>(
     obj: &P,
     scope: &SetScope,
     desired: &Desired,
+    checks: Vec<CheckTarget>,
     done: Report,
 ) -> Step<Report> {
     let spec = obj.spec();
@@ -654,7 +656,6 @@ async fn wait<P: Parent>(
         super::healthy::clear(ctx, &scope.parent, obj.status()).await;
         return Ok(done);
     }
-    let checks = health_checks(ctx, scope, spec).await?;
     let members = match spec.wait {
         true => desired
             .set
@@ -668,9 +669,10 @@ async fn wait<P: Parent>(
         .seed(&scope.id, obj.status(), obj.meta().generation);
     ctx.members
         .track(&scope.id, &scope.parent, Targets { members, checks });
-    let Some(health) = ctx.members.health(&scope.id) else {
+    let Some((health, polled)) = observed_health(ctx, scope, desired).await else {
         return Ok(done);
     };
+    let health = health.summary;
     let key = (obj.meta().generation, desired.set.revision.clone());
     let parent = &scope.parent;
     let failed = |message: String| Report {
@@ -698,22 +700,128 @@ async fn wait<P: Parent>(
                 ready: false,
                 reason: Reason::Progressing,
                 message: format!("{}; waiting: {}", done.message, health.message()),
-                requeue_after: Some(left),
+                // Members the operator cannot watch are read again (no event will come).
+                requeue_after: Some(if polled {
+                    left.min(POLL_UNWATCHED)
+                } else {
+                    left
+                }),
                 ..done
             },
         },
     )
 }
 
-/// The objects of spec.healthChecks, resolved: each kind served, each object within the
-/// set's scope (as a member would be) and readable by the set's identity — otherwise
-/// ValidationFailed, naming the entry.
+/// How long a reconcile waits for its objects to be observed by the watches (a kind whose
+/// watch has just started lists first; a version just applied arrives a moment after the
+/// apply's answer) before deciding on what it has.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// How often a set waiting for members the operator cannot watch reads them again.
+const POLL_UNWATCHED: Duration = Duration::from_secs(10);
+
+/// The set's health once its objects are observed (waiting at most [`SETTLE`] for the
+/// watches); members of kinds whose watch has not listed by then (the operator may not watch
+/// them cluster-wide: a namespaced install) are read with GETs as the set's identity, and
+/// `true` says so (they are read again while the set waits). `None`: not tracked.
+async fn observed_health(
+    ctx: &Context,
+    scope: &SetScope,
+    desired: &Desired,
+) -> Option<(crate::members::SetHealth, bool)> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut changes = ctx.members.changes();
+    loop {
+        let health = ctx.members.health(&scope.id)?;
+        if health.unobserved == 0 {
+            return Some((health, false));
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => break,
+        }
+    }
+    let unwatched = ctx.members.unwatched(&scope.id);
+    if unwatched.is_empty() {
+        return Some((ctx.members.health(&scope.id)?, false));
+    }
+    let targets: Vec<(MemberRef, kube::discovery::ApiResource)> = desired
+        .set
+        .members
+        .iter()
+        .filter(|m| unwatched.contains(&m.reference))
+        .map(|m| (m.reference.clone(), m.resource.clone()))
+        .collect();
+    let fetched = read_healths(scope.client.clone(), targets, scope.concurrency).await;
+    ctx.members.fetched(&scope.id, fetched);
+    Some((ctx.members.health(&scope.id)?, true))
+}
+
+/// The health of each member read with a GET by `client` (the set's identity), `concurrency`
+/// at a time.
+async fn read_healths(
+    client: kube::Client,
+    targets: Vec<(MemberRef, kube::discovery::ApiResource)>,
+    concurrency: usize,
+) -> Vec<(MemberRef, crate::health::Health)> {
+    use crate::health::{Health, Status};
+    use futures::StreamExt;
+    futures::stream::iter(targets)
+        .map(move |(r, resource)| {
+            let api: Api<kube::core::DynamicObject> = match &r.namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            async move {
+                let h = match api.get_opt(&r.name).await {
+                    Ok(Some(o)) => crate::members::assess(&o, &r.group, &r.kind),
+                    Ok(None) => Health::not_found(),
+                    Err(e) => Health::new(Status::Unknown, format!("cannot be read: {e}")),
+                };
+                (r, h)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// Step 1b, the objects of spec.healthChecks, resolved before anything is written: each kind
+/// served, each object within the set's scope (as a member would be) and readable by the
+/// set's identity — otherwise ValidationFailed, naming the entry, and the set's health is no
+/// longer kept. A failure of the API itself is retried (ApplyFailed).
 async fn health_checks(
     ctx: &Context,
     scope: &SetScope,
     spec: &ApplySetSpec,
 ) -> Step<Vec<CheckTarget>> {
+    let resolved = resolve_checks(ctx, scope, spec).await;
+    if let Err(Stop::Report(_)) = &resolved {
+        ctx.members.untrack(&scope.id);
+        ctx.health.forget(&scope.id);
+    }
+    resolved
+}
+
+/// Most entries spec.healthChecks may have (the CRD says so too).
+const MAX_HEALTH_CHECKS: usize = 64;
+
+async fn resolve_checks(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+) -> Step<Vec<CheckTarget>> {
     let parent = &scope.parent;
+    if spec.health_checks.is_empty() {
+        return Ok(Vec::new());
+    }
+    if spec.health_checks.len() > MAX_HEALTH_CHECKS {
+        let msg = format!(
+            "{parent}: spec.healthChecks has {} entries, more than the {MAX_HEALTH_CHECKS} allowed",
+            spec.health_checks.len()
+        );
+        return Err(Report::failed(Reason::ValidationFailed, msg).into());
+    }
     let invalid = |i: usize, why: String| {
         Stop::from(Report {
             retry: true,
@@ -762,9 +870,9 @@ async fn health_checks(
             [(&reference, r.namespaced)],
         )
         .map_err(|e| invalid(i, e))?;
-        readable(scope, &reference, &r.resource)
-            .await
-            .map_err(|why| invalid(i, why))?;
+        if let Some(why) = readable(scope, &reference, &r.resource).await? {
+            return Err(invalid(i, why));
+        }
         targets.push(CheckTarget {
             reference,
             resource: r.resource.clone(),
@@ -773,24 +881,24 @@ async fn health_checks(
     Ok(targets)
 }
 
-/// Whether the set's identity may get `reference` (its health is then the set's to know);
-/// why not otherwise. An object that does not exist is readable (it is reported NotFound).
+/// Why the set's identity may not get `reference` (its health is the set's to know only if
+/// it may), if so. An object that does not exist is readable (it is reported NotFound).
 async fn readable(
     scope: &SetScope,
     reference: &MemberRef,
     resource: &kube::discovery::ApiResource,
-) -> std::result::Result<(), String> {
+) -> Step<Option<String>> {
     let api: Api<kube::core::DynamicObject> = match &reference.namespace {
         Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
         None => Api::all_with(scope.client.clone(), resource),
     };
     match api.get_metadata_opt(&reference.name).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 403 => Err(format!(
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Some(format!(
             "{} may not get {reference}; grant it get on {} or remove the check",
             scope.identity, resource.plural
-        )),
-        Err(e) => Err(format!("reading {reference} failed: {e}")),
+        ))),
+        Err(e) => Err(e.into()),
     }
 }
 

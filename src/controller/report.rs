@@ -239,7 +239,8 @@ pub fn next_status(
     if let Some(a) = r.applied {
         next.last_applied_revision = Some(a);
     }
-    next.last_error = if r.ready || r.reason == Reason::PlanReady || r.reason == Reason::Suspended {
+    let not_a_failure = [Reason::PlanReady, Reason::Suspended, Reason::Progressing];
+    next.last_error = if r.ready || not_a_failure.contains(&r.reason) {
         None
     } else {
         Some(status::truncate(&r.message, 1024))
@@ -450,6 +451,10 @@ pub async fn write<P: Parent>(
     r: Report,
 ) -> Result<Action> {
     let when = next(&r);
+    if r.reason != Reason::Progressing {
+        // Whatever stopped or ended this reconcile, it no longer waits for health.
+        ctx.health.end_wait(&scope.id);
+    }
     if r.reason != Reason::PlanReady
         && let Some(s) = &r.summary
     {

@@ -570,7 +570,21 @@ fn mask(before: Option<&mut Value>, after: Option<&mut Value>) {
             }
         }
     }
+    // A Secret's last-applied-configuration annotation (client-side `kubectl apply`) holds
+    // its values in clear.
+    for side in [before, after].into_iter().flatten() {
+        if let Some(a) = side
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+            && let Some(v) = a.get_mut(LAST_APPLIED)
+        {
+            *v = Value::String("***".into());
+        }
+    }
 }
+
+/// The annotation client-side `kubectl apply` keeps the whole applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A YAML document of `v`.
 pub fn to_yaml(v: &Value) -> Result<String, String> {
@@ -630,6 +644,15 @@ mod tests {
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
         mask(None, Some(&mut cm));
         assert_eq!(cm["data"]["k"], "v");
+        // The copy client-side `kubectl apply` left in an annotation is masked too.
+        let mut applied = secret(json!({"k": "c2VjcmV0"}));
+        applied["metadata"]["annotations"] =
+            json!({LAST_APPLIED: "{\"data\":{\"k\":\"c2VjcmV0\"}}", "other": "kept"});
+        mask(Some(&mut applied), None);
+        assert_eq!(
+            applied["metadata"]["annotations"],
+            json!({LAST_APPLIED: "***", "other": "kept"})
+        );
     }
 
     #[test]

@@ -246,15 +246,29 @@ async fn reconcile_as<P: Parent>(
     ));
     let api = P::api(client.clone(), parent.namespace.as_deref());
     let wanted = requested.clone();
+    // Handled, and decided: a set waiting for its members' health (Ready=Unknown, reason
+    // Progressing) is waited for until its health decides, as `flux reconcile` waits for
+    // readiness.
     let handled = move |p: Option<&P>| {
-        p.and_then(|p| p.status())
-            .and_then(|s| s.last_handled_reconcile_at.as_deref())
-            == Some(wanted.as_str())
+        let status = p.and_then(|p| p.status());
+        let echoed =
+            status.and_then(|s| s.last_handled_reconcile_at.as_deref()) == Some(wanted.as_str());
+        echoed && ready(status).is_none_or(|c| c.status != "Unknown")
     };
-    let waited = tokio::time::timeout(timeout, await_condition(api, &parent.name, handled)).await;
+    let waited =
+        tokio::time::timeout(timeout, await_condition(api.clone(), &parent.name, handled)).await;
     progress.finish();
     let set = match waited {
         Err(_) => {
+            // Handled but still waiting for its health: not Ready (yet).
+            let now = api.get_opt(&parent.name).await.ok().flatten();
+            let status = now.as_ref().and_then(|p| p.status());
+            let echoed = status.and_then(|s| s.last_handled_reconcile_at.as_deref())
+                == Some(requested.as_str());
+            if echoed && let Some(c) = ready(status) {
+                println!("{parent}: Ready={} {}: {}", c.status, c.reason, c.message);
+                return Ok(1);
+            }
             return Err(format!(
                 "{parent}: the operator did not handle the request within {timeout:?} (is it running, and does it watch this set?)"
             ));
