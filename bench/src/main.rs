@@ -1006,10 +1006,13 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
         .map(|s| s.4.get("noop_write_requests").copied().unwrap_or(0.0))
         .sum();
     if !sets.is_empty() {
+        // A requested reconcile writes the echo of the request (status.lastHandledReconcileAt,
+        // which `kubectl applyset reconcile` waits for); nothing else. The periodic resync of
+        // the same set writes nothing at all (the steady-state table).
         targets.push((
-            "a no-op reconcile sends no write request".into(),
-            format!("{writes:.0} writes"),
-            writes == 0.0,
+            "a requested no-op reconcile writes only the echo of the request".into(),
+            format!("{writes:.0} writes for {} requests", sets.len()),
+            writes <= sets.len() as f64,
         ));
     }
     if let Some(s) = shapes.iter().find(|s| s.sets == 1000) {
