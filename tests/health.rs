@@ -93,6 +93,15 @@ fn healthy(st: &ApplySetStatus) -> Option<(String, String, String)> {
     condition(st, "Healthy").map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Waits until the `Healthy` condition has `status`; returns the status it is in.
+async fn wait_healthy(set: &Parent, status: &str) -> ApplySetStatus {
+    set.wait_until(&format!("Healthy={status}"), DEADLINE, |_, st| {
+        st.filter(|st| healthy(st).is_some_and(|h| h.0 == status))
+            .cloned()
+    })
+    .await
+}
+
 /// Waits until `Ready` has `status` and `reason` for the current generation.
 async fn wait_ready_is(set: &Parent, status: &str, reason: &str) -> ApplySetStatus {
     set.wait_ready_reason(Some(status), reason).await
@@ -151,12 +160,7 @@ async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_heal
         "{}",
         status_json(&st)
     );
-    let st = set
-        .wait_until("Healthy=True", DEADLINE, |_, st| {
-            st.filter(|st| healthy(st).is_some_and(|h| h.0 == "True"))
-                .cloned()
-        })
-        .await;
+    let st = wait_healthy(&set, "True").await;
     assert_eq!(
         st.health.as_ref().map(|h| (h.current, h.not_current.len())),
         Some((2, 0))
@@ -167,12 +171,7 @@ async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_heal
     // not drift).
     let reconciles = op.metrics().reconciles();
     write_status(&h.client, &deployment_ar(), &h.ns, "web", stuck()).await;
-    let st = set
-        .wait_until("Healthy=False", DEADLINE, |_, st| {
-            st.filter(|st| healthy(st).is_some_and(|h| h.0 == "False"))
-                .cloned()
-        })
-        .await;
+    let st = wait_healthy(&set, "False").await;
     let (_, reason, message) = healthy(&st).unwrap_or_default();
     assert_eq!(reason, "HealthCheckFailed");
     assert!(
@@ -286,12 +285,7 @@ async fn health_checks_assess_objects_that_are_not_members() {
         "{}",
         ready(&st).message
     );
-    let st = set
-        .wait_until("Healthy=True", DEADLINE, |_, st| {
-            st.filter(|st| healthy(st).is_some_and(|h| h.0 == "True"))
-                .cloned()
-        })
-        .await;
+    let st = wait_healthy(&set, "True").await;
     assert_eq!(
         st.health.as_ref().map(|h| h.current),
         Some(1),
@@ -456,12 +450,7 @@ async fn a_restarted_operator_does_not_flip_a_healthy_set() {
     wait_ready_is(&set, "Unknown", "Progressing").await;
     write_status(&h.client, &deployment_ar(), &h.ns, "web", available()).await;
     set.wait_ready().await;
-    let before = set
-        .wait_until("Ready and Healthy", DEADLINE, |_, st| {
-            st.filter(|st| healthy(st).is_some_and(|h| h.0 == "True"))
-                .cloned()
-        })
-        .await;
+    let before = wait_healthy(&set, "True").await;
     stop(op).await;
     let waited = published(&h, &set.name, "Progressing").await;
     assert!(waited >= 1, "the first wait was announced");

@@ -7,7 +7,7 @@
 mod cleanup;
 mod events;
 mod healthy;
-mod impersonate;
+pub mod impersonate;
 mod reconcile;
 mod report;
 

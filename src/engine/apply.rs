@@ -81,7 +81,9 @@ pub async fn apply_staged(
 }
 
 /// The object to send: the member with our `part-of` label.
-fn body(member: &Member, id: &str) -> Value {
+/// The body applied for `member` of the set of ID `id`: its object with the `part-of` label
+/// (what `kubectl applyset build` prints and `diff` dry-runs).
+pub fn body(member: &Member, id: &str) -> Value {
     let mut object = member.object.clone();
     let meta = object
         .entry("metadata")

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use applyset_operator::{
-    applyset::LABEL_PART_OF,
     render::{DesiredSet, Member},
     tenancy::Defaults,
 };
@@ -81,21 +80,9 @@ pub async fn run(
     Ok(0)
 }
 
-/// The object the operator sends for `member`: as rendered, with the `part-of` label.
+/// The body the operator applies for `member`: its object with the `part-of` label.
 pub fn applied_object(member: &Member, id: &str) -> Value {
-    let mut object = member.object.clone();
-    if let Value::Object(meta) = object
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()))
-    {
-        let labels = meta
-            .entry("labels")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(labels) = labels {
-            labels.insert(LABEL_PART_OF.into(), Value::String(id.into()));
-        }
-    }
-    Value::Object(object)
+    applyset_operator::engine::apply::body(member, id)
 }
 
 /// The members of `set`, in apply order, as YAML documents each starting with `---`.

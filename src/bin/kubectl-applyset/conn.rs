@@ -2,10 +2,8 @@
 //! of sets on the command line.
 
 use applyset_operator::applyset::{ParentKind, ParentRef};
-use http::{HeaderValue, Request};
 use kube::{
     Client, Config,
-    client::Body,
     config::{KubeConfigOptions, Kubeconfig},
 };
 
@@ -93,18 +91,11 @@ pub fn set_name(parent: &ParentRef) -> String {
     }
 }
 
-/// A client that sends every request through `base` as `user` (the `Impersonate-User`
-/// header), as the operator does for a set that names a ServiceAccount; `None` when `user`
-/// cannot be a header value.
+/// A client that sends every request through `base` as `user`, as the operator does for a
+/// set that names a ServiceAccount (the operator's own function); `None` when `user` cannot
+/// be a header value.
 pub fn impersonating(base: &Client, user: &str) -> Option<Client> {
-    let header = HeaderValue::from_str(user).ok()?;
-    let inner = base.clone();
-    let service = tower::service_fn(move |mut req: Request<Body>| {
-        req.headers_mut().insert("Impersonate-User", header.clone());
-        let inner = inner.clone();
-        async move { inner.send(req).await }
-    });
-    Some(Client::new(service, base.default_namespace().to_string()))
+    applyset_operator::controller::impersonate::client(base, user)
 }
 
 #[cfg(test)]
