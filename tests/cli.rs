@@ -388,6 +388,89 @@ async fn reconcile_waits_for_the_operator_and_suspend_resume() {
     );
 }
 
+/// `reconcile` of a set that waits for its health waits through `Progressing` until the
+/// health decides (or its own timeout: not Ready, exit 1).
+#[tokio::test]
+async fn reconcile_waits_for_the_health_of_a_set_that_waits() {
+    let h = Harness::new("cli-health").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("web");
+    set.create(json!({"wait": true, "timeout": "10m", "manifests": [deployment("web")]}))
+        .await;
+    set.wait_ready_reason(Some("Unknown"), "Progressing").await;
+    let out = on_cluster(&["reconcile", "web", "-n", ns, "--timeout", "3s"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("Ready=Unknown Progressing"),
+        "{}",
+        shown(&out)
+    );
+    // The Deployment controller (here the test) reports the replica available while the
+    // plugin waits, after the operator handled its request (still Progressing): the plugin
+    // ends with the set Ready.
+    let earlier = set.annotation("applyset.dev/reconcile-requested-at").await;
+    let waiting = tokio::spawn(on_cluster_owned(vec![
+        "reconcile".into(),
+        "web".into(),
+        "-n".into(),
+        ns.to_string(),
+        "--timeout".into(),
+        "60s".into(),
+    ]));
+    set.wait_until(
+        "the plugin's request handled, still Progressing",
+        DEADLINE,
+        |obj, st| {
+            let requested = obj
+                .metadata
+                .annotations
+                .as_ref()?
+                .get("applyset.dev/reconcile-requested-at")?;
+            let st = st?;
+            (Some(requested) != earlier.as_ref()
+                && st.last_handled_reconcile_at.as_ref() == Some(requested)
+                && ready(st).reason == "Progressing")
+                .then_some(())
+        },
+    )
+    .await;
+    let deployments: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(h.client.clone(), ns, &deployment_ar());
+    let generation = deployments
+        .get("web")
+        .await
+        .expect("the Deployment")
+        .metadata
+        .generation;
+    let available = json!({"status": {"observedGeneration": generation, "replicas": 1,
+        "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1, "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}});
+    deployments
+        .patch_status(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(available),
+        )
+        .await
+        .expect("write the Deployment's status");
+    let out = waiting.await.expect("the plugin's task");
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("Ready=True ReconciliationSucceeded"),
+        "{}",
+        shown(&out)
+    );
+    stop(op).await;
+}
+
+/// [`on_cluster`] with owned arguments (for a task of its own).
+async fn on_cluster_owned(args: Vec<String>) -> Output {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    on_cluster(&args).await
+}
+
 /// `tree` lists the members with their health, as text and as JSON; `get` prints the table.
 #[tokio::test]
 async fn tree_and_get_show_the_set_from_the_cluster() {
