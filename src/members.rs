@@ -854,6 +854,15 @@ impl MemberWatches {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Marks tracked set `id` for the health reporter (to look at it again).
+    pub fn touch(&self, id: &str) {
+        if let Ok(mut s) = self.state.lock()
+            && s.tracked.contains_key(id)
+        {
+            self.mark_dirty(&mut s, vec![id.to_string()]);
+        }
+    }
+
     /// A receiver that sees a change whenever a tracked set's health may have changed (for a
     /// reconcile waiting a moment for its objects to be observed).
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -696,18 +696,23 @@ async fn wait<P: Parent>(
                 spec.timeout,
                 health.message()
             )),
-            Verdict::Waiting(left) => Report {
-                ready: false,
-                reason: Reason::Progressing,
-                message: format!("{}; waiting: {}", done.message, health.message()),
-                // Members the operator cannot watch are read again (no event will come).
-                requeue_after: Some(if polled {
-                    left.min(POLL_UNWATCHED)
-                } else {
-                    left
-                }),
-                ..done
-            },
+            Verdict::Waiting(left) => {
+                // The health may have become decisive since it was read, before the wait
+                // was registered: the reporter looks again, now that the set waits.
+                ctx.members.touch(&scope.id);
+                Report {
+                    ready: false,
+                    reason: Reason::Progressing,
+                    message: format!("{}; waiting: {}", done.message, health.message()),
+                    // Members the operator cannot watch are read again (no event will come).
+                    requeue_after: Some(if polled {
+                        left.min(POLL_UNWATCHED)
+                    } else {
+                        left
+                    }),
+                    ..done
+                }
+            }
         },
     )
 }
