@@ -492,3 +492,51 @@ async fn a_restarted_operator_does_not_flip_a_healthy_set() {
     );
     stop(op).await;
 }
+
+#[tokio::test]
+async fn members_of_kinds_the_operator_cannot_watch_are_read_instead() {
+    let h = Harness::new("health-rbac").await;
+    // The operator runs as a ServiceAccount with every right in the test's namespace and
+    // none cluster-wide (as the chart's namespaced RBAC): its cluster-wide member watches are
+    // forbidden, so the health of the set's Deployment comes from GETs in the namespace.
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "operator"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "operator"},
+         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "operator"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator"},
+         "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": h.ns}]}]});
+    for item in rbac["items"].as_array().into_iter().flatten() {
+        let kind = item["kind"].as_str().unwrap_or_default();
+        let ar = match kind {
+            "ServiceAccount" => gvk_resource("", "v1", kind, "serviceaccounts"),
+            "Role" => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "roles"),
+            _ => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "rolebindings"),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(h.client.clone(), &h.ns, &ar);
+        let obj: DynamicObject = serde_json::from_value(item.clone()).expect("object");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create the {kind}: {e}"));
+    }
+    let client = support::cluster()
+        .service_account_client(&h.ns, "operator")
+        .await;
+    let op = applyset_operator::controller::Operator::start(client, h.config());
+    let set = h.applyset(&unique("limited"));
+    set.create(json!({"wait": true, "timeout": "10m", "manifests": [deployment("web")]}))
+        .await;
+    let st = wait_ready_is(&set, "Unknown", "Progressing").await;
+    assert!(
+        ready(&st)
+            .message
+            .contains(&format!("Deployment.apps {}/web: 0 of 1 replicas", h.ns)),
+        "read with a GET, not 'not observed yet': {}",
+        ready(&st).message
+    );
+    // No watch event reaches the operator: the waiting set reads its members again (every
+    // 10 s) and becomes Ready.
+    write_status(&h.client, &deployment_ar(), &h.ns, "web", available()).await;
+    set.wait_ready().await;
+    stop(op).await;
+}

@@ -736,16 +736,13 @@ async fn observed_health(
 ) -> Option<(crate::members::SetHealth, bool)> {
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut changes = ctx.members.changes();
-    loop {
-        let health = ctx.members.health(&scope.id)?;
-        if health.unobserved == 0 {
-            return Some((health, false));
-        }
+    while ctx.members.health(&scope.id)?.unobserved > 0 {
         match tokio::time::timeout_at(deadline, changes.changed()).await {
             Ok(Ok(())) => continue,
             _ => break,
         }
     }
+    // Read afresh every time (what an earlier reconcile read is stale by now).
     let unwatched = ctx.members.unwatched(&scope.id);
     if unwatched.is_empty() {
         return Some((ctx.members.health(&scope.id)?, false));
