@@ -383,3 +383,71 @@ async fn the_depends_on_example_works() {
     }
     stop(op).await;
 }
+
+/// Creates namespaced RBAC objects (ServiceAccount, Role, RoleBinding) in `namespace`.
+async fn create_rbac(h: &Harness, namespace: &str, items: &[Value]) {
+    for item in items {
+        let kind = item["kind"].as_str().unwrap_or_default();
+        let ar = match kind {
+            "ServiceAccount" => gvk_resource("", "v1", kind, "serviceaccounts"),
+            "Role" => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "roles"),
+            _ => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "rolebindings"),
+        };
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::namespaced_with(h.client.clone(), namespace, &ar);
+        let obj: kube::api::DynamicObject =
+            serde_json::from_value(item.clone()).expect("an object");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create the {kind} in {namespace}: {e}"));
+    }
+}
+
+/// A set acting as a ServiceAccount learns about an ApplySet of another namespace only what
+/// that account may read: until it may get it, the dependency is refused (naming the account
+/// and the grant); once granted, it is an ordinary dependency (here not ready: nobody
+/// reconciles the other namespace).
+#[tokio::test]
+async fn a_dependency_in_another_namespace_must_be_readable_by_the_sets_account() {
+    let h = Harness::new("dep-read").await;
+    let other = h.extra_namespace("dep-read-other").await;
+    create_rbac(
+        &h,
+        &h.ns,
+        &[json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}})],
+    )
+    .await;
+    let op = h.start_operator();
+    let app = h.applyset(&unique("app"));
+    app.create(json!({
+        "serviceAccountName": "deployer",
+        "retryInterval": "1s",
+        "dependsOn": [{"name": "base", "namespace": other}],
+        "manifests": [configmap("app", json!({"k": "v"}))]}))
+        .await;
+    let msg = wait_message(&app, "ValidationFailed", "may not get").await;
+    assert!(
+        msg.contains(&format!(
+            "ServiceAccount {}/deployer may not get ApplySet {other}/base",
+            h.ns
+        )),
+        "{msg}"
+    );
+    create_rbac(
+        &h,
+        &other,
+        &[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "read-sets"},
+                "rules": [{"apiGroups": ["applyset.dev"], "resources": ["applysets"], "verbs": ["get"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "read-sets"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-sets"},
+                "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": h.ns}]}),
+        ],
+    )
+    .await;
+    let msg = wait_message(&app, "DependencyNotReady", "base").await;
+    assert!(msg.contains("does not exist"), "{msg}");
+    stop(op).await;
+}

@@ -203,6 +203,7 @@ impl Desired {
 /// it too.
 async fn dependencies(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<()> {
     let parent = &scope.parent;
+    dependencies_readable(scope, spec).await?;
     let refusal = match ctx
         .dependencies
         .gate(&ctx.client, parent, spec, &ctx.config.tenancy)
@@ -226,6 +227,47 @@ async fn dependencies(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> S
         }
     };
     Err(r.into())
+}
+
+/// A set that acts as a ServiceAccount learns about an ApplySet of another namespace only what
+/// that account may read: each such dependency is first read as the account (one GET each);
+/// one it may not get refuses the entry (ValidationFailed, retried: a RoleBinding granted
+/// later is not watched). ClusterApplySets, and ApplySets of the set's own namespace, are not
+/// checked.
+async fn dependencies_readable(scope: &SetScope, spec: &ApplySetSpec) -> Step<()> {
+    use crate::{api::ApplySet, applyset::ParentKind};
+    if scope.identity == Identity::Operator || spec.depends_on.is_empty() {
+        return Ok(());
+    }
+    // An invalid dependsOn is the gate's to report.
+    let Ok(dependencies) = crate::dependencies::resolve(&scope.parent, spec) else {
+        return Ok(());
+    };
+    let elsewhere = dependencies.iter().filter(|d| {
+        d.kind == ParentKind::ApplySet
+            && d.namespace.is_some()
+            && d.namespace != scope.parent.namespace
+    });
+    for d in elsewhere {
+        let ns = d.namespace.as_deref().unwrap_or_default();
+        let api: Api<ApplySet> = Api::namespaced(scope.client.clone(), ns);
+        match api.get_metadata_opt(&d.name).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                let msg = format!(
+                    "{}: spec.dependsOn: {} may not get {d}, in another namespace; grant it get on applysets.applyset.dev in {ns}, or remove the dependency",
+                    scope.parent, scope.identity
+                );
+                return Err(Report {
+                    retry: true,
+                    ..Report::failed(Reason::ValidationFailed, msg)
+                }
+                .into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Step 1, render and validate: inline manifests, then every source. The referenced ConfigMaps
