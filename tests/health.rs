@@ -540,3 +540,35 @@ async fn members_of_kinds_the_operator_cannot_watch_are_read_instead() {
     set.wait_ready().await;
     stop(op).await;
 }
+
+#[tokio::test]
+async fn a_rollout_step_held_back_is_written_a_moment_later() {
+    let h = Harness::new("health-detail").await;
+    let op = h.start_operator();
+    let set = h.applyset(&unique("two"));
+    let mut two = deployment("web");
+    two["spec"]["replicas"] = json!(2);
+    set.create(json!({"wait": true, "timeout": "10m", "manifests": [two]}))
+        .await;
+    wait_ready_is(&set, "Unknown", "Progressing").await;
+    let step = |available: i64| {
+        json!({"replicas": 2, "updatedReplicas": 2, "readyReplicas": available,
+            "availableReplicas": available})
+    };
+    // Two steps of the rollout in quick succession: the same Healthy status (Unknown), only
+    // the message changes. The second is held back (at most one such write per set every few
+    // seconds) and then written.
+    write_status(&h.client, &deployment_ar(), &h.ns, "web", step(0)).await;
+    set.wait_until("0 of 2 available in status.health", DEADLINE, |_, st| {
+        let hs = st?.health.clone()?;
+        (hs.not_current.first()?.message == "0 of 2 replicas available").then_some(())
+    })
+    .await;
+    write_status(&h.client, &deployment_ar(), &h.ns, "web", step(1)).await;
+    set.wait_until("1 of 2 available in status.health", DEADLINE, |_, st| {
+        let hs = st?.health.clone()?;
+        (hs.not_current.first()?.message == "1 of 2 replicas available").then_some(())
+    })
+    .await;
+    stop(op).await;
+}

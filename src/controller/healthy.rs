@@ -93,6 +93,25 @@ struct Written {
     generation: Option<i64>,
     health: Option<HealthStatus>,
     condition: Option<Condition>,
+    /// When the reporter last wrote them (`None`: found in the parent's status).
+    at: Option<Instant>,
+}
+
+/// Shortest time between two health writes of one set that change only counts or messages
+/// (a rollout of many replicas changes its message at every step); a change of the Healthy
+/// condition's status is written at once.
+pub const DETAIL_WRITE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long to hold a health write back: `None` to write now, else how long until it may be
+/// written. `status_changed`: the Healthy condition's status changes; `since`: time since the
+/// last write (`None`: not written by this process).
+pub fn hold_back(status_changed: bool, since: Option<Duration>) -> Option<Duration> {
+    match since {
+        Some(since) if !status_changed && since < DETAIL_WRITE_INTERVAL => {
+            Some(DETAIL_WRITE_INTERVAL - since)
+        }
+        _ => None,
+    }
 }
 
 /// A reconcile's wait in progress: for which generation and revision, since when.
@@ -131,6 +150,8 @@ pub fn verdict(now_status: Status, waited: Duration, timeout: Duration) -> Verdi
 pub struct Reporter {
     written: Mutex<HashMap<String, Written>>,
     waits: Mutex<HashMap<String, Waiting>>,
+    /// Sets the reporter will look at again (a write held back).
+    later: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Reporter {
@@ -145,6 +166,7 @@ impl Reporter {
             health: status.and_then(|s| s.health.clone()),
             condition: status
                 .and_then(|s| s.conditions.iter().find(|c| c.type_ == HEALTHY).cloned()),
+            at: None,
         };
         match w.get_mut(id) {
             // Written by this process: it knows better than a possibly older cached status.
@@ -153,6 +175,27 @@ impl Reporter {
                 w.insert(id.to_string(), found);
             }
         }
+    }
+
+    /// Has the reporter look at set `id` again after `wait` (once, however often asked
+    /// meanwhile).
+    fn look_again(&self, members: &Arc<crate::members::MemberWatches>, id: &str, wait: Duration) {
+        let Ok(mut later) = self.later.lock() else {
+            return;
+        };
+        if !later.insert(id.to_string()) {
+            return;
+        }
+        let members = members.clone();
+        let id = id.to_string();
+        let later = self.later.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            if let Ok(mut l) = later.lock() {
+                l.remove(&id);
+            }
+            members.touch(&id);
+        });
     }
 
     /// Forgets a set (no longer tracked).
@@ -269,6 +312,13 @@ async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::S
     if health == previous.health && condition == previous.condition {
         return;
     }
+    let status_changed =
+        previous.condition.as_ref().map(|c| &c.status) != condition.as_ref().map(|c| &c.status);
+    if let Some(wait) = hold_back(status_changed, previous.at.map(|at| at.elapsed())) {
+        // Written later (the set is looked at again then, with what is current then).
+        ctx.health.look_again(&ctx.members, id, wait);
+        return;
+    }
     let body =
         json!({"status": {"health": health, "conditions": condition.iter().collect::<Vec<_>>()}});
     match tokio::time::timeout(WRITE_TIMEOUT, patch(ctx, parent, body)).await {
@@ -279,6 +329,7 @@ async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::S
             {
                 known.health = health;
                 known.condition = condition;
+                known.at = Some(Instant::now());
             }
         }
         Ok(Err(e)) => tracing::debug!(parent = %parent, error = %e, "writing health failed"),
@@ -332,6 +383,26 @@ mod tests {
             .map(|(i, s)| (format!("Deployment ns/d{i}"), Health::new(*s, "why")))
             .collect();
         health::summarize(healths.iter().map(|(n, h)| (n.as_str(), h)), 5)
+    }
+
+    #[test]
+    fn details_are_written_at_most_every_few_seconds_a_new_status_at_once() {
+        let i = DETAIL_WRITE_INTERVAL;
+        assert_eq!(
+            hold_back(false, None),
+            None,
+            "never written by this process"
+        );
+        assert_eq!(
+            hold_back(true, Some(Duration::ZERO)),
+            None,
+            "Healthy's status changed"
+        );
+        assert_eq!(
+            hold_back(false, Some(Duration::from_secs(1))),
+            Some(i - Duration::from_secs(1))
+        );
+        assert_eq!(hold_back(false, Some(i)), None);
     }
 
     #[test]
