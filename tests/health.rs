@@ -112,9 +112,13 @@ async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_heal
     let h = Harness::new("health-wait").await;
     let op = h.start_operator();
     let set = h.applyset(&unique("web"));
-    set.create(json!({"wait": true, "timeout": "10m", "manifests": [
-        configmap("settings", json!({"k": "v"})), deployment("web")]}))
-        .await;
+    // No reconcile on a timer (interval 1h; the tests' default is 5s): what happens below is
+    // driven by the watches alone. A failure is retried after 2s.
+    set.create(
+        json!({"wait": true, "timeout": "10m", "interval": "1h", "retryInterval": "2s",
+        "manifests": [configmap("settings", json!({"k": "v"})), deployment("web")]}),
+    )
+    .await;
     let web = format!("Deployment.apps {}/web", h.ns);
 
     // Applied, the Deployment not available yet: Ready=Unknown (Progressing), naming it.
@@ -345,7 +349,8 @@ async fn custom_resources_are_assessed_by_their_conditions() {
     let ar = gvk_resource(&group, "v1", "Gadget", "gadgets");
     let op = h.start_operator();
     let set = h.applyset(&unique("gadgets"));
-    set.create(json!({"wait": true, "manifests": [
+    // No reconcile on a timer (interval 1h): Healthy below follows the watch alone.
+    set.create(json!({"wait": true, "interval": "1h", "manifests": [
         {"apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": {"name": "g"}, "spec": {"size": 1}}]}))
         .await;
     // Without status a custom resource is current once it exists (kstatus's generic rules).
@@ -548,7 +553,8 @@ async fn a_rollout_step_held_back_is_written_a_moment_later() {
     let set = h.applyset(&unique("two"));
     let mut two = deployment("web");
     two["spec"]["replicas"] = json!(2);
-    set.create(json!({"wait": true, "timeout": "10m", "manifests": [two]}))
+    // No reconcile on a timer (interval 1h): only the reporter writes status.health here.
+    set.create(json!({"wait": true, "timeout": "10m", "interval": "1h", "manifests": [two]}))
         .await;
     wait_ready_is(&set, "Unknown", "Progressing").await;
     let step = |available: i64| {
