@@ -548,10 +548,10 @@ pub async fn patch_status<P: Parent>(
     status: &ApplySetStatus,
 ) -> Result<()> {
     let name = obj.meta().name.clone().ok_or(Error::Unnamed("parent"))?;
-    let mut status = status.clone();
-    status.health = None;
-    status.conditions.retain(|c| c.type_ != status::HEALTHY);
-    let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": status});
+    let mut ours = status.clone();
+    ours.health = None;
+    ours.conditions.retain(|c| c.type_ != status::HEALTHY);
+    let body = json!({"apiVersion": P::api_version(&()), "kind": P::kind(&()), "status": ours});
     P::api(ctx.client.clone(), obj.namespace().as_deref())
         .patch_status(
             &name,
