@@ -559,8 +559,18 @@ async fn prune_covers_dropped_namespaces_and_dropped_kinds() {
         secret_in(&b, "s-b"),
     ]}))
     .await;
+    // (Not `created == 4`: a reconcile that follows at once — the member watches' first
+    // listing may predate the creation — reports the same members as unchanged.)
     let st = set.wait_ready().await;
-    assert_eq!(summary(&st).created, 4, "{}", status_json(&st));
+    assert_eq!(summary(&st).members, 4, "{}", status_json(&st));
+    for (ar, ns, name) in [
+        (configmap_ar(), &a, "cm-a"),
+        (secret_ar(), &a, "s-a"),
+        (configmap_ar(), &b, "cm-b"),
+        (secret_ar(), &b, "s-b"),
+    ] {
+        assert!(exists(&h.client, &ar, Some(ns), name).await, "{ns}/{name}");
+    }
     assert_eq!(
         set.annotation(ANNOTATION_NAMESPACES).await.as_ref(),
         Some(&b)
