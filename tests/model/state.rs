@@ -142,6 +142,10 @@ pub struct SetModel {
     pub exists: bool,
     pub spec: Spec,
     pub recorded: Recorded,
+    /// What the parent's `status.members` lists: the declared set of its last complete
+    /// reconcile. The operator adds it to what the annotations record (a record edited away
+    /// is not forgotten), for the empty-set guard, the prune and the deletion.
+    pub applied: Recorded,
     /// A foreign actor set the `tooling` annotation to another tool.
     pub hijacked: bool,
     pub expect: Expect,
@@ -172,6 +176,7 @@ impl Model {
                 exists: false,
                 spec: Spec::default(),
                 recorded: Recorded::default(),
+                applied: Recorded::default(),
                 hijacked: false,
                 expect: Expect::Gone,
             })
@@ -214,6 +219,7 @@ impl Model {
         set.exists = true;
         set.spec = spec;
         set.recorded = Recorded::default();
+        set.applied = Recorded::default();
         set.hijacked = false;
     }
 
@@ -221,13 +227,14 @@ impl Model {
     /// (same safety rules), with `Orphan` they stay, labelled.
     pub fn delete(&mut self, s: usize) {
         if !self.sets[s].spec.orphan {
-            let recorded = self.sets[s].recorded.clone();
+            let recorded = self.sets[s].recorded.union(&self.sets[s].applied);
             self.prune(s, &recorded, &BTreeMap::new());
         }
         let set = &mut self.sets[s];
         set.exists = false;
         set.spec = Spec::default();
         set.recorded = Recorded::default();
+        set.applied = Recorded::default();
         set.hijacked = false;
     }
 
@@ -302,7 +309,7 @@ impl Model {
             return Expect::NotReady("Suspended");
         }
         let spec = set.spec.clone();
-        let before = set.recorded.clone();
+        let before = set.recorded.union(&set.applied);
         // The empty-set guard, before anything is written.
         if spec.members.is_empty() && !spec.allow_empty && spec.prune && !before.kinds.is_empty() {
             return Expect::NotReady("EmptySetRefused");
@@ -322,11 +329,12 @@ impl Model {
         if refused.contains(&Refused::Conflict) {
             return Expect::NotReady("Conflict");
         }
-        // Prune, then shrink the parent to exactly the declared set.
+        // Prune, then shrink the parent to exactly the declared set; status.members lists it.
         if spec.prune {
             self.prune(s, &before, &spec.members);
-            self.sets[s].recorded = declared;
+            self.sets[s].recorded = declared.clone();
         }
+        self.sets[s].applied = declared;
         Expect::Ready
     }
 
