@@ -384,25 +384,6 @@ async fn the_depends_on_example_works() {
     stop(op).await;
 }
 
-/// Creates namespaced RBAC objects (ServiceAccount, Role, RoleBinding) in `namespace`.
-async fn create_rbac(h: &Harness, namespace: &str, items: &[Value]) {
-    for item in items {
-        let kind = item["kind"].as_str().unwrap_or_default();
-        let ar = match kind {
-            "ServiceAccount" => gvk_resource("", "v1", kind, "serviceaccounts"),
-            "Role" => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "roles"),
-            _ => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "rolebindings"),
-        };
-        let api: kube::Api<kube::api::DynamicObject> =
-            kube::Api::namespaced_with(h.client.clone(), namespace, &ar);
-        let obj: kube::api::DynamicObject =
-            serde_json::from_value(item.clone()).expect("an object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create the {kind} in {namespace}: {e}"));
-    }
-}
-
 /// A set acting as a ServiceAccount learns about an ApplySet of another namespace only what
 /// that account may read: until it may get it, the dependency is refused (naming the account
 /// and the grant); once granted, it is an ordinary dependency (here not ready: nobody

@@ -511,19 +511,8 @@ async fn members_of_kinds_the_operator_cannot_watch_are_read_instead() {
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "operator"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator"},
          "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": h.ns}]}]});
-    for item in rbac["items"].as_array().into_iter().flatten() {
-        let kind = item["kind"].as_str().unwrap_or_default();
-        let ar = match kind {
-            "ServiceAccount" => gvk_resource("", "v1", kind, "serviceaccounts"),
-            "Role" => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "roles"),
-            _ => gvk_resource("rbac.authorization.k8s.io", "v1", kind, "rolebindings"),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(h.client.clone(), &h.ns, &ar);
-        let obj: DynamicObject = serde_json::from_value(item.clone()).expect("object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create the {kind}: {e}"));
-    }
+    let items: Vec<Value> = rbac["items"].as_array().cloned().unwrap_or_default();
+    create_rbac(&h, &h.ns, &items).await;
     let client = support::cluster()
         .service_account_client(&h.ns, "operator")
         .await;

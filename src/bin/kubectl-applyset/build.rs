@@ -28,13 +28,7 @@ pub async fn run(
             g.namespace.clone().unwrap_or_else(|| "default".into()),
         )
     };
-    let file = file::read(path, &namespace)?;
-    if file.sets.is_empty() {
-        return Err(format!(
-            "{}: declares no ApplySet or ClusterApplySet (apiVersion applyset.dev/v1alpha1)",
-            file.path
-        ));
-    }
+    let file = file::read_sets(path, &namespace)?;
     let defaults = Defaults {
         allow_cross_namespace,
         ..Defaults::default()

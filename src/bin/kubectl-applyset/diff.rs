@@ -72,13 +72,7 @@ pub async fn run(
     allow_cross_namespace: bool,
 ) -> Result<u8, String> {
     let c = conn::connect(g).await?;
-    let file = file::read(path, &c.namespace)?;
-    if file.sets.is_empty() {
-        return Err(format!(
-            "{}: declares no ApplySet or ClusterApplySet (apiVersion applyset.dev/v1alpha1)",
-            file.path
-        ));
-    }
+    let file = file::read_sets(path, &c.namespace)?;
     let defaults = Defaults {
         allow_cross_namespace,
         ..Defaults::default()

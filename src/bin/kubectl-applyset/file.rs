@@ -65,6 +65,18 @@ impl File {
     }
 }
 
+/// [`read`], and an error when the file declares no set.
+pub fn read_sets(path: &Path, namespace: &str) -> Result<File, String> {
+    let file = read(path, namespace)?;
+    if file.sets.is_empty() {
+        return Err(format!(
+            "{}: declares no ApplySet or ClusterApplySet (apiVersion applyset.dev/v1alpha1)",
+            file.path
+        ));
+    }
+    Ok(file)
+}
+
 /// Reads and parses `path` (`-`: standard input). ApplySets without a namespace get
 /// `namespace`. Errors name the file and line.
 pub fn read(path: &Path, namespace: &str) -> Result<File, String> {
