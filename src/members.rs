@@ -744,14 +744,6 @@ impl MemberWatches {
         s.dirty.remove(id);
     }
 
-    /// Whether parent `id`'s health is kept.
-    pub fn is_tracked(&self, id: &str) -> bool {
-        self.state
-            .lock()
-            .map(|s| s.tracked.contains_key(id))
-            .unwrap_or(false)
-    }
-
     /// `id` no longer checks `r`: its watch stops when no set checks it any more.
     fn stop_checking(&self, s: &mut State, id: &str, r: &MemberRef) {
         let unused = match s.checked.get_mut(r) {

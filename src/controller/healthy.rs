@@ -59,32 +59,29 @@ pub fn health_status(s: &health::Summary) -> HealthStatus {
 
 /// The `Healthy` condition for a summary: True when everything is Current, False when
 /// something failed, Unknown otherwise (in progress, not found, being deleted, unknown). Its
-/// lastTransitionTime is `previous`'s while the status stays the same.
+/// lastTransitionTime is `previous`'s while the status stays the same (as every condition's,
+/// [`status::set_status`]).
 pub fn healthy_condition(
     previous: Option<&Condition>,
     s: &health::Summary,
     generation: Option<i64>,
-) -> Condition {
+) -> Option<Condition> {
     let (state, reason) = match s.status() {
         Status::Current => ("True", "Current"),
         Status::Failed => ("False", "HealthCheckFailed"),
         Status::Unknown => ("Unknown", "Unknown"),
         _ => ("Unknown", "Progressing"),
     };
-    let last_transition_time = match previous {
-        Some(p) if p.status == state => p.last_transition_time.clone(),
-        _ => {
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
-        }
-    };
-    Condition {
-        type_: HEALTHY.into(),
-        status: state.into(),
-        reason: reason.into(),
-        message: status::truncate(&s.message(), 32 * 1024),
-        observed_generation: generation,
-        last_transition_time,
-    }
+    let mut conditions: Vec<Condition> = previous.cloned().into_iter().collect();
+    status::set_status(
+        &mut conditions,
+        HEALTHY,
+        state,
+        reason,
+        &s.message(),
+        generation,
+    );
+    conditions.pop()
 }
 
 /// What the reporter last wrote (or found) for a set.
@@ -304,11 +301,7 @@ async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::S
         return;
     };
     let health = Some(health_status(summary));
-    let condition = Some(healthy_condition(
-        previous.condition.as_ref(),
-        summary,
-        previous.generation,
-    ));
+    let condition = healthy_condition(previous.condition.as_ref(), summary, previous.generation);
     if health == previous.health && condition == previous.condition {
         return;
     }
@@ -452,7 +445,8 @@ mod tests {
 
     #[test]
     fn healthy_is_true_false_or_unknown_and_keeps_its_transition_time() {
-        let current = healthy_condition(None, &summary(&[Status::Current]), Some(1));
+        let current =
+            healthy_condition(None, &summary(&[Status::Current]), Some(1)).expect("a condition");
         assert_eq!(
             (current.status.as_str(), current.reason.as_str()),
             ("True", "Current")
@@ -462,14 +456,16 @@ mod tests {
             Some(&current),
             &summary(&[Status::Current, Status::Current]),
             Some(2),
-        );
+        )
+        .expect("a condition");
         assert_eq!(again.last_transition_time, current.last_transition_time);
         assert_eq!(again.observed_generation, Some(2));
         let failed = healthy_condition(
             Some(&current),
             &summary(&[Status::Failed, Status::Current]),
             Some(2),
-        );
+        )
+        .expect("a condition");
         assert_eq!(
             (failed.status.as_str(), failed.reason.as_str()),
             ("False", "HealthCheckFailed")
@@ -478,12 +474,14 @@ mod tests {
             failed.message,
             "1 of 2 not current (1 failed): Deployment ns/d0: why"
         );
-        let waiting = healthy_condition(None, &summary(&[Status::InProgress]), Some(1));
+        let waiting =
+            healthy_condition(None, &summary(&[Status::InProgress]), Some(1)).expect("a condition");
         assert_eq!(
             (waiting.status.as_str(), waiting.reason.as_str()),
             ("Unknown", "Progressing")
         );
-        let unknown = healthy_condition(None, &summary(&[Status::Unknown]), Some(1));
+        let unknown =
+            healthy_condition(None, &summary(&[Status::Unknown]), Some(1)).expect("a condition");
         assert_eq!(
             (unknown.status.as_str(), unknown.reason.as_str()),
             ("Unknown", "Unknown")

@@ -778,16 +778,17 @@ async fn observed_health(
 ) -> Option<(crate::members::SetHealth, bool)> {
     let deadline = tokio::time::Instant::now() + SETTLE;
     let mut changes = ctx.members.changes();
-    while ctx.members.health(&scope.id)?.unobserved > 0 {
+    let mut health = ctx.members.health(&scope.id)?;
+    while health.unobserved > 0 {
         match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => continue,
+            Ok(Ok(())) => health = ctx.members.health(&scope.id)?,
             _ => break,
         }
     }
     // Read afresh every time (what an earlier reconcile read is stale by now).
     let unwatched = ctx.members.unwatched(&scope.id);
     if unwatched.is_empty() {
-        return Some((ctx.members.health(&scope.id)?, false));
+        return Some((health, false));
     }
     let targets: Vec<(MemberRef, kube::discovery::ApiResource)> = desired
         .set

@@ -39,23 +39,16 @@ where
         plural: K::URL_PATH_SEGMENT.to_string(),
     };
     let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>();
-    let key = (
-        resource.group.clone(),
-        resource.version.clone(),
-        resource.kind.clone(),
-    );
-    (
-        key,
-        Resolved {
-            resource,
-            namespaced,
-        },
-    )
+    keyed(resource, namespaced)
 }
 
 /// One of the operator's own kinds as a table entry.
 fn own<K: kube::Resource<DynamicType = ()>>(namespaced: bool) -> (Gvk, Resolved) {
-    let resource = ApiResource::erase::<K>(&());
+    keyed(ApiResource::erase::<K>(&()), namespaced)
+}
+
+/// A resolved kind keyed by its group, version and kind.
+fn keyed(resource: ApiResource, namespaced: bool) -> (Gvk, Resolved) {
     let key = (
         resource.group.clone(),
         resource.version.clone(),
