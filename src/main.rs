@@ -142,6 +142,24 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// A shutdown signal (SIGTERM, Ctrl-C) caught once for the whole run: every phase (standing by
+/// for the Lease, operating) sees it, including one that starts waiting after it arrived. (A
+/// signal listener made per phase missed a SIGTERM that came between two phases: the
+/// operator then ran on until killed.)
+fn shutdown_requested() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Resolves once a shutdown was requested (at once if it already was).
+async fn requested(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -177,6 +195,7 @@ fn identity() -> String {
 
 async fn run(args: RunArgs) -> ExitCode {
     init_logging(args.log_format);
+    let mut shutdown = shutdown_requested();
     let config = match operator_config(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -196,14 +215,14 @@ async fn run(args: RunArgs) -> ExitCode {
         return code;
     }
     let election = if args.leader_elect {
-        match lead(&args, &client, &health).await {
+        match lead(&args, &client, &health, &mut shutdown).await {
             Ok(e) => Some(e),
             Err(code) => return code,
         }
     } else {
         None
     };
-    operate(client, config, metrics, &health, election).await
+    operate(client, config, metrics, &health, election, &mut shutdown).await
 }
 
 /// A Kubernetes client from the kubeconfig or service account, counting its requests in
@@ -310,6 +329,7 @@ async fn lead(
     args: &RunArgs,
     client: &kube::Client,
     health: &Health,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Election, ExitCode> {
     let lease = lease_config(args);
     health.set(Phase::Standby);
@@ -322,7 +342,7 @@ async fn lead(
     };
     tracing::info!(identity = %lease.identity, lease = %format!("{}/{}", lease.namespace, lease.name), "waiting for leadership");
     tokio::select! {
-        _ = shutdown_signal() => {
+        _ = requested(shutdown) => {
             e.release().await;
             return Err(ExitCode::SUCCESS);
         }
@@ -345,6 +365,7 @@ async fn operate(
     metrics: Arc<Metrics>,
     health: &Health,
     mut election: Option<Election>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> ExitCode {
     let mut operator = Operator::start_with(client, config, metrics);
     health.set(Phase::Running(operator.readiness()));
@@ -355,7 +376,7 @@ async fn operate(
         }
     };
     let code = tokio::select! {
-        _ = shutdown_signal() => {
+        _ = requested(shutdown) => {
             tracing::info!("shutting down: finishing in-flight reconciles");
             operator.shutdown().await;
             ExitCode::SUCCESS
