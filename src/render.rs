@@ -86,8 +86,9 @@ impl DesiredSet {
 pub enum RenderError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error(transparent)]
-    Scope(#[from] ScopeError),
+    /// The member of `origin` has a namespace it may not have, or none it needs.
+    #[error("{error}")]
+    Scope { origin: Origin, error: ScopeError },
     #[error(
         "{origin}: {kind} {name}: the cluster serves no kind {kind} in {api_version}; install its CustomResourceDefinition first or declare it in this set"
     )]
@@ -97,6 +98,16 @@ pub enum RenderError {
         kind: String,
         name: String,
     },
+}
+
+impl RenderError {
+    /// The declared object the error is about.
+    pub fn origin(&self) -> &Origin {
+        match self {
+            RenderError::Manifest(e) => e.origin(),
+            RenderError::Scope { origin, .. } | RenderError::UnknownKind { origin, .. } => origin,
+        }
+    }
 }
 
 /// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
@@ -169,22 +180,41 @@ impl Default for SetLimits {
 /// Checks the declared objects of one set (inline first, then the sources in order) against
 /// `limits`: the YAML/JSON budget (the error names the manifest at which it ran out), then the
 /// number of members. The message says which flag sets the bound.
-pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), String> {
+pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), LimitError> {
     let mut budget = manifest::YamlBudget::new(limits.yaml);
     for m in manifests {
         let cost = manifest::object_cost(&m.object);
         if let Err(exceeded) = budget.charge(cost) {
-            return Err(format!("{}: {}", m.origin, budget.describe(exceeded)));
+            return Err(LimitError::Yaml {
+                origin: Box::new(m.origin.clone()),
+                exceeded: budget.describe(exceeded),
+            });
         }
     }
     if manifests.len() > limits.max_members {
-        return Err(format!(
-            "the set declares {} members, more than the {} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag",
-            manifests.len(),
-            limits.max_members
-        ));
+        return Err(LimitError::Members {
+            declared: manifests.len(),
+            max: limits.max_members,
+        });
     }
     Ok(())
+}
+
+/// A set beyond the operator's limits ([`check_limits`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The YAML/JSON budget ran out at the manifest of `origin`; `exceeded` says which bound
+    /// and its flag.
+    #[error("{origin}: {exceeded}")]
+    Yaml {
+        origin: Box<Origin>,
+        exceeded: String,
+    },
+    /// More members than `--max-members-per-set`.
+    #[error(
+        "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
+    )]
+    Members { declared: usize, max: usize },
 }
 
 /// Parses the inline manifests of a spec.
@@ -296,7 +326,11 @@ fn member(
         spec.target_namespace.as_deref(),
         parent,
         &display,
-    )?;
+    )
+    .map_err(|error| RenderError::Scope {
+        origin: m.origin.clone(),
+        error,
+    })?;
     let mut object = m.object;
     manifest::normalize(&mut object);
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {
@@ -381,7 +415,9 @@ mod tests {
         };
         assert_eq!(check_limits(&manifests(3), &limits), Ok(()));
         assert_eq!(check_limits(&[], &limits), Ok(()));
-        let err = check_limits(&manifests(4), &limits).expect_err("too many");
+        let err = check_limits(&manifests(4), &limits)
+            .expect_err("too many")
+            .to_string();
         assert!(err.contains("declares 4 members"), "{err}");
         assert!(err.contains("--max-members-per-set"), "{err}");
         assert_eq!(SetLimits::default().max_members, 10_000);
@@ -399,13 +435,17 @@ mod tests {
             check_limits(&all, &limits(3 * one.nodes, 3 * one.bytes)),
             Ok(())
         );
-        let err = check_limits(&all, &limits(3 * one.nodes - 1, 1 << 20)).expect_err("nodes");
+        let err = check_limits(&all, &limits(3 * one.nodes - 1, 1 << 20))
+            .expect_err("nodes")
+            .to_string();
         assert!(
             err.starts_with("git https://example.com/r.git@main file all.yaml, document 3"),
             "{err}"
         );
         assert!(err.contains("--max-yaml-nodes-per-set"), "{err}");
-        let err = check_limits(&all, &limits(1000, 2 * one.bytes)).expect_err("bytes");
+        let err = check_limits(&all, &limits(1000, 2 * one.bytes))
+            .expect_err("bytes")
+            .to_string();
         assert!(err.contains("document 3"), "{err}");
         assert!(err.contains("--max-yaml-mib-per-set"), "{err}");
     }

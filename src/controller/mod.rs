@@ -592,11 +592,14 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 /// cleans up behind the finalizer.
 async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
-    let scope = tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy).and_then(|id| {
-        let who = id.to_string();
-        ctx.scope(parent.clone(), id)
-            .ok_or_else(|| format!("{who} cannot be impersonated (not a valid user name)"))
-    });
+    let scope = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
+        Err(e) => Err(e.to_string()),
+        Ok(id) => {
+            let who = id.to_string();
+            ctx.scope(parent.clone(), id)
+                .ok_or_else(|| format!("{who} cannot be impersonated (not a valid user name)"))
+        }
+    };
     let scope = match scope {
         Ok(scope) => scope,
         Err(e) => {

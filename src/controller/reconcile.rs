@@ -32,7 +32,7 @@ use crate::{
     members::{CheckTarget, Targets},
     parent::{self, Parent, Recorded},
     render::{self, DesiredSet, RenderError},
-    sources::{self, Fetched, SourceError, Sources},
+    sources::{self, Fetched, SourceErrorClass, Sources},
     status::Reason,
     tenancy::{self, Identity},
 };
@@ -216,8 +216,9 @@ async fn dependencies(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> S
         Refusal::Invalid(msg) => {
             Report::failed(Reason::ValidationFailed, format!("{parent}: {msg}"))
         }
-        Refusal::Cycle { message, others } => {
+        Refusal::Cycle { cycle, others } => {
             ctx.members.trigger_parents(others);
+            let message = crate::dependencies::describe_cycle(&cycle);
             Report::failed(Reason::ValidationFailed, format!("{parent}: {message}"))
         }
         Refusal::NotReady(why) => {
@@ -253,7 +254,7 @@ async fn dependencies_readable(scope: &SetScope, spec: &ApplySetSpec) -> Step<()
         let api: Api<ApplySet> = Api::namespaced(scope.client.clone(), ns);
         match api.get_metadata_opt(&d.name).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 403 => {
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
                 let msg = format!(
                     "{}: spec.dependsOn: {} may not get {d}, in another namespace; grant it get on applysets.applyset.dev in {ns}, or remove the dependency",
                     scope.parent, scope.identity
@@ -314,13 +315,13 @@ async fn fetch(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<Vec
             Ok(fetched)
         }
         Err(e) => {
-            let (reason, msg) = match &e {
-                SourceError::Failed(m) => (
+            let (reason, msg) = match e.class() {
+                SourceErrorClass::Failed => (
                     Reason::SourceFailed,
-                    format!("{parent}: {m}; nothing applied or pruned, retrying"),
+                    format!("{parent}: {e}; nothing applied or pruned, retrying"),
                 ),
-                SourceError::Invalid(m) => (Reason::ValidationFailed, format!("{parent}: {m}")),
-                SourceError::Manifest(m) => (Reason::ValidationFailed, m.to_string()),
+                SourceErrorClass::Invalid => (Reason::ValidationFailed, format!("{parent}: {e}")),
+                SourceErrorClass::Manifest => (Reason::ValidationFailed, e.to_string()),
             };
             ctx.metrics.source_fetched("any", "failed");
             tracing::info!(reason = %reason, message = %msg, "source not usable");
@@ -519,9 +520,9 @@ async fn apply_members<P: Parent>(
         // What was applied before the failure changed all the same.
         report::announce_changes(ctx, obj, &results).await;
         let summary = Some(tally(&results));
-        let forbidden = results.iter().any(
-            |r| matches!(&r.outcome, Outcome::Failed { message } if message.contains("forbidden")),
-        );
+        let forbidden = results
+            .iter()
+            .any(|r| matches!(&r.outcome, Outcome::Forbidden { .. }));
         let mut message = r.message.clone();
         if forbidden {
             message.insert_str(0, &missing_service_account(ctx, scope).await);
@@ -914,7 +915,7 @@ async fn resolve_checks(
             &ctx.config.tenancy,
             [(&reference, r.namespaced)],
         )
-        .map_err(|e| invalid(i, e))?;
+        .map_err(|e| invalid(i, e.to_string()))?;
         if let Some(why) = readable(scope, &reference, &r.resource).await? {
             return Err(invalid(i, why));
         }
@@ -939,7 +940,7 @@ async fn readable(
     };
     match api.get_metadata_opt(&reference.name).await {
         Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Some(format!(
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Some(format!(
             "{} may not get {reference}; grant it get on {} or remove the check",
             scope.identity, resource.plural
         ))),

@@ -92,7 +92,9 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
             Outcome::Owned { message } => owned.push(message.as_str()),
             Outcome::AdoptionRefused { message } => refused.push(message.as_str()),
             Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
-            Outcome::Failed { message } => failed.push(message.as_str()),
+            Outcome::Forbidden { message } | Outcome::Failed { message } => {
+                failed.push(message.as_str())
+            }
             _ => {}
         }
     }

@@ -127,8 +127,9 @@ async fn apply_one(
         return (Outcome::Unchanged, Some(uid));
     }
     if let Some(why) = opts.lookup.unknown.get(&member.reference) {
+        // The lookup could not look at it: its identity may not get or list the kind.
         let message = format!("{}: {why}; not applied", member.reference);
-        return (Outcome::Failed { message }, None);
+        return (Outcome::Forbidden { message }, None);
     }
     let adopting = opts.lookup.unlabelled.contains(&member.reference);
     if adopting && !(opts.adopt_existing || member.adopt) {
@@ -354,6 +355,9 @@ async fn recreate_for_immutable(
 fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
     match e {
         kube::Error::Api(status) if dry_run && status.is_not_found() => Outcome::Created,
+        kube::Error::Api(status) if status.is_forbidden() => Outcome::Forbidden {
+            message: format!("{}: {}", member.reference, status.message),
+        },
         kube::Error::Api(status) => Outcome::Failed {
             message: format!("{}: {}", member.reference, status.message),
         },

@@ -89,7 +89,14 @@ fn scheme_of(url: &str) -> Result<&'static str, String> {
     }
 }
 
-pub fn validate(g: &GitSource) -> Result<(), String> {
+/// Checks a git source's spec without any I/O (`Invalid`, naming the field).
+pub fn validate(g: &GitSource) -> Result<(), SourceError> {
+    check(g).map_err(SourceError::Invalid)?;
+    archive::directory_prefix(g.path.as_deref())?;
+    Ok(())
+}
+
+fn check(g: &GitSource) -> Result<(), String> {
     scheme_of(&g.url)?;
     let r = &g.reference;
     let set = [&r.branch, &r.tag, &r.commit]
@@ -109,7 +116,6 @@ pub fn validate(g: &GitSource) -> Result<(), String> {
             return Err(format!("{name:?} is not a valid branch or tag name"));
         }
     }
-    archive::directory_prefix(g.path.as_deref())?;
     Ok(())
 }
 
@@ -146,8 +152,8 @@ pub async fn fetch(
     parent: &ParentRef,
     g: &GitSource,
 ) -> Result<Fetched, SourceError> {
-    validate(g).map_err(SourceError::Invalid)?;
-    let prefix = archive::directory_prefix(g.path.as_deref()).map_err(SourceError::Invalid)?;
+    validate(g)?;
+    let prefix = archive::directory_prefix(g.path.as_deref())?;
     let dest = checked_destination(s, &g.url).await?;
     let (secret_id, creds) = secret_creds(client, parent, g, &dest).await?;
     let name = ref_name(&g.reference);
@@ -283,6 +289,7 @@ async fn fetch_on_blocking_thread(
     let policy = s.policy.clone();
     let pfx = prefix.to_string();
     super::http::unpack_reserving(lease, move |reserve| {
+        let reserve = &mut |n: u64| reserve(n).map_err(|e| e.to_string());
         fetch_blocking(
             &work,
             &url,

@@ -9,14 +9,15 @@ use std::{collections::HashMap, sync::Arc};
 use applyset_operator::{
     api::Source,
     discovery::{Resolved, Resolver},
-    render::{self, DesiredSet, Gvk, SetLimits},
-    sources::{self, SourceError, Sources},
+    manifest::{ManifestError, Origin},
+    render::{self, DesiredSet, Gvk, LimitError, RenderError, SetLimits},
+    sources::{self, SourceErrorClass, Sources},
     tenancy::{self, Defaults, Identity},
 };
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 
-use crate::file::{File, SetDoc};
+use crate::file::{Entry, File, SetDoc};
 
 /// What rendering needs besides the set.
 pub struct Renderer {
@@ -68,11 +69,17 @@ impl Renderer {
     pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, String> {
         let parent = &doc.parent;
         let spec = &doc.spec;
-        let fail = |message: String| file.at(doc.line_of(&message), message);
+        let fail = |entry: Option<Entry>, message: String| file.at(doc.line_at(entry), message);
         let identity = tenancy::identity(parent, spec, &self.defaults)
-            .map_err(|e| fail(format!("{parent}: {e}")))?;
-        sources::validate(parent, spec).map_err(|e| fail(format!("{parent}: {e}")))?;
-        let mut manifests = render::inline_manifests(spec).map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail(None, format!("{parent}: {e}")))?;
+        sources::validate(parent, spec).map_err(|e| {
+            fail(
+                e.source_index().map(Entry::Source),
+                format!("{parent}: {e}"),
+            )
+        })?;
+        let mut manifests =
+            render::inline_manifests(spec).map_err(|e| fail(manifest_entry(&e), e.to_string()))?;
         let client = match &self.cluster {
             Some((client, _)) => client,
             None => {
@@ -102,19 +109,15 @@ impl Renderer {
                     .fetch(client, parent, i, source)
                     .await
                     .map_err(|e| {
-                        let message = match e {
-                            SourceError::Failed(m) => {
-                                format!("{parent}: {m}; nothing applied or pruned")
+                        let message = match e.class() {
+                            SourceErrorClass::Failed => {
+                                format!("{parent}: {e}; nothing applied or pruned")
                             }
-                            SourceError::Invalid(m) => format!("{parent}: {m}"),
-                            SourceError::Manifest(m) => m.to_string(),
+                            SourceErrorClass::Invalid => format!("{parent}: {e}"),
+                            SourceErrorClass::Manifest => e.to_string(),
                         };
-                        let line = if message.contains("spec.") {
-                            doc.line_of(&message)
-                        } else {
-                            doc.source_lines.get(i).copied().unwrap_or(doc.line)
-                        };
-                        file.at(line, message)
+                        let entry = e.source_index().unwrap_or(i);
+                        fail(Some(Entry::Source(entry)), message)
                     })
             });
         let all = futures::stream::iter(reads)
@@ -122,15 +125,21 @@ impl Renderer {
             .try_collect::<Vec<_>>();
         let timeout = self.sources.limits.timeout;
         let fetched = tokio::time::timeout(timeout, all).await.map_err(|_| {
-            fail(format!(
-                "{parent}: spec.sources: not read within {timeout:?}"
-            ))
+            fail(
+                None,
+                format!("{parent}: spec.sources: not read within {timeout:?}"),
+            )
         })??;
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }
-        render::check_limits(&manifests, &SetLimits::default())
-            .map_err(|e| fail(format!("{parent}: {e}")))?;
+        render::check_limits(&manifests, &SetLimits::default()).map_err(|e| {
+            let entry = match &e {
+                LimitError::Yaml { origin, .. } => origin_entry(origin),
+                LimitError::Members { .. } => None,
+            };
+            fail(entry, format!("{parent}: {e}"))
+        })?;
         let wanted = render::kinds_to_resolve(&manifests);
         let mut assumed = Vec::new();
         let served = match &self.cluster {
@@ -160,11 +169,16 @@ impl Renderer {
                 })
                 .collect(),
         };
-        let set = render::render_resolved(parent, spec, manifests, served)
-            .map_err(|e| fail(e.to_string()))?;
+        let set = render::render_resolved(parent, spec, manifests, served).map_err(|e| {
+            let entry = match &e {
+                RenderError::Manifest(m) => manifest_entry(m),
+                other => origin_entry(other.origin()),
+            };
+            fail(entry, e.to_string())
+        })?;
         let members = set.members.iter().map(|m| (&m.reference, m.namespaced));
         tenancy::check_scope(parent, &identity, &self.defaults, members)
-            .map_err(|e| fail(format!("{parent}: {e}")))?;
+            .map_err(|e| fail(None, format!("{parent}: {e}")))?;
         Ok(Rendered {
             set,
             identity,
@@ -180,6 +194,22 @@ impl Renderer {
             .filter(|(k, _)| !builtin.contains_key(*k))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// The inline manifest `origin` is, if it is one.
+fn origin_entry(origin: &Origin) -> Option<Entry> {
+    origin.inline_index().map(Entry::Manifest)
+}
+
+/// The inline manifest a manifest error is about: for a duplicate, the first declaration
+/// that is inline.
+fn manifest_entry(e: &ManifestError) -> Option<Entry> {
+    match e {
+        ManifestError::Duplicate { first, second, .. } => {
+            origin_entry(first).or_else(|| origin_entry(second))
+        }
+        other => origin_entry(other.origin()),
     }
 }
 
