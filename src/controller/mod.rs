@@ -621,7 +621,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
     // in its first reconcile.
     if !deleting {
-        return reconcile::apply(obj, ctx, &scope).await;
+        return reconcile::reconcile_set(obj, ctx, &scope).await;
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being
     // deleted too delete theirs.
@@ -635,7 +635,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
-            Finalizer::Apply(obj) => reconcile::apply(obj, ctx, &scope).await,
+            Finalizer::Apply(obj) => reconcile::reconcile_set(obj, ctx, &scope).await,
             Finalizer::Cleanup(obj) => cleanup::cleanup(obj, ctx, &scope).await,
         }
     })

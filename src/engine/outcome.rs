@@ -133,6 +133,16 @@ pub struct MemberResult {
     /// The live object's UID, where known: the server's answer to an apply (a dry-run one
     /// too, for an object that exists), or the watches' record of a member known unchanged.
     pub uid: Option<String>,
+    /// A dry-run's objects, when asked for ([`super::apply::Options::preview`]).
+    pub preview: Option<Box<Preview>>,
+}
+
+/// What a dry-run showed of one member: the live object before (none when it does not
+/// exist) and the object the apply would leave, as the server answered them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preview {
+    pub before: Option<serde_json::Value>,
+    pub after: serde_json::Value,
 }
 
 impl MemberResult {
@@ -141,6 +151,7 @@ impl MemberResult {
             reference,
             outcome,
             uid: None,
+            preview: None,
         }
     }
 

@@ -70,17 +70,25 @@ impl<'a> Keep<'a> {
     }
 }
 
+/// Which listing a prune decision that deletes anything is made on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// One made now (after an apply: one from before may be as old as the apply).
+    Fresh,
+    /// An earlier one serves (a plan: nothing was written since).
+    Earlier,
+}
+
 /// Decides what to prune. The watches only tell whether there is anything to decide (an
-/// object labelled ours that is no longer declared); a selection is made on a listing. With
-/// `fresh`, a selection that deletes anything is made on a listing made now (after the
-/// apply: one from before may be as old as the apply); without, an earlier listing serves.
+/// object labelled ours that is no longer declared); a selection is made on a listing (see
+/// [`Listing`]).
 pub async fn decide(
     scope: &SetScope,
     resolver: &Resolver,
     extent: &Extent,
     keep: &Keep<'_>,
     live: &Live,
-    fresh: bool,
+    listing: Listing,
 ) -> Result<Selection> {
     let select_from = |l: &[LiveMember]| select(l, keep, extent, &scope.manager);
     let list_now = || {
@@ -95,7 +103,7 @@ pub async fn decide(
     Ok(match &live.observed {
         Observed::Listed(l) => {
             let earlier = select_from(l);
-            if earlier.delete.is_empty() || !fresh {
+            if earlier.delete.is_empty() || listing == Listing::Earlier {
                 earlier
             } else {
                 select_from(&list_now().await?)

@@ -136,6 +136,10 @@ pub enum SourceError {
     /// The source could not be read, did not verify, or its content was refused; the cause.
     #[error("{0}")]
     Failed(String),
+    /// Content of the entry `spec.sources[index]` that does not parse (shown as the manifest
+    /// error, which names the source and the file).
+    #[error("{error}")]
+    Content { index: usize, error: ManifestError },
     /// The operator's memory budget for sources had no room.
     #[error(transparent)]
     Memory(#[from] memory::MemoryError),
@@ -171,10 +175,11 @@ pub enum SourceErrorClass {
 
 impl SourceError {
     /// `error` as the error of the entry `spec.sources[index]` (`source`). A manifest error
-    /// already names its source and file.
+    /// already names its source and file (only its entry is noted).
     pub fn at(index: usize, source: &Source, error: SourceError) -> SourceError {
         match error {
-            e @ (SourceError::Manifest(_)
+            SourceError::Manifest(error) => SourceError::Content { index, error },
+            e @ (SourceError::Content { .. }
             | SourceError::At { .. }
             | SourceError::TimedOut { .. }) => e,
             e => SourceError::At {
@@ -189,7 +194,7 @@ impl SourceError {
     pub fn class(&self) -> SourceErrorClass {
         match self {
             SourceError::Invalid(_) => SourceErrorClass::Invalid,
-            SourceError::Manifest(_) => SourceErrorClass::Manifest,
+            SourceError::Manifest(_) | SourceError::Content { .. } => SourceErrorClass::Manifest,
             SourceError::Failed(_) | SourceError::Memory(_) | SourceError::TimedOut { .. } => {
                 SourceErrorClass::Failed
             }
@@ -200,7 +205,7 @@ impl SourceError {
     /// The index of the `spec.sources` entry it is about, if one.
     pub fn source_index(&self) -> Option<usize> {
         match self {
-            SourceError::At { index, .. } => Some(*index),
+            SourceError::At { index, .. } | SourceError::Content { index, .. } => Some(*index),
             SourceError::TimedOut { pending, .. } => pending.first().map(|(i, _)| *i),
             _ => None,
         }

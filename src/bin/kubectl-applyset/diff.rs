@@ -208,7 +208,7 @@ async fn diff_set(
             })
             .collect();
         let keep = Keep::new(&known, &declared, &applied);
-        let selection = prune::decide(&scope, resolver, &extent, &keep, &live, false)
+        let selection = prune::decide(&scope, resolver, &extent, &keep, &live, prune::Listing::Earlier)
             .await
             .map_err(|e| e.to_string())?;
         for (m, why) in &selection.retained {
