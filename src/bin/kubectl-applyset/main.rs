@@ -11,6 +11,7 @@ mod conn;
 mod diff;
 mod file;
 mod kinds;
+mod output;
 mod progress;
 mod render;
 mod sets;
