@@ -1,20 +1,19 @@
-//! Rendering the sets of a file as the operator's reconcile does (`src/controller/reconcile.rs`,
-//! step 1): identity, source validation, inline manifests, every source, limits, kinds,
-//! namespaces and tenancy — with the operator's messages, prefixed with the file and line.
-//! Offline (no client), kinds come from [`crate::kinds`] and configMap/secret sources are
-//! refused with a message that says they need a cluster.
+//! Rendering the sets of a file with the operator's own render stage
+//! ([`applyset_operator::render::render_set`]): identity, source validation, inline
+//! manifests, every source, limits, kinds, namespaces and tenancy — with the operator's
+//! messages, placed at the file's line of the entry they are about. Offline (no client),
+//! kinds come from [`crate::kinds`] and configMap/secret sources are refused with a message
+//! that says they need a cluster.
 
 use std::{collections::HashMap, sync::Arc};
 
 use applyset_operator::{
     api::Source,
     discovery::{Resolved, Resolver},
-    manifest::{ManifestError, Origin},
-    render::{self, DesiredSet, Gvk, LimitError, RenderError, SetLimits},
-    sources::{self, SourceErrorClass, Sources},
+    render::{self, DesiredSet, FieldPath, Gvk, KindLookup, Readers, RenderInput, SetLimits},
+    sources::{self, Sources},
     tenancy::{self, Defaults, Identity},
 };
-use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 
 use crate::file::{Entry, File, SetDoc};
@@ -25,6 +24,8 @@ pub struct Renderer {
     cluster: Option<(Client, Arc<Resolver>)>,
     /// Built-in kinds and those of the file's CRDs (offline).
     table: HashMap<Gvk, Resolved>,
+    /// The kinds of the file's CRDs only (with a cluster: for what discovery does not serve).
+    file_crds: HashMap<Gvk, Resolved>,
     sources: Sources,
     pub defaults: Defaults,
     /// A client for the sources when there is no cluster (it is never called: sources that
@@ -44,8 +45,10 @@ pub struct Rendered {
 impl Renderer {
     /// A renderer for the sets of `file`, with the cluster of `client` if given.
     pub fn new(file: &File, client: Option<Client>, defaults: Defaults) -> Renderer {
+        let file_crds: HashMap<Gvk, Resolved> =
+            render::declared_kinds(&file.crds).into_iter().collect();
         let mut table = crate::kinds::builtin();
-        table.extend(render::declared_kinds(&file.crds));
+        table.extend(file_crds.clone());
         let sources = Sources::new(
             sources::Limits::default(),
             sources::egress::Policy::default(),
@@ -54,6 +57,7 @@ impl Renderer {
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,
+            file_crds,
             sources,
             defaults,
             offline: unreachable_client(),
@@ -65,152 +69,81 @@ impl Renderer {
         self.cluster.as_ref().map(|(_, r)| r)
     }
 
-    /// Renders one set; an error names the file and line.
+    /// Renders one set as the operator does; an error names the file and line.
     pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, String> {
         let parent = &doc.parent;
-        let spec = &doc.spec;
         let fail = |entry: Option<Entry>, message: String| file.at(doc.line_at(entry), message);
-        let identity = tenancy::identity(parent, spec, &self.defaults)
+        let identity = tenancy::identity(parent, &doc.spec, &self.defaults)
             .map_err(|e| fail(None, format!("{parent}: {e}")))?;
-        sources::validate(parent, spec).map_err(|e| {
-            fail(
-                e.source_index().map(Entry::Source),
-                format!("{parent}: {e}"),
-            )
-        })?;
-        let mut manifests =
-            render::inline_manifests(spec).map_err(|e| fail(manifest_entry(&e), e.to_string()))?;
-        let client = match &self.cluster {
-            Some((client, _)) => client,
+        let beside = |k: &Gvk| crate::kinds::resolve(&self.file_crds, k);
+        let known = |k: &Gvk| crate::kinds::resolve(&self.table, k);
+        let (client, kinds) = match &self.cluster {
+            Some((client, resolver)) => (
+                client,
+                KindLookup::Discovery {
+                    resolver,
+                    beside: &beside,
+                },
+            ),
             None => {
-                for (i, source) in spec.sources.iter().enumerate() {
-                    if let Some(why) = needs_cluster(source) {
-                        let line = doc.source_lines.get(i).copied().unwrap_or(doc.line);
-                        return Err(file.at(
-                            line,
-                            format!(
-                                "{parent}: spec.sources[{i}] ({}): {why}, and build runs without a cluster; run it with --cluster (the kubeconfig's current context) or declare the manifests inline",
-                                sources::describe(source)
-                            ),
-                        ));
-                    }
-                }
-                &self.offline
+                offline_sources(doc).map_err(|(i, m)| fail(Some(Entry::Source(i)), m))?;
+                let assume = crate::kinds::assumed;
+                (
+                    &self.offline,
+                    KindLookup::Offline {
+                        known: &known,
+                        assume,
+                    },
+                )
             }
         };
-        // Sources are read as the operator reads them (at most FETCH_CONCURRENCY at once,
-        // one deadline for all); each error is placed at its entry's line.
-        let reads = spec
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(i, source)| async move {
-                self.sources
-                    .fetch(client, parent, i, source)
-                    .await
-                    .map_err(|e| {
-                        let message = match e.class() {
-                            SourceErrorClass::Failed => {
-                                format!("{parent}: {e}; nothing applied or pruned")
-                            }
-                            SourceErrorClass::Invalid => format!("{parent}: {e}"),
-                            SourceErrorClass::Manifest => e.to_string(),
-                        };
-                        let entry = e.source_index().unwrap_or(i);
-                        fail(Some(Entry::Source(entry)), message)
-                    })
-            });
-        let all = futures::stream::iter(reads)
-            .buffered(sources::FETCH_CONCURRENCY)
-            .try_collect::<Vec<_>>();
-        let timeout = self.sources.limits.timeout;
-        let fetched = tokio::time::timeout(timeout, all).await.map_err(|_| {
-            fail(
-                None,
-                format!("{parent}: spec.sources: not read within {timeout:?}"),
-            )
-        })??;
-        for f in &fetched {
-            manifests.extend(f.manifests.iter().cloned());
-        }
-        render::check_limits(&manifests, &SetLimits::default()).map_err(|e| {
-            let entry = match &e {
-                LimitError::Yaml { origin, .. } => origin_entry(origin),
-                LimitError::Members { .. } => None,
-            };
-            fail(entry, format!("{parent}: {e}"))
-        })?;
-        let wanted = render::kinds_to_resolve(&manifests);
-        let mut assumed = Vec::new();
-        let served = match &self.cluster {
-            Some((_, resolver)) => {
-                let mut served = resolver
-                    .resolve_all(&wanted)
-                    .await
-                    .map_err(|e| format!("{parent}: {e}"))?;
-                // A CRD declared beside the set in the file is known too.
-                for k in &wanted {
-                    if !served.contains_key(k)
-                        && let Some(r) = crate::kinds::resolve(&self.file_crds(), k)
-                    {
-                        served.insert(k.clone(), r);
-                    }
-                }
-                served
-            }
-            None => wanted
-                .iter()
-                .map(|k| {
-                    let r = crate::kinds::resolve(&self.table, k).unwrap_or_else(|| {
-                        assumed.push(k.clone());
-                        crate::kinds::assumed(k)
-                    });
-                    (k.clone(), r)
-                })
-                .collect(),
+        let input = RenderInput {
+            parent,
+            spec: &doc.spec,
+            identity: &identity,
+            tenancy: &self.defaults,
+            limits: &SetLimits::default(),
         };
-        let set = render::render_resolved(parent, spec, manifests, served).map_err(|e| {
-            let entry = match &e {
-                RenderError::Manifest(m) => manifest_entry(m),
-                other => origin_entry(other.origin()),
-            };
-            fail(entry, e.to_string())
-        })?;
-        let members = set.members.iter().map(|m| (&m.reference, m.namespaced));
-        tenancy::check_scope(parent, &identity, &self.defaults, members)
-            .map_err(|e| fail(None, format!("{parent}: {e}")))?;
+        let readers = Readers {
+            sources: &self.sources,
+            client,
+            kinds,
+        };
+        let rendered = render::render_set(&input, &readers)
+            .await
+            .map_err(|e| fail(None, format!("{parent}: {e}")))?
+            .map_err(|e| fail(e.field_path().map(entry), e.message(parent)))?;
         Ok(Rendered {
-            set,
+            set: rendered.set,
             identity,
-            assumed,
+            assumed: rendered.assumed,
         })
     }
+}
 
-    /// The kinds of the file's CRDs only (the table minus the built-in kinds).
-    fn file_crds(&self) -> HashMap<Gvk, Resolved> {
-        let builtin = crate::kinds::builtin();
-        self.table
-            .iter()
-            .filter(|(k, _)| !builtin.contains_key(*k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+/// The file's entry of a spec's field path.
+fn entry(path: FieldPath) -> Entry {
+    match path {
+        FieldPath::Manifest(i) => Entry::Manifest(i),
+        FieldPath::Source(i) => Entry::Source(i),
     }
 }
 
-/// The inline manifest `origin` is, if it is one.
-fn origin_entry(origin: &Origin) -> Option<Entry> {
-    origin.inline_index().map(Entry::Manifest)
-}
-
-/// The inline manifest a manifest error is about: for a duplicate, the first declaration
-/// that is inline.
-fn manifest_entry(e: &ManifestError) -> Option<Entry> {
-    match e {
-        ManifestError::Duplicate { first, second, .. } => {
-            origin_entry(first).or_else(|| origin_entry(second))
+/// Without a cluster, a source that needs one is refused: its index and the message.
+fn offline_sources(doc: &SetDoc) -> Result<(), (usize, String)> {
+    for (i, source) in doc.spec.sources.iter().enumerate() {
+        if let Some(why) = needs_cluster(source) {
+            return Err((
+                i,
+                format!(
+                    "{}: spec.sources[{i}] ({}): {why}, and build runs without a cluster; run it with --cluster (the kubeconfig's current context) or declare the manifests inline",
+                    doc.parent,
+                    sources::describe(source)
+                ),
+            ));
         }
-        other => origin_entry(other.origin()),
     }
+    Ok(())
 }
 
 /// Why a source cannot be read without a cluster, if it cannot.
