@@ -764,10 +764,8 @@ impl MemberWatches {
     /// Watches one object of a health check (by name) and keeps its health.
     async fn watch_check(self: Arc<Self>, target: CheckTarget) {
         let r = target.reference;
-        let api: Api<DynamicObject> = match &r.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
-            None => Api::all_with(self.client.clone(), &target.resource),
-        };
+        let api: Api<DynamicObject> =
+            crate::discovery::api_in(&self.client, r.namespace.as_deref(), &target.resource);
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
         let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
         let assess = |o: &DynamicObject| assess(o, &r.group, &r.kind);

@@ -396,18 +396,21 @@ pub fn annotations_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMa
 // ---------------------------------------------------------------------------------------------
 // The render stage: a set's spec in, its members (or the first error) out.
 
+/// Looks a kind up without the cluster (`None`: unknown).
+pub type KnownKinds<'a> = &'a (dyn Fn(&Gvk) -> Option<Resolved> + Sync);
+
 /// Where the kinds of a set's manifests are looked up.
 pub enum KindLookup<'a> {
     /// The cluster's discovery; `beside`: kinds of CRDs declared next to the set (the
     /// plugin's file), for what discovery does not serve.
     Discovery {
         resolver: &'a Resolver,
-        beside: &'a HashMap<Gvk, Resolved>,
+        beside: KnownKinds<'a>,
     },
-    /// No cluster: a table of known kinds; a kind it lacks is `assume`d (and reported in
-    /// [`Rendered::assumed`]).
+    /// No cluster: the kinds `known` knows; a kind it does not is `assume`d (and reported
+    /// in [`Rendered::assumed`]).
     Offline {
-        table: &'a HashMap<Gvk, Resolved>,
+        known: KnownKinds<'a>,
         assume: fn(&Gvk) -> Resolved,
     },
 }
@@ -589,17 +592,17 @@ async fn resolve_kinds(
             let mut served = resolver.resolve_all(&wanted).await?;
             for k in &wanted {
                 if !served.contains_key(k)
-                    && let Some(r) = beside.get(k)
+                    && let Some(r) = beside(k)
                 {
-                    served.insert(k.clone(), r.clone());
+                    served.insert(k.clone(), r);
                 }
             }
             served
         }
-        KindLookup::Offline { table, assume } => wanted
+        KindLookup::Offline { known, assume } => wanted
             .iter()
             .map(|k| {
-                let r = table.get(k).cloned().unwrap_or_else(|| {
+                let r = known(k).unwrap_or_else(|| {
                     assumed.push(k.clone());
                     assume(k)
                 });

@@ -369,31 +369,19 @@ fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     Some(h.finish())
 }
 
-async fn run_controller<P: Parent>(
-    ctx: Arc<Context>,
-    mut shutdown: watch::Receiver<bool>,
-    ready: Arc<Readiness>,
-    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
-) {
+/// The watch of parents of kind `P` (in the watch namespace, with the label selector),
+/// reflected into `writer`'s store; what the controller reconciles.
+fn parent_stream<P: Parent>(
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<P>,
+) -> impl futures::Stream<Item = std::result::Result<P, watcher::Error>> + Send + use<P> {
     let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
     let mut wc = watcher::Config::default().any_semantic();
     if let Some(sel) = &ctx.config.label_selector {
         wc = wc.labels(sel);
     }
-    let (reader, writer) = reflector::store();
-    ctx.dependencies.use_store(reader.clone());
-    let synced = {
-        let reader = reader.clone();
-        let ready = ready.clone();
-        async move {
-            if reader.wait_until_ready().await.is_ok() {
-                ready.mark(P::KIND);
-                tracing::info!(kind = P::KIND.kind(), "cache synced");
-            }
-        }
-    };
     let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
-    let stream = watcher(api, wc)
+    watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
@@ -422,7 +410,28 @@ async fn run_controller<P: Parent>(
             if let Ok(o) = o {
                 queued.triggered(P::KIND.kind(), &o.parent_ref().to_string());
             }
-        });
+        })
+}
+
+async fn run_controller<P: Parent>(
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    ready: Arc<Readiness>,
+    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
+) {
+    let (reader, writer) = reflector::store();
+    ctx.dependencies.use_store(reader.clone());
+    let synced = {
+        let reader = reader.clone();
+        let ready = ready.clone();
+        async move {
+            if reader.wait_until_ready().await.is_ok() {
+                ready.mark(P::KIND);
+                tracing::info!(kind = P::KIND.kind(), "cache synced");
+            }
+        }
+    };
+    let stream = parent_stream::<P>(&ctx, writer);
     let (queued, known) = (ctx.metrics.clone(), reader.clone());
     // Drift of a parent already gone (its members deleted by its own cleanup) starts no
     // reconcile: it does not count as queued.

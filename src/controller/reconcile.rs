@@ -293,13 +293,12 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             tenancy: &ctx.config.tenancy,
             limits: &ctx.config.set_limits,
         };
-        let beside = Default::default();
         let readers = Readers {
             sources: &ctx.sources,
             client: &ctx.client,
             kinds: KindLookup::Discovery {
                 resolver: &ctx.resolver,
-                beside: &beside,
+                beside: &|_| None,
             },
         };
         let rendered = match render::render_set(&input, &readers).await? {
@@ -706,10 +705,8 @@ async fn read_healths(
     use futures::StreamExt;
     futures::stream::iter(targets)
         .map(move |(r, resource)| {
-            let api: Api<kube::core::DynamicObject> = match &r.namespace {
-                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-                None => Api::all_with(client.clone(), &resource),
-            };
+            let api: Api<kube::core::DynamicObject> =
+                crate::discovery::api_in(&client, r.namespace.as_deref(), &resource);
             async move {
                 let h = match api.get_opt(&r.name).await {
                     Ok(Some(o)) => crate::members::assess(&o, &r.group, &r.kind),
@@ -826,10 +823,8 @@ async fn readable(
     reference: &MemberRef,
     resource: &kube::discovery::ApiResource,
 ) -> Step<Option<String>> {
-    let api: Api<kube::core::DynamicObject> = match &reference.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
-        None => Api::all_with(scope.client.clone(), resource),
-    };
+    let api: Api<kube::core::DynamicObject> =
+        crate::discovery::api_in(&scope.client, reference.namespace.as_deref(), resource);
     match api.get_metadata_opt(&reference.name).await {
         Ok(_) => Ok(None),
         Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Some(format!(

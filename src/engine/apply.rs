@@ -16,7 +16,6 @@ use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
     core::Status,
-    discovery::Scope,
 };
 use serde_json::Value;
 
@@ -108,16 +107,8 @@ pub fn body(member: &Member, id: &str) -> Value {
 }
 
 fn member_api(scope: &SetScope, member: &Member) -> Api<DynamicObject> {
-    let kind_scope = if member.namespaced {
-        Scope::Namespaced
-    } else {
-        Scope::Cluster
-    };
-    let api = Api::dynamic(scope.client.clone(), &member.resource, &kind_scope);
-    match &member.reference.namespace {
-        Some(ns) => api.constrain(ns),
-        None => api,
-    }
+    let namespace = member.reference.namespace.as_deref();
+    crate::discovery::api_in(&scope.client, namespace, &member.resource)
 }
 
 /// What a dry-run would change of `member` (its live object, read now, and the server's

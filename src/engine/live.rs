@@ -269,10 +269,8 @@ fn targets_for(
 /// One LIST, every page; `None` when the server answers 404 (the route is not served).
 async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>>> {
     let resource = &t.resolved.resource;
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &t.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
-        None => Api::all_with(scope.client.clone(), resource),
-    };
+    let api: Api<PartialObjectMeta<DynamicObject>> =
+        crate::discovery::api_in(&scope.client, t.namespace.as_deref(), resource);
     let mut out = Vec::new();
     let mut params = ListParams::default().labels(&scope.selector).limit(500);
     loop {

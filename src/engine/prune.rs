@@ -17,7 +17,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Preconditions},
     core::DynamicObject,
-    discovery::{ApiResource, Scope},
+    discovery::ApiResource,
 };
 
 use super::{
@@ -281,10 +281,7 @@ pub async fn delete_if_unchanged(
     uid: &str,
     resource_version: Option<&str>,
 ) -> Result<Deleted, Error> {
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::dynamic(client.clone(), resource, &Scope::Namespaced).constrain(ns),
-        None => Api::dynamic(client.clone(), resource, &Scope::Cluster),
-    };
+    let api: Api<DynamicObject> = crate::discovery::api_in(client, namespace, resource);
     let params = DeleteParams::background().preconditions(Preconditions {
         uid: Some(uid.to_string()),
         resource_version: resource_version.map(str::to_string),

@@ -190,21 +190,7 @@ pub async fn fetch(
     }
     let etag = header_text(&resp, header::ETAG);
     let last_modified = header_text(&resp, header::LAST_MODIFIED);
-    let mut lease = s.memory.lease();
-    if let Some(len) = resp
-        .content_length()
-        .filter(|l| *l <= s.limits.max_download)
-    {
-        // The body, and about as much again for parsing it (or for the files of a bundle),
-        // at once.
-        lease
-            .reserve_ahead(len.saturating_mul(2))
-            .await
-            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
-    }
-    let body = read_capped(resp, s.limits.max_download, &mut lease)
-        .await
-        .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    let (body, mut lease) = download(s, resp, &url).await?;
     let digest = sha256_hex(&body);
     check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
@@ -228,6 +214,30 @@ pub async fn fetch(
         bytes,
     };
     Ok(s.cache.store(&identity, "http", cached, lease))
+}
+
+/// The body of `resp` (from `url`, redacted), within the download cap; its memory is taken
+/// from a new lease, with as much again for parsing it (or for the files of a bundle) at once
+/// when its length is known.
+async fn download(
+    s: &Sources,
+    resp: reqwest::Response,
+    url: &str,
+) -> Result<(Vec<u8>, Lease), SourceError> {
+    let mut lease = s.memory.lease();
+    if let Some(len) = resp
+        .content_length()
+        .filter(|l| *l <= s.limits.max_download)
+    {
+        lease
+            .reserve_ahead(len.saturating_mul(2))
+            .await
+            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    }
+    let body = read_capped(resp, s.limits.max_download, &mut lease)
+        .await
+        .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    Ok((body, lease))
 }
 
 /// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy

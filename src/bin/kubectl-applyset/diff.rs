@@ -12,7 +12,7 @@ use std::{collections::HashMap, path::Path, sync::Arc};
 use applyset_operator::{
     api::{ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet, MemberRef, Mode},
     applyset::{ParentKind, ParentRef},
-    discovery::Resolver,
+    discovery::{self, Resolver},
     engine::{
         Extent, SetScope,
         live::{self, LiveMember},
@@ -27,7 +27,6 @@ use futures::StreamExt;
 use kube::{
     Api, Client,
     api::{DynamicObject, ObjectMeta},
-    discovery::{ApiResource, Scope},
 };
 use serde_json::Value;
 
@@ -100,8 +99,10 @@ pub async fn run(
             parent: &doc.parent,
             spec: &doc.spec,
             identity: &rendered.identity,
+            desired: rendered.set,
+            concurrency,
         };
-        match diff_set(&c.client, &resolver, &set, rendered.set, concurrency).await {
+        match diff_set(&c.client, &resolver, set).await {
             Ok((text, counts)) => {
                 print!("{text}");
                 code = exit_code(code, &counts);
@@ -130,23 +131,23 @@ fn exit_code(code: u8, counts: &Counts) -> u8 {
     }
 }
 
-/// One set of the file.
+/// One rendered set of the file, and how many of its requests may be in flight.
 struct Set<'a> {
     parent: &'a ParentRef,
     spec: &'a ApplySetSpec,
     identity: &'a Identity,
+    desired: DesiredSet,
+    concurrency: usize,
 }
 
 /// The diff of one set: its text and counts.
 async fn diff_set(
     client: &Client,
     resolver: &Arc<Resolver>,
-    set: &Set<'_>,
-    desired: DesiredSet,
-    concurrency: usize,
+    set: Set<'_>,
 ) -> Result<(String, Counts), String> {
     let parent = set.parent;
-    let mut scope = SetScope::new(parent.clone(), client.clone(), concurrency);
+    let mut scope = SetScope::new(parent.clone(), client.clone(), set.concurrency);
     if let Some(user) = set.identity.user() {
         let impersonating = conn::impersonating(client, &user)
             .ok_or_else(|| format!("{} cannot be impersonated", set.identity))?;
@@ -165,7 +166,7 @@ async fn diff_set(
                 .map_err(|e| format!("its ApplySet annotations are malformed ({e})"))?
         }
     };
-    let desired = Desired::new(desired, Vec::new());
+    let desired = Desired::new(set.desired, Vec::new());
     let progress = Progress::new();
     let members = desired.set.members.len();
     progress.say(&format!("diff {parent}: planning {members} members ..."));
@@ -190,7 +191,7 @@ async fn diff_set(
         &changes,
         notes.iter().filter(|n| n.starts_with("# conflict")).count(),
     )?;
-    let mut text = header(set, &scope, &counts);
+    let mut text = header(set.parent, set.spec, set.identity, &scope, &counts);
     for n in &notes {
         text.push_str(n);
     }
@@ -227,24 +228,30 @@ async fn planned(
 }
 
 /// `# ApplySet ns/name: 1 to create, …; field manager …, acting as …`.
-fn header(set: &Set<'_>, scope: &SetScope, counts: &Counts) -> String {
+fn header(
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    identity: &Identity,
+    scope: &SetScope,
+    counts: &Counts,
+) -> String {
     let mut mode = String::new();
-    if set.spec.suspend {
+    if spec.suspend {
         mode.push_str(" (spec.suspend: the operator applies nothing while suspended)");
     }
-    if set.spec.mode == Mode::Plan {
+    if spec.mode == Mode::Plan {
         mode.push_str(" (spec.mode: Plan: the operator only plans)");
     }
     format!(
         "# {}: {} to create, {} to change, {} to prune, {} conflicts, {} unchanged; field manager {}, acting as {}{mode}\n",
-        set.parent,
+        parent,
         counts.create,
         counts.update,
         counts.prune,
         counts.conflicts,
         counts.unchanged,
         scope.manager,
-        set.identity
+        identity
     )
 }
 
@@ -382,33 +389,10 @@ async fn live_parent(
     }
 }
 
-/// The API of a member's kind in its namespace.
-fn api_of(
-    client: &Client,
-    resource: &ApiResource,
-    namespaced: bool,
-    namespace: Option<&str>,
-) -> Api<DynamicObject> {
-    let scope = if namespaced {
-        Scope::Namespaced
-    } else {
-        Scope::Cluster
-    };
-    let api = Api::dynamic(client.clone(), resource, &scope);
-    match namespace {
-        Some(ns) => api.constrain(ns),
-        None => api,
-    }
-}
-
 /// The removal of a member the operator would prune.
 async fn prune_change(scope: &SetScope, m: &LiveMember) -> Change {
-    let api = api_of(
-        &scope.client,
-        &m.resource,
-        m.namespaced,
-        m.reference.namespace.as_deref(),
-    );
+    let namespace = m.reference.namespace.as_deref();
+    let api: Api<DynamicObject> = discovery::api_in(&scope.client, namespace, &m.resource);
     match api.get_opt(&m.reference.name).await {
         Ok(Some(live)) => Change::Prune {
             before: shown(&live),
