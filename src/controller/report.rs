@@ -668,6 +668,33 @@ pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str)
     next
 }
 
+/// Why a reconcile stops before its end: a report to write, or an error of the operator's
+/// own I/O (reported as ApplyFailed and retried).
+pub(super) enum Stop {
+    Report(Box<Report>),
+    Error(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Error(e)
+    }
+}
+
+impl From<kube::Error> for Stop {
+    fn from(e: kube::Error) -> Self {
+        Stop::Error(e.into())
+    }
+}
+
+impl From<Report> for Stop {
+    fn from(r: Report) -> Self {
+        Stop::Report(Box::new(r))
+    }
+}
+
+pub(super) type Step<T> = std::result::Result<T, Stop>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -598,6 +598,19 @@ where
     }
 }
 
+/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
+/// does not allow its scheme, host or literal address.
+pub fn checked_destination(
+    policy: &Policy,
+    raw_url: &str,
+) -> Result<Destination, super::SourceError> {
+    use super::SourceError;
+    let u = url::Url::parse(raw_url)
+        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
+    policy.check_url(&u).map_err(|e| SourceError::Failed(e.0))?;
+    Destination::of_url(&u).map_err(|e| SourceError::Invalid(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

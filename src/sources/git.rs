@@ -234,7 +234,7 @@ fn origin_of(url: &str) -> Result<(String, egress::Destination), String> {
 /// checked here, once (best effort: the program resolves again).
 async fn checked_destination(s: &Sources, url: &str) -> Result<egress::Destination, SourceError> {
     if scheme_of(url).map_err(SourceError::Invalid)? != "ssh" {
-        return super::http::checked_destination(s, url);
+        return egress::checked_destination(&s.policy, url);
     }
     let (_, dest) = origin_of(url).map_err(SourceError::Invalid)?;
     s.policy

@@ -152,7 +152,7 @@ pub async fn fetch(
     validate(h)?;
     let prefix = archive::directory_prefix(h.path.as_deref())?;
     let url = redact(&h.url);
-    let dest = checked_destination(s, &h.url)?;
+    let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
@@ -238,17 +238,6 @@ async fn download(
         .await
         .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
     Ok((body, lease))
-}
-
-/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
-/// does not allow its scheme, host or literal address.
-pub fn checked_destination(s: &Sources, raw_url: &str) -> Result<egress::Destination, SourceError> {
-    let u = url::Url::parse(raw_url)
-        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
-    s.policy
-        .check_url(&u)
-        .map_err(|e| SourceError::Failed(e.0))?;
-    egress::Destination::of_url(&u).map_err(|e| SourceError::Invalid(e.to_string()))
 }
 
 /// The cached content, served without a download.

@@ -413,7 +413,7 @@ pub async fn fetch(
     s.policy
         .check_insecure_flag(o.insecure)
         .map_err(|e| SourceError::Failed(e.0))?;
-    let dest = super::http::checked_destination(s, &registry_base(o, &repo))?;
+    let dest = egress::checked_destination(&s.policy, &registry_base(o, &repo))?;
     let secret = SecretSettings::read(client, parent, o, &repo.host, &dest).await?;
     let desc = super::describe(&crate::api::Source {
         oci: Some(o.clone()),
