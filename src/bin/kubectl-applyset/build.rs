@@ -5,7 +5,7 @@ use std::path::Path;
 
 use applyset_operator::{render::DesiredSet, tenancy::Defaults};
 
-use crate::{Global, conn, file, output::applied_object, render::Renderer};
+use crate::{Global, conn, file, output::applied_object, render_file::Renderer};
 
 pub async fn run(
     g: &Global,

@@ -34,7 +34,7 @@ use crate::{
     Global, conn, file,
     output::{file_name, shown, unified},
     progress::Progress,
-    render::Renderer,
+    render_file::Renderer,
 };
 
 /// How `diff` shows one member.

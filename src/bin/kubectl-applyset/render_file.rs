@@ -2,7 +2,7 @@
 //! ([`applyset_operator::render::render_set`]): identity, source validation, inline
 //! manifests, every source, limits, kinds, namespaces and tenancy — with the operator's
 //! messages, placed at the file's line of the entry they are about. Offline (no client),
-//! kinds come from [`crate::kinds`] and configMap/secret sources are refused with a message
+//! kinds come from [`crate::known_kinds`] and configMap/secret sources are refused with a message
 //! that says they need a cluster.
 
 use std::{collections::HashMap, sync::Arc};
@@ -47,7 +47,7 @@ impl Renderer {
     pub fn new(file: &File, client: Option<Client>, defaults: Defaults) -> Renderer {
         let file_crds: HashMap<Gvk, Resolved> =
             render::declared_kinds(&file.crds).into_iter().collect();
-        let mut table = crate::kinds::builtin();
+        let mut table = crate::known_kinds::builtin();
         table.extend(file_crds.clone());
         let sources = Sources::new(
             sources::Limits::default(),
@@ -75,8 +75,8 @@ impl Renderer {
         let fail = |entry: Option<Entry>, message: String| file.at(doc.line_at(entry), message);
         let identity = tenancy::identity(parent, &doc.spec, &self.defaults)
             .map_err(|e| fail(None, format!("{parent}: {e}")))?;
-        let beside = |k: &Gvk| crate::kinds::resolve(&self.file_crds, k);
-        let known = |k: &Gvk| crate::kinds::resolve(&self.table, k);
+        let beside = |k: &Gvk| crate::known_kinds::resolve(&self.file_crds, k);
+        let known = |k: &Gvk| crate::known_kinds::resolve(&self.table, k);
         let (client, kinds) = match &self.cluster {
             Some((client, resolver)) => (
                 client,
@@ -87,7 +87,7 @@ impl Renderer {
             ),
             None => {
                 offline_sources(doc).map_err(|(i, m)| fail(Some(Entry::Source(i)), m))?;
-                let assume = crate::kinds::assumed;
+                let assume = crate::known_kinds::assumed;
                 (
                     &self.offline,
                     KindLookup::Offline {
