@@ -213,7 +213,7 @@ impl Reporter {
 
     /// Decides a reconcile's wait for `id` at generation and revision `key`, given its
     /// health's status: a wait starts at the first undecided look and lasts `timeout`.
-    pub fn decide(
+    pub fn wait_verdict(
         &self,
         id: &str,
         key: (Option<i64>, String),
@@ -433,7 +433,7 @@ async fn read_healths(
                 crate::discovery::api_in(&client, r.namespace.as_deref(), &resource);
             async move {
                 let h = match api.get_opt(&r.name).await {
-                    Ok(Some(o)) => crate::members::assess(&o, &r.group, &r.kind),
+                    Ok(Some(o)) => crate::members::health_of(&o, &r.group, &r.kind),
                     Ok(None) => Health::not_found(),
                     Err(e) => Health::new(Status::Unknown, format!("cannot be read: {e}")),
                 };
@@ -618,21 +618,24 @@ mod tests {
         let t = Duration::from_secs(3600);
         let key = |g| (Some(g), "rev".to_string());
         assert!(
-            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+            matches!(r.wait_verdict("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d == t)
         );
         assert!(r.is_waiting("a"));
         assert!(
-            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d < t)
+            matches!(r.wait_verdict("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d < t)
         );
         // A new generation waits anew.
         assert!(
-            matches!(r.decide("a", key(2), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+            matches!(r.wait_verdict("a", key(2), Status::InProgress, t), Verdict::Waiting(d) if d == t)
         );
         // A decisive look ends the wait; the next undecided one starts a new one.
-        assert_eq!(r.decide("a", key(2), Status::Current, t), Verdict::Current);
+        assert_eq!(
+            r.wait_verdict("a", key(2), Status::Current, t),
+            Verdict::Current
+        );
         assert!(!r.is_waiting("a"));
         assert_eq!(
-            r.decide("a", key(2), Status::InProgress, Duration::ZERO),
+            r.wait_verdict("a", key(2), Status::InProgress, Duration::ZERO),
             Verdict::TimedOut(Duration::ZERO)
         );
         assert!(!r.is_waiting("a"));

@@ -160,7 +160,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         }
         let stored = self.superset(&extent).await?;
         let mut results = self.apply(&view).await?;
-        self.doubt(&before, &desired, &results).await?;
+        self.prune_unless_in_doubt(&before, &desired, &results)
+            .await?;
         let pruned = self.prune(&view, &results).await?;
         results.extend(pruned);
         report::announce_changes(self.ctx, self.obj, &results).await;
@@ -437,7 +438,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// When the parent's record had to be completed from its status (its annotations were
     /// replaced or edited), there is a doubt: nothing is pruned this time. The superset
     /// written before the apply records everything again, and the next reconcile prunes.
-    async fn doubt(
+    async fn prune_unless_in_doubt(
         &self,
         before: &Before,
         desired: &Desired,
@@ -591,7 +592,7 @@ async fn wait<P: Parent>(
     Ok(
         match ctx
             .health
-            .decide(&scope.id, key, health.status(), spec.timeout())
+            .wait_verdict(&scope.id, key, health.status(), spec.timeout())
         {
             Verdict::Current => Report {
                 message: format!("{}; {}", done.message, health.message()),
