@@ -179,7 +179,8 @@ impl Context {
     fn scope(&self, parent: ParentRef, identity: Identity) -> Option<SetScope> {
         let scope = SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
             .with_writes(self.writes.clone())
-            .with_watches(self.members.clone());
+            .with_watches(self.members.clone())
+            .with_terminating(self.members.terminating());
         match identity.user() {
             None => Some(scope),
             Some(user) => {

@@ -70,6 +70,10 @@ type Step<T> = std::result::Result<T, Stop>;
 /// Applies the parent's set and reports the outcome; failures of the API itself (not of
 /// what was declared) are reported as ApplyFailed and retried with backoff.
 pub async fn apply<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Result<Action> {
+    if own_namespace_terminating(ctx, scope).await {
+        tracing::debug!("the set's own namespace is being terminated: nothing applied");
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
     match apply_reported(obj.clone(), ctx, scope).await {
         Ok(action) => Ok(action),
         Err(e) => {
@@ -104,7 +108,23 @@ async fn apply_reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope)
             decided
         }
     };
-    report::write(ctx, scope, &*obj, decided?).await
+    let decided = decided?;
+    // A refusal learnt during this reconcile: the set's own deletion is coming.
+    if decided.reason == Reason::NamespaceTerminating && own_namespace_terminating(ctx, scope).await
+    {
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
+    report::write(ctx, scope, &*obj, decided).await
+}
+
+/// Whether the set's own namespace is being terminated (see [`crate::terminating`]): then
+/// it applies nothing and writes no status, since its own deletion is coming (the cleanup,
+/// which deletes, still runs when it does).
+async fn own_namespace_terminating(ctx: &Context, scope: &SetScope) -> bool {
+    match &scope.parent.namespace {
+        Some(ns) => ctx.members.terminating().blocks(ns).await,
+        None => false,
+    }
 }
 
 /// What to report: the steps' outcome, or the report one of them stopped with.

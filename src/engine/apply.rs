@@ -136,6 +136,10 @@ async fn apply_one(
     }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
+    // Checked once the permit is held: a refusal learnt while this write waited counts.
+    if let Some(refused) = into_terminating(scope, member).await {
+        return (refused, None);
+    }
     if adopting && let Err(refused) = mark_adopted(&api, scope, member, opts.dry_run).await {
         return (refused, None);
     }
@@ -162,6 +166,19 @@ async fn apply_one(
         });
     }
     (outcome, uid)
+}
+
+/// The outcome of a member whose namespace is known to be terminating (nothing is sent), if
+/// it is.
+async fn into_terminating(scope: &SetScope, member: &Member) -> Option<Outcome> {
+    let namespace = member.reference.namespace.as_deref()?;
+    let terminating = scope.terminating()?;
+    terminating
+        .blocks(namespace)
+        .await
+        .then(|| Outcome::NamespaceTerminating {
+            namespace: namespace.to_string(),
+        })
 }
 
 /// The outcome of a member whose object exists unlabelled, when adoption is not allowed.
@@ -281,6 +298,13 @@ async fn apply_body(
                     .then(|| crate::members::shape(&applied)),
             };
             (classify(api, member, &applied, opts).await, Some(answer))
+        }
+        Err(kube::Error::Api(status)) if crate::terminating::is_refusal(&status) => {
+            let namespace = member.reference.namespace.clone().unwrap_or_default();
+            if let Some(t) = scope.terminating() {
+                t.learn(&namespace);
+            }
+            (Outcome::NamespaceTerminating { namespace }, None)
         }
         Err(e) => (failed(member, e, opts.dry_run), None),
     }

@@ -23,6 +23,9 @@ pub enum Outcome {
     Owned { message: String },
     /// Not applied: the object exists without a `part-of` label and adoption is not allowed.
     AdoptionRefused { message: String },
+    /// Not applied: its namespace is being terminated (no write was sent, or the write was
+    /// refused for that).
+    NamespaceTerminating { namespace: String },
     /// Not applied: any other failure.
     Failed { message: String },
     /// No longer declared, and deleted.
@@ -57,6 +60,7 @@ impl Outcome {
                 | Outcome::Conflict { .. }
                 | Outcome::Owned { .. }
                 | Outcome::AdoptionRefused { .. }
+                | Outcome::NamespaceTerminating { .. }
                 | Outcome::Failed { .. }
         )
     }
@@ -166,9 +170,10 @@ pub fn tally(results: &[MemberResult]) -> Summary {
             Outcome::Configured | Outcome::Adopted => s.configured += 1,
             Outcome::Unchanged => s.unchanged += 1,
             Outcome::Conflict { .. } => s.conflicts += 1,
-            Outcome::Owned { .. } | Outcome::AdoptionRefused { .. } | Outcome::Failed { .. } => {
-                s.failed += 1
-            }
+            Outcome::Owned { .. }
+            | Outcome::AdoptionRefused { .. }
+            | Outcome::NamespaceTerminating { .. }
+            | Outcome::Failed { .. } => s.failed += 1,
             Outcome::Pruned => s.pruned += 1,
             Outcome::Retained(_) => s.retained += 1,
             Outcome::Gone | Outcome::Changed | Outcome::DeleteFailed { .. } => {}
