@@ -143,7 +143,10 @@ async fn apply_one(
     if adopting && let Err(refused) = mark_adopted(&api, scope, member, opts.dry_run).await {
         return (refused, None);
     }
-    let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
+    // Adopting what only its makers own (kubectl create, ...) takes the declared fields
+    // over from them, once: the object is the set's afterwards.
+    let handover = adopting && opts.lookup.handover.contains(&member.reference);
+    let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts, handover).await;
     if adopting && outcome.is_applied() {
         outcome = Outcome::Adopted;
     }
@@ -258,12 +261,14 @@ impl Request<'_> {
 }
 
 /// Applies one body; returns the outcome and, for a successful request, the server's answer.
+/// `handover`: a conflict is forced even without `opts.force` (an adoption from its makers).
 async fn apply_body(
     api: &Api<DynamicObject>,
     scope: &SetScope,
     member: &Member,
     body: &Value,
     opts: &Options<'_>,
+    handover: bool,
 ) -> (Outcome, Option<Answer>) {
     let request = Request {
         api,
@@ -276,7 +281,7 @@ async fn apply_body(
     if let Err(kube::Error::Api(status)) = &result
         && status.is_conflict()
     {
-        if let Some(refused) = refuse_conflict(member, status, opts.force) {
+        if let Some(refused) = refuse_conflict(member, status, opts.force || handover) {
             return (refused, None);
         }
         result = request.send(true).await;
@@ -287,7 +292,7 @@ async fn apply_body(
         if let Some(refused) = recreate_for_immutable(api, scope, member, status, opts).await {
             return (refused, None);
         }
-        result = request.send(opts.force).await;
+        result = request.send(opts.force || handover).await;
     }
     match result {
         Ok(applied) => {
