@@ -511,7 +511,10 @@ pub async fn write<P: Parent>(
             ctx.succeeded(&key);
             Action::await_change()
         }
-        Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
+        Next::Backoff => {
+            ctx.metrics.retried(scope.parent.kind.kind());
+            Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+        }
         Next::After(d) => Action::requeue(d.min(spec.interval())),
     })
 }
