@@ -582,8 +582,14 @@ async fn apply_within_timeout(
     clock: &Clock,
 ) -> Step<Vec<MemberResult>> {
     let members = &desired.set.members;
+    let dry_run = spec.mode == Mode::Plan;
     let applying = async {
-        let lookup = adopt::unlabelled(scope, members, &live.owned).await?;
+        // A plan looks at what exists first; an apply creates what is absent without a look
+        // (see engine::create) and looks only at what exists.
+        let lookup = match dry_run {
+            true => adopt::unlabelled(scope, members, &live.owned).await?,
+            false => adopt::Lookup::default(),
+        };
         let opts = apply::Options {
             force: spec.force,
             dry_run: spec.mode == Mode::Plan,
@@ -592,11 +598,11 @@ async fn apply_within_timeout(
             deadline: clock.deadline,
             lookup: &lookup,
             adopt_existing: spec.adopt_existing,
+            create_only: (!dry_run).then_some(&live.owned),
         };
         Ok::<_, Error>(apply::apply_staged(scope, members, &opts).await)
     };
     let remaining = clock.deadline.saturating_duration_since(Instant::now());
-    let dry_run = spec.mode == Mode::Plan;
     let results = tokio::time::timeout(remaining, applying).await.map_err(|_| {
         let msg = format!(
             "{}: {} did not finish within spec.timeout ({}); nothing was pruned. Raise spec.timeout if the set is large or slow to apply",
