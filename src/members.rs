@@ -308,15 +308,17 @@ impl MemberWatches {
                 watcher::Event::Delete((meta, _)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
                         // The namespace controller deleting a terminating namespace's
-                        // content: recorded, but nothing to re-apply there.
+                        // content: recorded, but the sets living there are not reconciled
+                        // (their own deletion is coming); sets elsewhere are, to report it.
                         let terminating = r
                             .namespace
-                            .as_deref()
-                            .is_some_and(|ns| self.terminating.contains(ns));
-                        let drifted = self.observe_seen(r, None, None, Some(rv), id);
-                        if !terminating {
-                            self.trigger(drifted);
+                            .clone()
+                            .filter(|ns| self.terminating.contains(ns));
+                        let mut drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        if let Some(ns) = terminating {
+                            drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
                         }
+                        self.trigger(drifted);
                     }
                 }
             }

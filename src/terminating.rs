@@ -127,6 +127,24 @@ impl Terminating {
             .unwrap_or(false)
     }
 
+    /// Whether `namespace` is being terminated: known so, or found so by one metadata GET
+    /// (then learnt). A look that fails says no.
+    pub async fn confirms(&self, namespace: &str) -> bool {
+        if self.contains(namespace) {
+            return true;
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let found = api
+            .get_metadata_opt(namespace)
+            .await
+            .map(|n| n.map(|n| n.metadata.deletion_timestamp.is_some()));
+        let terminating = look(found) == Look::Terminating;
+        if terminating {
+            self.learn(namespace);
+        }
+        terminating
+    }
+
     /// Whether nothing may be applied into `namespace` now: it is known terminating, and a
     /// look at it (at most every [`RECHECK`], shared) did not find it gone or back.
     pub async fn blocks(&self, namespace: &str) -> bool {
