@@ -83,7 +83,14 @@ soak: deps kube-binaries ## a long model-based random walk (tests/model): make s
 bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
-	  --operator target/release/applyset-operator --out bench/results $(BENCH_ARGS)
+	  --operator target/release/applyset-operator --out bench/results --teardown-baseline $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: deps kube-binaries ## 10,000 ApplySets × 4 (Flux's objects): all Ready, peak RSS, requests per set, teardown timed with the operator running; bench/results/scale/
+	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
+	  --operator target/release/applyset-operator --out bench/results/scale \
+	  --shapes 10000 --sizes "" --no-kubectl --teardown-baseline $(BENCH_ARGS)
 
 .PHONY: bench-smoke
 bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make test, so it cannot rot)

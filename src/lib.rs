@@ -17,6 +17,7 @@
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
 //! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
 //!   and of many, as pure functions.
+//! - [`terminating`]: namespaces being terminated (no apply is sent into one).
 //! - [`watch`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
@@ -45,6 +46,7 @@ pub mod server;
 pub mod sources;
 pub mod status;
 pub mod tenancy;
+pub mod terminating;
 pub mod watch;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this

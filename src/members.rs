@@ -39,6 +39,7 @@ use crate::{
     applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolved,
     health::{self, Health},
+    terminating::Terminating,
 };
 
 /// The hash of a body to apply (stable within a process).
@@ -181,6 +182,8 @@ pub struct MemberWatches {
     health_changed: Notify,
     /// Moves on whenever a tracked set's health may have changed (see [`Self::changes`]).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Namespaces being terminated: what is deleted there is not drift.
+    terminating: Arc<Terminating>,
 }
 
 /// The receiving ends of the drift triggers, one per parent kind.
@@ -194,6 +197,7 @@ impl MemberWatches {
         let (ta, ra) = mpsc::unbounded();
         let (tc, rc) = mpsc::unbounded();
         let w = MemberWatches {
+            terminating: Arc::new(Terminating::new(client.clone())),
             client,
             state: Arc::default(),
             watches: Mutex::default(),
@@ -209,6 +213,11 @@ impl MemberWatches {
                 cluster_applysets: rc,
             },
         )
+    }
+
+    /// The namespaces known to be terminating (shared with the reconciles, which learn them).
+    pub fn terminating(&self) -> Arc<Terminating> {
+        self.terminating.clone()
     }
 
     /// Starts a watch for every kind not watched yet (on the current runtime).
@@ -298,7 +307,17 @@ impl MemberWatches {
                 }
                 watcher::Event::Delete((meta, _)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
-                        let drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        // The namespace controller deleting a terminating namespace's
+                        // content: recorded, but the sets living there are not reconciled
+                        // (their own deletion is coming); sets elsewhere are, to report it.
+                        let terminating = r
+                            .namespace
+                            .clone()
+                            .filter(|ns| self.terminating.contains(ns));
+                        let mut drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        if let Some(ns) = terminating {
+                            drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
+                        }
                         self.trigger(drifted);
                     }
                 }

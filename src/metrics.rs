@@ -1,4 +1,9 @@
-//! Prometheus metrics of SPEC §6, in one registry per operator instance.
+//! Prometheus metrics of SPEC §6, in one registry per operator instance: our own
+//! (`applyset_*`), the process's (`process_*`, on Linux), and the families the Kubernetes
+//! controller ecosystem's dashboards query under controller-runtime's and client-go's names
+//! (the work queue's in [`workqueue`]).
+
+pub mod workqueue;
 
 use std::{
     collections::HashMap,
@@ -36,8 +41,8 @@ pub struct Metrics {
     /// `applyset_info`: one series per parent, its label values by parent.
     info: IntGaugeVec,
     info_labels: Mutex<HashMap<String, Vec<String>>>,
-    /// Parents triggered and not yet started, by controller (`workqueue_depth`).
-    queued: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// controller-runtime's work-queue families and worker gauges.
+    workqueue: workqueue::WorkQueue,
 }
 
 /// controller-runtime's and client-go's metric names.
@@ -47,6 +52,7 @@ struct Ecosystem {
     reconcile_time: HistogramVec,
     workqueue_depth: IntGaugeVec,
     rest_client_requests_total: IntCounterVec,
+    rest_client_request_duration: HistogramVec,
 }
 
 impl Ecosystem {
@@ -95,6 +101,17 @@ impl Ecosystem {
                 &["code", "method"],
             )
             .expect("valid metric"),
+            rest_client_request_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "rest_client_request_duration_seconds",
+                    "Request latency in seconds. Broken down by verb, and host",
+                )
+                .buckets(vec![
+                    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+                ]),
+                &["verb", "host"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -105,6 +122,7 @@ impl Ecosystem {
             Box::new(self.reconcile_time.clone()),
             Box::new(self.workqueue_depth.clone()),
             Box::new(self.rest_client_requests_total.clone()),
+            Box::new(self.rest_client_request_duration.clone()),
         ]
     }
 }
@@ -237,8 +255,16 @@ impl Metrics {
                 .with_label_values(&[controller]);
             ecosystem.workqueue_depth.with_label_values(&[controller]);
         }
+        let workqueue = workqueue::WorkQueue::new().expect("valid metrics");
         let mut collectors = ecosystem.collectors();
+        collectors.extend(workqueue.collectors());
         collectors.push(Box::new(info.clone()));
+        // process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds,
+        // process_start_time_seconds, ... of this process (read from /proc at each scrape).
+        #[cfg(target_os = "linux")]
+        collectors.push(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
         for c in collectors.into_iter().chain([
             Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(source_memory_bytes.clone()),
@@ -272,7 +298,7 @@ impl Metrics {
             ecosystem,
             info,
             info_labels: Mutex::new(HashMap::new()),
-            queued: Mutex::new(HashMap::new()),
+            workqueue,
         }
     }
 
@@ -311,29 +337,39 @@ impl Metrics {
     /// A reconcile of `parent` (of `kind`) was requested: it waits in the queue until
     /// [`Metrics::started`].
     pub fn triggered(&self, kind: &str, parent: &str) {
-        self.queue(kind, |q| {
-            q.insert(parent.to_string());
-        });
-    }
-
-    /// A reconcile of `parent` started: it left the queue.
-    pub fn started(&self, kind: &str, parent: &str) {
-        self.queue(kind, |q| {
-            q.remove(parent);
-        });
-    }
-
-    fn queue(&self, kind: &str, change: impl FnOnce(&mut std::collections::HashSet<String>)) {
         let controller = controller_name(kind);
-        if let Ok(mut queued) = self.queued.lock() {
-            let q = queued.entry(controller.clone()).or_default();
-            change(q);
-            let depth = i64::try_from(q.len()).unwrap_or(i64::MAX);
-            self.ecosystem
-                .workqueue_depth
-                .with_label_values(&[&controller])
-                .set(depth);
-        }
+        let depth = self.workqueue.added(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
+    /// A reconcile of `parent` started: it left the queue and runs until
+    /// [`Metrics::finished`].
+    pub fn started(&self, kind: &str, parent: &str) {
+        let controller = controller_name(kind);
+        let depth = self.workqueue.started(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
+    /// A reconcile of `parent` ended (whatever its result).
+    pub fn finished(&self, kind: &str, parent: &str) {
+        self.workqueue.finished(&controller_name(kind), parent);
+    }
+
+    /// A reconcile of a parent of `kind` comes back with backoff (an error or a failure).
+    pub fn retried(&self, kind: &str) {
+        self.workqueue.retried(&controller_name(kind));
+    }
+
+    /// The most reconciles each controller runs at once (`--concurrency`).
+    pub fn set_max_concurrent_reconciles(&self, n: u16) {
+        self.workqueue.set_max_concurrent(n);
+    }
+
+    fn set_depth(&self, controller: &str, depth: usize) {
+        self.ecosystem
+            .workqueue_depth
+            .with_label_values(&[controller])
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
     /// Sets the `applyset_info` series of `parent` (replacing its earlier one), or removes it
@@ -363,12 +399,17 @@ impl Metrics {
         }
     }
 
-    /// One answer (or failure: `code` "<error>") of the API server to a request `method`.
-    pub fn answered(&self, code: &str, method: &str) {
+    /// One answer (or failure: `code` "<error>") of the API server `host` to a request
+    /// `method`, `took` after it was sent.
+    pub fn answered(&self, code: &str, method: &str, host: &str, took: Duration) {
         self.ecosystem
             .rest_client_requests_total
             .with_label_values(&[code, method])
             .inc();
+        self.ecosystem
+            .rest_client_request_duration
+            .with_label_values(&[method, host])
+            .observe(took.as_secs_f64());
     }
 
     pub fn applied(&self, result: &str, n: u64) {
@@ -432,6 +473,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        self.workqueue.refresh();
         if let Ok(m) = self.source_memory.lock()
             && let Some(b) = m.as_ref()
         {
@@ -478,9 +520,11 @@ pub fn counting_client(
     config: kube::Config,
     metrics: std::sync::Arc<Metrics>,
 ) -> Result<kube::Client, kube::Error> {
+    let host = config.cluster_url.host().unwrap_or_default().to_string();
     let layer = tower::layer::layer_fn(move |inner| Counted {
         inner,
         metrics: metrics.clone(),
+        host: host.clone(),
     });
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
@@ -492,6 +536,8 @@ pub fn counting_client(
 struct Counted<S> {
     inner: S,
     metrics: std::sync::Arc<Metrics>,
+    /// The API server's host (client-go's `host` label).
+    host: String,
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for Counted<S>
@@ -515,7 +561,8 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         self.metrics.request(verb(&req));
         let method = req.method().as_str().to_owned();
-        let metrics = self.metrics.clone();
+        let (metrics, host) = (self.metrics.clone(), self.host.clone());
+        let sent = std::time::Instant::now();
         let answer = self.inner.call(req);
         Box::pin(async move {
             let answer = answer.await;
@@ -523,7 +570,7 @@ where
                 Ok(resp) => resp.status().as_u16().to_string(),
                 Err(_) => "<error>".to_string(),
             };
-            metrics.answered(&code, &method);
+            metrics.answered(&code, &method, &host, sent.elapsed());
             answer
         })
     }
@@ -584,7 +631,7 @@ mod tests {
             ..info.clone()
         };
         m.set_info("ApplySet a/x", Some(&ready));
-        m.answered("200", "PATCH");
+        m.answered("200", "PATCH", "127.0.0.1", Duration::from_millis(20));
         let text = m.encode();
         for line in [
             "controller_runtime_reconcile_total{controller=\"applyset\",result=\"success\"} 1",
@@ -593,6 +640,9 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_count{controller=\"applyset\"} 2",
             "workqueue_depth{name=\"applyset\"} 1",
             "rest_client_requests_total{code=\"200\",method=\"PATCH\"} 1",
+            "rest_client_request_duration_seconds_bucket{host=\"127.0.0.1\",verb=\"PATCH\",le=\"0.025\"} 1",
+            // a/x triggered twice while waiting is one add; a/y another.
+            "workqueue_adds_total{controller=\"applyset\",name=\"applyset\"} 2",
             "reason=\"ReconciliationSucceeded\"",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");

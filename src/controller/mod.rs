@@ -179,7 +179,8 @@ impl Context {
     fn scope(&self, parent: ParentRef, identity: Identity) -> Option<SetScope> {
         let scope = SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
             .with_writes(self.writes.clone())
-            .with_watches(self.members.clone());
+            .with_watches(self.members.clone())
+            .with_terminating(self.members.terminating());
         match identity.user() {
             None => Some(scope),
             Some(user) => {
@@ -280,6 +281,7 @@ impl Operator {
         ));
         let source_memory = ctx.sources.memory.clone();
         metrics.watch_source_memory(source_memory.clone());
+        metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
@@ -564,6 +566,7 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
 async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     use futures::FutureExt;
     let started = Instant::now();
+    let parent = obj.parent_ref().to_string();
     // A panic must not take both controllers down with it: it becomes this parent's error.
     let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx))
         .catch_unwind()
@@ -580,6 +583,7 @@ async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Resul
         Ok(_) => "success",
         Err(e) => e.metric_label(),
     };
+    ctx.metrics.finished(P::KIND.kind(), &parent);
     ctx.metrics
         .reconciled(P::KIND.kind(), label, started.elapsed());
     tracing::info!(
@@ -594,6 +598,7 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
     tracing::warn!(parent = %obj.parent_ref(), error = %error, "reconcile failed");
     let spec = obj.spec();
     let key = obj.parent_ref().to_string();
+    ctx.metrics.retried(P::KIND.kind());
     Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
 }
 

@@ -43,6 +43,10 @@ pub async fn reconcile_set<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
 ) -> Result<Action> {
+    if own_namespace_terminating(ctx, scope).await {
+        tracing::debug!("the set's own namespace is being terminated: nothing applied");
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
     match reported(obj.clone(), ctx, scope).await {
         Ok(action) => Ok(action),
         Err(e) => {
@@ -75,7 +79,23 @@ async fn reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Re
             outcome
         }
     };
-    report::write(ctx, scope, &*obj, outcome?).await
+    let decided = outcome?;
+    // A refusal learnt during this reconcile: the set's own deletion is coming.
+    if decided.reason == Reason::NamespaceTerminating && own_namespace_terminating(ctx, scope).await
+    {
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
+    report::write(ctx, scope, &*obj, decided).await
+}
+
+/// Whether the set's own namespace is being terminated (see [`crate::terminating`]): then
+/// it applies nothing and writes no status, since its own deletion is coming (the cleanup,
+/// which deletes, still runs when it does).
+async fn own_namespace_terminating(ctx: &Context, scope: &SetScope) -> bool {
+    match &scope.parent.namespace {
+        Some(ns) => ctx.members.terminating().blocks(ns).await,
+        None => false,
+    }
 }
 
 /// `ServiceAccount ns/name does not exist: …; ` when `forbidden` and the set acts as a

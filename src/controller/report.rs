@@ -87,8 +87,12 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     let mut refused = Vec::new();
     let mut conflicts = Vec::new();
     let mut failed = Vec::new();
+    let mut terminating = std::collections::BTreeMap::<&str, usize>::new();
     for r in results {
         match &r.outcome {
+            Outcome::NamespaceTerminating { namespace } => {
+                *terminating.entry(namespace.as_str()).or_default() += 1
+            }
             Outcome::Owned { message } => owned.push(message.as_str()),
             Outcome::AdoptionRefused { message } => refused.push(message.as_str()),
             Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
@@ -106,6 +110,8 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
         (Reason::Conflict, conflicts)
     } else if !failed.is_empty() {
         (Reason::ApplyFailed, failed)
+    } else if !terminating.is_empty() {
+        return Some(namespace_terminating(&terminating).attempted(revision));
     } else {
         return None;
     };
@@ -115,6 +121,29 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
         listing(&list)
     );
     Some(Report::failed(reason, msg).attempted(revision))
+}
+
+/// How soon a set with members in a namespace being terminated looks again (whether the
+/// namespace is gone or back is looked up at most every [`crate::terminating::RECHECK`],
+/// once for all sets).
+pub const TERMINATING_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The report for members not applied because their namespace is being terminated (member
+/// count by namespace): NamespaceTerminating, naming them, looked at again after
+/// [`TERMINATING_RETRY`] (no backoff burst, no failure count).
+fn namespace_terminating(by_namespace: &std::collections::BTreeMap<&str, usize>) -> Report {
+    let named: Vec<String> = by_namespace
+        .iter()
+        .map(|(ns, n)| format!("{n} member(s) in namespace {ns}"))
+        .collect();
+    let msg = format!(
+        "{} not applied, nothing pruned: the namespace is being terminated; applied again once it is gone or back",
+        named.join(", ")
+    );
+    Report {
+        requeue_after: Some(TERMINATING_RETRY),
+        ..Report::failed(Reason::NamespaceTerminating, msg)
+    }
 }
 
 /// The report for a prune that did not finish (a delete failed, or an object changed or was
@@ -484,7 +513,10 @@ pub async fn write<P: Parent>(
             ctx.succeeded(&key);
             Action::await_change()
         }
-        Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
+        Next::Backoff => {
+            ctx.metrics.retried(scope.parent.kind.kind());
+            Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+        }
         Next::After(d) => Action::requeue(d.min(spec.interval())),
     })
 }
@@ -565,7 +597,8 @@ pub async fn patch_status<P: Parent>(
 }
 
 /// Publishes one event about the parent (its note capped at 1000 bytes); a failure to
-/// publish is only logged.
+/// publish is only logged. None goes into a namespace known to be terminating (creating it
+/// would be refused).
 async fn event<P: Parent>(
     ctx: &Context,
     obj: &P,
@@ -574,6 +607,11 @@ async fn event<P: Parent>(
     action: &str,
     note: &str,
 ) {
+    if let Some(ns) = obj.meta().namespace.as_deref()
+        && ctx.members.terminating().contains(ns)
+    {
+        return;
+    }
     let note = status::truncate(note, 1000);
     let regarding = obj.object_ref(&());
     if let Err(e) = ctx

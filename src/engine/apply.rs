@@ -51,6 +51,10 @@ pub struct Options<'a> {
     /// With `dry_run`: keep what the dry-run showed of each member that would change
     /// ([`MemberResult::preview`]; one more GET each), for `kubectl applyset diff`.
     pub preview: bool,
+    /// When set, the members known to be the set's own; every other member is first sent
+    /// create-only (see [`super::create`]) and looked at only if it exists (`lookup` is then
+    /// empty: nothing was looked at before). `None`: `lookup` says it all (a plan).
+    pub create_only: Option<&'a std::collections::HashSet<MemberRef>>,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -158,24 +162,17 @@ async fn apply_one(
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));
     }
-    if let Some(why) = opts.lookup.unknown.get(&member.reference) {
-        // The lookup could not look at it: its identity may not get or list the kind.
-        let message = format!("{}: {why}; not applied", member.reference);
-        return (Outcome::Forbidden { message }, None);
-    }
-    let adopting = opts.lookup.unlabelled.contains(&member.reference);
-    if adopting && !(opts.adopt_existing || member.adopt) {
-        return (refuse_adoption(member), None);
-    }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
-    if adopting && let Err(refused) = mark_adopted(&api, scope, member, opts.dry_run).await {
+    // Checked once the permit is held: a refusal learnt while this write waited counts.
+    if let Some(refused) = into_terminating(scope, member).await {
         return (refused, None);
     }
-    let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
-    if adopting && outcome.is_applied() {
-        outcome = Outcome::Adopted;
-    }
+    let (outcome, answer) = match create_first(&api, scope, member, &body, opts).await {
+        First::Done(outcome, answer) => (outcome, answer),
+        First::Looked(lookup) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
+        First::Apply => apply_looked(&api, scope, member, &body, opts, opts.lookup).await,
+    };
     if let (
         Some(applying),
         Some(Answer {
@@ -195,6 +192,109 @@ async fn apply_one(
         });
     }
     (outcome, answer)
+}
+
+/// What the create-only first attempt (see [`super::create`]) left to do.
+enum First {
+    /// Decided: created, or failed.
+    Done(Outcome, Option<Answer>),
+    /// It exists and was looked at: apply it as that look says.
+    Looked(adopt::Lookup),
+    /// No create-only attempt (a plan, or a member known to be the set's): apply as the
+    /// reconcile's look says.
+    Apply,
+}
+
+/// A member not known to be the set's own is first sent create-only: created if absent;
+/// if it exists, left untouched and looked at (one metadata GET, as the set's identity).
+async fn create_first(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+) -> First {
+    let Some(owned) = opts.create_only else {
+        return First::Apply;
+    };
+    if owned.contains(&member.reference) {
+        return First::Apply;
+    }
+    let create_only = super::create::body(body);
+    let request = Request {
+        api,
+        name: &member.reference.name,
+        body: &create_only,
+        manager: &scope.manager,
+        dry_run: false,
+    };
+    match request.send_settled(opts.deadline).await {
+        Ok(created) => First::Done(
+            Outcome::Created,
+            Some(answer(member, &created, opts.preview)),
+        ),
+        Err(e) if super::create::exists(&e) => {
+            match adopt::unlabelled(scope, std::slice::from_ref(member), owned).await {
+                Ok(lookup) => First::Looked(lookup),
+                Err(e) => First::Done(
+                    Outcome::Failed {
+                        message: format!(
+                            "{}: looking at the existing object: {e}",
+                            member.reference
+                        ),
+                    },
+                    None,
+                ),
+            }
+        }
+        Err(e) => First::Done(refused(scope, member, e, false), None),
+    }
+}
+
+/// Applies a member as the look at it (`lookup`) says: not at all when it could not be
+/// looked at, or is someone else's and may not be adopted; otherwise applied, adopted
+/// (marked first where needed, taking the declared fields over from its makers).
+async fn apply_looked(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+    lookup: &adopt::Lookup,
+) -> (Outcome, Option<Answer>) {
+    if let Some(why) = lookup.unknown.get(&member.reference) {
+        // The lookup could not look at it: its identity may not get or list the kind.
+        let message = format!("{}: {why}; not applied", member.reference);
+        return (Outcome::Forbidden { message }, None);
+    }
+    let adopting = lookup.unlabelled.contains(&member.reference);
+    if adopting && !(opts.adopt_existing || member.adopt) {
+        return (refuse_adoption(member), None);
+    }
+    if adopting && let Err(refused) = mark_adopted(api, scope, member, opts.dry_run).await {
+        return (refused, None);
+    }
+    // Adopting what only its makers own (kubectl create, ...) takes the declared fields
+    // over from them, once: the object is the set's afterwards.
+    let handover = adopting && lookup.handover.contains(&member.reference);
+    let (outcome, answer) = apply_body(api, scope, member, body, opts, handover).await;
+    match outcome {
+        o if adopting && o.is_applied() => (Outcome::Adopted, answer),
+        o => (o, answer),
+    }
+}
+
+/// The outcome of a member whose namespace is known to be terminating (nothing is sent), if
+/// it is.
+async fn into_terminating(scope: &SetScope, member: &Member) -> Option<Outcome> {
+    let namespace = member.reference.namespace.as_deref()?;
+    let terminating = scope.terminating()?;
+    terminating
+        .blocks(namespace)
+        .await
+        .then(|| Outcome::NamespaceTerminating {
+            namespace: namespace.to_string(),
+        })
 }
 
 /// The outcome of a member whose object exists unlabelled, when adoption is not allowed.
@@ -288,12 +388,14 @@ impl Request<'_> {
 }
 
 /// Applies one body; returns the outcome and, for a successful request, the server's answer.
+/// `handover`: a conflict is forced even without `opts.force` (an adoption from its makers).
 async fn apply_body(
     api: &Api<DynamicObject>,
     scope: &SetScope,
     member: &Member,
     body: &Value,
     opts: &Options<'_>,
+    handover: bool,
 ) -> (Outcome, Option<Answer>) {
     let request = Request {
         api,
@@ -306,7 +408,7 @@ async fn apply_body(
     if let Err(kube::Error::Api(status)) = &result
         && status.is_conflict()
     {
-        if let Some(refused) = refuse_conflict(member, status, opts.force) {
+        if let Some(refused) = refuse_conflict(member, status, opts.force || handover) {
             return (refused, None);
         }
         result = request.send(true).await;
@@ -317,23 +419,43 @@ async fn apply_body(
         if let Some(refused) = recreate_for_immutable(api, scope, member, status, opts).await {
             return (refused, None);
         }
-        result = request.send(opts.force).await;
+        result = request.send(opts.force || handover).await;
     }
     match result {
-        Ok(applied) => {
-            let answer = Answer {
-                rv: applied.metadata.resource_version.clone(),
-                uid: applied.metadata.uid.clone(),
-                shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
-                    .then(|| crate::members::shape(&applied)),
-                object: opts
-                    .preview
-                    .then(|| serde_json::to_value(&applied).ok())
-                    .flatten(),
-            };
-            (classify(api, member, &applied, opts).await, Some(answer))
+        Ok(applied) => (
+            classify(api, member, &applied, opts).await,
+            Some(answer(member, &applied, opts.preview)),
+        ),
+        Err(e) => (refused(scope, member, e, opts.dry_run), None),
+    }
+}
+
+/// What the server answered a successful apply of `member` with (the whole object too when
+/// `preview`: what a dry-run would make of it, for `kubectl applyset diff`).
+fn answer(member: &Member, applied: &DynamicObject, preview: bool) -> Answer {
+    Answer {
+        rv: applied.metadata.resource_version.clone(),
+        uid: applied.metadata.uid.clone(),
+        shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
+            .then(|| crate::members::shape(applied)),
+        object: preview
+            .then(|| serde_json::to_value(applied).ok())
+            .flatten(),
+    }
+}
+
+/// The outcome of a refused apply: a namespace being terminated is learnt (see
+/// [`crate::terminating`]); anything else failed.
+fn refused(scope: &SetScope, member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
+    match e {
+        kube::Error::Api(status) if crate::terminating::is_refusal(&status) => {
+            let namespace = member.reference.namespace.clone().unwrap_or_default();
+            if let Some(t) = scope.terminating() {
+                t.learn(&namespace);
+            }
+            Outcome::NamespaceTerminating { namespace }
         }
-        Err(e) => (failed(member, e, opts.dry_run), None),
+        e => failed(member, e, dry_run),
     }
 }
 
