@@ -2,9 +2,9 @@
 //! at the next interval); a reconcile whose set is unchanged sends no write request; the
 //! reconcile-requested-at annotation starts a reconcile without a spec change.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{sync::Arc, time::Duration};
 
