@@ -238,25 +238,9 @@ pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestEr
     Ok(out)
 }
 
-/// Renders the desired set of `parent` from already-parsed manifests.
-///
-/// The outer `Result` is I/O (discovery); the inner one is what the user declared. (A
-/// [`RenderError`] is large, but there is at most one per reconcile: not worth a box.)
-#[allow(clippy::result_large_err)]
-pub async fn render(
-    parent: &ParentRef,
-    spec: &ApplySetSpec,
-    manifests: Vec<Manifest>,
-    resolver: &Resolver,
-) -> Result<Result<DesiredSet, RenderError>> {
-    // Each distinct kind is resolved once, with at most one discovery refresh for all misses.
-    let served = resolver.resolve_all(&kinds_to_resolve(&manifests)).await?;
-    Ok(render_resolved(parent, spec, manifests, served))
-}
-
 /// The kinds of `manifests` that must be resolved by discovery (those not defined by a CRD
 /// declared among them), sorted, each once.
-pub fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
+fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
     let declared = declared_kinds(manifests);
     let mut gvks: Vec<Gvk> = manifests
         .iter()
@@ -271,7 +255,7 @@ pub fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
 /// Renders the desired set of `parent` with the kinds already resolved (`served`: how the
 /// kinds of [`kinds_to_resolve`] resolved; a kind absent from it is unknown). Pure.
 #[allow(clippy::result_large_err)]
-pub fn render_resolved(
+fn render_resolved(
     parent: &ParentRef,
     spec: &ApplySetSpec,
     manifests: Vec<Manifest>,

@@ -3,9 +3,9 @@
 //! needs one (`reconcile`, and the sets `diff` and `tree` look at). Also: `--help` compared
 //! with a checked-in snapshot, through kubectl's plugin mechanism too, and `build` offline.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{path::Path, process::Output};
 

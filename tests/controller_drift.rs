@@ -3,9 +3,9 @@
 //! reconcile-requested-at annotation starts a reconcile without a spec change; a namespace
 //! being terminated is not fought (what is deleted there is not re-applied).
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{sync::Arc, time::Duration};
 

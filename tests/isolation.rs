@@ -4,9 +4,9 @@
 //! keeps reconciling, whether the bad parents exist before the operator starts (its first
 //! list) or are created while it runs (its watch).
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use applyset_operator::{api::ApplySetStatus, controller::MAX_OBJECT_BYTES};
 use kube::Client;

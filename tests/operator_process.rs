@@ -3,11 +3,9 @@
 //! replicas (only the leader reconciles; a killed leader is replaced within the lease
 //! duration; a terminated one hands over at once).
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/process.rs"]
-mod process;
 mod support;
+
+use support::{operator, process};
 
 use std::time::{Duration, Instant};
 

@@ -3,11 +3,9 @@
 //! (started by these tests: an HTTPS server with a self-signed CA, `git http-backend`, the
 //! CNCF distribution registry) and applies them to the real control plane.
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/servers.rs"]
-mod servers;
 mod support;
+
+use support::{operator, servers};
 
 use std::sync::Arc;
 

@@ -2,9 +2,9 @@
 //! impersonated) or stays inside its namespace, and never takes over or deletes what is not
 //! its own.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use applyset_operator::controller::Operator;
 use kube::{ResourceExt, api::PostParams};

@@ -27,6 +27,22 @@ use serde_json::json;
 /// How long a published event is remembered: the same note within it is a repeat.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// The type of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
 /// What makes two events the same.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -70,17 +86,17 @@ impl Events {
         }
     }
 
-    /// Publishes an event about `regarding` (`warning`: type Warning, else Normal): a new
+    /// Publishes an event of `type_` about `regarding`: a new
     /// one, or a repeat of the same note raising the count of the earlier one.
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        warning: bool,
+        type_: EventType,
         reason: &str,
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
-        let type_ = if warning { "Warning" } else { "Normal" };
+        let type_ = type_.as_str();
         let key = Key {
             regarding: (
                 regarding.api_version.clone(),

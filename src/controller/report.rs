@@ -9,7 +9,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{Context, MAX_LISTED, STATUS_FIELD_MANAGER};
+use super::{Context, MAX_LISTED, STATUS_FIELD_MANAGER, events::EventType};
 use crate::{
     Error, Result,
     api::{ApplySetStatus, MemberRef, Plan, Summary},
@@ -602,7 +602,7 @@ pub async fn patch_status<P: Parent>(
 async fn event<P: Parent>(
     ctx: &Context,
     obj: &P,
-    warning: bool,
+    type_: EventType,
     reason: &str,
     action: &str,
     note: &str,
@@ -616,7 +616,7 @@ async fn event<P: Parent>(
     let regarding = obj.object_ref(&());
     if let Err(e) = ctx
         .events
-        .publish(&regarding, warning, reason, action, &note)
+        .publish(&regarding, type_, reason, action, &note)
         .await
     {
         tracing::debug!(error = %e, "publishing an event failed");
@@ -629,8 +629,11 @@ async fn publish<P: Parent>(
     obj: &P,
     c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
 ) {
-    let warning = !(c.status == "True" || c.reason == Reason::PlanReady.as_str());
-    event(ctx, obj, warning, &c.reason, "Reconcile", &c.message).await;
+    let type_ = match c.status == "True" || c.reason == Reason::PlanReady.as_str() {
+        true => EventType::Normal,
+        false => EventType::Warning,
+    };
+    event(ctx, obj, type_, &c.reason, "Reconcile", &c.message).await;
 }
 
 /// Members named in the event of what a reconcile changed (the rest are counted).
@@ -643,13 +646,29 @@ pub async fn announce_changes<P: Parent>(ctx: &Context, obj: &P, results: &[Memb
         return;
     };
     tracing::info!("{note}");
-    event(ctx, obj, false, "MembersChanged", "Apply", &note).await;
+    event(
+        ctx,
+        obj,
+        EventType::Normal,
+        "MembersChanged",
+        "Apply",
+        &note,
+    )
+    .await;
 }
 
 /// A Warning event: the parent was deleted without its members being deleted, and why.
 pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
     let note = format!("{why}its members were left in place");
-    event(ctx, obj, true, "MembersOrphaned", "Delete", &note).await;
+    event(
+        ctx,
+        obj,
+        EventType::Warning,
+        "MembersOrphaned",
+        "Delete",
+        &note,
+    )
+    .await;
 }
 
 /// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,

@@ -137,7 +137,7 @@ pub struct MemberResult {
     /// The live object's UID, where known: the server's answer to an apply (a dry-run one
     /// too, for an object that exists), or the watches' record of a member known unchanged.
     pub uid: Option<String>,
-    /// A dry-run's objects, when asked for ([`super::apply::Options::preview`]).
+    /// A dry-run's objects, when the apply was asked to keep them (`apply::Options::preview`).
     pub preview: Option<Box<Preview>>,
 }
 

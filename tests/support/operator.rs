@@ -3,8 +3,7 @@
 //! handles built from `serde_json` specs, waits that print the parent's status when they time
 //! out, and small builders for member manifests.
 //!
-//! Declared from a test file with `#[path = "support/operator.rs"] mod operator;` next to
-//! `mod support;`.
+//! Used from a test file as `use support::operator::*;` after `mod support;`.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::{
@@ -34,7 +33,7 @@ use kube::{
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use crate::support::{cluster, test_namespace, wait_for};
+use super::{cluster, test_namespace, wait_for};
 
 /// Typical deadline of a wait.
 pub const DEADLINE: Duration = Duration::from_secs(60);

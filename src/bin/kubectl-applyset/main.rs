@@ -9,6 +9,7 @@
 mod build;
 mod conn;
 mod diff;
+mod error;
 mod file;
 mod known_kinds;
 mod output;
@@ -174,8 +175,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs one command; `Ok` carries the exit code, `Err` an error message (exit 2).
-async fn run(cli: Cli) -> Result<u8, String> {
+/// Runs one command; `Ok` carries the exit code, `Err` what stopped it (exit 2).
+async fn run(cli: Cli) -> Result<u8, error::CliError> {
     let g = &cli.global;
     match cli.command {
         Command::Build {

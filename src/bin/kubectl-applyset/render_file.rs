@@ -16,7 +16,10 @@ use applyset_operator::{
 };
 use kube::Client;
 
-use crate::file::{Entry, File, SetDoc};
+use crate::{
+    error::CliError,
+    file::{Entry, File, SetDoc},
+};
 
 /// What rendering needs besides the set.
 pub struct Renderer {
@@ -70,9 +73,11 @@ impl Renderer {
     }
 
     /// Renders one set as the operator does; an error names the file and line.
-    pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, String> {
+    pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, CliError> {
         let parent = &doc.parent;
-        let fail = |entry: Option<Entry>, message: String| file.at(doc.line_at(entry), message);
+        let fail = |entry: Option<Entry>, message: String| {
+            CliError::File(file.at(doc.line_at(entry), message))
+        };
         let identity = tenancy::identity(parent, &doc.spec, &self.defaults)
             .map_err(|e| fail(None, format!("{parent}: {e}")))?;
         let beside = |k: &Gvk| crate::known_kinds::resolve(&self.file_crds, k);
