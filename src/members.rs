@@ -39,6 +39,7 @@ use crate::{
     applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolved,
     health::{self, Health},
+    kind_refs::{self, KindRefs},
 };
 
 /// The hash of a body to apply (stable within a process).
@@ -174,7 +175,9 @@ struct InFlight {
 pub struct MemberWatches {
     client: Client,
     state: Arc<Mutex<State>>,
-    watches: Mutex<HashMap<GroupKind, AbortHandle>>,
+    watches: Mutex<Watches>,
+    /// Called when a kind's LIST answers 404 (to drop it from discovery's cache).
+    kind_gone: Mutex<Option<KindGone>>,
     trigger_applysets: mpsc::UnboundedSender<ObjectRef<ApplySet>>,
     trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
     /// Woken when a tracked set is marked dirty.
@@ -182,6 +185,18 @@ pub struct MemberWatches {
     /// Moves on whenever a tracked set's health may have changed (see [`Self::changes`]).
     changes: tokio::sync::watch::Sender<u64>,
 }
+
+/// The running member watches and the sets that hold their kinds: a kind is watched once an
+/// apply of it was accepted for some set ([`MemberWatches::accepted`]), and its watch stops
+/// when no set has declared it for [`kind_refs::GRACE`].
+#[derive(Default)]
+struct Watches {
+    running: HashMap<GroupKind, AbortHandle>,
+    refs: KindRefs,
+}
+
+/// A hook run when a watched kind is not served any more.
+pub type KindGone = Arc<dyn Fn(&GroupKind) + Send + Sync>;
 
 /// The receiving ends of the drift triggers, one per parent kind.
 pub struct Triggers {
@@ -197,6 +212,7 @@ impl MemberWatches {
             client,
             state: Arc::default(),
             watches: Mutex::default(),
+            kind_gone: Mutex::default(),
             trigger_applysets: ta,
             trigger_cluster: tc,
             health_changed: Notify::new(),
@@ -211,21 +227,99 @@ impl MemberWatches {
         )
     }
 
-    /// Starts a watch for every kind not watched yet (on the current runtime).
-    pub fn ensure_watched(self: &Arc<Self>, kinds: &HashMap<GroupKind, Resolved>) {
-        let Ok(mut watches) = self.watches.lock() else {
+    /// Set `id` had applies of these kinds accepted by the API server (the kind is served,
+    /// and someone may write it): it holds them, and each kind not watched yet gets its watch
+    /// (on the current runtime).
+    pub fn accepted<'a>(
+        self: &Arc<Self>,
+        id: &str,
+        kinds: impl IntoIterator<Item = (&'a GroupKind, &'a Resolved)>,
+    ) {
+        let Ok(mut w) = self.watches.lock() else {
             return;
         };
         for (gk, resolved) in kinds {
-            if watches.contains_key(gk) {
+            w.refs.hold(id, gk);
+            if w.running.contains_key(gk) {
                 continue;
             }
             let this = self.clone();
-            let gk2 = gk.clone();
-            let resolved = resolved.clone();
+            let (gk2, resolved) = (gk.clone(), resolved.clone());
             let handle =
                 tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
-            watches.insert(gk.clone(), handle);
+            w.running.insert(gk.clone(), handle);
+        }
+    }
+
+    /// How many member kinds are watched now (`applyset_member_watches`).
+    pub fn watch_count(&self) -> usize {
+        self.watches.lock().map(|w| w.running.len()).unwrap_or(0)
+    }
+
+    /// Runs `hook` whenever a watched kind's LIST answers 404 (the kind is not served).
+    pub fn on_kind_gone(&self, hook: KindGone) {
+        if let Ok(mut g) = self.kind_gone.lock() {
+            *g = Some(hook);
+        }
+    }
+
+    /// Stops the watches of `released` kinds once they have stayed unheld for the grace
+    /// period (checked again then: a kind held again meanwhile keeps its watch).
+    fn release(self: &Arc<Self>, released: Vec<GroupKind>) {
+        if released.is_empty() {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(kind_refs::GRACE).await;
+            if let Some(this) = this.upgrade() {
+                for gk in released {
+                    this.stop_if_expired(&gk);
+                }
+            }
+        });
+    }
+
+    fn stop_if_expired(&self, gk: &GroupKind) {
+        let Ok(mut w) = self.watches.lock() else {
+            return;
+        };
+        if !w
+            .refs
+            .expired(gk, std::time::Instant::now(), kind_refs::GRACE)
+        {
+            return;
+        }
+        w.refs.stopped(gk);
+        if let Some(h) = w.running.remove(gk) {
+            h.abort();
+            tracing::debug!(kind = %gk, "member watch stopped: no set declares the kind");
+        }
+        drop(w);
+        self.unsync(gk);
+    }
+
+    /// A kind whose LIST answered 404: its watch ends (it is started again by the next
+    /// accepted apply of the kind) and discovery forgets what it knew.
+    fn gone(&self, gk: &GroupKind) {
+        if let Ok(mut w) = self.watches.lock() {
+            w.running.remove(gk);
+        }
+        self.unsync(gk);
+        tracing::info!(kind = %gk, "member watch stopped: the kind is not served (404)");
+        let hook = self.kind_gone.lock().ok().and_then(|g| g.clone());
+        if let Some(hook) = hook {
+            hook(gk);
+        }
+    }
+
+    /// Forgets what the watch of `gk` listed: its objects are looked up otherwise (LISTs,
+    /// GETs) until a watch of the kind lists again.
+    fn unsync(&self, gk: &GroupKind) {
+        if let Ok(mut s) = self.state.lock() {
+            s.synced.remove(gk);
+            s.live
+                .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
         }
     }
 
@@ -265,6 +359,7 @@ impl MemberWatches {
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(e) => e,
+                Err(e) if not_served(&e) => return self.gone(&gk),
                 Err(e) => {
                     tracing::debug!(kind = %gk, error = %e, "member watch");
                     continue;
@@ -611,22 +706,38 @@ impl MemberWatches {
     }
 
     /// Registers parent `parent` of ID `id` and drops records of members it no longer
-    /// declares.
-    pub fn register(&self, id: &str, parent: &ParentRef, declared: &HashSet<MemberRef>) {
+    /// declares; it no longer holds the kinds it does not declare.
+    pub fn register(self: &Arc<Self>, id: &str, parent: &ParentRef, declared: &HashSet<MemberRef>) {
         if let Ok(mut s) = self.state.lock() {
             s.parents.insert(id.to_string(), parent.clone());
             if let Some(m) = s.applied.get_mut(id) {
                 m.retain(|r, _| declared.contains(r));
             }
         }
+        let kinds: HashSet<GroupKind> = declared
+            .iter()
+            .map(|r| GroupKind::new(r.group.clone(), r.kind.clone()))
+            .collect();
+        let released = self
+            .watches
+            .lock()
+            .map(|mut w| w.refs.retain(id, &kinds, std::time::Instant::now()))
+            .unwrap_or_default();
+        self.release(released);
     }
 
-    /// Forgets a parent (deleted), its health included.
-    pub fn forget(&self, id: &str) {
+    /// Forgets a parent (deleted), its health and the kinds it held included.
+    pub fn forget(self: &Arc<Self>, id: &str) {
         if let Ok(mut s) = self.state.lock() {
             s.applied.remove(id);
             s.parents.remove(id);
         }
+        let released = self
+            .watches
+            .lock()
+            .map(|mut w| w.refs.forget(id, std::time::Instant::now()))
+            .unwrap_or_default();
+        self.release(released);
         self.untrack(id);
     }
 }
@@ -662,7 +773,7 @@ impl MemberWatches {
     /// Stops every watch (their tasks hold this registry, so dropping it would not).
     pub fn stop(&self) {
         if let Ok(mut w) = self.watches.lock() {
-            for (_, h) in w.drain() {
+            for (_, h) in w.running.drain() {
                 h.abort();
             }
         }
@@ -961,6 +1072,15 @@ impl MemberWatches {
     /// changed, the dependencies a deleted set held up.
     pub fn trigger_parents(&self, parents: Vec<ParentRef>) {
         self.send(parents);
+    }
+}
+
+/// Whether a watch error says the kind is not served (its LIST answered 404).
+fn not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 404,
+        _ => false,
     }
 }
 
@@ -1353,6 +1473,48 @@ mod tests {
             Some(0),
             "ConfigMaps need no status"
         );
+    }
+
+    #[test]
+    fn only_a_404_listing_says_a_kind_is_not_served() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "NotFound").with_code(code),
+            ))
+        };
+        assert!(not_served(&watcher::Error::InitialListFailed(api(404))));
+        assert!(not_served(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(!not_served(&watcher::Error::InitialListFailed(api(403))));
+        assert!(!not_served(&watcher::Error::InitialListFailed(api(500))));
+        assert!(!not_served(&watcher::Error::NoResourceVersion));
+    }
+
+    #[tokio::test]
+    async fn a_kind_is_watched_only_once_accepted_and_until_no_set_declares_it() {
+        let (w, _t, id, _) = registry();
+        assert_eq!(w.watch_count(), 0);
+        let gk = GroupKind::new("", "ConfigMap");
+        let resolved = Resolved {
+            resource: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(
+                &(),
+            ),
+            namespaced: true,
+        };
+        w.accepted(&id, [(&gk, &resolved)]);
+        w.accepted("another", [(&gk, &resolved)]);
+        assert_eq!(w.watch_count(), 1, "one watch per kind");
+        let parent = ParentRef {
+            kind: ParentKind::ApplySet,
+            name: "p".into(),
+            namespace: Some("ns".into()),
+        };
+        w.register(&id, &parent, &HashSet::new());
+        w.forget("another");
+        // Released, but kept for the grace period.
+        assert_eq!(w.watch_count(), 1);
+        w.stop_if_expired(&gk);
+        assert_eq!(w.watch_count(), 1, "not before the grace period");
+        w.stop();
     }
 
     #[test]

@@ -438,8 +438,8 @@ fn empty_set_refused(spec: &ApplySetSpec, empty: bool, before: &Recorded) -> boo
     empty && !spec.allow_empty && spec.prune && !before.group_kinds.is_empty()
 }
 
-/// What of the set is live (the member watches registered first, so they cover it next
-/// time).
+/// What of the set is live (the set registered with the member watches first: it no
+/// longer holds the kinds it does not declare).
 async fn observe(
     ctx: &Context,
     scope: &SetScope,
@@ -447,7 +447,6 @@ async fn observe(
     desired: &Desired,
 ) -> Step<Live> {
     let t0 = Instant::now();
-    ctx.members.ensure_watched(&desired.known);
     ctx.members.register(
         &scope.id,
         &scope.parent,
@@ -480,6 +479,7 @@ async fn plan(
     clock: &Clock,
 ) -> Step<Report> {
     let results = apply_within_timeout(scope, spec, desired, live, clock).await?;
+    accepted(ctx, scope, desired, &results);
     if let Some(r) = report::apply_failure(&results, &desired.set.revision) {
         return Ok(r);
     }
@@ -510,6 +510,7 @@ async fn apply_members<P: Parent>(
     let spec = obj.spec();
     let t0 = Instant::now();
     let results = apply_within_timeout(scope, spec, desired, live, clock).await?;
+    accepted(ctx, scope, desired, &results);
     tracing::debug!(
         members = results.len(),
         ms = t0.elapsed().as_millis(),
@@ -587,6 +588,21 @@ async fn apply_within_timeout(
         Stop::from(Report::failed(Reason::ApplyFailed, msg).attempted(&desired.set.revision))
     })?;
     Ok(results?)
+}
+
+/// The kinds of which the API server accepted an apply (or a dry-run) for this set are held
+/// by it: watched from now on, until no set declares them (see [`crate::kind_refs`]). A kind
+/// that was never accepted (not served, or nobody may write it) is never watched.
+fn accepted(ctx: &Context, scope: &SetScope, desired: &Desired, results: &[MemberResult]) {
+    let kinds: std::collections::HashSet<GroupKind> = results
+        .iter()
+        .filter(|r| r.outcome.is_applied())
+        .map(|r| GroupKind::new(r.reference.group.clone(), r.reference.kind.clone()))
+        .collect();
+    ctx.members.accepted(
+        &scope.id,
+        desired.known.iter().filter(|(gk, _)| kinds.contains(*gk)),
+    );
 }
 
 /// Step 4, prune, only after every member applied (see [`prune::decide`] for the listing a
