@@ -251,3 +251,68 @@ async fn a_force_recreate_never_deletes_an_adopted_crd() {
     operator::stop(op).await;
     let _ = crds.delete(&name, &Default::default()).await;
 }
+
+/// Finding 8: the deletion order (a set being deleted waits for its dependents being deleted
+/// to delete their members first) counts only dependencies the gate allows. A tenant's set
+/// that names another namespace's set in `dependsOn` (refused: its account may not read it)
+/// and whose own deletion hangs (its account may not delete its members) does not hold up
+/// that set's deletion. On main the victim waited for it, up to its spec.timeout (5 min).
+#[tokio::test]
+async fn a_refused_dependency_does_not_hold_another_namespaces_deletion() {
+    let h = Harness::new("fair-del").await;
+    let victim_ns = h.extra_namespace("fair-delv").await;
+    // The attacker's account may write ConfigMaps but not delete them.
+    let rule = json!({"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update"]});
+    create_rbac(
+        &h,
+        &h.ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nodelete"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "nodelete"}, "rules": [rule]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "nodelete"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nodelete"},
+                "subjects": [{"kind": "ServiceAccount", "name": "nodelete", "namespace": h.ns}]}),
+        ],
+    )
+    .await;
+    let mut config = h.config();
+    config.watch_namespace = None;
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"}))]}))
+        .await;
+    victim.wait_ready().await;
+    let attacker = h.applyset("holder");
+    attacker
+        .create(json!({"serviceAccountName": "nodelete",
+            "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    attacker.wait_ready().await;
+    attacker
+        .patch_spec(json!({"dependsOn": [{"name": "victim", "namespace": victim_ns}]}))
+        .await;
+    attacker
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    // The attacker's deletion hangs: its cleanup may not delete its ConfigMap.
+    attacker.delete().await;
+    attacker
+        .wait_ready_reason(Some("False"), "PruneFailed")
+        .await;
+
+    let t0 = Instant::now();
+    victim.delete().await;
+    victim.wait_gone(Duration::from_secs(30)).await;
+    eprintln!("the victim was deleted in {:?}", t0.elapsed());
+
+    attacker
+        .patch_spec(json!({"deletionPolicy": "Orphan"}))
+        .await;
+    attacker.wait_gone(DEADLINE).await;
+    operator::stop(op).await;
+}
