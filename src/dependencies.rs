@@ -1234,7 +1234,12 @@ mod tests {
         // So another namespace's set being deleted is not held up by it.
         let me = confined(c(all), &[]);
         assert_eq!(
-            blocking_dependent(&victim, &[me.clone()], Duration::from_secs(60), 1001),
+            blocking_dependent(
+                &victim,
+                std::slice::from_ref(&me),
+                Duration::from_secs(60),
+                1001
+            ),
             None
         );
         assert!(blocking_dependent(&db, &[me], Duration::from_secs(60), 1001).is_some());
