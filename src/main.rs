@@ -92,6 +92,10 @@ struct RunArgs {
     /// a fetch that cannot get its share waits (at most half of --source-timeout), then fails.
     #[arg(long, env = "APPLYSET_SOURCE_MEMORY_MIB", default_value_t = 256)]
     source_memory_mib: u64,
+    /// Each set's share of --source-memory-mib, in MiB: a set's sources never hold more at
+    /// once (a set over it waits, at most half of --source-timeout, then fails alone).
+    #[arg(long, env = "APPLYSET_SOURCE_MEMORY_PER_SET", default_value_t = 128)]
+    source_memory_per_set: u64,
     /// Address ranges sources may never connect to, besides link-local and cloud metadata
     /// addresses (always refused) and loopback (refused by default): CIDRs or addresses,
     /// comma-separated (e.g. the cluster's service and pod CIDRs).
@@ -284,6 +288,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
             memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
+            memory_per_set: args.source_memory_per_set.max(1).saturating_mul(1 << 20),
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),

@@ -316,3 +316,105 @@ async fn a_refused_dependency_does_not_hold_another_namespaces_deletion() {
     attacker.wait_gone(DEADLINE).await;
     operator::stop(op).await;
 }
+
+/// A loopback HTTP server for the source attack: `/slow…` announces a 60 MB body and sends
+/// one byte every half second (a tarpit within `--source-timeout`); anything else answers a
+/// small ConfigMap at once. Counts the slow requests it received.
+async fn tarpit() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::{Arc, atomic::AtomicUsize};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let slow = Arc::new(AtomicUsize::new(0));
+    let counted = slow.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&req);
+                if head
+                    .split_whitespace()
+                    .nth(1)
+                    .is_some_and(|p| p.starts_with("/slow"))
+                {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 60000000\r\n\r\n")
+                        .await;
+                    while conn.write_all(b"#").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                } else {
+                    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\ndata:\n  k: v\n";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(resp.as_bytes()).await;
+                }
+            });
+        }
+    });
+    (addr, slow)
+}
+
+/// Finding 3: sources that announce large bodies and send them slowly hold no more of the
+/// sources' memory budget than they sent, so another namespace's set reading a small source
+/// is not queued behind them. On main, each announced body reserved twice its length at
+/// once (120 MB of the 256 MiB budget), and the victim's fetch waited behind them.
+#[tokio::test]
+async fn slow_sources_announcing_large_bodies_hold_no_budget_they_did_not_use() {
+    let h = Harness::new("fair-budget").await;
+    let victim_ns = h.extra_namespace("fair-budgetv").await;
+    let (addr, slow) = tarpit().await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &[
+            "--label-selector",
+            &selector,
+            "--source-allow-cidrs",
+            "127.0.0.0/8",
+        ],
+        "fair-budget",
+    );
+    for s in 0..2 {
+        let sources: Vec<Value> = (0..4)
+            .map(|i| json!({"http": {"url": format!("http://{addr}/slow-{s}-{i}.yaml")}}))
+            .collect();
+        h.applyset(&format!("tarpit-{s}"))
+            .create(json!({"sources": sources}))
+            .await;
+    }
+    wait_for("the slow sources to be read", DEADLINE, || async {
+        (slow.load(std::sync::atomic::Ordering::SeqCst) >= 4).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"sources": [{"http": {"url": format!("http://{addr}/fast.yaml")}}]}))
+        .await;
+    victim.wait_ready().await;
+    let took = t0.elapsed();
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+    let held = gauge(&op, "applyset_source_memory_bytes").unwrap_or(f64::MAX);
+    assert!(
+        held < f64::from(16u32 << 20),
+        "the slow sources hold {held} bytes of the budget"
+    );
+}

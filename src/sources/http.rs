@@ -78,23 +78,22 @@ impl Auth {
     }
 }
 
-/// Reads a response body, failing beyond `max` bytes. The memory the body takes is taken
-/// from `lease` before it is allocated: all of it at once when the response declares its
-/// length, else as the buffer grows.
+/// Reads a response body, failing beyond `max` bytes (at once when the response declares a
+/// larger length). The memory the body takes is taken from `lease` as the bytes arrive,
+/// before the buffer grows: a declared length reserves nothing (a server that announces a
+/// large body and sends it slowly holds no more than it sent).
 pub async fn read_capped(
     mut resp: reqwest::Response,
     max: u64,
     lease: &mut Lease,
 ) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    if let Some(len) = resp.content_length() {
-        if len > max {
-            return Err(format!(
-                "the response is {len} bytes, more than the limit of {max}"
-            ));
-        }
-        lease.grow(len).await?;
-        body.reserve_exact(usize::try_from(len).map_err(|e| e.to_string())?);
+    if let Some(len) = resp.content_length()
+        && len > max
+    {
+        return Err(format!(
+            "the response is {len} bytes, more than the limit of {max}"
+        ));
     }
     while let Some(chunk) = resp
         .chunk()
@@ -183,18 +182,8 @@ pub async fn fetch(
     }
     let etag = header_text(&resp, header::ETAG);
     let last_modified = header_text(&resp, header::LAST_MODIFIED);
+    // The body's memory is taken as it arrives (see `read_capped`), the parse's after.
     let mut lease = s.memory.lease();
-    if let Some(len) = resp
-        .content_length()
-        .filter(|l| *l <= s.limits.max_download)
-    {
-        // The body, and about as much again for parsing it (or for the files of a bundle),
-        // at once.
-        lease
-            .reserve_ahead(len.saturating_mul(2))
-            .await
-            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
-    }
     let body = read_capped(resp, s.limits.max_download, &mut lease)
         .await
         .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;

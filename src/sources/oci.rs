@@ -711,12 +711,7 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
-        // The layers, and about as much again for their files, at once.
-        self.session
-            .lease
-            .reserve_ahead(declared.saturating_mul(2))
-            .await
-            .map_err(SourceError::Failed)?;
+        // Their memory is taken as they arrive (declared sizes are the registry's word).
         for (i, layer) in layers.iter().enumerate() {
             self.read_layer(i, layer).await?;
         }
