@@ -711,7 +711,13 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
-        // Their memory is taken as they arrive (declared sizes are the registry's word).
+        // The layers, and about as much again for their files, at once; kept only while
+        // they arrive quickly (see `read_capped`).
+        self.session
+            .lease
+            .reserve_ahead(declared.saturating_mul(2))
+            .await
+            .map_err(SourceError::Failed)?;
         for (i, layer) in layers.iter().enumerate() {
             self.read_layer(i, layer).await?;
         }
