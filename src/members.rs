@@ -113,6 +113,9 @@ pub struct SetHealth {
 struct Checked {
     health: Option<Health>,
     users: HashSet<String>,
+    /// How to watch it (from the last set that checks it).
+    target: Option<CheckTarget>,
+    /// Its watch; `None` while it waits for room (see [`MemberWatches::start_waiting_checks`]).
     watch: Option<AbortHandle>,
 }
 
@@ -182,6 +185,8 @@ pub struct MemberWatches {
     trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
     /// Woken when a tracked set is marked dirty.
     health_changed: Notify,
+    /// Most checked objects watched at once.
+    check_cap: std::sync::atomic::AtomicUsize,
     /// Moves on whenever a tracked set's health may have changed (see [`Self::changes`]).
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -216,6 +221,7 @@ impl MemberWatches {
             trigger_applysets: ta,
             trigger_cluster: tc,
             health_changed: Notify::new(),
+            check_cap: std::sync::atomic::AtomicUsize::new(MAX_CHECKED_OBJECTS),
             changes: tokio::sync::watch::Sender::new(0),
         };
         (
@@ -808,26 +814,11 @@ impl MemberWatches {
             }
         }
         for c in &targets.checks {
-            let full = s.checked.len() >= MAX_CHECKED_OBJECTS;
             let entry = s.checked.entry(c.reference.clone()).or_default();
             entry.users.insert(id.to_string());
-            if entry.watch.is_some() || entry.health.is_some() {
-                continue;
-            }
-            if full {
-                entry.health = Some(Health::new(
-                    health::Status::Unknown,
-                    format!(
-                        "not watched: the operator already watches {MAX_CHECKED_OBJECTS} checked objects, the most it will"
-                    ),
-                ));
-                continue;
-            }
-            let this = self.clone();
-            let target = c.clone();
-            let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
-            entry.watch = Some(handle);
+            entry.target = Some(c.clone());
         }
+        self.start_waiting_checks(&mut s);
         let members: HashSet<MemberRef> = targets.members.iter().cloned().collect();
         fetched.retain(|r, _| members.contains(r));
         s.tracked.insert(
@@ -842,8 +833,9 @@ impl MemberWatches {
         self.mark_dirty(&mut s, vec![id.to_string()]);
     }
 
-    /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone).
-    pub fn untrack(&self, id: &str) {
+    /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone);
+    /// checks of other sets that waited for room get the watches it frees.
+    pub fn untrack(self: &Arc<Self>, id: &str) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
@@ -851,8 +843,83 @@ impl MemberWatches {
             for c in &t.targets.checks {
                 self.stop_checking(&mut s, id, &c.reference);
             }
+            self.start_waiting_checks(&mut s);
         }
         s.dirty.remove(id);
+    }
+
+    /// Starts the watches of checked objects that have none, while there is room: at most
+    /// [`Self::check_cap`] for the operator, and at most [`MAX_CHECK_WATCHES_PER_SET`] for
+    /// the sets that check an object (one of them must have room). An object left waiting is
+    /// `Unknown`, saying why, and is watched as soon as room frees (a set's checks untracked
+    /// or changed). Marks the sets whose checks changed.
+    fn start_waiting_checks(self: &Arc<Self>, s: &mut State) {
+        let cap = self.check_cap();
+        let mut running = s.checked.values().filter(|c| c.watch.is_some()).count();
+        let mut per_set: HashMap<String, usize> = HashMap::new();
+        for c in s.checked.values().filter(|c| c.watch.is_some()) {
+            for u in &c.users {
+                *per_set.entry(u.clone()).or_default() += 1;
+            }
+        }
+        let mut waiting: Vec<MemberRef> = s
+            .checked
+            .iter()
+            .filter(|(_, c)| c.watch.is_none())
+            .map(|(r, _)| r.clone())
+            .collect();
+        waiting.sort_by_key(|r| r.to_string());
+        let mut marked = Vec::new();
+        for r in waiting {
+            let Some(c) = s.checked.get_mut(&r) else {
+                continue;
+            };
+            let Some(target) = c.target.clone() else {
+                continue;
+            };
+            let set_room = c
+                .users
+                .iter()
+                .any(|u| per_set.get(u).copied().unwrap_or(0) < MAX_CHECK_WATCHES_PER_SET);
+            if running >= cap || !set_room {
+                let h = Health::new(health::Status::Unknown, waiting_why(running >= cap, cap));
+                if c.health.as_ref() != Some(&h) {
+                    c.health = Some(h);
+                    marked.extend(c.users.iter().cloned());
+                }
+                continue;
+            }
+            // Not known until its watch lists.
+            c.health = None;
+            let this = self.clone();
+            let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
+            c.watch = Some(handle);
+            running += 1;
+            for u in &c.users {
+                *per_set.entry(u.clone()).or_default() += 1;
+            }
+            marked.extend(c.users.iter().cloned());
+        }
+        self.mark_dirty(s, marked);
+    }
+
+    /// Most checked objects watched at once ([`MAX_CHECKED_OBJECTS`] unless set otherwise).
+    fn check_cap(&self) -> usize {
+        self.check_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the most checked objects watched at once.
+    pub fn set_check_cap(&self, cap: usize) {
+        self.check_cap
+            .store(cap, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many checked objects are watched now (`applyset_health_watches`).
+    pub fn health_watch_count(&self) -> usize {
+        self.state
+            .lock()
+            .map(|s| s.checked.values().filter(|c| c.watch.is_some()).count())
+            .unwrap_or(0)
     }
 
     /// `id` no longer checks `r`: its watch stops when no set checks it any more.
@@ -1108,6 +1175,23 @@ fn only_status_moved(applied: &Applied, live: Option<u64>) -> bool {
 
 /// Most objects of health checks the operator watches at once (each has a watch of its own).
 pub const MAX_CHECKED_OBJECTS: usize = 2000;
+
+/// Most checked objects watched for one set (its health checks beyond wait, `Unknown`); the
+/// CRD allows as many health checks per set, the operator enforces it whatever the CRD says.
+pub const MAX_CHECK_WATCHES_PER_SET: usize = 64;
+
+/// Why a checked object is not watched yet.
+fn waiting_why(operator_full: bool, cap: usize) -> String {
+    if operator_full {
+        format!(
+            "not watched yet: the operator already watches {cap} checked objects, the most it will; watched as soon as other sets free room"
+        )
+    } else {
+        format!(
+            "not watched: the sets that check it already have {MAX_CHECK_WATCHES_PER_SET} checked objects watched each, the most per set"
+        )
+    }
+}
 
 /// How many objects that are not current a set's health names.
 pub const NOT_CURRENT_LISTED: usize = 5;
@@ -1514,6 +1598,53 @@ mod tests {
         assert_eq!(w.watch_count(), 1);
         w.stop_if_expired(&gk);
         assert_eq!(w.watch_count(), 1, "not before the grace period");
+        w.stop();
+    }
+
+    /// A check target of a ConfigMap `name` in `ns`.
+    fn check(ns: &str, name: &str) -> CheckTarget {
+        CheckTarget {
+            reference: MemberRef {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some(ns.into()),
+                name: name.into(),
+            },
+            resource: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(
+                &(),
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn checks_refused_for_room_are_watched_once_room_frees_and_say_why_meanwhile() {
+        let (w, _t, _, _) = registry();
+        w.set_check_cap(2);
+        let (a, b) = (ParentRef::applyset("t", "a"), ParentRef::applyset("u", "b"));
+        let targets = |checks: Vec<CheckTarget>| Targets {
+            members: Vec::new(),
+            checks,
+        };
+        w.track(&a.id(), &a, targets(vec![check("t", "x"), check("t", "y")]));
+        w.track(&b.id(), &b, targets(vec![check("u", "z")]));
+        assert_eq!(w.health_watch_count(), 2, "the operator's cap");
+        let hb = w.health(&b.id()).expect("tracked");
+        assert_eq!(hb.summary.unknown, 1, "{hb:?}");
+        let named = format!("{:?}", hb.summary);
+        assert!(
+            named.contains("watched as soon as other sets free room"),
+            "{named}"
+        );
+        // a no longer checks y: b's check gets the room.
+        w.track(&a.id(), &a, targets(vec![check("t", "x")]));
+        assert_eq!(w.health_watch_count(), 2);
+        let hb = w.health(&b.id()).expect("tracked");
+        assert_eq!(hb.summary.unknown, 0, "{hb:?}");
+        // a gone: its watch goes, nobody waits.
+        w.untrack(&a.id());
+        assert_eq!(w.health_watch_count(), 1);
+        w.untrack(&b.id());
+        assert_eq!(w.health_watch_count(), 0);
         w.stop();
     }
 

@@ -233,6 +233,12 @@ fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
     );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
+        "applyset_health_watches",
+        "Objects of spec.healthChecks watched now (one watch each; at most 2000, 64 per set)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.members.health_watch_count())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
         "applyset_impersonation_clients",
         "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
         Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
