@@ -266,8 +266,9 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         &args.source_deny_cidrs,
         &args.source_allowed_hosts,
         args.source_insecure,
-    )?
-    .with_allowed_cidrs(&args.source_allow_cidrs)?;
+    )
+    .and_then(|p| p.with_allowed_cidrs(&args.source_allow_cidrs))
+    .map_err(|e| e.to_string())?;
     let set_limits = applyset_operator::render::SetLimits {
         max_members: args.max_members_per_set,
         max_kinds: args.max_kinds_per_set,
