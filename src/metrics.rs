@@ -43,7 +43,14 @@ pub struct Metrics {
     info_labels: Mutex<HashMap<String, Vec<String>>>,
     /// controller-runtime's work-queue families and worker gauges.
     workqueue: workqueue::WorkQueue,
+    /// Parents triggered and not yet started, by controller (`workqueue_depth`).
+    queued: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// Gauges read from the operator's state when the metrics are encoded, by name.
+    sampled: Mutex<HashMap<&'static str, (IntGauge, Sampler)>>,
 }
+
+/// Reads a gauge's value (see [`Metrics::sample_gauge`]).
+pub type Sampler = Box<dyn Fn() -> usize + Send + Sync>;
 
 /// controller-runtime's and client-go's metric names.
 struct Ecosystem {
@@ -299,6 +306,26 @@ impl Metrics {
             info,
             info_labels: Mutex::new(HashMap::new()),
             workqueue,
+            queued: Mutex::new(HashMap::new()),
+            sampled: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A gauge `name` whose value `read` gives when the metrics are encoded (the size of a
+    /// cache, the number of watches). Registering a name again replaces its reader.
+    pub fn sample_gauge(&self, name: &'static str, help: &str, read: Sampler) {
+        let Ok(mut sampled) = self.sampled.lock() else {
+            return;
+        };
+        if let Some(entry) = sampled.get_mut(name) {
+            entry.1 = read;
+            return;
+        }
+        let Ok(gauge) = IntGauge::new(name, help) else {
+            return;
+        };
+        if self.registry.register(Box::new(gauge.clone())).is_ok() {
+            sampled.insert(name, (gauge, read));
         }
     }
 
@@ -481,6 +508,11 @@ impl Metrics {
                 .set(i64::try_from(b.held_bytes()).unwrap_or(i64::MAX));
             self.source_memory_peak_bytes
                 .set(i64::try_from(b.peak_bytes()).unwrap_or(i64::MAX));
+        }
+        if let Ok(sampled) = self.sampled.lock() {
+            for (gauge, read) in sampled.values() {
+                gauge.set(i64::try_from(read()).unwrap_or(i64::MAX));
+            }
         }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);

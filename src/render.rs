@@ -160,12 +160,17 @@ pub fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
 /// Default of `--max-members-per-set`.
 pub const DEFAULT_MAX_MEMBERS_PER_SET: usize = 10_000;
 
-/// What one set may declare (operator flags): members, and parsed YAML/JSON summed over its
-/// inline manifests and all its sources.
+/// Default of `--max-kinds-per-set`.
+pub const DEFAULT_MAX_KINDS_PER_SET: usize = 64;
+
+/// What one set may declare (operator flags): members, kinds (each may cost a watch), and
+/// parsed YAML/JSON summed over its inline manifests and all its sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetLimits {
     /// `--max-members-per-set`.
     pub max_members: usize,
+    /// `--max-kinds-per-set`: distinct (group, kind) of the members.
+    pub max_kinds: usize,
     /// `--max-yaml-nodes-per-set` and `--max-yaml-mib-per-set`.
     pub yaml: manifest::YamlCost,
 }
@@ -174,6 +179,7 @@ impl Default for SetLimits {
     fn default() -> Self {
         SetLimits {
             max_members: DEFAULT_MAX_MEMBERS_PER_SET,
+            max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
         }
     }
@@ -199,6 +205,16 @@ pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), Li
             max: limits.max_members,
         });
     }
+    let kinds: BTreeSet<(&str, &str)> = manifests
+        .iter()
+        .map(|m| (m.group.as_str(), m.kind.as_str()))
+        .collect();
+    if kinds.len() > limits.max_kinds {
+        return Err(LimitError::Kinds {
+            declared: kinds.len(),
+            max: limits.max_kinds,
+        });
+    }
     Ok(())
 }
 
@@ -217,6 +233,11 @@ pub enum LimitError {
         "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
     )]
     Members { declared: usize, max: usize },
+    /// Members of more kinds than `--max-kinds-per-set`.
+    #[error(
+        "the set declares members of {declared} kinds, more than the {max} the operator allows per set (--max-kinds-per-set); split it into several sets or raise the flag"
+    )]
+    Kinds { declared: usize, max: usize },
 }
 
 /// Parses the inline manifests of a spec.
@@ -495,7 +516,8 @@ impl SetError {
             SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
             SetError::Render(e) => inline(e.origin()),
             SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
-            SetError::Limits(LimitError::Members { .. }) | SetError::Tenancy(_) => None,
+            SetError::Limits(LimitError::Members { .. } | LimitError::Kinds { .. })
+            | SetError::Tenancy(_) => None,
         }
     }
 }
@@ -630,12 +652,36 @@ mod tests {
     }
 
     #[test]
+    fn limits_allow_up_to_the_kind_count_and_name_the_flag_beyond() {
+        let text: String = (0..3)
+            .map(|i| format!("apiVersion: example.com/v1\nkind: K{i}\nmetadata:\n  name: x\n---\n"))
+            .collect();
+        let three = parse_documents(&text, &Origin::file("inline", "x.yaml")).expect("valid");
+        let limits = SetLimits {
+            max_kinds: 3,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_limits(&three, &limits), Ok(()));
+        // Many members of one kind count once.
+        assert_eq!(check_limits(&manifests(10), &limits), Ok(()));
+        let mut four = three;
+        four.extend(manifests(1));
+        let err = check_limits(&four, &limits)
+            .expect_err("too many kinds")
+            .to_string();
+        assert!(err.contains("members of 4 kinds"), "{err}");
+        assert!(err.contains("--max-kinds-per-set"), "{err}");
+        assert_eq!(SetLimits::default().max_kinds, 64);
+    }
+
+    #[test]
     fn limits_name_the_manifest_where_the_yaml_budget_ran_out() {
         let all = manifests(3);
         let one = crate::manifest::object_cost(&all[0].object);
         let limits = |nodes: usize, bytes: usize| SetLimits {
             max_members: 100,
             yaml: YamlCost { nodes, bytes },
+            ..SetLimits::default()
         };
         assert_eq!(
             check_limits(&all, &limits(3 * one.nodes, 3 * one.bytes)),

@@ -222,6 +222,7 @@ async fn sets_over_the_per_set_budgets_fail_naming_the_flag() {
             nodes: 100_000,
             bytes: 64 * 1024,
         },
+        ..SetLimits::default()
     };
     let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
 

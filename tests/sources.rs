@@ -1754,10 +1754,11 @@ async fn sources_share_one_deadline_and_messages_hide_queries() {
 // ---------------------------------------------------------------------------------------------
 // Egress policy and credentials
 
-/// The operator's configuration for this test with `policy` as its source egress policy.
+/// The operator's configuration for this test with `policy` as its source egress policy
+/// (loopback exempt from the default refusals, where the tests' servers listen).
 fn with_policy(h: &Harness, policy: applyset_operator::sources::egress::Policy) -> Operator {
     let mut config = h.config();
-    config.source_policy = policy;
+    config.source_policy = operator::loopback_exempt(policy);
     Operator::start(h.client.clone(), config)
 }
 

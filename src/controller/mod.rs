@@ -84,6 +84,8 @@ pub struct Config {
     pub tenancy: tenancy::Defaults,
     /// What one set may declare: members, parsed YAML/JSON.
     pub set_limits: crate::render::SetLimits,
+    /// `--max-impersonation-clients`: impersonating clients kept (least recently used out).
+    pub max_impersonation_clients: usize,
 }
 
 impl Default for Config {
@@ -98,6 +100,7 @@ impl Default for Config {
             source_policy: sources::egress::Policy::default(),
             tenancy: tenancy::Defaults::default(),
             set_limits: crate::render::SetLimits::default(),
+            max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
         }
     }
 }
@@ -115,9 +118,9 @@ pub struct Context {
     /// Permits for member writes in flight ([`Config::apply_concurrency`]).
     pub writes: Arc<Semaphore>,
     failures: Mutex<HashMap<String, u32>>,
-    /// Clients impersonating a ServiceAccount, by user name (they share the operator's
-    /// connections).
-    impersonated: Mutex<HashMap<String, Client>>,
+    /// Clients impersonating a ServiceAccount, by user name, at most
+    /// [`Config::max_impersonation_clients`] (they share the operator's connections).
+    impersonated: Mutex<impersonate::Clients>,
     /// The size of each parent's spec in bytes, measured once per generation.
     pub spec_sizes: report::SpecSizes,
     /// The health reporter's memory (sets that wait or have health checks).
@@ -133,13 +136,17 @@ impl Context {
         metrics: Arc<Metrics>,
         members: Arc<MemberWatches>,
     ) -> Self {
+        let resolver = Resolver::new(client.clone());
+        let invalidate = resolver.invalidator();
+        members.on_kind_gone(Arc::new(move |_| invalidate()));
+        let impersonated = Mutex::new(impersonate::Clients::new(config.max_impersonation_clients));
         Self {
             sources: Sources::new(
                 config.source_limits.clone(),
                 config.source_policy.clone(),
                 config.source_dir.clone(),
             ),
-            resolver: Resolver::new(client.clone()),
+            resolver,
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
             events: events::Events::new(
@@ -151,7 +158,7 @@ impl Context {
             metrics,
             config,
             failures: Mutex::new(HashMap::new()),
-            impersonated: Mutex::new(HashMap::new()),
+            impersonated,
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
             dependencies: Dependencies::default(),
@@ -195,17 +202,18 @@ impl Context {
         SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
     }
 
-    /// The client impersonating `user`, made once and kept.
+    /// The client impersonating `user`, kept among the most recently used.
     fn impersonating(&self, user: &str) -> Option<Client> {
-        let Ok(mut clients) = self.impersonated.lock() else {
-            return impersonate::client(&self.client, user);
-        };
-        if let Some(c) = clients.get(user) {
-            return Some(c.clone());
+        let make = || impersonate::client(&self.client, user);
+        match self.impersonated.lock() {
+            Ok(mut clients) => clients.get_or_make(user, make),
+            Err(_) => make(),
         }
-        let client = impersonate::client(&self.client, user)?;
-        clients.insert(user.to_string(), client.clone());
-        Some(client)
+    }
+
+    /// How many impersonating clients are kept (`applyset_impersonation_clients`).
+    pub fn impersonation_clients(&self) -> usize {
+        self.impersonated.lock().map(|c| c.len()).unwrap_or(0)
     }
 
     fn succeeded(&self, key: &str) {
@@ -213,6 +221,29 @@ impl Context {
             f.remove(key);
         }
     }
+}
+
+/// The gauges of what the sets make the operator hold (each bounded per set; see the
+/// README's bounds table).
+fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_member_watches",
+        "Member kinds watched now (one watch each; a kind is watched while some set declares it)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.members.watch_count())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_health_watches",
+        "Objects of spec.healthChecks watched now (one watch each; at most 2000, 64 per set)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.members.health_watch_count())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_impersonation_clients",
+        "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
+    );
 }
 
 /// Whether the caches (reflector stores) of both controllers have synced.
@@ -282,6 +313,7 @@ impl Operator {
         let source_memory = ctx.sources.memory.clone();
         metrics.watch_source_memory(source_memory.clone());
         metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
+        sample_bounded_resources(&metrics, &ctx);
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();

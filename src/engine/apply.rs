@@ -511,7 +511,7 @@ async fn recreate_for_immutable(
     if opts.dry_run {
         return Some(Outcome::Configured);
     }
-    match recreate(api, scope, &member.reference.name, opts.deadline).await {
+    match recreate(api, scope, &member.reference, opts.deadline).await {
         Ok(()) => None,
         Err(e) => Some(Outcome::Failed {
             message: format!(
@@ -593,14 +593,15 @@ fn comparable(o: &DynamicObject) -> Value {
 }
 
 /// Deletes the live object — only if it is this set's (its `part-of` label ours and owned
-/// by our member field manager), and only that one (UID precondition) — and waits until it
-/// is gone.
+/// by our member field manager) and the rules of deletion allow it (see
+/// [`not_deletable`]), and only that one (UID precondition) — and waits until it is gone.
 async fn recreate(
     api: &Api<DynamicObject>,
     scope: &SetScope,
-    name: &str,
+    member: &MemberRef,
     deadline: Instant,
 ) -> Result<(), String> {
+    let name = member.name.as_str();
     let Some(live) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
         return Ok(());
     };
@@ -608,6 +609,9 @@ async fn recreate(
         return Err(format!(
             "not deleted: the live object is not this set's ({why}); only objects the set created or adopted are re-created"
         ));
+    }
+    if let Some(why) = not_deletable(member, &live.metadata, scope.parent.namespace.as_deref()) {
+        return Err(format!("not deleted: {why}"));
     }
     let params = DeleteParams::foreground().preconditions(kube::api::Preconditions {
         uid: live.metadata.uid.clone(),
@@ -640,6 +644,34 @@ fn not_ours(meta: &kube::api::ObjectMeta, id: &str, manager: &str) -> Option<Str
         )),
         Some(_) => None,
     }
+}
+
+/// Why the set may never delete `member` (live metadata `meta`), whoever's it is: the same
+/// rules as prune's — an adopted Namespace or CRD (deleting it deletes what others put in it),
+/// the Namespace the parent lives in, an object another controller owns. `home`: the
+/// parent's namespace.
+pub fn not_deletable(
+    member: &MemberRef,
+    meta: &kube::api::ObjectMeta,
+    home: Option<&str>,
+) -> Option<String> {
+    let (group, kind) = (&member.group, &member.kind);
+    let container = kinds::is_namespace(group, kind) || kinds::is_crd(group, kind);
+    if container && crate::applyset::is_adopted(meta.annotations.as_ref()) {
+        return Some(format!(
+            "it was adopted (annotation {}); an adopted Namespace or CRD is never deleted",
+            crate::applyset::ANNOTATION_ADOPTED
+        ));
+    }
+    if kinds::is_namespace(group, kind) && home == Some(member.name.as_str()) {
+        return Some("it is the Namespace the set lives in".into());
+    }
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    owner.map(|o| format!("it is controlled by {} {}", o.kind, o.name))
 }
 
 fn is_immutable(status: &Status) -> bool {
@@ -837,6 +869,51 @@ fn established(crd: &CustomResourceDefinition) -> bool {
 mod tests {
     use super::*;
     use kube::core::response::{StatusCause, StatusDetails};
+
+    #[test]
+    fn a_force_recreate_never_deletes_what_prune_would_keep() {
+        let r = |group: &str, kind: &str, name: &str| MemberRef {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: None,
+            name: name.into(),
+        };
+        let meta = |v: serde_json::Value| -> kube::api::ObjectMeta {
+            serde_json::from_value(v).expect("meta")
+        };
+        let adopted = meta(serde_json::json!({"annotations": {"applyset.dev/adopted": "x"}}));
+        let plain = meta(serde_json::json!({}));
+        let crd = r(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "gadgets.example.com",
+        );
+        let ns = r("", "Namespace", "team");
+        let cm = r("", "ConfigMap", "c");
+        let why = not_deletable(&crd, &adopted, None).expect("adopted CRD");
+        assert!(why.contains("adopted"), "{why}");
+        assert!(
+            not_deletable(&ns, &adopted, None).is_some(),
+            "adopted Namespace"
+        );
+        assert!(
+            not_deletable(&crd, &plain, None).is_none(),
+            "the set's own CRD"
+        );
+        assert!(
+            not_deletable(&cm, &adopted, None).is_none(),
+            "only containers"
+        );
+        let why = not_deletable(&ns, &plain, Some("team")).expect("home");
+        assert!(why.contains("lives in"), "{why}");
+        assert!(not_deletable(&ns, &plain, Some("other")).is_none());
+        let controlled = meta(
+            serde_json::json!({"ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]}),
+        );
+        let why = not_deletable(&cm, &controlled, None).expect("controlled");
+        assert!(why.contains("ReplicaSet rs"), "{why}");
+    }
 
     fn conflict_status(message: &str, causes: Vec<(&str, &str)>) -> Status {
         let mut s = Status::failure(message, "Conflict").with_code(409);

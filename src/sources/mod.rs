@@ -86,6 +86,8 @@ pub struct Limits {
     /// The operator-wide memory budget for source content being fetched and parsed, in bytes
     /// (`--source-memory-mib`; see [`memory`]).
     pub memory: u64,
+    /// Each set's share of `memory`, in bytes (`--source-memory-per-set`).
+    pub memory_per_set: u64,
 }
 
 impl Default for Limits {
@@ -97,6 +99,7 @@ impl Default for Limits {
             timeout: Duration::from_secs(120),
             max_cached: 128 << 20,
             memory: 256 << 20,
+            memory_per_set: 128 << 20,
         }
     }
 }
@@ -663,9 +666,14 @@ impl Sources {
                 r
             })
             .collect();
-        let all = futures::stream::iter(reads)
-            .buffered(FETCH_CONCURRENCY)
-            .try_collect::<Vec<_>>();
+        // Every lease the set's reads make is counted against its share of the budget too.
+        let share = memory::SetShare::new(self.limits.memory_per_set);
+        let all = memory::within_share(
+            share,
+            futures::stream::iter(reads)
+                .buffered(FETCH_CONCURRENCY)
+                .try_collect::<Vec<_>>(),
+        );
         match tokio::time::timeout(self.limits.timeout, all).await {
             Ok(r) => r,
             Err(_) => {

@@ -724,7 +724,8 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
-        // The layers, and about as much again for their files, at once.
+        // The layers, and about as much again for their files, at once; kept only while
+        // they arrive quickly (see `read_capped`).
         self.session
             .lease
             .reserve_ahead(declared.saturating_mul(2))

@@ -16,6 +16,7 @@ use std::{
 use applyset_operator::{
     api::{ApplySet, ApplySetStatus, ClusterApplySet},
     controller::{Config, Operator},
+    sources::egress::Policy,
 };
 use base64::Engine as _;
 use k8s_openapi::{
@@ -149,13 +150,16 @@ impl Harness {
         test_namespace(&self.client, prefix).await
     }
 
-    /// The operator configuration isolating this test.
+    /// The operator configuration isolating this test. Loopback, refused to sources by
+    /// default, is exempt (`--source-allow-cidrs 127.0.0.0/8,::1`): the tests' servers
+    /// listen there.
     pub fn config(&self) -> Config {
         Config {
             concurrency: 4,
             apply_concurrency: 8,
             watch_namespace: Some(self.ns.clone()),
             label_selector: Some(format!("{TEST_LABEL}={}", self.label)),
+            source_policy: loopback_exempt(Policy::default()),
             ..Default::default()
         }
     }
@@ -202,6 +206,14 @@ impl Harness {
             label: self.label.clone(),
         }
     }
+}
+
+/// `policy` with loopback exempt from the default refusals (`--source-allow-cidrs`), for
+/// sources served by the tests' own loopback servers.
+pub fn loopback_exempt(policy: Policy) -> Policy {
+    policy
+        .with_allowed_cidrs(&["127.0.0.0/8", "::1"])
+        .expect("valid ranges")
 }
 
 /// Shuts the operator down gracefully; a shutdown that does not finish in 30 s fails the test.
