@@ -43,8 +43,6 @@ pub struct Metrics {
     info_labels: Mutex<HashMap<String, Vec<String>>>,
     /// controller-runtime's work-queue families and worker gauges.
     workqueue: workqueue::WorkQueue,
-    /// Parents triggered and not yet started, by controller (`workqueue_depth`).
-    queued: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     /// Gauges read from the operator's state when the metrics are encoded, by name.
     sampled: Mutex<HashMap<&'static str, (IntGauge, Sampler)>>,
 }
@@ -306,7 +304,6 @@ impl Metrics {
             info,
             info_labels: Mutex::new(HashMap::new()),
             workqueue,
-            queued: Mutex::new(HashMap::new()),
             sampled: Mutex::new(HashMap::new()),
         }
     }
