@@ -39,8 +39,8 @@ use crate::{
     applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolved,
     health::{self, Health},
-    terminating::Terminating,
     kind_refs::{self, KindRefs},
+    terminating::Terminating,
 };
 
 /// The hash of a body to apply (stable within a process).

@@ -120,6 +120,19 @@ impl Ecosystem {
         }
     }
 
+    /// Every series a dashboard or alert queries exists from the start (at 0), so a query
+    /// of a quiet operator returns 0 rather than nothing.
+    fn start_at_zero(&self) {
+        for controller in ["applyset", "clusterapplyset"] {
+            for result in ["success", "error"] {
+                self.reconcile_total
+                    .with_label_values(&[controller, result]);
+            }
+            self.reconcile_errors_total.with_label_values(&[controller]);
+            self.workqueue_depth.with_label_values(&[controller]);
+        }
+    }
+
     fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         vec![
             Box::new(self.reconcile_total.clone()),
@@ -181,64 +194,44 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "applyset_reconcile_duration_seconds",
-                "Duration of one reconcile",
-            )
-            .buckets(vec![
-                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-            ]),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let reconciles_total = IntCounterVec::new(
-            Opts::new("applyset_reconciles_total", "Reconciles by result"),
+        let reconcile_duration = reconcile_histogram();
+        let reconciles_total = counter_vec(
+            "applyset_reconciles_total",
+            "Reconciles by result",
             &["result"],
-        )
-        .expect("valid metric");
-        let members_applied_total = IntCounterVec::new(
-            Opts::new("applyset_members_applied_total", "Member applies by result"),
+        );
+        let members_applied_total = counter_vec(
+            "applyset_members_applied_total",
+            "Member applies by result",
             &["result"],
-        )
-        .expect("valid metric");
+        );
         let members_pruned_total =
-            IntCounter::new("applyset_members_pruned_total", "Members deleted by prune")
-                .expect("valid metric");
-        let conflicts_total = IntCounter::new(
+            counter("applyset_members_pruned_total", "Members deleted by prune");
+        let conflicts_total = counter(
             "applyset_conflicts_total",
             "Field-manager conflicts reported",
-        )
-        .expect("valid metric");
-        let managed_members = IntGauge::new("applyset_managed_members", "Members of all ApplySets")
-            .expect("valid metric");
-        let api_requests_total = IntCounterVec::new(
-            Opts::new(
-                "applyset_api_requests_total",
-                "Requests the operator sent to the API server, by verb (WATCH apart from GET)",
-            ),
+        );
+        let managed_members = gauge("applyset_managed_members", "Members of all ApplySets");
+        let api_requests_total = counter_vec(
+            "applyset_api_requests_total",
+            "Requests the operator sent to the API server, by verb (WATCH apart from GET)",
             &["verb"],
-        )
-        .expect("valid metric");
-        let source_fetches_total = IntCounterVec::new(
-            Opts::new(
-                "applyset_source_fetches_total",
-                "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
-            ),
+        );
+        let source_fetches_total = counter_vec(
+            "applyset_source_fetches_total",
+            "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
             &["kind", "result"],
-        )
-        .expect("valid metric");
-        let source_memory_bytes = IntGauge::new(
+        );
+        let source_memory_bytes = gauge(
             "applyset_source_memory_bytes",
             "Bytes of the sources' memory budget (--source-memory-mib) held now by fetches and their results",
-        )
-        .expect("valid metric");
-        let source_memory_peak_bytes = IntGauge::new(
+        );
+        let source_memory_peak_bytes = gauge(
             "applyset_source_memory_peak_bytes",
             "The most bytes of the sources' memory budget held at once since the start",
-        )
-        .expect("valid metric");
+        );
         let ecosystem = Ecosystem::new();
+        ecosystem.start_at_zero();
         let info = IntGaugeVec::new(
             Opts::new(
                 "applyset_info",
@@ -247,45 +240,8 @@ impl Metrics {
             &INFO_LABELS,
         )
         .expect("valid metric");
-        // Every series a dashboard or alert queries exists from the start (at 0), so a
-        // query of a quiet operator returns 0 rather than nothing.
-        for controller in ["applyset", "clusterapplyset"] {
-            for result in ["success", "error"] {
-                ecosystem
-                    .reconcile_total
-                    .with_label_values(&[controller, result]);
-            }
-            ecosystem
-                .reconcile_errors_total
-                .with_label_values(&[controller]);
-            ecosystem.workqueue_depth.with_label_values(&[controller]);
-        }
         let workqueue = workqueue::WorkQueue::new().expect("valid metrics");
-        let mut collectors = ecosystem.collectors();
-        collectors.extend(workqueue.collectors());
-        collectors.push(Box::new(info.clone()));
-        // process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds,
-        // process_start_time_seconds, ... of this process (read from /proc at each scrape).
-        #[cfg(target_os = "linux")]
-        collectors.push(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
-        for c in collectors.into_iter().chain([
-            Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(source_memory_bytes.clone()),
-            Box::new(source_memory_peak_bytes.clone()),
-            Box::new(reconcile_duration.clone()),
-            Box::new(reconciles_total.clone()),
-            Box::new(members_applied_total.clone()),
-            Box::new(members_pruned_total.clone()),
-            Box::new(conflicts_total.clone()),
-            Box::new(managed_members.clone()),
-            Box::new(source_fetches_total.clone()),
-        ]) {
-            // Registering distinct names in a fresh registry cannot fail.
-            let _ = registry.register(c);
-        }
-        Self {
+        let metrics = Self {
             registry,
             reconcile_duration,
             reconciles_total,
@@ -305,6 +261,37 @@ impl Metrics {
             info_labels: Mutex::new(HashMap::new()),
             workqueue,
             sampled: Mutex::new(HashMap::new()),
+        };
+        metrics.register_all();
+        metrics
+    }
+
+    /// Registers every family, and this process's own on Linux
+    /// (process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds,
+    /// process_start_time_seconds, ..., read from /proc at each scrape).
+    fn register_all(&self) {
+        let mut collectors = self.ecosystem.collectors();
+        collectors.extend(self.workqueue.collectors());
+        collectors.extend([
+            Box::new(self.info.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(self.api_requests_total.clone()),
+            Box::new(self.source_memory_bytes.clone()),
+            Box::new(self.source_memory_peak_bytes.clone()),
+            Box::new(self.reconcile_duration.clone()),
+            Box::new(self.reconciles_total.clone()),
+            Box::new(self.members_applied_total.clone()),
+            Box::new(self.members_pruned_total.clone()),
+            Box::new(self.conflicts_total.clone()),
+            Box::new(self.managed_members.clone()),
+            Box::new(self.source_fetches_total.clone()),
+        ]);
+        #[cfg(target_os = "linux")]
+        collectors.push(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+        for c in collectors {
+            // Registering distinct names in a fresh registry cannot fail.
+            let _ = self.registry.register(c);
         }
     }
 
@@ -541,6 +528,36 @@ pub fn verb<B>(req: &http::Request<B>) -> &'static str {
         http::Method::DELETE => "DELETE",
         _ => "OTHER",
     }
+}
+
+/// `applyset_reconcile_duration_seconds`, by parent kind.
+fn reconcile_histogram() -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "applyset_reconcile_duration_seconds",
+            "Duration of one reconcile",
+        )
+        .buckets(vec![
+            0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+        ]),
+        &["kind"],
+    )
+    .expect("valid metric")
+}
+
+/// An `IntCounterVec` of a valid name and labels (the names here are constants).
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+/// An `IntCounter` of a valid name.
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+
+/// An `IntGauge` of a valid name.
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
 }
 
 /// A client that counts every request it sends in `metrics`, and every answer by status
