@@ -3,11 +3,9 @@
 //! try to make it hold resources, and a victim set in another namespace must stay prompt.
 //! After the attacker's sets are gone, what the operator holds returns to where it was.
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/process.rs"]
-mod process;
 mod support;
+
+use support::{operator, process};
 
 use std::time::{Duration, Instant};
 
