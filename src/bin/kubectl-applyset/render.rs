@@ -41,15 +41,25 @@ pub struct Rendered {
 }
 
 impl Renderer {
-    /// A renderer for the sets of `file`, with the cluster of `client` if given.
-    pub fn new(file: &File, client: Option<Client>, defaults: Defaults) -> Renderer {
+    /// A renderer for the sets of `file`, with the cluster of `client` if given; kustomize
+    /// overlays are built with `kustomize` (the binary; default: beside this plugin, else on
+    /// PATH).
+    pub fn new(
+        file: &File,
+        client: Option<Client>,
+        defaults: Defaults,
+        kustomize: Option<std::path::PathBuf>,
+    ) -> Renderer {
         let mut table = crate::kinds::builtin();
         table.extend(render::declared_kinds(&file.crds));
-        let sources = Sources::new(
-            sources::Limits::default(),
-            sources::egress::Policy::default(),
-            None,
-        );
+        let limits = sources::Limits {
+            kustomize: sources::kustomize::Settings {
+                binary: kustomize,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sources = Sources::new(limits, sources::egress::Policy::default(), None);
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,
@@ -99,7 +109,7 @@ impl Renderer {
             .enumerate()
             .map(|(i, source)| async move {
                 self.sources
-                    .fetch(client, parent, i, source)
+                    .fetch(client, parent, i, source, spec.kustomize.as_ref())
                     .await
                     .map_err(|e| {
                         let message = match e {

@@ -1,0 +1,428 @@
+//! Kustomize overlays end to end: the in-process operator builds overlays of git, http and
+//! oci sources (served by these tests on loopback) with the pinned upstream `kustomize`, and
+//! applies them to the real control plane. What it applies is compared, object by object,
+//! with what the same binary's `kustomize build` prints for a checkout of the same files.
+
+#[path = "support/operator.rs"]
+mod operator;
+#[path = "support/servers.rs"]
+mod servers;
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use applyset_operator::{api::ApplySetStatus, controller::Operator};
+use kube::{
+    Client,
+    api::{ApiResource, GroupVersionKind},
+};
+use operator::*;
+use serde_json::{Value, json};
+use servers::*;
+
+fn init() {
+    applyset_operator::sources::install_crypto_provider();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// The kustomize binary: `$APPLYSET_KUSTOMIZE`, else whatever
+/// `tests/testenv/build-kustomize.sh` builds (or finds in its cache).
+pub fn kustomize_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("APPLYSET_KUSTOMIZE").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/build-kustomize.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run build-kustomize.sh");
+    assert!(out.status.success(), "build-kustomize.sh failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(stdout.lines().last().unwrap_or_default().trim()).join("kustomize")
+}
+
+/// An operator for `h` that builds with the pinned kustomize and may reach beyond the
+/// namespace (the overlays hold a CRD); `tune` adjusts its configuration.
+fn start(h: &Harness, tune: impl FnOnce(&mut applyset_operator::controller::Config)) -> Operator {
+    let mut config = h.config();
+    config.tenancy.allow_cross_namespace = true;
+    config.source_limits.kustomize.binary = Some(kustomize_binary());
+    tune(&mut config);
+    Operator::start(h.client.clone(), config)
+}
+
+/// Kustomize builds the operator ran, by result.
+fn builds(op: &Operator, result: &str) -> u64 {
+    let text = op.metrics().encode();
+    let key = format!("applyset_kustomize_builds_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in the metrics:\n{text}"))
+}
+
+/// The files of the test repository: a base (a CRD and its custom resource, a Deployment, a
+/// Service, a configMapGenerator from a .properties file), a component, and two overlays
+/// (`prod`: namePrefix/nameSuffix, labels, images, a strategic-merge patch from a file and an
+/// inline JSON 6902 patch, a configMapGenerator merging a .env file, a secretGenerator
+/// referenced by the patch, the component, replacements; `dev`: a namePrefix).
+fn repo_files(group: &str) -> Vec<(String, String)> {
+    let f = |p: &str, t: &str| (p.to_string(), t.replace("GROUP", group));
+    vec![
+        f(
+            "base/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- crd.yaml\n- deployment.yaml\n- service.yaml\n- widget.yaml\nlabels:\n- pairs: {app.kubernetes.io/name: web}\n  includeSelectors: true\nconfigMapGenerator:\n- name: web-config\n  files: [app.properties]\n",
+        ),
+        f("base/app.properties", "greeting=hello\n"),
+        f(
+            "base/deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.25\n        envFrom:\n        - configMapRef: {name: web-config}\n        volumeMounts:\n        - {name: config, mountPath: /etc/web}\n      volumes:\n      - name: config\n        configMap: {name: web-config}\n",
+        ),
+        f(
+            "base/service.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {app: web}\n  ports:\n  - port: 80\n    targetPort: 80\n",
+        ),
+        f(
+            "base/crd.yaml",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.GROUP\nspec:\n  group: GROUP\n  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n",
+        ),
+        f(
+            "base/widget.yaml",
+            "apiVersion: GROUP/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 1\n",
+        ),
+        f(
+            "components/monitoring/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources: [monitor.yaml]\npatches:\n- target: {kind: Deployment}\n  patch: |-\n    - op: add\n      path: /metadata/annotations\n      value: {monitoring: enabled}\n",
+        ),
+        f(
+            "components/monitoring/monitor.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: monitor\ndata:\n  owner: team-a\n",
+        ),
+        f(
+            "overlays/prod/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents: [../../components/monitoring]\nnamePrefix: prod-\nnameSuffix: -v1\nlabels:\n- pairs: {env: prod}\nimages:\n- name: nginx\n  newName: registry.example.com/nginx\n  newTag: \"1.27\"\npatches:\n- path: replicas.yaml\n- target: {kind: Service, name: web}\n  patch: |-\n    - op: replace\n      path: /spec/ports/0/port\n      value: 8080\nconfigMapGenerator:\n- name: web-config\n  behavior: merge\n  envs: [prod.env]\nsecretGenerator:\n- name: web-secret\n  literals: [password=s3cret]\nreplacements:\n- source: {kind: ConfigMap, name: monitor, fieldPath: data.owner}\n  targets:\n  - select: {kind: Widget}\n    fieldPaths: [spec.owner]\n    options: {create: true}\n",
+        ),
+        f("overlays/prod/prod.env", "level=prod\n"),
+        f(
+            "overlays/prod/replicas.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  template:\n    spec:\n      containers:\n      - name: web\n        env:\n        - name: PASSWORD\n          valueFrom:\n            secretKeyRef: {name: web-secret, key: password}\n",
+        ),
+        f(
+            "overlays/dev/kustomization.yaml",
+            "resources: [../../base]\nnamePrefix: dev-\n",
+        ),
+    ]
+}
+
+/// A unique API group for this test's CRD (CRDs are cluster-wide).
+fn group(test: &str) -> String {
+    format!("{test}{}.kz.example.com", std::process::id())
+}
+
+/// Commits `files` to `repo`.
+fn commit(repo: &GitRepo, files: &[(String, String)], message: &str) -> String {
+    let refs: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), Some(t.as_str())))
+        .collect();
+    repo.commit(&refs, message)
+}
+
+/// What the pinned upstream `kustomize build DIR` prints for `files` (written to a fresh
+/// directory, with `extra` files on top), as objects.
+fn upstream_build(files: &[(String, String)], extra: &[(&str, &str)], dir: &str) -> Vec<Value> {
+    let root = tempfile::tempdir().expect("tempdir");
+    let write = |p: &str, t: &str| {
+        let path = root.path().join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, t).expect("write");
+    };
+    for (p, t) in files {
+        write(p, t);
+    }
+    for (p, t) in extra {
+        write(p, t);
+    }
+    let out = std::process::Command::new(kustomize_binary())
+        .arg("build")
+        .arg(root.path().join(dir))
+        .output()
+        .expect("run kustomize");
+    assert!(
+        out.status.success(),
+        "kustomize build {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("kustomize output parses");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Whether `live` holds everything `want` says (maps: every key of `want`, recursively;
+/// lists: the same length, element by element): the server adds defaults, status and
+/// metadata, and the operator its part-of label.
+fn contains(live: &Value, want: &Value) -> bool {
+    match (live, want) {
+        (Value::Object(l), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
+        (Value::Array(l), Value::Array(w)) => {
+            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| contains(a, b))
+        }
+        (l, w) => l == w,
+    }
+}
+
+/// The API resource of object `o` (by discovery).
+async fn resource_of(client: &Client, o: &Value) -> ApiResource {
+    let api_version = o["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, o["kind"].as_str().expect("kind"));
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("discovery of {gvk:?}: {e}"));
+    ar
+}
+
+/// Asserts that every object of `want` is live (namespaced ones in `ns` unless they name
+/// theirs) and holds what `want` says, and that the set has exactly as many members.
+async fn assert_applied(h: &Harness, st: &ApplySetStatus, want: &[Value]) {
+    assert!(!want.is_empty());
+    for o in want {
+        let ar = resource_of(&h.client, o).await;
+        let name = o["metadata"]["name"].as_str().expect("name");
+        let namespaced = ar.kind != "CustomResourceDefinition" && ar.kind != "Namespace";
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or(&h.ns);
+        let ns = namespaced.then_some(ns);
+        let live = must_get(&h.client, &ar, ns, name).await;
+        let live = serde_json::to_value(&live).expect("json");
+        assert!(
+            contains(&live, o),
+            "{} {name}: the live object does not hold what kustomize built\nbuilt: {}\nlive: {}",
+            ar.kind,
+            serde_json::to_string_pretty(o).unwrap_or_default(),
+            serde_json::to_string_pretty(&live).unwrap_or_default()
+        );
+        assert!(
+            live["metadata"]["labels"][LABEL_PART_OF].as_str().is_some(),
+            "{name} is a member"
+        );
+    }
+    let members = st.summary.as_ref().map(|s| s.members).unwrap_or_default();
+    assert_eq!(members as usize, want.len(), "{}", status_json(st));
+}
+
+fn message(st: &ApplySetStatus) -> String {
+    ready(st).message.clone()
+}
+
+/// A git source of `server`'s repository `repo` at branch main, `path`.
+fn git_source(server: &GitServer, repo: &str, path: &str) -> Value {
+    json!({"git": {"url": server.url(repo), "ref": {"branch": "main"}, "path": path}})
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// An overlay in a git repository is built, and what is applied is exactly what upstream
+/// `kustomize build` prints for it: patches (strategic merge from a file, JSON 6902 inline),
+/// images, namePrefix/nameSuffix, labels, a configMapGenerator (hash suffix, merged with a
+/// .env file, and the references renamed), a secretGenerator, a component, replacements, a
+/// CRD with its custom resource. A reconcile of an unchanged revision runs no build (counted);
+/// a new commit is built once.
+#[tokio::test]
+async fn git_overlays_are_built_as_upstream_kustomize_builds_them() {
+    init();
+    let h = Harness::new("kz-git").await;
+    let op = start(&h, |_| {});
+    let server = GitServer::start(None, None).await;
+    let repo = server.repo("apps");
+    let files = repo_files(&group("git"));
+    commit(&repo, &files, "first");
+
+    let prod = h.applyset("prod");
+    prod.create(
+        json!({"interval": "1s", "sources": [git_source(&server, "apps", "overlays/prod")]}),
+    )
+    .await;
+    let st = prod.wait_ready().await;
+    let want = upstream_build(&files, &[], "overlays/prod");
+    assert_eq!(want.len(), 7, "{want:?}");
+    assert_applied(&h, &st, &want).await;
+    // The generated names are kustomize's (hash suffixes) and the references follow them.
+    let cm = want
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["data"]["level"] == "prod")
+        .expect("generated configmap");
+    let cm_name = cm["metadata"]["name"].as_str().expect("name");
+    assert!(cm_name.starts_with("prod-web-config-v1-"), "{cm_name}");
+
+    // Unchanged revision: reconciles run (interval 1s), no build.
+    let built = builds(&op, "built");
+    assert!(built >= 1);
+    wait_reconciles(&op, 3).await;
+    assert_eq!(
+        builds(&op, "built"),
+        built,
+        "an unchanged revision is not built again"
+    );
+    assert_eq!(builds(&op, "failed"), 0);
+
+    // A new commit: built once more; the ConfigMap generated from the changed .env file
+    // gets a new name, the references follow, the old one is pruned.
+    let old = st.last_applied_revision.clone().expect("applied revision");
+    let mut changed = files.clone();
+    changed.push((
+        "overlays/prod/prod.env".into(),
+        "level=prod\nzone=eu\n".into(),
+    ));
+    commit(&repo, &changed, "second");
+    let st = prod
+        .wait_until("the new commit applied", LONG_DEADLINE, |_, st| {
+            let st = st?;
+            let applied = st.last_applied_revision.as_deref()?;
+            (applied != old && ready(st).status == "True").then(|| st.clone())
+        })
+        .await;
+    let want = upstream_build(&changed, &[], "overlays/prod");
+    assert_applied(&h, &st, &want).await;
+    assert!(builds(&op, "built") > built, "the new commit was built");
+    assert!(!exists(&h.client, &configmap_ar(), Some(&h.ns), cm_name).await);
+    stop(op).await;
+}
+
+/// Refused before (or by) the build, each with a message naming the file, and nothing applied
+/// or pruned: a remote base, a KRM function plugin, helmCharts, a file outside the source's
+/// root, a build beyond the time limit, output beyond the memory budget.
+#[tokio::test]
+async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
+    init();
+    let h = Harness::new("kz-refuse").await;
+    // The build's time limit is 3/4 of the sources' deadline: 6 s.
+    let op = start(&h, |c| {
+        c.source_limits.timeout = std::time::Duration::from_secs(8);
+        c.source_limits.memory = 6 << 20;
+    });
+    let server = GitServer::start(None, None).await;
+    let repo = server.repo("bad");
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: good\ndata: {a: b}\n";
+    // A slow build: kustomize's name references over many objects take seconds.
+    let slow: String = (0..20_000)
+        .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c{i}\n"))
+        .collect();
+    // A large output from a small input: one 1.5 MiB ConfigMap, included five times.
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  v: {}\n",
+        "x".repeat(1_500_000)
+    );
+    let mut files: Vec<(String, String)> = vec![
+        ("good/kustomization.yaml".into(), "resources: [cm.yaml]\n".into()),
+        ("good/cm.yaml".into(), cm.into()),
+        (
+            "remote/kustomization.yaml".into(),
+            "resources:\n- ../good\n- https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.7.1\n".into(),
+        ),
+        (
+            "plugin/kustomization.yaml".into(),
+            "resources: [../good]\ngenerators: [gen.yaml]\n".into(),
+        ),
+        (
+            "plugin/gen.yaml".into(),
+            "apiVersion: example.com/v1\nkind: Exec\nmetadata:\n  name: x\n  annotations:\n    config.kubernetes.io/function: |\n      exec: {path: /bin/sh}\n".into(),
+        ),
+        (
+            "helm/kustomization.yaml".into(),
+            "helmCharts:\n- name: nginx\n  repo: https://charts.example.com\n".into(),
+        ),
+        (
+            "outside/kustomization.yaml".into(),
+            "resources: [../good, ../../../../etc/hostname]\n".into(),
+        ),
+        ("slow/kustomization.yaml".into(), "resources: [cm.yaml]\nnamePrefix: p-\n".into()),
+        ("slow/cm.yaml".into(), slow),
+        ("big/base/cm.yaml".into(), big),
+        ("big/base/kustomization.yaml".into(), "resources: [cm.yaml]\n".into()),
+        (
+            "big/kustomization.yaml".into(),
+            "resources: [a, b, c, d, e]\n".into(),
+        ),
+    ];
+    for p in ["a", "b", "c", "d", "e"] {
+        files.push((
+            format!("big/{p}/kustomization.yaml"),
+            format!("resources: [../base]\nnamePrefix: {p}-\n"),
+        ));
+    }
+    commit(&repo, &files, "cases");
+
+    // A set applied from a good path, then pointed at a remote base: refused, nothing pruned.
+    let set = h.applyset("switch");
+    set.create(json!({"interval": "1h", "retryInterval": "1h", "sources": [git_source(&server, "bad", "good")]}))
+        .await;
+    set.wait_ready().await;
+    set.patch_spec(json!({"sources": [git_source(&server, "bad", "remote")]}))
+        .await;
+    let st = set
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = message(&st);
+    for part in [
+        "remote/kustomization.yaml: resources entry \"https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.7.1\" is remote",
+        "not fetched",
+    ] {
+        assert!(msg.contains(part), "{part} in {msg}");
+    }
+    assert!(
+        exists(&h.client, &configmap_ar(), Some(&h.ns), "good").await,
+        "nothing pruned"
+    );
+
+    let cases = [
+        (
+            "plugin",
+            "ValidationFailed",
+            "plugin/kustomization.yaml: generators entry \"gen.yaml\" is a kustomize plugin",
+        ),
+        (
+            "helm",
+            "ValidationFailed",
+            "helm/kustomization.yaml: helmCharts is not supported",
+        ),
+        (
+            "outside",
+            "ValidationFailed",
+            "outside/kustomization.yaml: resources entry \"../../../../etc/hostname\" is outside the source's root",
+        ),
+        (
+            "slow",
+            "SourceFailed",
+            "kustomize build of slow did not finish within 6s",
+        ),
+        (
+            "big",
+            "SourceFailed",
+            "kustomize build of big: its output exceeds the memory budget",
+        ),
+    ];
+    for (path, reason, part) in cases {
+        // No retries while the other cases run: they share the small memory budget.
+        let s = h.applyset(path);
+        s.create(json!({"interval": "1h", "retryInterval": "1h", "sources": [git_source(&server, "bad", path)]}))
+            .await;
+        let st = s.wait_ready_reason(Some("False"), reason).await;
+        let msg = message(&st);
+        assert!(msg.contains(part), "{path}: {part} in {msg}");
+        let applied = st.summary.as_ref().map(|s| s.members).unwrap_or_default();
+        assert_eq!(applied, 0, "{path}: nothing applied: {}", status_json(&st));
+    }
+    assert!(
+        builds(&op, "failed") >= 2,
+        "the slow and big builds ran and failed"
+    );
+    stop(op).await;
+}
