@@ -44,6 +44,7 @@ pub mod render;
 pub mod server;
 pub mod sources;
 pub mod status;
+pub mod substitute;
 pub mod tenancy;
 pub mod watch;
 

@@ -19,6 +19,7 @@ use kube::{
 use operator::*;
 use serde_json::{Value, json};
 use servers::*;
+use support::wait_for;
 
 fn init() {
     applyset_operator::sources::install_crypto_provider();
@@ -424,5 +425,266 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
         builds(&op, "failed") >= 2,
         "the slow and big builds ran and failed"
     );
+    stop(op).await;
+}
+
+/// The `v` data of ConfigMap `name` in `ns`.
+async fn cm_data(h: &Harness, name: &str) -> Option<Value> {
+    let o = get_obj(&h.client, &configmap_ar(), Some(&h.ns), name).await?;
+    o.data.get("data").cloned()
+}
+
+async fn put(h: &Harness, kind: &str, name: &str, data: Value) {
+    let ar = if kind == "ConfigMap" {
+        configmap_ar()
+    } else {
+        gvk_resource("", "v1", "Secret", "secrets")
+    };
+    let field = if kind == "ConfigMap" {
+        "data"
+    } else {
+        "stringData"
+    };
+    let obj: kube::api::DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}, field: data}),
+    )
+    .expect("object");
+    dyn_api(&h.client, &ar, Some(&h.ns))
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(&obj),
+        )
+        .await
+        .expect("apply");
+}
+
+/// spec.postBuild on inline members and source members: every syntax form, substituteFrom
+/// precedence (later entries win, substitute wins over all), an optional missing entry, the
+/// opt-out annotation, a number from `replicas: ${n}`, a ConfigMap change applied through
+/// the watch (interval 1h), and a missing variable failing by name without pruning or
+/// showing Secret values.
+#[tokio::test]
+async fn post_build_substitution_as_flux_with_strict_variables() {
+    init();
+    let h = Harness::new("kz-subst").await;
+    let op = start(&h, |_| {});
+    let server = GitServer::start(None, None).await;
+    let repo = server.repo("subst");
+    repo.commit(
+        &[(
+            "deploy/web.yaml",
+            Some("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web-${cluster_name}\nspec:\n  replicas: ${replicas}\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - {name: web, image: \"nginx:${tag:=1.27}\"}\n"),
+        )],
+        "web",
+    );
+    put(
+        &h,
+        "ConfigMap",
+        "vars-a",
+        json!({"a": "from-a", "b": "from-a", "replicas": "1"}),
+    )
+    .await;
+    put(
+        &h,
+        "Secret",
+        "vars-s",
+        json!({"b": "from-secret", "c": "s3cret-value"}),
+    )
+    .await;
+    let inline = json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "subst"},
+        "data": {
+            "plain": "${cluster_name}", "default1": "${unset:=d1}", "default2": "${unset:-d2}",
+            "empty": "${unset:=}", "literal": "$${cluster_name}", "a": "${a}", "b": "${b}",
+            "c": "${c}", "text": "in ${cluster_name} at $5"
+        }
+    });
+    let opted = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "opted", "annotations": {"applyset.dev/substitute": "disabled"}},
+        "data": {"v": "${not_defined}"}
+    });
+    let post_build = json!({
+        "substitute": {"cluster_name": "prod", "c": "from-substitute", "replicas": "2"},
+        "substituteFrom": [
+            {"kind": "ConfigMap", "name": "vars-a"},
+            {"kind": "Secret", "name": "vars-s"},
+            {"kind": "ConfigMap", "name": "absent", "optional": true}
+        ]
+    });
+    let set = h.applyset("subst");
+    set.create(json!({
+        "interval": "1h",
+        "manifests": [inline, opted],
+        "sources": [git_source(&server, "subst", "deploy")],
+        "postBuild": post_build
+    }))
+    .await;
+    set.wait_ready().await;
+    let data = cm_data(&h, "subst").await.expect("subst");
+    assert_eq!(
+        data,
+        json!({
+            "plain": "prod", "default1": "d1", "default2": "d2", "empty": "", "literal": "${cluster_name}",
+            "a": "from-a", "b": "from-secret", "c": "from-substitute", "text": "in prod at $5"
+        })
+    );
+    assert_eq!(
+        cm_data(&h, "opted").await,
+        Some(json!({"v": "${not_defined}"}))
+    );
+    let deploy = must_get(
+        &h.client,
+        &gvk_resource("apps", "v1", "Deployment", "deployments"),
+        Some(&h.ns),
+        "web-prod",
+    )
+    .await;
+    assert_eq!(deploy.data["spec"]["replicas"], json!(2), "a number");
+    assert_eq!(
+        deploy.data["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.27"
+    );
+
+    // A change of a referenced ConfigMap is applied at once (the interval is an hour).
+    put(
+        &h,
+        "ConfigMap",
+        "vars-a",
+        json!({"a": "changed", "b": "from-a", "replicas": "1"}),
+    )
+    .await;
+    wait_for("the changed variable applied", DEADLINE, || async {
+        let d = cm_data(&h, "subst").await?;
+        (d["a"] == "changed").then_some(())
+    })
+    .await;
+
+    // A variable without a value fails by name; nothing is pruned; no Secret value shows.
+    let broken = json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken"},
+        "data": {"v": "${nope}", "c": "${c}"}
+    });
+    set.patch_spec(json!({"manifests": [broken]})).await;
+    let st = set
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = ready(&st).message.clone();
+    assert!(
+        msg.contains("variable nope has no value and no default"),
+        "{msg}"
+    );
+    assert!(msg.contains("${nope:=}"), "{msg}");
+    assert!(
+        !status_json(&st).contains("s3cret-value"),
+        "{}",
+        status_json(&st)
+    );
+    assert!(cm_data(&h, "subst").await.is_some(), "nothing pruned");
+    stop(op).await;
+}
+
+/// spec.kustomize gives what Flux gives for the same overrides: the upstream build of the
+/// overlay's kustomization with the overrides set as Flux's generator sets them (namespace,
+/// namePrefix and nameSuffix replaced, patches and components appended, images merged by
+/// name), then commonMetadata on every object; and an http bundle (no kustomization at its
+/// path) is built through a generated kustomization.
+#[tokio::test]
+async fn kustomize_overrides_match_the_equivalent_upstream_build() {
+    init();
+    let h = Harness::new("kz-over").await;
+    let op = start(&h, |_| {});
+    let server = GitServer::start(None, None).await;
+    let repo = server.repo("over");
+    let mut files = repo_files(&group("over"));
+    files.push((
+        "components/extra/kustomization.yaml".into(),
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nconfigMapGenerator:\n- name: extra\n  literals: [k=v]\n".into(),
+    ));
+    commit(&repo, &files, "first");
+    let ns = h.ns.clone();
+    let set = h.applyset("over");
+    set.create(json!({
+        "sources": [git_source(&server, "over", "overlays/prod")],
+        "kustomize": {
+            "targetNamespace": ns,
+            "namePrefix": "ov-",
+            "nameSuffix": "-x",
+            "commonMetadata": {"labels": {"team": "a"}, "annotations": {"owner": "me"}},
+            "patches": [{"patch": "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: any\nspec:\n  replicas: 5\n", "target": {"kind": "Deployment"}}],
+            "images": [{"name": "nginx", "newTag": "1.28"}],
+            "components": ["../../components/extra"]
+        }
+    }))
+    .await;
+    let st = set.wait_ready().await;
+    let equivalent = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {ns}\nresources: [../../base]\ncomponents: [../../components/monitoring, ../../components/extra]\nnamePrefix: ov-\nnameSuffix: -x\nlabels:\n- pairs: {{env: prod}}\nimages:\n- name: nginx\n  newName: registry.example.com/nginx\n  newTag: \"1.28\"\npatches:\n- path: replicas.yaml\n- target: {{kind: Service, name: web}}\n  patch: |-\n    - op: replace\n      path: /spec/ports/0/port\n      value: 8080\n- target: {{kind: Deployment}}\n  patch: |\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: any\n    spec:\n      replicas: 5\nconfigMapGenerator:\n- name: web-config\n  behavior: merge\n  envs: [prod.env]\nsecretGenerator:\n- name: web-secret\n  literals: [password=s3cret]\nreplacements:\n- source: {{kind: ConfigMap, name: monitor, fieldPath: data.owner}}\n  targets:\n  - select: {{kind: Widget}}\n    fieldPaths: [spec.owner]\n    options: {{create: true}}\n"
+    );
+    let mut want = upstream_build(
+        &files,
+        &[("overlays/prod/kustomization.yaml", &equivalent)],
+        "overlays/prod",
+    );
+    for o in &mut want {
+        o["metadata"]["labels"]["team"] = json!("a");
+        o["metadata"]["annotations"]["owner"] = json!("me");
+    }
+    assert!(
+        want.iter().any(|o| o["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("ov-extra-x-"))),
+        "the component's generator is in"
+    );
+    assert_applied(&h, &st, &want).await;
+    let deploy = want
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deployment");
+    assert_eq!(deploy["spec"]["replicas"], json!(5));
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example.com/nginx:1.28"
+    );
+
+    // An http bundle whose path holds plain manifests and a directory with a kustomization:
+    // built through a generated kustomization (Flux's rule), with a namePrefix override.
+    let files = [
+        (
+            "app/plain.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\n",
+        ),
+        (
+            "app/sub/kustomization.yaml",
+            "resources: [cm.yaml]\nnameSuffix: -sub\n",
+        ),
+        (
+            "app/sub/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nested\n",
+        ),
+        (".sourceignore", "app/ignored.yaml\n"),
+        ("app/ignored.yaml", "not: [valid"),
+    ];
+    let entries: Vec<Entry<'_>> = files
+        .iter()
+        .map(|(p, t)| Entry::File(p, t.as_bytes()))
+        .collect();
+    let http = FileServer::start(None).await;
+    http.put("/app.tgz", tar_gz(&entries));
+    let bundle = h.applyset("bundle");
+    bundle
+        .create(json!({
+            "sources": [{"http": {"url": http.url("/app.tgz"), "path": "app"}}],
+            "kustomize": {"namePrefix": "b-"}
+        }))
+        .await;
+    bundle.wait_ready().await;
+    for name in ["b-plain", "b-nested-sub"] {
+        assert!(
+            exists(&h.client, &configmap_ar(), Some(&h.ns), name).await,
+            "{name}"
+        );
+    }
     stop(op).await;
 }

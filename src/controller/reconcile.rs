@@ -286,6 +286,7 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     for f in &fetched {
         manifests.extend(f.manifests.iter().cloned());
     }
+    let manifests = substitute(scope, spec, manifests).await?;
     render::check_limits(&manifests, &ctx.config.set_limits)
         .map_err(|e| Report::failed(Reason::ValidationFailed, format!("{parent}: {e}")))?;
     let mut set = render::render(parent, spec, manifests, &ctx.resolver)
@@ -299,6 +300,29 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     let mut desired = Desired::new(set);
     desired._source_memory = fetched.iter().filter_map(|f| f.memory.clone()).collect();
     Ok(desired)
+}
+
+/// Step 1b, spec.postBuild: the set's variables substituted in every member (see
+/// [`crate::substitute`]); a read that failed is retried, a missing variable is the spec's.
+async fn substitute(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    manifests: Vec<crate::manifest::Manifest>,
+) -> Step<Vec<crate::manifest::Manifest>> {
+    let fail = |e: crate::substitute::SubstituteError| {
+        let msg = format!("{}: {e}", scope.parent);
+        match e.is_transient() {
+            true => Report::failed(Reason::SourceFailed, msg),
+            false => Report::failed(Reason::ValidationFailed, msg),
+        }
+    };
+    let vars = crate::substitute::variables(&scope.client, &scope.parent, spec)
+        .await
+        .map_err(fail)?;
+    match vars {
+        None => Ok(manifests),
+        Some(vars) => Ok(crate::substitute::apply(manifests, &vars).map_err(fail)?),
+    }
 }
 
 /// The sources' manifests; a source that cannot be used stops the reconcile (SourceFailed,

@@ -702,6 +702,14 @@ impl Sources {
                 add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
             }
         }
+        // spec.postBuild.substituteFrom: a change is applied at once too.
+        for (kind, ns, name) in crate::substitute::references(parent, spec.post_build.as_ref()) {
+            let kind = match kind {
+                crate::api::SubstituteKind::ConfigMap => ObjectKind::ConfigMap,
+                crate::api::SubstituteKind::Secret => ObjectKind::Secret,
+            };
+            add(kind, &name, Some(&ns));
+        }
         out
     }
 

@@ -139,6 +139,15 @@ impl Renderer {
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }
+        // spec.postBuild, as the operator substitutes (substituteFrom is read from the
+        // cluster: offline, its read fails naming the entry).
+        let vars = applyset_operator::substitute::variables(client, parent, spec)
+            .await
+            .map_err(|e| fail(format!("{parent}: {e}")))?;
+        if let Some(vars) = vars {
+            manifests = applyset_operator::substitute::apply(manifests, &vars)
+                .map_err(|e| fail(format!("{parent}: {e}")))?;
+        }
         render::check_limits(&manifests, &SetLimits::default())
             .map_err(|e| fail(format!("{parent}: {e}")))?;
         let wanted = render::kinds_to_resolve(&manifests);
