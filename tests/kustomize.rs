@@ -688,3 +688,162 @@ async fn kustomize_overrides_match_the_equivalent_upstream_build() {
     }
     stop(op).await;
 }
+
+/// Runs the plugin with `args` and the pinned kustomize.
+async fn plugin(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-applyset"))
+        .args(args)
+        .arg("--kustomize-binary")
+        .arg(kustomize_binary())
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl-applyset")
+}
+
+/// `kubectl applyset build` (offline) and `diff` (against the cluster) of a set whose source
+/// is an overlay show the built members, as upstream kustomize builds them.
+#[tokio::test]
+async fn plugin_build_and_diff_show_the_built_overlay() {
+    init();
+    let h = Harness::new("kz-cli").await;
+    let server = GitServer::start(None, None).await;
+    let repo = server.repo("cli");
+    let files: Vec<(String, String)> = [
+        ("base/kustomization.yaml", "resources: [deploy.yaml]\nconfigMapGenerator:\n- name: settings\n  literals: [mode=base]\n"),
+        ("base/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\nspec:\n  selector:\n    matchLabels: {app: api}\n  template:\n    metadata:\n      labels: {app: api}\n    spec:\n      containers:\n      - name: api\n        image: api:1\n        envFrom: [{configMapRef: {name: settings}}]\n"),
+        ("overlays/staging/kustomization.yaml", "resources: [../../base]\nnamePrefix: stg-\nimages: [{name: api, newTag: \"2\"}]\nconfigMapGenerator:\n- name: settings\n  behavior: replace\n  literals: [mode=staging]\n"),
+    ]
+    .iter()
+    .map(|(p, t)| (p.to_string(), t.to_string()))
+    .collect();
+    commit(&repo, &files, "cli");
+    let want = upstream_build(&files, &[], "overlays/staging");
+    let names: Vec<String> = want
+        .iter()
+        .map(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let set = json!({
+        "apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "cli", "namespace": h.ns},
+        "spec": {"sources": [git_source(&server, "cli", "overlays/staging")]}
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("set.yaml");
+    std::fs::write(&file, serde_json::to_string(&set).expect("json")).expect("write");
+    let path = file.to_str().expect("path");
+
+    let out = plugin(&["build", "-f", path]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    for o in &want {
+        let name = &o["metadata"]["name"];
+        let got = printed
+            .iter()
+            .find(|p| p["metadata"]["name"] == *name && p["kind"] == o["kind"])
+            .unwrap_or_else(|| panic!("{name} not printed:\n{text}"));
+        assert!(contains(got, o), "{name}: printed {got:#}, built {o:#}");
+    }
+
+    let kubeconfig = format!("--kubeconfig={}", support::cluster().kubeconfig().display());
+    let out = plugin(&[&kubeconfig, "diff", "-f", path]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "changes: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("2 to create, 0 to change, 0 to prune"),
+        "{text}"
+    );
+    for name in &names {
+        assert!(text.contains(name.as_str()), "{name} in the diff:\n{text}");
+    }
+    assert!(text.contains("image: api:2"), "{text}");
+}
+
+/// examples/kustomize: the sets are valid, each overlay of its repository builds with the
+/// pinned kustomize, and the variables its sets give fill in every reference.
+#[test]
+fn kustomize_examples_build_and_substitute() {
+    use applyset_operator::{
+        api::ApplySet,
+        manifest::{Origin, parse_documents},
+        parent::Parent as _,
+        sources, substitute,
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kustomize");
+    let text = std::fs::read_to_string(root.join("applysets.yaml")).expect("read");
+    let docs = parse_documents(&text, &Origin::file("examples/kustomize", "applysets.yaml"))
+        .expect("parses");
+    let cluster_vars: std::collections::BTreeMap<String, String> = docs
+        .iter()
+        .find(|d| d.kind == "ConfigMap")
+        .map(|d| serde_json::from_value(d.object["data"].clone()).expect("data"))
+        .expect("the cluster-vars ConfigMap");
+    let mut sets = 0;
+    for d in docs.iter().filter(|d| d.kind == "ApplySet") {
+        sets += 1;
+        let a: ApplySet = serde_json::from_value(Value::Object(d.object.clone())).expect("set");
+        sources::validate(&a.parent_ref(), &a.spec).expect("valid sources");
+        let path = a.spec.sources[0]
+            .git
+            .as_ref()
+            .and_then(|g| g.path.clone())
+            .expect("path");
+        let out = std::process::Command::new(kustomize_binary())
+            .arg("build")
+            .arg(root.join("repo").join(&path))
+            .output()
+            .expect("kustomize");
+        assert!(
+            out.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let built = parse_documents(
+            &String::from_utf8_lossy(&out.stdout),
+            &Origin::source(&path),
+        )
+        .expect("built manifests parse");
+        let pb = a.spec.post_build.as_ref().expect("postBuild");
+        let from = if pb.substitute_from.is_empty() {
+            Default::default()
+        } else {
+            cluster_vars.clone()
+        };
+        let vars = substitute::merge(vec![
+            ("substituteFrom[0]".into(), from, false),
+            ("substitute".into(), pb.substitute.clone(), false),
+        ])
+        .expect("valid names");
+        let done = substitute::apply(built, &vars).expect("every variable has a value");
+        let deploy = done
+            .iter()
+            .find(|m| m.kind == "Deployment")
+            .expect("deployment");
+        let replicas = &deploy.object["spec"]["replicas"];
+        assert!(
+            replicas.is_u64(),
+            "{path}: replicas is a number: {replicas}"
+        );
+        let text = serde_json::to_string(&deploy.object).expect("json");
+        assert!(!text.contains("${"), "{path}: {text}");
+    }
+    assert_eq!(sets, 2);
+}
