@@ -847,3 +847,85 @@ fn kustomize_examples_build_and_substitute() {
     }
     assert_eq!(sets, 2);
 }
+
+/// The cost of builds (not run by `make test`; `cargo test --test kustomize --
+/// --ignored kustomize_build_cost --nocapture`, `KZ_BENCH_N` builds of each kind): the
+/// operator's build path (private copy, checks, the binary, the output read within the
+/// budget) for a one-file kustomization and for the overlay of these tests, one at a time and
+/// `KZ_BENCH_N` at --kustomize-concurrency 2. A set whose source, revision, path and overrides
+/// are cached runs no build at all: 1,000 sets reading one overlay with the same inputs cost
+/// one build; 1,000 sets with distinct inputs (or a new revision) cost 1,000.
+#[tokio::test]
+#[ignore]
+async fn kustomize_build_cost() {
+    use applyset_operator::sources::{
+        kustomize::{Builder, Job, Settings},
+        memory::MemoryBudget,
+        tree::Tree,
+    };
+    let n: usize = std::env::var("KZ_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let builder = std::sync::Arc::new(Builder::new(Settings {
+        binary: Some(kustomize_binary()),
+        ..Default::default()
+    }));
+    let budget = MemoryBudget::new(1 << 30, std::time::Duration::from_secs(10));
+    let work = tempfile::tempdir().expect("tempdir");
+    let one_file: Vec<(String, String)> = vec![
+        (
+            "app/kustomization.yaml".into(),
+            "resources: [cm.yaml]\nnamePrefix: x-\n".into(),
+        ),
+        (
+            "app/cm.yaml".into(),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n".into(),
+        ),
+    ];
+    for (what, files, dir) in [
+        ("one-file kustomization", one_file, "app"),
+        (
+            "overlay (tests/kustomize.rs prod)",
+            repo_files("bench.example.com"),
+            "overlays/prod",
+        ),
+    ] {
+        let mut tree = Tree::new();
+        for (p, t) in &files {
+            tree.insert(p.clone(), t.as_bytes().to_vec());
+        }
+        let tree = std::sync::Arc::new(tree);
+        let build = |tree: std::sync::Arc<Tree>| {
+            let builder = builder.clone();
+            let budget = budget.clone();
+            let work = work.path().to_path_buf();
+            async move {
+                let job = Job {
+                    tree: &tree,
+                    dir,
+                    overrides: None,
+                    work_dir: &work,
+                    timeout: std::time::Duration::from_secs(60),
+                    max_output: 64 << 20,
+                };
+                builder
+                    .build(job, &mut budget.lease())
+                    .await
+                    .expect("builds");
+            }
+        };
+        let start = std::time::Instant::now();
+        for _ in 0..5 {
+            build(tree.clone()).await;
+        }
+        let one = start.elapsed() / 5;
+        let start = std::time::Instant::now();
+        futures::future::join_all((0..n).map(|_| build(tree.clone()))).await;
+        let all = start.elapsed();
+        println!(
+            "{what}: one build {one:?}; {n} builds at concurrency 2: {all:?} ({:?} each)",
+            all / n as u32
+        );
+    }
+}
