@@ -15,6 +15,8 @@ SEED ?= random
 STEPS ?= 1000
 # Cases per property of `make fuzz` (make test runs 64).
 CASES ?= 100000
+# Builds of each kind measured by `make bench-kustomize`.
+KZ_BENCH_N ?= 1000
 
 .PHONY: help
 help: ## list the targets
@@ -89,6 +91,11 @@ bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl 
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
 	  --operator target/release/applyset-operator --out bench/results $(BENCH_ARGS)
+
+.PHONY: bench-kustomize
+bench-kustomize: deps kustomize-binary ## the cost of kustomize builds through the operator's build path: one, and KZ_BENCH_N (1000) at --kustomize-concurrency 2
+	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize KZ_BENCH_N=$(KZ_BENCH_N) \
+	  $(CARGO) test --locked --test kustomize -- --ignored kustomize_build_cost --nocapture
 
 .PHONY: bench-smoke
 bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make test, so it cannot rot)

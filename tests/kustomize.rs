@@ -929,3 +929,25 @@ async fn kustomize_build_cost() {
         );
     }
 }
+
+/// An overlay in an OCI artifact (`flux push artifact` of the repository) is built as
+/// upstream kustomize builds it.
+#[tokio::test]
+async fn oci_overlays_are_built_as_upstream_kustomize_builds_them() {
+    init();
+    let h = Harness::new("kz-oci").await;
+    let op = start(&h, |_| {});
+    let registry = Registry::start().await;
+    let files = repo_files(&group("oci"));
+    let entries: Vec<Entry<'_>> = files
+        .iter()
+        .map(|(p, t)| Entry::File(p, t.as_bytes()))
+        .collect();
+    push_artifact(&registry, "team/web", "v1", &tar_gz(&entries)).await;
+    let set = h.applyset("oci");
+    set.create(json!({"sources": [{"oci": {"url": registry.url("team/web"), "tag": "v1", "insecure": true, "path": "overlays/prod"}}]}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_applied(&h, &st, &upstream_build(&files, &[], "overlays/prod")).await;
+    stop(op).await;
+}
