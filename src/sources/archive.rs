@@ -1,7 +1,8 @@
 //! Reading manifest files out of untrusted `.tar.gz` bundles (HTTP bundles, OCI layers).
 //!
-//! Nothing is ever written to disk: entries are read into memory, so an archive cannot place
-//! a file anywhere. Still, an archive that *tries* something hostile is refused as a whole
+//! Entries are read into memory, never unpacked to disk as they are, so an archive cannot
+//! place a file anywhere (a kustomize build writes the checked files, by their cleaned paths,
+//! to a private copy: [`super::kustomize`]). Still, an archive that *tries* something hostile is refused as a whole
 //! rather than read in part, because its author did not mean what it would produce:
 //!
 //! - a path that is absolute, has a `..` component, or a Windows drive/UNC prefix;
