@@ -720,6 +720,13 @@ fn private_copy(
         .tempdir_in(work_dir)
         .map_err(|e| format!("{}: {e}", work_dir.display()))?;
     let write = |path: &str, data: &[u8]| -> Result<(), String> {
+        // Every path is relative and stays inside the copy (a crafted Git tree may name an
+        // entry `..`): anything else is refused, never written.
+        if super::archive::clean_relative(path).as_deref() != Some(path) || path.is_empty() {
+            return Err(format!(
+                "{path:?} is not a clean relative path; refusing the tree"
+            ));
+        }
         let target = dir.path().join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
@@ -1152,6 +1159,41 @@ mod tests {
         let k: Value = serde_json::from_str(&w.text).expect("json");
         assert_eq!(k["resources"], serde_json::json!(["./a.yaml", "./apps"]));
         assert_eq!(k["kind"], "Kustomization");
+    }
+
+    #[test]
+    fn the_copy_refuses_paths_that_leave_it() {
+        let work = tempfile::tempdir().expect("tempdir");
+        for bad in ["../x.yaml", "a/../../x.yaml", "/etc/x", "a//b", "./a"] {
+            let mut t = Tree::new();
+            t.insert(bad.into(), b"x".to_vec());
+            let err = private_copy(work.path(), &t, None).expect_err(bad);
+            assert!(err.contains("not a clean relative path"), "{bad}: {err}");
+        }
+        assert!(
+            !work
+                .path()
+                .parent()
+                .expect("parent")
+                .join("x.yaml")
+                .exists()
+        );
+        let mut t = Tree::new();
+        t.insert("a/b.yaml".into(), b"x".to_vec());
+        let copy = private_copy(work.path(), &t, None).expect("copy");
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(copy.path())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(
+            std::fs::read(copy.path().join("a/b.yaml")).expect("file"),
+            b"x"
+        );
+        let path = copy.path().to_path_buf();
+        drop(copy);
+        assert!(!path.exists(), "removed after the build");
     }
 
     #[test]
