@@ -951,3 +951,67 @@ async fn oci_overlays_are_built_as_upstream_kustomize_builds_them() {
     assert_applied(&h, &st, &upstream_build(&files, &[], "overlays/prod")).await;
     stop(op).await;
 }
+
+/// The child's memory is capped (RLIMIT_DATA, --kustomize-memory-mib): a build that needs
+/// more fails with kustomize's own words and the cap named, while the same build under the
+/// default cap succeeds.
+#[tokio::test]
+async fn a_build_beyond_its_memory_cap_fails_naming_the_cap() {
+    use applyset_operator::sources::{
+        kustomize::{Builder, Job, KustomizeError, Settings},
+        memory::MemoryBudget,
+        tree::Tree,
+    };
+    let mut tree = Tree::new();
+    let docs: String = (0..1000)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c{i}\ndata:\n  v: {}\n",
+                "y".repeat(20_000)
+            )
+        })
+        .collect();
+    tree.insert("big/cm.yaml".into(), docs.into_bytes());
+    tree.insert(
+        "big/kustomization.yaml".into(),
+        b"resources: [cm.yaml]\nnamePrefix: p-\n".to_vec(),
+    );
+    let budget = MemoryBudget::new(1 << 30, std::time::Duration::from_secs(10));
+    let work = tempfile::tempdir().expect("tempdir");
+    let job = || Job {
+        tree: &tree,
+        dir: "big",
+        overrides: None,
+        work_dir: work.path(),
+        timeout: std::time::Duration::from_secs(120),
+        max_output: 256 << 20,
+    };
+    let capped = Builder::new(Settings {
+        binary: Some(kustomize_binary()),
+        memory: 128 << 20,
+        ..Default::default()
+    });
+    let err = capped
+        .build(job(), &mut budget.lease())
+        .await
+        .expect_err("beyond 128 MiB");
+    match &err {
+        KustomizeError::Build { dir, message } => {
+            assert_eq!(dir, "big");
+            assert!(
+                message.contains("capped at 128 MiB, --kustomize-memory-mib"),
+                "{message}"
+            );
+        }
+        other => panic!("not a build error: {other}"),
+    }
+    let roomy = Builder::new(Settings {
+        binary: Some(kustomize_binary()),
+        ..Default::default()
+    });
+    let out = roomy
+        .build(job(), &mut budget.lease())
+        .await
+        .expect("builds within 512 MiB");
+    assert!(out.len() > 20_000_000);
+}
