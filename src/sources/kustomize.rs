@@ -225,7 +225,8 @@ impl Builder {
         })?;
         let run = Run {
             binary: self.binary(),
-            root: copy.path().to_path_buf(),
+            root: copy.path().join(COPY_SOURCE),
+            home: copy.path().join(COPY_HOME),
             dir: shown,
             memory: self.settings.memory,
             max_output: job.max_output,
@@ -606,7 +607,7 @@ fn check_kustomization(
     }
     for field in ["generators", "transformers", "validators"] {
         for entry in strings(k, field) {
-            check_plugin(c, field, entry)?;
+            dirs.extend(check_plugin(c, field, entry)?);
         }
     }
     check_paths(c, k)?;
@@ -615,20 +616,25 @@ fn check_kustomization(
 
 /// Refuses a generator/transformer/validator entry that is not a built-in: its config (the
 /// entry itself when inline, else the file it names) declares a KRM function or an apiVersion
-/// other than `builtin`.
-fn check_plugin(c: &Checking<'_>, field: &str, entry: &str) -> Result<(), KustomizeError> {
+/// other than `builtin`. An entry naming a directory (a kustomization whose output are the
+/// configs) is returned, to be checked as a kustomization.
+fn check_plugin(
+    c: &Checking<'_>,
+    field: &str,
+    entry: &str,
+) -> Result<Option<String>, KustomizeError> {
     let text = if entry.contains('\n') || entry.trim_start().starts_with("apiVersion") {
         entry.to_string()
     } else {
         match c.target(field, entry)? {
-            Target::Dir(_) => return Ok(()),
+            Target::Dir(d) => return Ok(Some(d)),
             Target::Other => {
                 let Some(path) = resolve(c.dir, entry) else {
                     return Err(c.outside(field, entry));
                 };
                 match c.tree.get(&path) {
                     Some(d) => String::from_utf8_lossy(d).into_owned(),
-                    None => return Ok(()),
+                    None => return Ok(None),
                 }
             }
         }
@@ -663,7 +669,7 @@ fn check_plugin(c: &Checking<'_>, field: &str, entry: &str) -> Result<(), Kustom
             });
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Checks the file paths a kustomization names besides its resources: patches, generator
@@ -706,8 +712,13 @@ fn check_paths(c: &Checking<'_>, k: &Map<String, Value>) -> Result<(), Kustomize
     Ok(())
 }
 
-/// Writes `tree` (with `written` replacing or adding its kustomization) into a fresh private
-/// directory under `work_dir`, removed when the returned value drops.
+/// The private copy's directory of the source's files.
+const COPY_SOURCE: &str = "src";
+/// The private copy's empty directory for the child's HOME and TMPDIR.
+const COPY_HOME: &str = "home";
+
+/// Writes `tree` (with `written` replacing or adding its kustomization) into `src/` of a fresh
+/// private directory under `work_dir`, removed when the returned value drops.
 fn private_copy(
     work_dir: &Path,
     tree: &Tree,
@@ -719,6 +730,11 @@ fn private_copy(
         .permissions(private_mode())
         .tempdir_in(work_dir)
         .map_err(|e| format!("{}: {e}", work_dir.display()))?;
+    // The tree goes to `src/`; `home/` stays empty (the child's HOME and TMPDIR: nothing of
+    // the source there, e.g. a kustomize plugin directory under `.config/`).
+    let home = dir.path().join(COPY_HOME);
+    std::fs::create_dir(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    let src = dir.path().join(COPY_SOURCE);
     let write = |path: &str, data: &[u8]| -> Result<(), String> {
         // Every path is relative and stays inside the copy (a crafted Git tree may name an
         // entry `..`): anything else is refused, never written.
@@ -727,7 +743,7 @@ fn private_copy(
                 "{path:?} is not a clean relative path; refusing the tree"
             ));
         }
-        let target = dir.path().join(path);
+        let target = src.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
         }
@@ -740,7 +756,7 @@ fn private_copy(
         // The generated one replaces whichever kustomization file the directory had.
         let dir_of = w.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         if let Some(own) = tree.kustomization_of(dir_of) {
-            std::fs::remove_file(dir.path().join(own)).map_err(|e| format!("{}: {e}", w.path))?;
+            std::fs::remove_file(src.join(own)).map_err(|e| format!("{}: {e}", w.path))?;
         }
         write(&w.path, w.text.as_bytes())?;
     }
@@ -756,8 +772,10 @@ fn private_mode() -> std::fs::Permissions {
 /// A build ready to run.
 struct Run {
     binary: PathBuf,
-    /// The private copy.
+    /// The private copy of the source's files.
     root: PathBuf,
+    /// The child's HOME and TMPDIR (empty).
+    home: PathBuf,
     /// The directory to build, relative to the copy (`.` for the root).
     dir: String,
     memory: u64,
@@ -774,8 +792,8 @@ impl Run {
             .arg("LoadRestrictionsRootOnly")
             .current_dir(&self.root)
             .env_clear()
-            .env("HOME", &self.root)
-            .env("TMPDIR", &self.root)
+            .env("HOME", &self.home)
+            .env("TMPDIR", &self.home)
             .env("PATH", "")
             .env("GOMEMLIMIT", format!("{}", self.memory / 4 * 3))
             .env("GOTRACEBACK", "none")
@@ -1067,6 +1085,18 @@ mod tests {
             check(&files, "k"),
             Err(KustomizeError::Plugin { .. })
         ));
+        // A generator directory is a kustomization: checked as one.
+        let files = [
+            ("k/kustomization.yaml", "generators: [../gens]\n"),
+            (
+                "gens/kustomization.yaml",
+                "resources: [https://example.com/g.yaml]\n",
+            ),
+        ];
+        assert!(matches!(
+            check(&files, "k"),
+            Err(KustomizeError::Remote { .. })
+        ));
         // Built-ins are allowed.
         let files = [
             ("k/kustomization.yaml", "transformers: [t.yaml]\n"),
@@ -1188,7 +1218,7 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o700);
         assert_eq!(
-            std::fs::read(copy.path().join("a/b.yaml")).expect("file"),
+            std::fs::read(copy.path().join("src/a/b.yaml")).expect("file"),
             b"x"
         );
         let path = copy.path().to_path_buf();
