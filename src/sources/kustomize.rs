@@ -1192,6 +1192,80 @@ mod tests {
     }
 
     #[test]
+    fn the_child_gets_no_credentials_no_network_no_plugins() {
+        let run = Run {
+            binary: PathBuf::from("kustomize"),
+            root: PathBuf::from("/w/src"),
+            home: PathBuf::from("/w/home"),
+            dir: "ov".into(),
+            memory: 512 << 20,
+            max_output: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let cmd = run.command();
+        let std = cmd.as_std();
+        let args: Vec<String> = std
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "build",
+                "ov",
+                "--load-restrictor",
+                "LoadRestrictionsRootOnly"
+            ]
+        );
+        assert_eq!(std.get_current_dir(), Some(Path::new("/w/src")));
+        let envs: std::collections::BTreeMap<String, String> = std
+            .get_envs()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        for proxy in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "https_proxy"] {
+            assert_eq!(
+                envs.get(proxy).map(String::as_str),
+                Some(CLOSED_PROXY),
+                "{proxy}"
+            );
+        }
+        assert_eq!(envs.get("PATH").map(String::as_str), Some(""));
+        assert_eq!(envs.get("HOME").map(String::as_str), Some("/w/home"));
+    }
+
+    #[tokio::test]
+    async fn the_child_sees_only_its_own_environment() {
+        // The test process has cargo's variables; the child must see none of them.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("kustomize");
+        std::fs::write(&script, "#!/bin/sh\nexport -p\n").expect("script");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let run = Run {
+            binary: script,
+            root: dir.path().to_path_buf(),
+            home: dir.path().to_path_buf(),
+            dir: ".".into(),
+            memory: 512 << 20,
+            max_output: 1 << 20,
+            timeout: Duration::from_secs(10),
+        };
+        let budget = memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
+        let out = run.run(&mut budget.lease()).await.expect("runs");
+        assert!(
+            out.contains(&format!("HTTPS_PROXY='{CLOSED_PROXY}'")),
+            "{out}"
+        );
+        assert!(!out.contains("CARGO"), "{out}");
+    }
+
+    #[test]
     fn the_copy_refuses_paths_that_leave_it() {
         let work = tempfile::tempdir().expect("tempdir");
         for bad in ["../x.yaml", "a/../../x.yaml", "/etc/x", "a//b", "./a"] {

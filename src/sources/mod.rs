@@ -13,9 +13,12 @@
 //!
 //! Content is cached by revision ([`Cache`], bounded by entries and by the estimated memory of
 //! the parsed manifests): an unchanged source is not downloaded or parsed again. Untrusted
-//! content goes through [`archive`] (tar.gz) with its defences; only `.yaml`, `.yml` and
-//! `.json` files are read, sorted by path, and parsed on blocking threads (never on the async
-//! workers).
+//! content goes through [`archive`] (tar.gz) with its defences; plain manifests are the
+//! `.yaml`, `.yml` and `.json` files, sorted by path, parsed on blocking threads (never on the
+//! async workers). A directory source whose `path` holds or contains a kustomization keeps
+//! every file of its revision ([`tree`]) and is built with kustomize ([`kustomize`],
+//! [`directory`]); the cache then holds the built output, keyed by the set's
+//! `spec.kustomize` too.
 //!
 //! The sources of one parent are read concurrently (at most [`FETCH_CONCURRENCY`] at once)
 //! under one deadline for all of them ([`Limits::timeout`]).
