@@ -47,6 +47,7 @@ pub mod directory;
 pub mod egress;
 pub mod git;
 pub mod http;
+pub mod kustomization;
 pub mod kustomize;
 pub mod memory;
 pub mod objects;
