@@ -353,6 +353,10 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
             "resources: [a, b, c, d, e]\n".into(),
         ),
     ];
+    files.push((
+        "broken/kustomization.yaml".into(),
+        "resources: [missing.yaml]\n".into(),
+    ));
     for p in ["a", "b", "c", "d", "e"] {
         files.push((
             format!("big/{p}/kustomization.yaml"),
@@ -409,6 +413,12 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
             "SourceFailed",
             "kustomize build of big: its output exceeds the memory budget",
         ),
+        // kustomize's own words, the file named relative to the source's root.
+        (
+            "broken",
+            "ValidationFailed",
+            "kustomize build of broken failed: Error: accumulating resources",
+        ),
     ];
     for (path, reason, part) in cases {
         // No retries while the other cases run: they share the small memory budget.
@@ -418,12 +428,16 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
         let st = s.wait_ready_reason(Some("False"), reason).await;
         let msg = message(&st);
         assert!(msg.contains(part), "{path}: {part} in {msg}");
+        assert!(
+            !msg.contains("/kustomize-"),
+            "{path}: no path of the private copy: {msg}"
+        );
         let applied = st.summary.as_ref().map(|s| s.members).unwrap_or_default();
         assert_eq!(applied, 0, "{path}: nothing applied: {}", status_json(&st));
     }
     assert!(
-        builds(&op, "failed") >= 2,
-        "the slow and big builds ran and failed"
+        builds(&op, "failed") >= 3,
+        "the slow, big and broken builds ran and failed"
     );
     stop(op).await;
 }
