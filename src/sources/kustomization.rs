@@ -159,16 +159,25 @@ fn read_kustomization(tree: &Tree, path: &str) -> Result<Map<String, Value>, Kus
     };
     let data = tree.get(path).ok_or_else(|| invalid("missing".into()))?;
     let text = std::str::from_utf8(data).map_err(|_| invalid("not UTF-8 text".into()))?;
-    parse_mapping(text).map_err(invalid)
+    parse_mapping(text).map_err(|e| invalid(e.to_string()))
+}
+
+/// Why a kustomization's text is not a kustomization.
+#[derive(Debug, thiserror::Error)]
+enum MappingError {
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::Error),
+    #[error("it is not a YAML mapping")]
+    NotMapping,
 }
 
 /// A YAML text that must be one mapping (an empty text is an empty mapping).
-fn parse_mapping(text: &str) -> Result<Map<String, Value>, String> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| e.to_string())?;
+fn parse_mapping(text: &str) -> Result<Map<String, Value>, MappingError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text)?;
     match docs.into_iter().find(|d| !d.is_null()) {
         None => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m),
-        Some(_) => Err("it is not a YAML mapping".into()),
+        Some(_) => Err(MappingError::NotMapping),
     }
 }
 
@@ -298,9 +307,9 @@ pub fn precheck(tree: &Tree, dir: &str, written: Option<&Written>) -> Result<(),
         let (file, k) = match written.filter(|w| d == dir && Some(w.path.as_str()).is_some()) {
             Some(w) => (
                 w.path.clone(),
-                parse_mapping(&w.text).map_err(|cause| KustomizeError::Invalid {
+                parse_mapping(&w.text).map_err(|e| KustomizeError::Invalid {
                     file: w.path.clone(),
-                    cause,
+                    cause: e.to_string(),
                 })?,
             ),
             None => match tree.kustomization_of(&d) {

@@ -125,6 +125,23 @@ pub enum KustomizeError {
     },
     #[error("kustomize build of {dir}: preparing its private copy: {cause}")]
     Copy { dir: String, cause: String },
+    #[error("{path:?} is not a clean relative path; refusing the source's tree")]
+    Unclean { path: String },
+}
+
+/// Why the private copy could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A path that is absolute, has `.`, `..` or empty components (a crafted Git tree may
+    /// name an entry `..`).
+    #[error("{path:?} is not a clean relative path")]
+    Unclean { path: String },
 }
 
 impl KustomizeError {
@@ -219,11 +236,12 @@ impl Builder {
                 dir: shown.clone(),
                 cause: e.to_string(),
             })?;
-        let copy = private_copy(job.work_dir, job.tree, written.as_ref()).map_err(|cause| {
-            KustomizeError::Copy {
+        let copy = private_copy(job.work_dir, job.tree, written.as_ref()).map_err(|e| match e {
+            CopyError::Unclean { path } => KustomizeError::Unclean { path },
+            io => KustomizeError::Copy {
                 dir: shown.clone(),
-                cause,
-            }
+                cause: io.to_string(),
+            },
         })?;
         let run = Run {
             binary: self.binary(),
@@ -277,31 +295,33 @@ fn private_copy(
     work_dir: &Path,
     tree: &Tree,
     written: Option<&Written>,
-) -> Result<tempfile::TempDir, String> {
-    std::fs::create_dir_all(work_dir).map_err(|e| format!("{}: {e}", work_dir.display()))?;
+) -> Result<tempfile::TempDir, CopyError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| CopyError::Io { path, source }
+    };
+    std::fs::create_dir_all(work_dir).map_err(io(work_dir))?;
     let dir = tempfile::Builder::new()
         .prefix("kustomize-")
         .permissions(private_mode())
         .tempdir_in(work_dir)
-        .map_err(|e| format!("{}: {e}", work_dir.display()))?;
+        .map_err(io(work_dir))?;
     // The tree goes to `src/`; `home/` stays empty (the child's HOME and TMPDIR: nothing of
     // the source there, e.g. a kustomize plugin directory under `.config/`).
     let home = dir.path().join(COPY_HOME);
-    std::fs::create_dir(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+    std::fs::create_dir(&home).map_err(io(&home))?;
     let src = dir.path().join(COPY_SOURCE);
-    let write = |path: &str, data: &[u8]| -> Result<(), String> {
-        // Every path is relative and stays inside the copy (a crafted Git tree may name an
-        // entry `..`): anything else is refused, never written.
+    let write = |path: &str, data: &[u8]| -> Result<(), CopyError> {
+        // Every path is relative and stays inside the copy: anything else is refused, never
+        // written.
         if super::archive::clean_relative(path).as_deref() != Some(path) || path.is_empty() {
-            return Err(format!(
-                "{path:?} is not a clean relative path; refusing the tree"
-            ));
+            return Err(CopyError::Unclean { path: path.into() });
         }
         let target = src.join(path);
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        std::fs::write(&target, data).map_err(|e| format!("{path}: {e}"))
+        std::fs::write(&target, data).map_err(io(&target))
     };
     for (path, data) in tree.files() {
         write(path, data)?;
@@ -310,7 +330,8 @@ fn private_copy(
         // The generated one replaces whichever kustomization file the directory had.
         let dir_of = w.path.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
         if let Some(own) = tree.kustomization_of(dir_of) {
-            std::fs::remove_file(src.join(own)).map_err(|e| format!("{}: {e}", w.path))?;
+            let own = src.join(own);
+            std::fs::remove_file(&own).map_err(io(&own))?;
         }
         write(&w.path, w.text.as_bytes())?;
     }
@@ -592,7 +613,10 @@ mod tests {
             let mut t = Tree::new();
             t.insert(bad.into(), b"x".to_vec());
             let err = private_copy(work.path(), &t, None).expect_err(bad);
-            assert!(err.contains("not a clean relative path"), "{bad}: {err}");
+            assert!(
+                matches!(&err, CopyError::Unclean { path } if path == bad),
+                "{bad}: {err}"
+            );
         }
         assert!(
             !work
