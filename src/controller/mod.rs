@@ -133,12 +133,14 @@ impl Context {
         metrics: Arc<Metrics>,
         members: Arc<MemberWatches>,
     ) -> Self {
+        let sources = Sources::new(
+            config.source_limits.clone(),
+            config.source_policy.clone(),
+            config.source_dir.clone(),
+        );
+        metrics.register(sources.kustomize.collector());
         Self {
-            sources: Sources::new(
-                config.source_limits.clone(),
-                config.source_policy.clone(),
-                config.source_dir.clone(),
-            ),
+            sources,
             resolver: Resolver::new(client.clone()),
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
