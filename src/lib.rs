@@ -47,6 +47,7 @@ pub mod render;
 pub mod server;
 pub mod sources;
 pub mod status;
+pub mod substitute;
 pub mod tenancy;
 pub mod terminating;
 pub mod watch;

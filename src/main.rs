@@ -112,6 +112,17 @@ struct RunArgs {
     /// Whether sources may use plain http:// and OCI insecure: true (false refuses them).
     #[arg(long, env = "APPLYSET_SOURCE_INSECURE", default_value_t = true, action = clap::ArgAction::Set)]
     source_insecure: bool,
+    /// The kustomize binary that builds overlays of directory sources (default: `kustomize`
+    /// beside the operator's executable, else on PATH).
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_BINARY")]
+    kustomize_binary: Option<std::path::PathBuf>,
+    /// Kustomize builds at once, operator-wide.
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_CONCURRENCY", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    kustomize_concurrency: u16,
+    /// The memory (data segment) one kustomize build may use, in MiB (at least 128: the
+    /// binary needs about 100 to start).
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_MEMORY_MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(128..))]
+    kustomize_memory_mib: u64,
     /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
     /// its own namespace (impersonation).
     #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
@@ -290,6 +301,11 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
             memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
             memory_per_set: args.source_memory_per_set.max(1).saturating_mul(1 << 20),
+            kustomize: applyset_operator::sources::kustomize::Settings {
+                binary: args.kustomize_binary.clone(),
+                concurrency: usize::from(args.kustomize_concurrency),
+                memory: args.kustomize_memory_mib.saturating_mul(1 << 20),
+            },
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),

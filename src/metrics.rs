@@ -482,6 +482,12 @@ impl Metrics {
         }
     }
 
+    /// Registers a metric another part of the operator owns (the kustomize builds).
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        // Registering a name twice fails; the first registration stands.
+        let _ = self.registry.register(collector);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         self.workqueue.refresh();

@@ -17,6 +17,7 @@ use crate::{
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
     sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
+    substitute::{self, SubstituteError},
     tenancy::{self, Defaults, Identity, TenancyError},
 };
 
@@ -469,6 +470,9 @@ pub enum SetError {
     /// A member is outside what the set's identity may declare.
     #[error(transparent)]
     Tenancy(#[from] TenancyError),
+    /// spec.postBuild: a variable source could not be read now, or a variable is missing.
+    #[error(transparent)]
+    Substitute(#[from] SubstituteError),
 }
 
 /// An entry of a set's spec an error is about.
@@ -484,7 +488,11 @@ impl SetError {
     /// Whether it is a source that could not be read now (SourceFailed, retried); every
     /// other error is in what the set declares (ValidationFailed).
     pub fn is_source_failure(&self) -> bool {
-        matches!(self, SetError::Source(e) if e.class() == SourceErrorClass::Failed)
+        match self {
+            SetError::Source(e) => e.class() == SourceErrorClass::Failed,
+            SetError::Substitute(e) => e.is_transient(),
+            _ => false,
+        }
     }
 
     /// The message shown for `parent` (status, events, the plugin's errors).
@@ -502,6 +510,7 @@ impl SetError {
             SetError::Render(e) => e.to_string(),
             SetError::Limits(e) => format!("{parent}: {e}"),
             SetError::Tenancy(e) => format!("{parent}: {e}"),
+            SetError::Substitute(e) => format!("{parent}: {e}"),
         }
     }
 
@@ -517,7 +526,8 @@ impl SetError {
             SetError::Render(e) => inline(e.origin()),
             SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
             SetError::Limits(LimitError::Members { .. } | LimitError::Kinds { .. })
-            | SetError::Tenancy(_) => None,
+            | SetError::Tenancy(_)
+            | SetError::Substitute(_) => None,
         }
     }
 }
@@ -533,9 +543,10 @@ fn manifest_path(e: &ManifestError) -> Option<FieldPath> {
 }
 
 /// Renders a set: its sources validated, its inline manifests and every source read (at most
-/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), the set's limits checked,
-/// kinds resolved, namespaces set, and the members checked against what its identity may
-/// declare. The one render of the operator's reconcile and of the plugin's `build` and `diff`.
+/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), spec.postBuild's variables
+/// substituted, the set's limits checked, kinds resolved, namespaces set, and the members
+/// checked against what its identity may declare. The one render of the operator's reconcile
+/// and of the plugin's `build` and `diff`.
 ///
 /// The outer `Result` is I/O (discovery); the inner one is what the set declares.
 pub async fn render_set(
@@ -553,6 +564,7 @@ pub async fn render_set(
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }
+        let manifests = post_build(readers.client, parent, spec, manifests).await?;
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
     };
@@ -568,6 +580,20 @@ pub async fn render_set(
             assumed,
         }),
     )
+}
+
+/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
+/// `manifests` unchanged when the set has none.
+async fn post_build(
+    client: &kube::Client,
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    manifests: Vec<Manifest>,
+) -> std::result::Result<Vec<Manifest>, SetError> {
+    match substitute::variables(client, parent, spec).await? {
+        None => Ok(manifests),
+        Some(vars) => Ok(substitute::apply(manifests, &vars)?),
+    }
 }
 
 /// The render's pure end: members from resolved kinds, the revision, the tenancy check.

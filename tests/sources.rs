@@ -349,43 +349,6 @@ async fn http_source_over_tls_with_ca_token_etag_and_new_revision() {
     stop(op).await;
 }
 
-/// A directory that is a kustomize overlay is not read as plain manifests (it used to fail
-/// with "metadata.name is missing"): the message says what it is and how to serve one.
-#[tokio::test]
-async fn a_kustomize_overlay_is_refused_naming_what_it_is() {
-    init();
-    let h = Harness::new("src-kust").await;
-    let op = h.start_operator();
-    let server = FileServer::start(None).await;
-    let patch = b"apiVersion: apps/v1\nkind: Deployment\nspec:\n  replicas: 3\n";
-    let bundle = tar_gz(&[
-        Entry::File(
-            "overlay/kustomization.yaml",
-            b"resources: [../base]\npatches: [{path: replicas.yaml}]\n",
-        ),
-        Entry::File("overlay/replicas.yaml", patch),
-    ]);
-    server.put("/overlay.tgz", bundle);
-    let set = h.applyset("kust");
-    set.create(
-        json!({"sources": [{"http": {"url": server.url("/overlay.tgz"), "path": "overlay"}}]}),
-    )
-    .await;
-    let st = set
-        .wait_ready_reason(Some("False"), "ValidationFailed")
-        .await;
-    let msg = message(&st);
-    for part in [
-        "overlay/kustomization.yaml makes this a kustomize overlay",
-        "overlays are not built",
-        "kustomize build",
-    ] {
-        assert!(msg.contains(part), "{part} in {msg}");
-    }
-    assert!(!msg.contains("metadata.name"), "{msg}");
-    stop(op).await;
-}
-
 /// A tar.gz bundle: `path` picks a directory, non-manifest files are ignored; a sha256
 /// mismatch is SourceFailed and nothing is applied or pruned.
 #[tokio::test]

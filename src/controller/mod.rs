@@ -140,12 +140,14 @@ impl Context {
         let invalidate = resolver.invalidator();
         members.on_kind_gone(Arc::new(move |_| invalidate()));
         let impersonated = Mutex::new(impersonate::Clients::new(config.max_impersonation_clients));
+        let sources = Sources::new(
+            config.source_limits.clone(),
+            config.source_policy.clone(),
+            config.source_dir.clone(),
+        );
+        metrics.register(sources.kustomize.collector());
         Self {
-            sources: Sources::new(
-                config.source_limits.clone(),
-                config.source_policy.clone(),
-                config.source_dir.clone(),
-            ),
+            sources,
             resolver,
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,

@@ -176,6 +176,7 @@ pub async fn fetch(
     client: &Client,
     parent: &ParentRef,
     h: &HttpSource,
+    overrides: Option<&crate::api::KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(h)?;
     let prefix = archive::directory_prefix(h.path.as_deref())?;
@@ -184,9 +185,10 @@ pub async fn fetch(
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
-        "http {} path={prefix} secret={}",
+        "http {} path={prefix} secret={}{}",
         h.url,
-        auth.secret.as_deref().unwrap_or("")
+        auth.secret.as_deref().unwrap_or(""),
+        super::directory::build_identity(overrides)
     );
     let cached = s.cache.get(&identity);
     let pinned = h
@@ -230,7 +232,13 @@ pub async fn fetch(
             (c.manifests, c.bytes)
         }
         None => {
-            let p = decode(&desc, body, &prefix, &s.limits, &mut lease).await?;
+            let content = Content {
+                desc: &desc,
+                body,
+                prefix: &prefix,
+                overrides,
+            };
+            let p = decode(s, content, &mut lease).await?;
             (p.manifests, p.bytes)
         }
     };
@@ -326,18 +334,26 @@ fn check_pin(h: &HttpSource, digest: &str) -> Result<(), SourceError> {
     Ok(())
 }
 
+/// A downloaded body: the source it came from, and how to read it.
+struct Content<'a> {
+    desc: &'a str,
+    body: Vec<u8>,
+    prefix: &'a str,
+    overrides: Option<&'a crate::api::KustomizeOverrides>,
+}
+
 /// A tar.gz bundle (by content) or a single text document; unpacked and parsed on blocking
 /// threads. A `path` that is not in the bundle, and a bundle or document without manifests,
 /// are errors (an empty source would prune its members).
-async fn decode(
-    desc: &str,
-    body: Vec<u8>,
-    prefix: &str,
-    limits: &super::Limits,
-    lease: &mut Lease,
-) -> Result<Parsed, SourceError> {
+async fn decode(s: &Sources, c: Content<'_>, lease: &mut Lease) -> Result<Parsed, SourceError> {
+    let Content {
+        desc,
+        body,
+        prefix,
+        overrides,
+    } = c;
     if archive::is_gzip(&body) {
-        let budget = archive::Budget::new(limits);
+        let budget = archive::Budget::new(&s.limits);
         let pfx = prefix.to_string();
         let body_bytes = body.capacity() as u64;
         let unpacked = unpack_reserving(lease, move |reserve| {
@@ -352,14 +368,14 @@ async fn decode(
                 prefix.trim_end_matches('/')
             )));
         }
-        parse_blocking(
-            desc.to_string(),
-            unpacked.files,
-            Naming::Files,
-            format!("in the bundle{}", under_path(prefix)),
-            lease,
-        )
-        .await
+        let dir = super::directory::Directory {
+            desc: desc.to_string(),
+            tree: unpacked.tree,
+            prefix,
+            where_: format!("in the bundle{}", under_path(prefix)),
+            overrides,
+        };
+        super::directory::read(s, dir, lease).await
     } else {
         let text = String::from_utf8(body).map_err(|_| {
             SourceError::Failed(

@@ -29,7 +29,7 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, client, defaults);
+    let renderer = Renderer::new(&file, client, defaults, g.kustomize_binary.clone());
     let mut out = String::new();
     let mut errors = 0;
     for doc in &file.sets {

@@ -83,7 +83,12 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, Some(c.client.clone()), defaults);
+    let renderer = Renderer::new(
+        &file,
+        Some(c.client.clone()),
+        defaults,
+        g.kustomize_binary.clone(),
+    );
     let Some(resolver) = renderer.resolver().cloned() else {
         return Err(CliError::Cluster("no cluster".into()));
     };

@@ -56,6 +56,15 @@ pub struct Global {
     /// The namespace of ApplySets (default: the context's namespace, else "default").
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// The kustomize binary that builds overlays of directory sources (default: `kustomize`
+    /// beside this plugin, else on PATH).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "APPLYSET_KUSTOMIZE_BINARY"
+    )]
+    pub kustomize_binary: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -3,7 +3,7 @@
 //! manifests, every source, limits, kinds, namespaces and tenancy — with the operator's
 //! messages, placed at the file's line of the entry they are about. Offline (no client),
 //! kinds come from [`crate::known_kinds`] and configMap/secret sources are refused with a message
-//! that says they need a cluster.
+//! that says they need a cluster (so is spec.postBuild.substituteFrom: its read fails).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -46,17 +46,27 @@ pub struct Rendered {
 }
 
 impl Renderer {
-    /// A renderer for the sets of `file`, with the cluster of `client` if given.
-    pub fn new(file: &File, client: Option<Client>, defaults: Defaults) -> Renderer {
+    /// A renderer for the sets of `file`, with the cluster of `client` if given; kustomize
+    /// overlays are built with `kustomize` (the binary; default: beside this plugin, else on
+    /// PATH).
+    pub fn new(
+        file: &File,
+        client: Option<Client>,
+        defaults: Defaults,
+        kustomize: Option<std::path::PathBuf>,
+    ) -> Renderer {
         let file_crds: HashMap<Gvk, Resolved> =
             render::declared_kinds(&file.crds).into_iter().collect();
         let mut table = crate::known_kinds::builtin();
         table.extend(file_crds.clone());
-        let sources = Sources::new(
-            sources::Limits::default(),
-            sources::egress::Policy::default(),
-            None,
-        );
+        let limits = sources::Limits {
+            kustomize: sources::kustomize::Settings {
+                binary: kustomize,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sources = Sources::new(limits, sources::egress::Policy::default(), None);
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,
