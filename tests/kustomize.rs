@@ -3,11 +3,9 @@
 //! applies them to the real control plane. What it applies is compared, object by object,
 //! with what the same binary's `kustomize build` prints for a checkout of the same files.
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/servers.rs"]
-mod servers;
 mod support;
+
+use support::{operator, servers};
 
 use std::path::{Path, PathBuf};
 
