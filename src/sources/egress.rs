@@ -362,6 +362,17 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The policy of a command a user runs on their own machine (the kubectl plugin): only
+    /// [`ALWAYS_DENIED`] is refused. [`DEFAULT_DENIED`] (loopback) guards the operator's own
+    /// pod; on the user's machine, loopback is the user's own (a repository served locally,
+    /// say).
+    pub fn local() -> Self {
+        Policy {
+            default_denied: Vec::new(),
+            ..Policy::default()
+        }
+    }
+
     /// The policy of the flags `--source-deny-cidrs`, `--source-allowed-hosts` and
     /// `--source-insecure`; an error names the flag and the bad entry.
     pub fn new<S: AsRef<str>>(
@@ -669,6 +680,21 @@ mod tests {
         Policy::new(deny, hosts, true)
             .and_then(|p| p.with_allowed_cidrs(&["127.0.0.0/8", "::1"]))
             .expect("policy")
+    }
+
+    #[test]
+    fn a_local_command_may_reach_loopback_but_never_metadata() {
+        let p = Policy::local();
+        for allowed in ["127.0.0.1", "::1", "10.0.0.1", "192.168.1.1"] {
+            assert!(p.check_ip(ip(allowed), None).is_ok(), "{allowed}");
+        }
+        for denied in ["169.254.169.254", "fe80::1", "168.63.129.16", "0.0.0.0"] {
+            assert!(p.check_ip(ip(denied), None).is_err(), "{denied}");
+        }
+        assert!(
+            Policy::default().check_ip(ip("127.0.0.1"), None).is_err(),
+            "the operator's default still refuses loopback"
+        );
     }
 
     #[test]

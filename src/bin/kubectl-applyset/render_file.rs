@@ -66,7 +66,7 @@ impl Renderer {
             },
             ..Default::default()
         };
-        let sources = Sources::new(limits, sources::egress::Policy::default(), None);
+        let sources = Sources::new(limits, sources::egress::Policy::local(), None);
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,
