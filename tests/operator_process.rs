@@ -240,11 +240,12 @@ async fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_l
     } else {
         (&b, a.as_ref().expect("a"))
     };
-    assert!(
-        reconciles(leader) >= 1.0,
-        "the leader reconciled:\n{}",
-        leader.log()
-    );
+    // The counter moves when the reconcile returns, after its status write made the set
+    // Ready: wait for it rather than read it once.
+    wait_for("the leader's reconcile counted", DEADLINE, || async {
+        (reconciles(leader) >= 1.0).then_some(())
+    })
+    .await;
     assert_eq!(
         reconciles(follower),
         0.0,
