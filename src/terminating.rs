@@ -127,18 +127,23 @@ impl Terminating {
             .unwrap_or(false)
     }
 
+    /// One metadata GET of `namespace`: what it finds (see [`look`]).
+    async fn look_at(&self, namespace: &str) -> Look {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let found = api
+            .get_metadata_opt(namespace)
+            .await
+            .map(|n| n.map(|n| n.metadata.deletion_timestamp.is_some()));
+        look(found)
+    }
+
     /// Whether `namespace` is being terminated: known so, or found so by one metadata GET
     /// (then learnt). A look that fails says no.
     pub async fn confirms(&self, namespace: &str) -> bool {
         if self.contains(namespace) {
             return true;
         }
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let found = api
-            .get_metadata_opt(namespace)
-            .await
-            .map(|n| n.map(|n| n.metadata.deletion_timestamp.is_some()));
-        let terminating = look(found) == Look::Terminating;
+        let terminating = self.look_at(namespace).await == Look::Terminating;
         if terminating {
             self.learn(namespace);
         }
@@ -169,12 +174,8 @@ impl Terminating {
         if due == Due::Blocked {
             return true;
         }
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let found = api
-            .get_metadata_opt(namespace)
-            .await
-            .map(|n| n.map(|n| n.metadata.deletion_timestamp.is_some()));
-        self.looked(namespace, look(found))
+        let found = self.look_at(namespace).await;
+        self.looked(namespace, found)
     }
 
     /// Records a look's finding; returns whether the namespace stays blocked.
