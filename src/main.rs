@@ -435,7 +435,15 @@ async fn operate(
     code
 }
 
+/// With `--features dhat-heap`, every allocation is tracked (see Cargo.toml).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    // Writes dhat-heap.json (the heap at its peak, by allocation site) when main returns.
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::builder().trim_backtraces(Some(40)).build();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match applyset_operator::api::crds_yaml() {

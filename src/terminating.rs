@@ -1,5 +1,7 @@
-//! Namespaces being terminated: learnt from the API server's refusal of a write into one
-//! (a 403 whose status carries the cause `NamespaceTerminating`), shared by every reconcile,
+//! Namespaces being terminated: learnt from a metadata-only watch of the namespaces (where
+//! the operator may list them: at once, before any write is refused), and from the API
+//! server's refusal of a write into one (a 403 whose status carries the cause
+//! `NamespaceTerminating`), shared by every reconcile,
 //! so that no further apply is sent there and the deletions the namespace controller makes
 //! there start no reconcile. A namespace known terminating is looked at again (one metadata
 //! GET, shared by every set) at most every [`RECHECK`]: once it is gone or back (not being
@@ -13,8 +15,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::{Api, Client, core::Status};
+use kube::{
+    Api, Client,
+    core::{PartialObjectMeta, Status},
+    runtime::{WatchStreamExt, watcher},
+};
 
 /// The cause type of the namespace lifecycle admission's refusal (`v1.NamespaceTerminatingCause`).
 pub const CAUSE_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
@@ -115,6 +122,57 @@ impl Terminating {
                     looking: false,
                 }
             });
+        }
+    }
+
+    /// Forgets `namespace` (gone, or not being deleted).
+    fn forget(&self, namespace: &str) {
+        if let Ok(mut known) = self.known.lock()
+            && known.remove(namespace).is_some()
+        {
+            tracing::info!(
+                namespace,
+                "namespace no longer being terminated: applies go on"
+            );
+        }
+    }
+
+    /// Follows the namespaces (a metadata-only watch), where the operator may watch them:
+    /// one being deleted is known at once, before any write into it is refused; one gone or
+    /// back is forgotten. Never returns. Without the permission to list namespaces (a
+    /// namespaced install) it stops following and the refusals alone teach.
+    pub async fn follow(&self) {
+        let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
+        let mut events = watcher(api, watcher::Config::default().any_semantic())
+            .backoff(crate::watch::backoff())
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => self.seen(&n),
+                Ok(watcher::Event::Delete(n)) => {
+                    self.forget(n.metadata.name.as_deref().unwrap_or_default())
+                }
+                Ok(_) => {}
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 403 => {
+                    tracing::info!(
+                        "namespaces may not be listed: terminating namespaces are learnt from refused writes only"
+                    );
+                    break;
+                }
+                Err(e) => tracing::debug!(error = %e, "namespace watch"),
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// A namespace as the watch sees it.
+    fn seen(&self, n: &PartialObjectMeta<Namespace>) {
+        let Some(name) = n.metadata.name.as_deref() else {
+            return;
+        };
+        match n.metadata.deletion_timestamp {
+            Some(_) => self.learn(name),
+            None => self.forget(name),
         }
     }
 

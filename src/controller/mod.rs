@@ -336,10 +336,12 @@ impl Operator {
                     )
                 )
             };
-            // The health reporter runs as long as the controllers.
+            // The health reporter and the namespace watch run as long as the controllers.
+            let terminating = ctx.members.terminating();
             tokio::select! {
                 _ = controllers => {}
                 () = healthy::run(ctx.clone()) => {}
+                () = terminating.follow() => {}
             }
             stop_watches.stop();
         });
