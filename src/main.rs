@@ -139,6 +139,10 @@ struct RunArgs {
     /// recently used is dropped beyond it and made again when needed).
     #[arg(long, env = "APPLYSET_MAX_IMPERSONATION_CLIENTS", default_value_t = applyset_operator::controller::impersonate::DEFAULT_MAX_CLIENTS)]
     max_impersonation_clients: usize,
+    /// Most objects of spec.healthChecks watched at once, for all sets together (at most 64
+    /// per set); a check beyond waits, Unknown, until room frees.
+    #[arg(long, env = "APPLYSET_MAX_HEALTH_WATCHES", default_value_t = applyset_operator::members::MAX_CHECKED_OBJECTS)]
+    max_health_watches: usize,
     /// Most YAML/JSON nodes (mappings, lists, scalars, keys) of one set's manifests, summed
     /// over its inline manifests and all its sources.
     #[arg(long, env = "APPLYSET_MAX_YAML_NODES_PER_SET", default_value_t = applyset_operator::manifest::DEFAULT_SET_YAML_NODES)]
@@ -301,6 +305,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         },
         set_limits,
         max_impersonation_clients: args.max_impersonation_clients,
+        max_health_watches: args.max_health_watches,
     })
 }
 

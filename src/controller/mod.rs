@@ -86,6 +86,8 @@ pub struct Config {
     pub set_limits: crate::render::SetLimits,
     /// `--max-impersonation-clients`: impersonating clients kept (least recently used out).
     pub max_impersonation_clients: usize,
+    /// `--max-health-watches`: objects of health checks watched at once, for all sets.
+    pub max_health_watches: usize,
 }
 
 impl Default for Config {
@@ -101,6 +103,7 @@ impl Default for Config {
             tenancy: tenancy::Defaults::default(),
             set_limits: crate::render::SetLimits::default(),
             max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
+            max_health_watches: crate::members::MAX_CHECKED_OBJECTS,
         }
     }
 }
@@ -303,6 +306,7 @@ impl Operator {
     pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
         let (tx, rx) = watch::channel(false);
         let (members, triggers) = MemberWatches::new(client.clone());
+        members.set_check_cap(config.max_health_watches);
         let ctx = Arc::new(Context::new(
             client,
             config,
