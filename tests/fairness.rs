@@ -482,3 +482,23 @@ async fn health_checks_refused_for_room_are_watched_once_room_frees() {
     })
     .await;
 }
+
+/// Finding 6 (part): `spec.interval` has a minimum (`--min-interval`, 10 s by default): a
+/// shorter one is raised, and status says so.
+#[tokio::test]
+async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
+    let h = Harness::new("fair-interval").await;
+    let mut config = h.config();
+    config.min_interval = Duration::from_secs(10);
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+    let set = h.applyset("eager");
+    set.create(json!({"interval": "1s", "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    let msg = operator::ready(&st).message.clone();
+    assert!(
+        msg.contains("spec.interval 1s is raised to the operator's minimum, 10s (--min-interval)"),
+        "{msg}"
+    );
+    operator::stop(op).await;
+}

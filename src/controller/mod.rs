@@ -60,6 +60,9 @@ pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
 /// status.members and the plan lists are capped at this many entries.
 pub const MAX_LISTED: usize = 500;
 
+/// Default of `--min-interval`.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
+
 /// How the operator runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -88,6 +91,8 @@ pub struct Config {
     pub max_impersonation_clients: usize,
     /// `--max-health-watches`: objects of health checks watched at once, for all sets.
     pub max_health_watches: usize,
+    /// `--min-interval`: shorter `spec.interval`s are raised to it (and status says so).
+    pub min_interval: Duration,
 }
 
 impl Default for Config {
@@ -104,6 +109,7 @@ impl Default for Config {
             set_limits: crate::render::SetLimits::default(),
             max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
             max_health_watches: crate::members::MAX_CHECKED_OBJECTS,
+            min_interval: DEFAULT_MIN_INTERVAL,
         }
     }
 }
@@ -630,7 +636,8 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
     tracing::warn!(parent = %obj.parent_ref(), error = %error, "reconcile failed");
     let spec = obj.spec();
     let key = obj.parent_ref().to_string();
-    Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+    let cap = spec.interval_at_least(ctx.config.min_interval);
+    Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
 }
 
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,

@@ -450,8 +450,12 @@ pub async fn write<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
     obj: &P,
-    r: Report,
+    mut r: Report,
 ) -> Result<Action> {
+    let min = ctx.config.min_interval;
+    if let Some(raised) = obj.spec().interval_raised(min) {
+        r.message = format!("{} ({raised})", r.message);
+    }
     let when = next(&r);
     if r.reason != Reason::Progressing {
         // Whatever stopped or ended this reconcile, it no longer waits for health.
@@ -478,14 +482,17 @@ pub async fn write<P: Parent>(
             if reset {
                 ctx.succeeded(&key);
             }
-            Action::requeue(spec.interval())
+            Action::requeue(spec.interval_at_least(min))
         }
         Next::AwaitChange => {
             ctx.succeeded(&key);
             Action::await_change()
         }
-        Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
-        Next::After(d) => Action::requeue(d.min(spec.interval())),
+        Next::Backoff => {
+            let cap = spec.interval_at_least(min);
+            Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
+        }
+        Next::After(d) => Action::requeue(d.min(spec.interval_at_least(min))),
     })
 }
 
