@@ -832,6 +832,23 @@ impl ApplySetSpec {
             .unwrap_or(Duration::from_secs(600))
             .clamp(MIN_DURATION, MAX_INTERVAL)
     }
+
+    /// The interval the operator uses: [`Self::interval`], at least `min` (the operator's
+    /// `--min-interval`).
+    pub fn interval_at_least(&self, min: Duration) -> Duration {
+        self.interval().max(min)
+    }
+
+    /// What status says when `interval` is raised to `min`; `None` when it is not.
+    pub fn interval_raised(&self, min: Duration) -> Option<String> {
+        (self.interval() < min).then(|| {
+            format!(
+                "spec.interval {} is raised to the operator's minimum, {}s (--min-interval)",
+                self.interval,
+                min.as_secs()
+            )
+        })
+    }
     /// `retryInterval`, at least 1s and at most `interval`.
     pub fn retry_interval(&self) -> Duration {
         parse_duration(&self.retry_interval)
@@ -1108,6 +1125,19 @@ mod tests {
         assert_eq!(spec, ApplySetSpec::default());
         assert!(spec.prune);
         assert_eq!(spec.interval(), Duration::from_secs(600));
+        let min = Duration::from_secs(10);
+        assert_eq!(spec.interval_at_least(min), Duration::from_secs(600));
+        assert_eq!(spec.interval_raised(min), None);
+        let fast = ApplySetSpec {
+            interval: "1s".into(),
+            ..ApplySetSpec::default()
+        };
+        assert_eq!(fast.interval_at_least(min), min);
+        let said = fast.interval_raised(min).expect("raised");
+        assert!(
+            said.contains("spec.interval 1s is raised") && said.contains("10s (--min-interval)"),
+            "{said}"
+        );
         assert_eq!(spec.retry_interval(), Duration::from_secs(30));
         assert_eq!(spec.timeout(), Duration::from_secs(300));
     }

@@ -150,6 +150,14 @@ struct RunArgs {
     /// recently used is dropped beyond it and made again when needed).
     #[arg(long, env = "APPLYSET_MAX_IMPERSONATION_CLIENTS", default_value_t = applyset_operator::controller::impersonate::DEFAULT_MAX_CLIENTS)]
     max_impersonation_clients: usize,
+    /// Most objects of spec.healthChecks watched at once, for all sets together (at most 64
+    /// per set); a check beyond waits, Unknown, until room frees.
+    #[arg(long, env = "APPLYSET_MAX_HEALTH_WATCHES", default_value_t = applyset_operator::members::MAX_CHECKED_OBJECTS)]
+    max_health_watches: usize,
+    /// Shortest spec.interval the operator honours (e.g. 10s, 1m): shorter ones are raised
+    /// to it, and status says so.
+    #[arg(long, env = "APPLYSET_MIN_INTERVAL", default_value = "10s", value_parser = parse_min_interval)]
+    min_interval: std::time::Duration,
     /// Most YAML/JSON nodes (mappings, lists, scalars, keys) of one set's manifests, summed
     /// over its inline manifests and all its sources.
     #[arg(long, env = "APPLYSET_MAX_YAML_NODES_PER_SET", default_value_t = applyset_operator::manifest::DEFAULT_SET_YAML_NODES)]
@@ -157,6 +165,12 @@ struct RunArgs {
     /// Most YAML/JSON text of one set's manifests, summed like the nodes, in MiB.
     #[arg(long, env = "APPLYSET_MAX_YAML_MIB_PER_SET", default_value_t = 64)]
     max_yaml_mib_per_set: usize,
+}
+
+/// A duration of `--min-interval`, in the form of spec.interval (`10s`, `1m30s`).
+fn parse_min_interval(s: &str) -> Result<std::time::Duration, String> {
+    applyset_operator::api::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration such as 10s or 1m"))
 }
 
 fn init_logging(format: LogFormat) {
@@ -317,6 +331,8 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         },
         set_limits,
         max_impersonation_clients: args.max_impersonation_clients,
+        max_health_watches: args.max_health_watches,
+        min_interval: args.min_interval,
     })
 }
 

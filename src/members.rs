@@ -1190,7 +1190,8 @@ fn only_status_moved(applied: &Applied, live: Option<u64>) -> bool {
     applied.shape.is_some() && applied.shape == live
 }
 
-/// Most objects of health checks the operator watches at once (each has a watch of its own).
+/// Most objects of health checks the operator watches at once by default (each has a watch
+/// of its own; `--max-health-watches`).
 pub const MAX_CHECKED_OBJECTS: usize = 2000;
 
 /// Most checked objects watched for one set (its health checks beyond wait, `Unknown`); the

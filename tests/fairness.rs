@@ -423,3 +423,80 @@ async fn slow_sources_announcing_large_bodies_hold_no_budget_they_did_not_use() 
     )
     .await;
 }
+
+/// Finding 4: health-check watches refused because the operator watches as many as it will
+/// are watched as soon as room frees, and until then the set's Healthy condition says why. On
+/// main a refused check stayed "not watched" for ever (until the operator restarted).
+#[tokio::test]
+async fn health_checks_refused_for_room_are_watched_once_room_frees() {
+    let h = Harness::new("fair-health").await;
+    let victim_ns = h.extra_namespace("fair-healthv").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector, "--max-health-watches", "3"],
+        "fair-health",
+    );
+    let missing =
+        |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": format!("missing-{i}")});
+    let attacker = h.applyset("checker");
+    attacker
+        .create(json!({"healthChecks": [missing(0), missing(1), missing(2)],
+            "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    wait_for("the attacker's three check watches", DEADLINE, || async {
+        (gauge(&op, "applyset_health_watches") == Some(3.0)).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    victim
+        .create(
+            json!({"healthChecks": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "v"}],
+            "manifests": [configmap("v", json!({"k": "1"}))]}),
+        )
+        .await;
+    victim
+        .wait_until(
+            "Healthy to say its check waits for room",
+            DEADLINE,
+            |_, st| {
+                let c = operator::condition(st?, "Healthy")?;
+                (c.status == "Unknown" && c.message.contains("not watched yet")).then_some(())
+            },
+        )
+        .await;
+
+    attacker.delete().await;
+    attacker.wait_gone(DEADLINE).await;
+    victim
+        .wait_until("Healthy=True once room freed", DEADLINE, |_, st| {
+            let c = operator::condition(st?, "Healthy")?;
+            (c.status == "True").then_some(())
+        })
+        .await;
+    wait_for("one check watch left", DEADLINE, || async {
+        (gauge(&op, "applyset_health_watches") == Some(1.0)).then_some(())
+    })
+    .await;
+}
+
+/// Finding 6 (part): `spec.interval` has a minimum (`--min-interval`, 10 s by default): a
+/// shorter one is raised, and status says so.
+#[tokio::test]
+async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
+    let h = Harness::new("fair-interval").await;
+    let mut config = h.config();
+    config.min_interval = Duration::from_secs(10);
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+    let set = h.applyset("eager");
+    set.create(json!({"interval": "1s", "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    let msg = operator::ready(&st).message.clone();
+    assert!(
+        msg.contains("spec.interval 1s is raised to the operator's minimum, 10s (--min-interval)"),
+        "{msg}"
+    );
+    operator::stop(op).await;
+}

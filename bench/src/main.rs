@@ -267,6 +267,8 @@ impl OperatorProc {
         cmd.arg("run")
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            // The periodic resync is measured with interval 2s (the default minimum is 10s).
+            .arg("--min-interval=1s")
             .env("KUBECONFIG", kubeconfig)
             .env(
                 "RUST_LOG",

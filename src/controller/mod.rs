@@ -60,6 +60,9 @@ pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
 /// status.members and the plan lists are capped at this many entries.
 pub const MAX_LISTED: usize = 500;
 
+/// Default of `--min-interval`.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
+
 /// How the operator runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -86,6 +89,10 @@ pub struct Config {
     pub set_limits: crate::render::SetLimits,
     /// `--max-impersonation-clients`: impersonating clients kept (least recently used out).
     pub max_impersonation_clients: usize,
+    /// `--max-health-watches`: objects of health checks watched at once, for all sets.
+    pub max_health_watches: usize,
+    /// `--min-interval`: shorter `spec.interval`s are raised to it (and status says so).
+    pub min_interval: Duration,
 }
 
 impl Default for Config {
@@ -101,6 +108,8 @@ impl Default for Config {
             tenancy: tenancy::Defaults::default(),
             set_limits: crate::render::SetLimits::default(),
             max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
+            max_health_watches: crate::members::MAX_CHECKED_OBJECTS,
+            min_interval: DEFAULT_MIN_INTERVAL,
         }
     }
 }
@@ -306,6 +315,7 @@ impl Operator {
     pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
         let (tx, rx) = watch::channel(false);
         let (members, triggers) = MemberWatches::new(client.clone());
+        members.set_check_cap(config.max_health_watches);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -635,7 +645,8 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
     let spec = obj.spec();
     let key = obj.parent_ref().to_string();
     ctx.metrics.retried(P::KIND.kind());
-    Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+    let cap = spec.interval_at_least(ctx.config.min_interval);
+    Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
 }
 
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,

@@ -479,8 +479,12 @@ pub async fn write<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
     obj: &P,
-    r: Report,
+    mut r: Report,
 ) -> Result<Action> {
+    let min = ctx.config.min_interval;
+    if let Some(raised) = obj.spec().interval_raised(min) {
+        r.message = format!("{} ({raised})", r.message);
+    }
     let when = next(&r);
     if r.reason != Reason::Progressing {
         // Whatever stopped or ended this reconcile, it no longer waits for health.
@@ -507,7 +511,7 @@ pub async fn write<P: Parent>(
             if reset {
                 ctx.succeeded(&key);
             }
-            Action::requeue(spec.interval())
+            Action::requeue(spec.interval_at_least(min))
         }
         Next::AwaitChange => {
             ctx.succeeded(&key);
@@ -515,9 +519,10 @@ pub async fn write<P: Parent>(
         }
         Next::Backoff => {
             ctx.metrics.retried(scope.parent.kind.kind());
-            Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+            let cap = spec.interval_at_least(min);
+            Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
         }
-        Next::After(d) => Action::requeue(d.min(spec.interval())),
+        Next::After(d) => Action::requeue(d.min(spec.interval_at_least(min))),
     })
 }
 

@@ -160,6 +160,8 @@ impl Harness {
             watch_namespace: Some(self.ns.clone()),
             label_selector: Some(format!("{TEST_LABEL}={}", self.label)),
             source_policy: loopback_exempt(Policy::default()),
+            // The tests' sets reconcile every few seconds (--min-interval lowered).
+            min_interval: Duration::from_secs(1),
             ..Default::default()
         }
     }
