@@ -576,7 +576,7 @@ impl Dependencies {
         })
     }
 
-    /// The gate of a reconcile (SPEC §4 step 0): records what `parent` depends on, then
+    /// The gate of a reconcile (docs/design.md §4, step 0): records what `parent` depends on, then
     /// refuses an invalid or disallowed dependsOn, a cycle through `parent` (from the index:
     /// the others' dependencies as of their last reconcile, and `parent`'s from `spec`), and
     /// a dependency that is not ready (the first one, in spec order). `client` reads a

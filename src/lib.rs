@@ -1,6 +1,8 @@
 //! applyset-operator: reconciles `ApplySet` and `ClusterApplySet` custom resources.
 //!
-//! The crate is a library with a thin binary (`src/main.rs`). Modules, one concept each:
+//! The crate is a library; the binary (`src/main.rs`) holds the command line and the wiring
+//! (client, servers, leader election, controllers), no reconcile logic. Modules, one concept
+//! each (docs/design.md §10 has the repository's layout):
 //! - [`api`]: the `ApplySet` and `ClusterApplySet` custom resources.
 //! - [`applyset`]: the KEP-3659 conventions (IDs, keys, annotation encoding, field managers)
 //!   as pure functions.
@@ -24,7 +26,7 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
 //!   and the index from dependencies to dependents.
-//! - [`controller`]: the controllers and the reconcile, SPEC §4 as a line of named steps that
+//! - [`controller`]: the controllers and the reconcile, docs/design.md §4 as a line of named steps that
 //!   orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`leader`]: leader election on a Lease.

@@ -1,4 +1,7 @@
-//! `applyset-operator` — the thin binary over the library.
+//! `applyset-operator`, the operator's binary over the library: the command line and its
+//! flags (about half of this file), logging, the API client, the `/metrics` and health
+//! servers, leader election and the start and shutdown of the controllers. No reconcile logic
+//! lives here.
 
 use std::{process::ExitCode, sync::Arc};
 

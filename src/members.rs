@@ -1,14 +1,14 @@
 //! Member watches: the live resourceVersion of every object that carries a `part-of` label,
-//! from one metadata-only watch per member kind, and what each parent last applied.
+//! from one watch per member kind (metadata-only for kinds without status, whole objects for
+//! kinds with a status to assess), and what each parent last applied.
 //!
-//! Two uses:
+//! Three uses:
 //! - **No write when nothing changed.** A member whose rendered body is the one last applied
 //!   successfully, and whose live resourceVersion is still the one that apply returned, is
 //!   unchanged: it is not sent again. Only watched kinds whose initial list completed count.
 //! - **Prompt drift correction.** A change or deletion of a member by anyone else (its
 //!   resourceVersion moves away from the recorded one) triggers a reconcile of its parent at
 //!   once, rather than at the next interval.
-//!
 //! - **Health.** Kinds with a status to assess (every kind but the built-in ones without
 //!   status, see [`health::needs_object`]) are watched whole: each event's object is assessed
 //!   (kstatus rules) and only the verdict is kept. Sets that wait or have health checks are

@@ -1,4 +1,4 @@
-//! Prometheus metrics of SPEC §6, in one registry per operator instance: our own
+//! Prometheus metrics (docs/operations.md, "Observe"), in one registry per operator instance: our own
 //! (`applyset_*`), the process's (`process_*`, on Linux), and the families the Kubernetes
 //! controller ecosystem's dashboards query under controller-runtime's and client-go's names
 //! (the work queue's in [`workqueue`]).

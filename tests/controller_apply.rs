@@ -168,10 +168,10 @@ async fn kep_flow_plan_then_apply_then_no_op() {
     stop(op).await;
 }
 
-/// Parent labels and annotations exactly per SPEC §3, against an ID computed by the test.
+/// Parent labels and annotations exactly per docs/design.md §3, against an ID computed by the test.
 #[tokio::test]
 async fn parent_labels_and_annotations_follow_the_conventions() {
-    // The test's own ID function against kubectl's fixtures (SPEC §3.2).
+    // The test's own ID function against kubectl's fixtures (docs/design.md §3.2).
     assert_eq!(
         compute_id("my-set", "test", "Secret", ""),
         "applyset-0eFHV8ySqp7XoShsGvyWFQD3s96yqwHmzc4e0HR1dsY-v1"
@@ -228,7 +228,7 @@ async fn parent_labels_and_annotations_follow_the_conventions() {
         Some(""),
         "additional-namespaces must be present and empty; annotations: {ann:?}"
     );
-    // Parent metadata is written with server-side apply by its own manager (SPEC §5).
+    // Parent metadata is written with server-side apply by its own manager (docs/design.md §5).
     let ms = managers(&parent);
     assert!(
         ms.iter()

@@ -1,4 +1,4 @@
-//! End to end: the safety and ownership rules of the controller (SPEC §3.3, §4). A failed
+//! End to end: the safety and ownership rules of the controller (docs/design.md §3.3, §4, §6). A failed
 //! reconcile prunes nothing; objects that are not ours are never deleted or taken over.
 
 mod support;

@@ -1,4 +1,4 @@
-//! End to end: `spec.dependsOn` (issue 13 point 4). A set is applied only once its
+//! End to end: `spec.dependsOn` (docs/health.md). A set is applied only once its
 //! dependencies are ready, and at once when they become ready (the dependents below retry only
 //! after an hour, so only the trigger can wake them within the deadline); cycles are refused on
 //! every set of the cycle; an ApplySet of custom resources waits for the ClusterApplySet of

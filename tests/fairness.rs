@@ -1,4 +1,4 @@
-//! One tenant cannot starve the shared operator (issue 25): the operator runs as a process
+//! One tenant cannot starve the shared operator (docs/security.md, the bounds table): the operator runs as a process
 //! (its metrics are real) against the real API server; an attacker's sets in one namespace
 //! try to make it hold resources, and a victim set in another namespace must stay prompt.
 //! After the attacker's sets are gone, what the operator holds returns to where it was.

@@ -1,4 +1,4 @@
-//! Property tests of the parsers that read tenant input (issue 12): manifest YAML/JSON, the
+//! Property tests of the parsers that read tenant input (docs/security.md, "Budgets and isolation"): manifest YAML/JSON, the
 //! inline manifests of a parent's spec, the parent's ApplySet annotations, durations, and the
 //! `.tar.gz` reader of the sources. For any input: no panic, a clear error (it names where,
 //! and is not empty), and bounded memory (deep nesting and large expansions are refused, not
@@ -173,7 +173,7 @@ proptest! {
     fn valid_objects_read_back_from_yaml_and_json(
         name in "[a-z0-9]([-a-z0-9.]{0,40}[a-z0-9])?",
         // Printable text: YAML refuses raw control characters (DEL included) even inside a
-        // JSON string, so JSON with such characters is not read (see the README).
+        // JSON string, so JSON with such characters is not read (see docs/security.md).
         data in prop::collection::btree_map("[a-zA-Z0-9_.-]{1,20}", "[ -~\u{a0}-\u{d7ff}]{0,40}", 0..8),
     ) {
         let object = json!({"apiVersion": "v1", "kind": "ConfigMap",

@@ -1,4 +1,4 @@
-//! Health (issue 13): `spec.wait` and `spec.healthChecks` on the real API server. The control
+//! Health (docs/health.md): `spec.wait` and `spec.healthChecks` on the real API server. The control
 //! plane has no nodes and runs no workload controllers, so the tests write the members' status
 //! subresource themselves, as the Deployment and Job controllers would; custom resources with
 //! conditions exercise the generic rules.

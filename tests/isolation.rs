@@ -1,4 +1,4 @@
-//! End to end: one bad set stays one bad set (issue 12, point 5). Parents whose content the
+//! End to end: one bad set stays one bad set (docs/security.md, "Budgets and isolation"). Parents whose content the
 //! operator cannot read or process — a manifest nested deeper than a JSON reader allows, a
 //! malformed ApplySet annotation — fail alone with a clear condition, and every other set
 //! keeps reconciling, whether the bad parents exist before the operator starts (its first

@@ -119,7 +119,7 @@ fn observations(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, 
     }
 }
 
-/// issue 21, point 7: `/metrics`, parsed as Prometheus text, has the process family and
+/// `/metrics`, parsed as Prometheus text, has the process family and
 /// controller-runtime's work-queue, worker and client families, with their labels, after a
 /// run with a conflict (a retry) and a prune.
 fn check_families(text: &str) {

@@ -1,5 +1,5 @@
 //! End to end: prune under the faults that used to make it delete the wrong object or lose
-//! track of members (issue 11). Each test fails on the code before the fix.
+//! track of members (found by the model-based walk). Each test fails on the code before the fix.
 
 mod support;
 

@@ -10,7 +10,7 @@ use applyset_operator::controller::{Config, Operator};
 use operator::*;
 use serde_json::json;
 
-/// The label that assigns a set to a shard (any label works; this one is the README's).
+/// The label that assigns a set to a shard (any label works; this one is docs/operations.md's).
 const SHARD: &str = "applyset.dev/shard";
 
 #[tokio::test]

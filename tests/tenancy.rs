@@ -1,4 +1,4 @@
-//! End to end: tenancy (issue 10). A set acts with its own identity (a ServiceAccount,
+//! End to end: tenancy (docs/security.md, "Tenancy"). A set acts with its own identity (a ServiceAccount,
 //! impersonated) or stays inside its namespace, and never takes over or deletes what is not
 //! its own.
 
@@ -452,7 +452,7 @@ fn owned_by(obj: &kube::api::DynamicObject, manager: &str) -> String {
         .join(" ")
 }
 
-/// Issue 21, point 4: adopting an object that `kubectl create` made, with a changed value,
+/// Adopting an object that `kubectl create` made, with a changed value,
 /// converges: the set takes the fields it declares over from kubectl (once, as Flux and Helm
 /// do), while the fields it does not declare stay kubectl's; once adopted, a conflict with
 /// another manager is reported as before.

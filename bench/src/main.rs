@@ -1000,7 +1000,7 @@ async fn make_deployments_available(client: Client, ns: String) {
 // ------------------------------------------------------------------------------------------
 // Report
 
-/// Issue 21's targets of the Flux shape: 10,000 × 4 Ready within 120 s in 256 MiB, at most 8
+/// The scale targets of the Flux shape (docs/benchmarks.md): 10,000 × 4 Ready within 120 s in 256 MiB, at most 8
 /// requests per new set; every teardown refused at most the apply concurrency (64) and within
 /// 1.5 × its baseline.
 fn shape_targets(shapes: &[Shape]) -> Vec<(String, String, bool)> {

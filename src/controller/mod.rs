@@ -1,6 +1,6 @@
 //! The controllers: one per parent kind (ApplySet, ClusterApplySet), what triggers a
 //! reconcile, and the reconcile's entry point (a span per reconcile, panics contained,
-//! deletion through the finalizer). The reconcile itself, SPEC §4 as a straight line of
+//! deletion through the finalizer). The reconcile itself, docs/design.md §4 as a straight line of
 //! steps, is in [`reconcile`]; deletion in [`cleanup`]; what is written to status in
 //! [`report`].
 
@@ -235,7 +235,7 @@ impl Context {
 }
 
 /// The gauges of what the sets make the operator hold (each bounded per set; see the
-/// README's bounds table).
+/// bounds table of docs/security.md).
 fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(

@@ -1,7 +1,7 @@
-//! The reconcile of a parent that is not being deleted: SPEC §4 as a straight line of named
-//! steps — dependencies → render → guard → superset → apply → prune → shrink → report — with
-//! Plan mode a step of its own. One [`Reconcile`] value per reconcile; its methods are the
-//! steps, in the order they run. Each step returns what the next one needs, or stops the
+//! The reconcile of a parent that is not being deleted: docs/design.md §4 as a straight line
+//! of named steps — gate → render → health checks → record → empty-set guard → observe →
+//! superset → apply → prune → shrink → report → wait — with Plan mode a step of its own.
+//! One [`Reconcile`] value per reconcile; its methods are the steps, in the order they run. Each step returns what the next one needs, or stops the
 //! reconcile with the [`Report`] to write.
 
 use std::{sync::Arc, time::Duration};
@@ -154,7 +154,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         }
     }
 
-    /// SPEC §4, steps 0 to 6, then the wait for the set's health (step 7).
+    /// docs/design.md §4, steps 0 to 6, then the wait for the set's health (step 7).
     async fn steps(mut self) -> Step<Report> {
         self.dependencies().await?;
         self.clock = Clock::start(self.spec);
@@ -321,7 +321,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         r
     }
 
-    /// What the parent recorded before this reconcile (see [`plan::before`]).
+    /// Step 1c, what the parent recorded before this reconcile (see [`plan::before`]).
     async fn recorded(&self) -> Step<Before> {
         let status = self.obj.status();
         let before = plan::before(self.obj.meta(), status, &self.ctx.resolver).await?;
@@ -338,7 +338,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         Ok(before)
     }
 
-    /// The empty-set guard (see [`plan::empty_set_refused`]).
+    /// Step 1d, the empty-set guard (see [`plan::empty_set_refused`]).
     fn guard_empty(&self, desired: &Desired, before: &parent::Recorded) -> Step<()> {
         let set = &desired.set;
         if !plan::empty_set_refused(self.spec, set.members.is_empty(), before) {
@@ -353,8 +353,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .into())
     }
 
-    /// What of the set is live (the set registered with the member watches first: it no
-    /// longer holds the kinds it does not declare).
+    /// Step 1e, what of the set is live (the set registered with the member watches first:
+    /// it no longer holds the kinds it does not declare).
     async fn observe(&self, extent: &Extent, desired: &Desired) -> Step<Live> {
         let (ctx, scope) = (self.ctx, self.scope);
         let t0 = std::time::Instant::now();
@@ -373,7 +373,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         Ok(live)
     }
 
-    /// Plan mode (see [`plan::plan`]): a server-side dry-run of the apply and the prune
+    /// Plan mode, instead of steps 2 to 7 (see [`plan::plan`]): a server-side dry-run of the apply and the prune
     /// decision; nothing is written.
     async fn plan(&self, view: &SetView<'_>, before: &Before) -> Step<Report> {
         let revision = &view.desired.set.revision;

@@ -104,7 +104,7 @@ pub enum ManifestError {
         fix: String,
     },
 
-    /// The object declares the ApplySet member label itself (SPEC §3.3).
+    /// The object declares the ApplySet member label itself (docs/design.md §3.3).
     #[error(
         "{origin}: {object}: declares the label applyset.kubernetes.io/part-of, which only the \
          operator sets; remove it from the manifest"

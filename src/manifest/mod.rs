@@ -1,4 +1,4 @@
-//! Manifests: parsing and validating declared objects (SPEC §2.1, §4 step 1 "Render").
+//! Manifests: parsing and validating declared objects (docs/design.md §2.1, §4 step 1 "Render").
 //!
 //! The render step collects the desired set from *producers*. Every producer ends in the same
 //! two calls, so a new source kind is just another producer:
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-// The member label of KEP-3659: a declared object must not carry it (SPEC §3.3).
+// The member label of KEP-3659: a declared object must not carry it (docs/design.md §3.3).
 use crate::api::MAX_MANIFEST_DEPTH;
 use crate::applyset::LABEL_PART_OF;
 

@@ -1,4 +1,4 @@
-//! Manifest sources (`spec.sources`, SPEC §2.1): ConfigMaps, Secrets, HTTP(S) documents and
+//! Manifest sources (`spec.sources`, docs/design.md §2.1; docs/sources.md): ConfigMaps, Secrets, HTTP(S) documents and
 //! bundles, Git repositories and OCI artifacts. Each is one more producer of [`Manifest`]s for
 //! the render step.
 //!

@@ -1,4 +1,4 @@
-//! The model-based randomized test (issue 11): a seeded random walk of steps over five
+//! The model-based randomized test (docs/testing.md): a seeded random walk of steps over five
 //! parents (three ApplySets, two ClusterApplySets) on a real control plane, checked after
 //! every step against a reference model of what the cluster must contain.
 //!

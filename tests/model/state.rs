@@ -2,9 +2,9 @@
 //! spec and recorded kinds and namespaces, and each object of the universe: who owns its
 //! `part-of` label, its content, and whether it is annotated `applyset.dev/prune: disabled`.
 //!
-//! [`Model::converge`] runs the product rules (README "How a reconcile runs" and "Safety",
-//! SPEC §4) as reconciles of every parent until nothing changes: the state the operator must
-//! settle in, and the Ready condition each parent must report then.
+//! [`Model::converge`] runs the product rules (docs/design.md §4 and §6) as reconciles of
+//! every parent until nothing changes: the state the operator must settle in, and the Ready
+//! condition each parent must report then.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -295,7 +295,7 @@ impl Model {
         panic!("model: the reconciles did not converge in 20 rounds");
     }
 
-    /// One reconcile of parent `s` (SPEC §4); returns its Ready condition.
+    /// One reconcile of parent `s` (docs/design.md §4); returns its Ready condition.
     fn reconcile(&mut self, s: usize) -> Expect {
         let set = &self.sets[s];
         if !set.exists {

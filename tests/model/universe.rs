@@ -195,7 +195,7 @@ pub fn set_display(s: usize) -> String {
     }
 }
 
-/// The parent's ID (SPEC §3.2, computed by the test support, not by the operator).
+/// The parent's ID (docs/design.md §3.2, computed by the test support, not by the operator).
 pub fn set_id(s: usize) -> String {
     if is_cluster(s) {
         cluster_applyset_id(set_name(s))
@@ -204,7 +204,7 @@ pub fn set_id(s: usize) -> String {
     }
 }
 
-/// The parent's member field manager (SPEC §5).
+/// The parent's member field manager (docs/design.md §5).
 pub fn set_manager(s: usize) -> String {
     if is_cluster(s) {
         format!("applyset.dev/cluster/{}", set_name(s))

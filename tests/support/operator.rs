@@ -101,7 +101,7 @@ pub async fn wait_established(client: &Client, name: &str, timeout: Duration) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Conventions computed independently of the implementation (SPEC §3.2, §5)
+// Conventions computed independently of the implementation (docs/design.md §3.2, §5)
 
 /// `applyset-` + base64url-no-pad(sha256(`<name>.<namespace>.<Kind>.<group>`)) + `-v1`,
 /// computed here with sha2 + base64 directly, not with the crate's own function.
@@ -297,7 +297,7 @@ impl Parent {
         }
     }
 
-    /// The ID, computed by the test (SPEC §3.2).
+    /// The ID, computed by the test (docs/design.md §3.2).
     pub fn id(&self) -> String {
         match &self.namespace {
             Some(ns) => applyset_id(ns, &self.name),
@@ -305,7 +305,7 @@ impl Parent {
         }
     }
 
-    /// The member field manager (SPEC §5; names in these tests are short).
+    /// The member field manager (docs/design.md §5; names in these tests are short).
     pub fn manager(&self) -> String {
         match &self.namespace {
             Some(ns) => format!("applyset.dev/ns/{ns}/{}", self.name),

@@ -1,5 +1,5 @@
 // Builds kube-apiserver, kube-controller-manager and kubectl of one Kubernetes release
-// from published Go modules (see tests/testenv/README.md).
+// from published Go modules (see docs/testing.md).
 module applyset-operator.dev/testenv/kube
 
 go 1.26.0
