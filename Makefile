@@ -8,7 +8,9 @@ CARGO ?= cargo
 LOCAL := $(CURDIR)/.local
 TESTENV := $(CURDIR)/target/debug/testenv
 KUBECTL := $(LOCAL)/bin/kubectl
-# Tests share one control plane per test binary; two binaries at once is plenty for 2 cores.
+# Tests of one test binary run TEST_THREADS at a time (cargo test's --test-threads), sharing
+# that binary's control plane, each in its own namespace; cargo runs the binaries one after
+# another. Four fit 2 cores.
 TEST_THREADS ?= 4
 # The model-based walk of `make soak` (tests/model): its seed (a number, or random) and length.
 SEED ?= random
@@ -30,14 +32,14 @@ APT_ALWAYS ?= $(CI)
 
 .PHONY: deps
 deps: ## install what building and testing need (apt packages; Go and Rust are on the machine)
-	@missing=""; for t in openssl curl setsid git ssh ssh-keygen lua5.1; do command -v $$t >/dev/null || missing=1; done; \
+	@missing=""; for t in openssl curl setsid git ssh ssh-keygen lua5.1 python3; do command -v $$t >/dev/null || missing=1; done; \
 	[ -x /usr/sbin/sshd ] || missing=1; \
 	[ -z "$(APT_ALWAYS)" ] || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  if [ "$$EUID" = 0 ]; then as_root=(); else as_root=(sudo DEBIAN_FRONTEND=noninteractive); fi; \
-	  "$${as_root[@]}" apt-get update -qq && "$${as_root[@]}" apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 >/dev/null; \
+	  "$${as_root[@]}" apt-get update -qq && "$${as_root[@]}" apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 python3 >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
@@ -131,10 +133,15 @@ crds: ## regenerate the committed CRD YAML from the Rust types
 	cp config/crd/applyset.dev.yaml charts/applyset-operator/files/applyset.dev.yaml
 
 .PHONY: lint
-lint: helm-binary ## cargo fmt --check, cargo clippy -D warnings, helm lint
+lint: helm-binary ## cargo fmt --check, cargo clippy -D warnings, helm lint, the docs (generated files current, links between them)
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	$$(tests/testenv/build-helm.sh 2>/dev/null)/helm lint --strict charts/applyset-operator
+	$(CARGO) run --locked -q -p xtask -- check
+
+.PHONY: docs
+docs: ## regenerate docs/api.md (from the CRD schema) and the chart's values table in docs/operations.md (from values.yaml)
+	$(CARGO) run --locked -q -p xtask -- docs
 
 # PREFIX: install under PREFIX/bin instead of cargo's (~/.cargo/bin); INSTALL_ARGS: more
 # `cargo install` arguments (e.g. --debug for a quick build).
