@@ -19,6 +19,8 @@ STEPS ?= 1000
 CASES ?= 100000
 # Builds of each kind measured by `make bench-kustomize`.
 KZ_BENCH_N ?= 1000
+# The commit the plugin's --version names (read at build time; `unknown` outside a clone).
+export APPLYSET_COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
 .PHONY: help
 help: ## list the targets
@@ -60,6 +62,10 @@ kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tes
 kustomize-binary: deps ## build (or reuse from the cache) kustomize, from the Go module sigs.k8s.io/kustomize/kustomize/v5
 	@tests/testenv/build-kustomize.sh >/dev/null
 
+.PHONY: krew-binary
+krew-binary: deps ## build (or reuse from the cache) krew, from the Go module sigs.k8s.io/krew, for tests/krew.rs
+	@tests/testenv/build-krew.sh >/dev/null
+
 .PHONY: registry-binary
 registry-binary: deps ## build (or reuse from the cache) the CNCF distribution OCI registry, for the OCI source tests
 	@tests/testenv/build-registry.sh >/dev/null
@@ -69,7 +75,7 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary krew-binary ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke APT_ALWAYS=
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
@@ -77,6 +83,7 @@ test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-bi
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
 	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize \
+	APPLYSET_KREW=$$(tests/testenv/build-krew.sh)/krew \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: fuzz
@@ -151,6 +158,10 @@ INSTALL_ARGS ?=
 .PHONY: install
 install: ## install applyset-operator and the kubectl plugin kubectl-applyset on the PATH (cargo install; PREFIX=dir for dir/bin)
 	$(CARGO) install --locked --path . --bins $(if $(PREFIX),--root $(PREFIX)) $(INSTALL_ARGS)
+
+.PHONY: dist
+dist: ## the plugin's release archive for this platform (linux-amd64 here) and its krew manifest, filled from plugins/applyset.yaml, in target/dist/
+	@hack/dist.sh target/dist
 
 .PHONY: release
 release: ## the release build of the operator (the Dockerfile runs the same command)

@@ -18,18 +18,29 @@ mod render_file;
 mod sets;
 mod tree;
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, sync::LazyLock, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Exit code of an error.
 pub const EXIT_ERROR: u8 = 2;
+
+/// `--version`: the crate's version and the commit it was built from, which `make` passes
+/// in `APPLYSET_COMMIT` at build time (`unknown` for a plain `cargo build`).
+static VERSION: LazyLock<String> = LazyLock::new(|| {
+    let commit = option_env!("APPLYSET_COMMIT").filter(|c| !c.is_empty());
+    format!(
+        "{} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        commit.unwrap_or("unknown")
+    )
+});
 
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-applyset",
     bin_name = "kubectl applyset",
-    version,
+    version = VERSION.as_str(),
     about = "Build, diff, inspect and reconcile ApplySets and ClusterApplySets (applyset.dev/v1alpha1)",
     long_about = None,
     after_help = "Sets are named NAME (an ApplySet in the namespace of -n or of the kubeconfig context) \
@@ -146,6 +157,35 @@ changes; 1: changes or conflicts; 2: error."
         /// The set: NAME or clusterapplyset/NAME.
         name: String,
     },
+    /// Print a shell completion script for kubectl-applyset.
+    #[command(
+        long_about = "Print a completion script for kubectl-applyset in the given shell, to be \
+sourced by it: bash: `source <(kubectl-applyset completion bash)`; zsh: `kubectl-applyset \
+completion zsh > \"${fpath[1]}/_kubectl-applyset\"`; fish: `kubectl-applyset completion fish | source`."
+    )]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+}
+
+/// The shells `completion` writes scripts for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the completion script of `shell` for the binary `kubectl-applyset` to `out`.
+fn completion(shell: Shell, out: &mut dyn std::io::Write) {
+    let shell = match shell {
+        Shell::Bash => clap_complete::Shell::Bash,
+        Shell::Zsh => clap_complete::Shell::Zsh,
+        Shell::Fish => clap_complete::Shell::Fish,
+    };
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-applyset", out);
 }
 
 /// Output formats of `tree`.
@@ -214,5 +254,44 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
         Command::Reconcile { name, timeout } => sets::reconcile(g, &name, timeout).await,
         Command::Suspend { name } => sets::suspend(g, &name, true).await,
         Command::Resume { name } => sets::suspend(g, &name, false).await,
+        Command::Completion { shell } => {
+            // Written whole: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            completion(shell, &mut script);
+            let written = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(if written.is_ok() { 0 } else { EXIT_ERROR })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_scripts_complete_the_commands_of_each_shell() {
+        for (shell, marker) in [
+            (Shell::Bash, "complete -F"),
+            (Shell::Zsh, "#compdef kubectl-applyset"),
+            (Shell::Fish, "complete -c kubectl-applyset"),
+        ] {
+            let mut out = Vec::new();
+            completion(shell, &mut out);
+            let script = String::from_utf8(out).expect("UTF-8");
+            assert!(script.contains(marker), "{shell:?}: {script}");
+            for command in ["build", "diff", "tree", "reconcile", "completion"] {
+                assert!(script.contains(command), "{shell:?} lacks {command}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_version_names_the_crate_version_and_a_commit() {
+        let v = VERSION.as_str();
+        assert!(
+            v.starts_with(concat!(env!("CARGO_PKG_VERSION"), " (commit ")),
+            "{v}"
+        );
+        assert!(v.ends_with(')'), "{v}");
     }
 }
