@@ -9,6 +9,7 @@
 //! - [`manifest`]: parsing and validating declared objects (the render step's building blocks).
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
+//! - [`substitute`]: `spec.postBuild`, variables substituted in members.
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
@@ -16,7 +17,8 @@
 //! - [`engine`]: the per-set engine — a scope computed once per reconcile (ID, field manager,
 //!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
 //!   and carry out a prune, reporting per member in one vocabulary.
-//! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
+//! - [`members`]: member watches (no write when nothing changed; prompt drift correction;
+//!   health between reconciles).
 //! - [`kind_refs`]: which sets hold which member kinds (when a kind's watch starts and stops).
 //! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
 //!   and of many, as pure functions.
@@ -26,8 +28,8 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
 //!   and the index from dependencies to dependents.
-//! - [`controller`]: the controllers and the reconcile, docs/design.md §4 as a line of named steps that
-//!   orchestrate the engine.
+//! - [`controller`]: the controllers and the reconcile, docs/design.md §4 as a line of named
+//!   steps that orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`leader`]: leader election on a Lease.
 
