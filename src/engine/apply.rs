@@ -451,7 +451,7 @@ fn refused(scope: &SetScope, member: &Member, e: kube::Error, dry_run: bool) -> 
         kube::Error::Api(status) if crate::terminating::is_refusal(&status) => {
             let namespace = member.reference.namespace.clone().unwrap_or_default();
             if let Some(t) = scope.terminating() {
-                t.learn(&namespace);
+                let _newly = t.learn(&namespace);
             }
             Outcome::NamespaceTerminating { namespace }
         }
