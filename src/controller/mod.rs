@@ -347,11 +347,14 @@ impl Operator {
                 )
             };
             // The health reporter and the namespace watch run as long as the controllers.
+            // A namespace learnt terminating reconciles its sets, which may let their
+            // deletion go before the namespace controller reaches them.
             let terminating = ctx.members.terminating();
+            let sets = ctx.members.clone();
             tokio::select! {
                 _ = controllers => {}
                 () = healthy::run(ctx.clone()) => {}
-                () = terminating.follow() => {}
+                () = terminating.follow(|ns| sets.trigger_namespace(ns)) => {}
             }
             stop_watches.stop();
         });
