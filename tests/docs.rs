@@ -408,3 +408,68 @@ fn a_reference_to_an_issue_or_an_outside_spec_is_found() {
     assert_eq!(found.lines().count(), 3, "{found}");
     assert!(!found.contains("design.md"), "{found}");
 }
+
+/// The `--flags` of `args`' help text, without clap's own (`--help`, `--version`).
+fn flags_of(bin: &str, args: &[&str]) -> Vec<String> {
+    let out = Command::new(bin).args(args).output().expect("run --help");
+    assert!(out.status.success(), "{bin} {args:?}");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let mut flags: Vec<String> = help
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split([' ', ',', '=', '<']).find(|w| w.starts_with("--")))
+        .map(|f| f.trim_end_matches([',', '.']).to_string())
+        .filter(|f| f != "--help" && f != "--version")
+        .collect();
+    flags.dedup();
+    flags
+}
+
+/// Every flag of the operator is in docs/operations.md, and every flag of each plugin
+/// command in docs/cli.md: a new flag cannot go undocumented.
+#[test]
+fn every_flag_is_documented() {
+    let operations = std::fs::read_to_string(root().join("docs/operations.md")).expect("page");
+    let operator = env!("CARGO_BIN_EXE_applyset-operator");
+    let missing: Vec<String> = flags_of(operator, &["run", "--help"])
+        .into_iter()
+        .filter(|f| !operations.contains(f.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "flags of `applyset-operator run` not in docs/operations.md: {missing:?}"
+    );
+    let cli = std::fs::read_to_string(root().join("docs/cli.md")).expect("page");
+    let plugin = env!("CARGO_BIN_EXE_kubectl-applyset");
+    for command in [
+        "build",
+        "diff",
+        "tree",
+        "get",
+        "reconcile",
+        "suspend",
+        "resume",
+        "completion",
+    ] {
+        let missing: Vec<String> = flags_of(plugin, &[command, "--help"])
+            .into_iter()
+            .filter(|f| !cli.contains(f.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "flags of `kubectl applyset {command}` not in docs/cli.md: {missing:?}"
+        );
+    }
+}
+
+/// The broken example: a flag the page does not name is found.
+#[test]
+fn an_undocumented_flag_is_found() {
+    let operator = env!("CARGO_BIN_EXE_applyset-operator");
+    let flags = flags_of(operator, &["run", "--help"]);
+    assert!(flags.len() > 20, "{flags:?}");
+    let page = "only --concurrency is documented here";
+    let missing = flags.iter().filter(|f| !page.contains(f.as_str())).count();
+    assert_eq!(missing, flags.len() - 1, "{flags:?}");
+}
