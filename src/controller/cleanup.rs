@@ -163,8 +163,8 @@ async fn deletion_extent<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) ->
     ))
 }
 
-/// Removes our finalizer from a set not yet deleted whose namespace is being terminated,
-/// when its deletion would have nothing to do: every member it recorded lives in that
+/// Removes our finalizer from a set not yet deleted whose namespace is known to be
+/// terminating (nothing is looked up otherwise), when its deletion would have nothing to do: every member it recorded lives in that
 /// namespace (the namespace controller deletes them), or its policy is `Orphan`. The
 /// namespace controller then deletes the set at once instead of waiting for the finalizer
 /// (it looks again only some seconds later). The merge patch carries the parent's
@@ -175,7 +175,11 @@ pub async fn release_to_namespace_deletion<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
 ) -> Result<()> {
-    if !obj.finalizers().iter().any(|f| f == FINALIZER) {
+    let terminating = match scope.parent.namespace.as_deref() {
+        Some(ns) => ctx.members.terminating().contains(ns),
+        None => false,
+    };
+    if !terminating || !obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(());
     }
     if obj.spec().deletion_policy == DeletionPolicy::Delete {

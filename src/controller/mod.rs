@@ -685,6 +685,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
     // in its first reconcile.
     if !deleting {
+        cleanup::release_to_namespace_deletion(&*obj, ctx, &scope).await?;
         return reconcile::reconcile_set(obj, ctx, &scope).await;
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being

@@ -45,7 +45,6 @@ pub async fn reconcile_set<P: Parent>(
 ) -> Result<Action> {
     if own_namespace_terminating(ctx, scope).await {
         tracing::debug!("the set's own namespace is being terminated: nothing applied");
-        super::cleanup::release_to_namespace_deletion(&*obj, ctx, scope).await?;
         return Ok(Action::requeue(report::TERMINATING_RETRY));
     }
     match reported(obj.clone(), ctx, scope).await {
