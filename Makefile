@@ -52,6 +52,10 @@ helm-binary: deps ## build (or reuse from the cache) helm, from the Go module he
 kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tests/testenv/kstatus), for tests/kstatus.rs
 	@tests/testenv/build-kstatus.sh >/dev/null
 
+.PHONY: sops-binaries
+sops-binaries: deps ## build (or reuse from the cache) sops and age-keygen, which the SOPS tests encrypt their fixtures with
+	@tests/testenv/build-sops.sh >/dev/null
+
 .PHONY: registry-binary
 registry-binary: deps ## build (or reuse from the cache) the CNCF distribution OCI registry, for the OCI source tests
 	@tests/testenv/build-registry.sh >/dev/null
@@ -61,13 +65,15 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary registry-binary ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary registry-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke APT_ALWAYS=
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
+	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \
+	APPLYSET_AGE_KEYGEN=$$(tests/testenv/build-sops.sh)/age-keygen \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: fuzz
