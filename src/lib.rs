@@ -42,6 +42,7 @@ pub mod metrics;
 pub mod parent;
 pub mod render;
 pub mod server;
+pub mod sops;
 pub mod sources;
 pub mod status;
 pub mod tenancy;
