@@ -154,6 +154,36 @@ pub struct ApplySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub depends_on: Vec<Dependency>,
+
+    /// Decryption of SOPS-encrypted members (provider sops, age keys): a member that carries
+    /// SOPS metadata (a top-level sops entry) is decrypted in memory before it is applied,
+    /// each value authenticated by its AES-GCM tag; a Secret whose data entries are SOPS files
+    /// has them decrypted (file MAC verified). The keys are the age identities in the entries
+    /// ending in .agekey of the Secret secretRef names, read as the set's identity. A member
+    /// annotated applyset.dev/decrypt: disabled (or kustomize.toolkit.fluxcd.io/decrypt:
+    /// disabled) is left as it is. Without decryption, a SOPS-encrypted member is refused
+    /// (ValidationFailed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+}
+
+/// How a set decrypts its members (spec.decryption).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The decryption provider: sops (the only one).
+    pub provider: DecryptionProvider,
+    /// The Secret with the age identities (entries ending in .agekey). An ApplySet's is in its
+    /// own namespace; a ClusterApplySet must set namespace.
+    pub secret_ref: SecretReference,
+}
+
+/// A decryption provider.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DecryptionProvider {
+    /// SOPS with age keys.
+    #[serde(rename = "sops")]
+    Sops,
 }
 
 /// An object whose health a set assesses (spec.healthChecks).
@@ -856,6 +886,7 @@ impl Default for ApplySetSpec {
             wait: false,
             health_checks: Vec::new(),
             depends_on: Vec::new(),
+            decryption: None,
         }
     }
 }

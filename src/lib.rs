@@ -30,6 +30,7 @@
 pub mod api;
 pub mod applyset;
 pub mod controller;
+pub mod decryption;
 pub mod dependencies;
 pub mod discovery;
 pub mod engine;

@@ -286,6 +286,7 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     for f in &fetched {
         manifests.extend(f.manifests.iter().cloned());
     }
+    decrypt(scope, spec, &mut manifests).await?;
     render::check_limits(&manifests, &ctx.config.set_limits)
         .map_err(|e| Report::failed(Reason::ValidationFailed, format!("{parent}: {e}")))?;
     let mut set = render::render(parent, spec, manifests, &ctx.resolver)
@@ -299,6 +300,43 @@ async fn render(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<De
     let mut desired = Desired::new(set);
     desired._source_memory = fetched.iter().filter_map(|f| f.memory.clone()).collect();
     Ok(desired)
+}
+
+/// Decrypts the SOPS-encrypted members in memory (spec.decryption), reading the key Secret as
+/// the set's identity only when a member needs it. A member that cannot be decrypted stops
+/// the reconcile before anything is written (ValidationFailed, naming the member and why).
+async fn decrypt(
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+    manifests: &mut [crate::manifest::Manifest],
+) -> Step<()> {
+    use crate::decryption::{self, DecryptionError};
+    let parent = &scope.parent;
+    let failed = |e: DecryptionError| -> Report {
+        Report {
+            retry: e.retry(),
+            ..Report::failed(
+                Reason::ValidationFailed,
+                format!("{parent}: {e}; nothing applied or pruned"),
+            )
+        }
+    };
+    if !decryption::needs_keys(manifests) {
+        return Ok(());
+    }
+    let keys = match decryption::secret_ref(spec) {
+        Some(r) => Some(
+            decryption::read_keys(&scope.client, parent, &scope.identity, r)
+                .await
+                .map_err(failed)?,
+        ),
+        None => None,
+    };
+    let count =
+        decryption::decrypt_members(manifests, keys.as_ref(), &crate::sops::Limits::default())
+            .map_err(failed)?;
+    tracing::debug!(members = count, "decrypted");
+    Ok(())
 }
 
 /// The sources' manifests; a source that cannot be used stops the reconcile (SourceFailed,

@@ -16,6 +16,7 @@ pub mod json;
 pub mod keys;
 pub mod mac;
 pub mod metadata;
+pub mod object;
 pub mod rules;
 pub mod tree;
 pub mod walk;
@@ -203,14 +204,36 @@ fn decrypt_with(
 ) -> Result<(), SopsError> {
     let meta = metadata::parse(meta, file)?;
     let key = keys::data_key(&meta, keys, file)?;
-    let computed = walk::Walk {
+    let computed = walk(file, &meta, &key, documents)?;
+    walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &computed)
+}
+
+/// Unwraps the data key and decrypts every encrypted value (each authenticated by its tag
+/// under its path), without comparing the file MAC (see [`object`]).
+fn decrypt_unverified(
+    file: &str,
+    meta: &Node,
+    documents: &mut [Node],
+    keys: &AgeKeys,
+) -> Result<(), SopsError> {
+    let meta = metadata::parse(meta, file)?;
+    let key = keys::data_key(&meta, keys, file)?;
+    walk(file, &meta, &key, documents).map(|_| ())
+}
+
+fn walk(
+    file: &str,
+    meta: &metadata::Metadata,
+    key: &[u8; 32],
+    documents: &mut [Node],
+) -> Result<String, SopsError> {
+    walk::Walk {
         file,
-        key: &key,
+        key,
         rule: &meta.rule,
         mac_only_encrypted: meta.mac_only_encrypted,
     }
-    .run(documents)?;
-    walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &computed)
+    .run(documents)
 }
 
 #[cfg(test)]

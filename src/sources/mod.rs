@@ -689,6 +689,10 @@ impl Sources {
                 add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
             }
         }
+        // The key Secret of spec.decryption: a new or changed key is applied at once.
+        if let Some(r) = crate::decryption::secret_ref(spec) {
+            add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
+        }
         out
     }
 

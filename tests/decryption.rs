@@ -1,0 +1,346 @@
+//! spec.decryption end to end (issue 24, the part without kustomize): members encrypted at
+//! test time by the real `sops` with a key from the real `age-keygen`, from a ConfigMap source
+//! and inline, are applied decrypted by the in-process operator against the real API server;
+//! a tampered value, a changed unencrypted field of a SOPS file in a Secret, a file for another
+//! key, a set without spec.decryption and a ServiceAccount that may not read the key Secret
+//! are refused with ValidationFailed naming the file (or account), and nothing is pruned; the
+//! plaintext is in neither status nor events.
+
+#[path = "support/operator.rs"]
+mod operator;
+#[path = "support/sops.rs"]
+mod sops_tools;
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams},
+};
+use operator::*;
+use serde_json::{Value, json};
+use sops_tools::{AgeKey, age_keygen, sops_encrypt};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const PASSWORD: &str = "hunter2-e2e";
+
+fn init() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+struct Keys {
+    dir: tempfile::TempDir,
+    key: AgeKey,
+}
+
+fn keys() -> Keys {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = age_keygen(dir.path(), "key.txt");
+    Keys { dir, key }
+}
+
+impl Keys {
+    fn encrypt(&self, name: &str, plain: &str, args: &[&str]) -> String {
+        let out = sops_encrypt(
+            self.dir.path(),
+            name,
+            plain.as_bytes(),
+            &self.key.recipient,
+            args,
+        );
+        String::from_utf8(out).expect("utf-8")
+    }
+}
+
+const REGEX: [&str; 2] = ["--encrypted-regex", "^(data|stringData)$"];
+
+fn secret_yaml(name: &str, password: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  labels: {{app: web}}\ntype: Opaque\nstringData:\n  password: {password}\n  port: \"5432\"\n"
+    )
+}
+
+async fn put_configmap(h: &Harness, name: &str, data: Value) {
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), &h.ns);
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}),
+    )
+    .expect("configmap");
+    api.patch(
+        name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("apply configmap");
+}
+
+async fn put_key_secret(h: &Harness, name: &str, key: &AgeKey) {
+    let api: Api<Secret> = Api::namespaced(h.client.clone(), &h.ns);
+    let s: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {"identity.agekey": STANDARD.encode(&key.text), "README": STANDARD.encode("not a key")}}))
+    .expect("secret");
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(&s))
+        .await
+        .expect("apply secret");
+}
+
+async fn secret_data(h: &Harness, name: &str, key: &str) -> Option<Vec<u8>> {
+    let api: Api<Secret> = Api::namespaced(h.client.clone(), &h.ns);
+    let s = api.get_opt(name).await.expect("get secret")?;
+    s.data?.get(key).map(|b| b.0.clone())
+}
+
+async fn wait_message(set: &Parent, reason: &str, text: &str) -> String {
+    set.wait_until(
+        &format!("Ready reason {reason} with a message containing {text:?}"),
+        DEADLINE,
+        |obj, st| {
+            let st = st?;
+            (st.observed_generation == obj.metadata.generation).then_some(())?;
+            let ready = condition(st, "Ready")?;
+            (ready.reason == reason && ready.message.contains(text)).then(|| ready.message.clone())
+        },
+    )
+    .await
+}
+
+/// Neither the set's status nor any event of the namespace holds `plain` or its base64.
+async fn assert_no_plaintext(h: &Harness, set: &Parent, plain: &str) {
+    let encoded = STANDARD.encode(plain);
+    let status = serde_json::to_string(&set.live().await.data).expect("json");
+    assert!(
+        !status.contains(plain) && !status.contains(&encoded),
+        "plaintext in the set: {status}"
+    );
+    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let listed = events.list(&ListParams::default()).await.expect("events");
+    let text = serde_json::to_string(&listed.items).expect("json");
+    assert!(
+        !text.contains(plain) && !text.contains(&encoded),
+        "plaintext in events: {text}"
+    );
+}
+
+/// Encrypted members from a ConfigMap source (YAML Secret, JSON ConfigMap with
+/// encrypted_regex), an inline encrypted Secret and a Secret whose data entry is an encrypted
+/// dotenv file are applied decrypted; tampering, a changed unencrypted field of the SOPS file
+/// in the Secret's data, and another key are then refused naming the file, nothing pruned.
+#[tokio::test]
+async fn encrypted_members_are_applied_decrypted_and_tampering_is_refused() {
+    init();
+    let h = Harness::new("sops-apply").await;
+    let k = keys();
+    put_key_secret(&h, "sops-age", &k.key).await;
+    let secret = k.encrypt("secret.yaml", &secret_yaml("db", PASSWORD), &REGEX);
+    let config = k.encrypt(
+        "config.json",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cfg"},"data":{"url":"https://db.internal","pool":"10"}}"#,
+        &["--encrypted-regex", "^data$"],
+    );
+    let env = k.encrypt("db.env", &format!("USER=admin\nPASSWORD={PASSWORD}\n"), &[]);
+    let from_env = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: env}}\ndata:\n  db.env: {}\n",
+        STANDARD.encode(&env)
+    );
+    put_configmap(
+        &h,
+        "bundle",
+        json!({"secret.yaml": secret, "config.json": config, "env.yaml": from_env}),
+    )
+    .await;
+    let inline_yaml = k.encrypt("inline.yaml", &secret_yaml("inline", "inline-pw"), &REGEX);
+    let inline: Value = serde_saphyr::from_str(&inline_yaml).expect("yaml");
+
+    let op = h.start_operator();
+    let set = h.applyset("sops");
+    set.create(json!({"interval": "1h", "retryInterval": "1s",
+        "manifests": [inline],
+        "sources": [{"configMap": {"name": "bundle"}}],
+        "decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}}))
+        .await;
+    let st = set.wait_ready().await;
+    assert_eq!(summary(&st).members, 4, "{}", status_json(&st));
+    assert_eq!(
+        secret_data(&h, "db", "password").await.as_deref(),
+        Some(PASSWORD.as_bytes())
+    );
+    assert_eq!(
+        secret_data(&h, "db", "port").await.as_deref(),
+        Some(&b"5432"[..])
+    );
+    assert_eq!(
+        secret_data(&h, "inline", "password").await.as_deref(),
+        Some(&b"inline-pw"[..])
+    );
+    let env_file = secret_data(&h, "env", "db.env").await.expect("db.env");
+    assert_eq!(
+        String::from_utf8_lossy(&env_file),
+        format!("USER=admin\nPASSWORD={PASSWORD}\n")
+    );
+    let cm = get_obj(&h.client, &configmap_ar(), Some(&h.ns), "cfg")
+        .await
+        .expect("cfg");
+    assert_eq!(cm.data["data"]["url"], "https://db.internal");
+    assert!(cm.data.get("sops").is_none());
+    let db = get_obj(&h.client, &secret_ar(), Some(&h.ns), "db")
+        .await
+        .expect("db");
+    assert!(db.data.get("sops").is_none(), "{:?}", db.data);
+    assert_no_plaintext(&h, &set, PASSWORD).await;
+    let db_rv = rv(&h.client, &secret_ar(), Some(&h.ns), "db").await;
+
+    // A flipped byte in an encrypted value: refused naming the file and the field.
+    let start =
+        secret.find("ENC[AES256_GCM,data:").expect("a value") + "ENC[AES256_GCM,data:".len();
+    let mut flipped = secret.clone().into_bytes();
+    flipped[start] = if flipped[start] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).expect("utf-8");
+    put_configmap(
+        &h,
+        "bundle",
+        json!({"secret.yaml": flipped, "config.json": config, "env.yaml": from_env}),
+    )
+    .await;
+    let msg = wait_message(&set, "ValidationFailed", "failed authentication").await;
+    assert!(
+        msg.contains("key secret.yaml") && msg.contains("stringData.password"),
+        "{msg}"
+    );
+
+    // A changed unencrypted field of a SOPS file in a Secret's data: the file MAC fails.
+    let app = k.encrypt(
+        "app.yaml",
+        "name: web\npassword: x\n",
+        &["--encrypted-regex", "^password$"],
+    );
+    let changed = app.replacen("name: web", "name: wet", 1);
+    let mac_doc = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: env}}\ndata:\n  app.yaml: {}\n",
+        STANDARD.encode(changed)
+    );
+    put_configmap(
+        &h,
+        "bundle",
+        json!({"secret.yaml": secret, "config.json": config, "env.yaml": mac_doc}),
+    )
+    .await;
+    let msg = wait_message(&set, "ValidationFailed", "MAC mismatch").await;
+    assert!(
+        msg.contains("key env.yaml") && msg.contains("data[app.yaml]"),
+        "{msg}"
+    );
+
+    // A file for another key: refused naming the file and the recipient.
+    let other = age_keygen(k.dir.path(), "other.txt");
+    let foreign = String::from_utf8(sops_encrypt(
+        k.dir.path(),
+        "secret.yaml",
+        secret_yaml("db", "other-pw").as_bytes(),
+        &other.recipient,
+        &REGEX,
+    ))
+    .expect("utf-8");
+    put_configmap(
+        &h,
+        "bundle",
+        json!({"secret.yaml": foreign, "config.json": config, "env.yaml": from_env}),
+    )
+    .await;
+    let msg = wait_message(&set, "ValidationFailed", "none of the age keys").await;
+    assert!(
+        msg.contains("key secret.yaml") && msg.contains(&other.recipient),
+        "{msg}"
+    );
+
+    // Nothing was pruned or changed by the refused reconciles.
+    for name in ["db", "inline", "env"] {
+        assert!(
+            exists(&h.client, &secret_ar(), Some(&h.ns), name).await,
+            "{name}"
+        );
+    }
+    assert_eq!(rv(&h.client, &secret_ar(), Some(&h.ns), "db").await, db_rv);
+    assert_no_plaintext(&h, &set, PASSWORD).await;
+    stop(op).await;
+}
+
+/// Without spec.decryption an encrypted member is refused (not applied with its ENC[…]
+/// strings); a member annotated applyset.dev/decrypt: disabled is left as it is; a set acting
+/// as a ServiceAccount that may not get the key Secret is refused naming both.
+#[tokio::test]
+async fn without_decryption_or_access_to_the_key_encrypted_members_are_refused() {
+    init();
+    let h = Harness::new("sops-refuse").await;
+    let k = keys();
+    put_key_secret(&h, "sops-age", &k.key).await;
+    let inline: Value =
+        serde_saphyr::from_str(&k.encrypt("s.yaml", &secret_yaml("plain", PASSWORD), &REGEX))
+            .expect("yaml");
+    let op = h.start_operator();
+
+    let bare = h.applyset("bare");
+    bare.create(json!({"retryInterval": "1s", "manifests": [inline.clone()]}))
+        .await;
+    let msg = wait_message(&bare, "ValidationFailed", "has no spec.decryption").await;
+    assert!(
+        msg.contains("spec.manifests[0]") && msg.contains("Secret plain"),
+        "{msg}"
+    );
+    assert!(!exists(&h.client, &secret_ar(), Some(&h.ns), "plain").await);
+
+    // Opted out: applied as it is (a ConfigMap keeps the ENC strings as data).
+    let mut opted: Value = serde_saphyr::from_str(&k.encrypt(
+        "c.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n  annotations: {applyset.dev/decrypt: disabled}\ndata: {k: v}\n",
+        &["--encrypted-regex", "^data$"],
+    ))
+    .expect("yaml");
+    opted.as_object_mut().expect("object").remove("sops");
+    let kept = h.applyset("kept");
+    kept.create(json!({"manifests": [opted]})).await;
+    kept.wait_ready().await;
+    let cm = get_obj(&h.client, &configmap_ar(), Some(&h.ns), "kept")
+        .await
+        .expect("kept");
+    assert!(
+        cm.data["data"]["k"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("ENC[AES256_GCM,"))
+    );
+
+    create_rbac(
+        &h,
+        &h.ns,
+        &[json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}})],
+    )
+    .await;
+    let tenant = h.applyset("tenant");
+    tenant
+        .create(
+            json!({"retryInterval": "1s", "serviceAccountName": "deployer",
+            "manifests": [inline],
+            "decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}}),
+        )
+        .await;
+    let msg = wait_message(&tenant, "ValidationFailed", "may not get Secret").await;
+    assert!(
+        msg.contains(&format!(
+            "ServiceAccount {}/deployer may not get Secret {}/sops-age",
+            h.ns, h.ns
+        )),
+        "{msg}"
+    );
+    assert!(!exists(&h.client, &secret_ar(), Some(&h.ns), "plain").await);
+    stop(op).await;
+}
