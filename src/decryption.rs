@@ -187,6 +187,9 @@ pub fn decrypt_members(
     keys: Option<&AgeKeys>,
     limits: &sops::Limits,
 ) -> Result<usize, DecryptionError> {
+    if let Some(keys) = keys {
+        verify_source_files(manifests, keys, limits)?;
+    }
     let mut count = 0;
     for manifest in manifests.iter_mut() {
         let whole = wants_decryption(manifest);
@@ -214,6 +217,34 @@ pub fn decrypt_members(
         count += 1;
     }
     Ok(count)
+}
+
+/// Verifies, once per file, the MAC of each SOPS-encrypted source file a member to decrypt was
+/// read from, over the file as committed (a changed unencrypted field fails here, before
+/// anything is decrypted for the apply). The plaintext of this check is dropped at once.
+fn verify_source_files(
+    manifests: &[Manifest],
+    keys: &AgeKeys,
+    limits: &sops::Limits,
+) -> Result<(), DecryptionError> {
+    let mut seen: Vec<&std::sync::Arc<crate::manifest::SopsFile>> = Vec::new();
+    for manifest in manifests.iter().filter(|m| wants_decryption(m)) {
+        let Some(file) = &manifest.sops_file else {
+            continue;
+        };
+        if seen.iter().any(|f| std::sync::Arc::ptr_eq(f, file)) {
+            continue;
+        }
+        seen.push(file);
+        let format = sops::Format::from_path(&file.path);
+        sops::decrypt(&file.name, file.text.as_bytes(), format, keys, limits).map_err(
+            |source| DecryptionError::Sops {
+                member: file.name.clone(),
+                source,
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// The member read again from its decrypted object, so that its kind, name and namespace are

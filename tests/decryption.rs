@@ -1,8 +1,8 @@
 //! spec.decryption end to end (issue 24, the part without kustomize): members encrypted at
 //! test time by the real `sops` with a key from the real `age-keygen`, from a ConfigMap source
 //! and inline, are applied decrypted by the in-process operator against the real API server;
-//! a tampered value, a changed unencrypted field of a SOPS file in a Secret, a file for another
-//! key, a set without spec.decryption and a ServiceAccount that may not read the key Secret
+//! a tampered value, a changed unencrypted field of a source file or of a SOPS file in a
+//! Secret, a file for another key, a set without spec.decryption and a ServiceAccount that may not read the key Secret
 //! are refused with ValidationFailed naming the file (or account), and nothing is pruned; the
 //! plaintext is in neither status nor events.
 
@@ -218,6 +218,19 @@ async fn encrypted_members_are_applied_decrypted_and_tampering_is_refused() {
         "{msg}"
     );
 
+    // A changed unencrypted field of the source file (a label): its MAC, verified over the
+    // file as committed, fails.
+    let relabelled = secret.replacen("app: web", "app: wet", 1);
+    assert_ne!(relabelled, secret);
+    put_configmap(
+        &h,
+        "bundle",
+        json!({"secret.yaml": relabelled, "config.json": config, "env.yaml": from_env}),
+    )
+    .await;
+    let msg = wait_message(&set, "ValidationFailed", "MAC mismatch").await;
+    assert!(msg.contains("key secret.yaml"), "{msg}");
+
     // A changed unencrypted field of a SOPS file in a Secret's data: the file MAC fails.
     let app = k.encrypt(
         "app.yaml",
@@ -235,9 +248,9 @@ async fn encrypted_members_are_applied_decrypted_and_tampering_is_refused() {
         json!({"secret.yaml": secret, "config.json": config, "env.yaml": mac_doc}),
     )
     .await;
-    let msg = wait_message(&set, "ValidationFailed", "MAC mismatch").await;
+    let msg = wait_message(&set, "ValidationFailed", "data[app.yaml]").await;
     assert!(
-        msg.contains("key env.yaml") && msg.contains("data[app.yaml]"),
+        msg.contains("key env.yaml") && msg.contains("MAC mismatch"),
         "{msg}"
     );
 

@@ -951,9 +951,31 @@ pub fn parse_files(desc: &str, files: &[SourceFile]) -> Result<Vec<Manifest>, Ma
     let mut budget = YamlBudget::for_parsing();
     for f in files {
         let origin = Origin::file(desc, &f.path);
-        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
+        let parsed = parse_documents_within(&f.text, &origin, &mut budget)?;
+        out.extend(keep_sops_file(parsed, &origin, f));
     }
     Ok(out)
+}
+
+/// The manifests of file `f`, each holding the file's text when it carries SOPS metadata
+/// (see [`crate::manifest::SopsFile`]).
+fn keep_sops_file(mut parsed: Vec<Manifest>, origin: &Origin, f: &SourceFile) -> Vec<Manifest> {
+    let format = crate::sops::Format::from_path(&f.path);
+    if matches!(
+        format,
+        crate::sops::Format::Yaml | crate::sops::Format::Json
+    ) && crate::sops::carries_metadata(f.text.as_bytes(), format)
+    {
+        let file = Arc::new(crate::manifest::SopsFile {
+            name: origin.to_string(),
+            path: f.path.clone(),
+            text: f.text.clone(),
+        });
+        for m in &mut parsed {
+            m.sops_file = Some(file.clone());
+        }
+    }
+    parsed
 }
 
 /// Like [`parse_files`] for data keys of a ConfigMap or Secret (origins say `key`).
@@ -965,7 +987,8 @@ pub fn parse_files_as_keys(
     let mut budget = YamlBudget::for_parsing();
     for f in files {
         let origin = Origin::key(desc, &f.path);
-        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
+        let parsed = parse_documents_within(&f.text, &origin, &mut budget)?;
+        out.extend(keep_sops_file(parsed, &origin, f));
     }
     Ok(out)
 }
