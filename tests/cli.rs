@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 use support::{cluster, scratch};
 
 /// The plugin binary.
+#[path = "support/sops.rs"]
+mod sops_tools;
+
 const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
 
 /// The checked-in `--help` text (regenerate: `kubectl-applyset --help > tests/cli/help.txt`).
@@ -69,6 +72,80 @@ fn write_set(path: &Path, set: &Parent, spec: &Value) {
     });
     let text = serde_json::to_string_pretty(&doc).expect("json");
     std::fs::write(path, text).expect("write the set file");
+}
+
+/// `build` decrypts the SOPS-encrypted members of a set with spec.decryption with a local age
+/// key (`--sops-age-key-file`, or `SOPS_AGE_KEY`), as the operator would; without one it says
+/// how to give one. The fixture is encrypted by the real sops with a key from age-keygen.
+#[tokio::test]
+async fn build_decrypts_sops_members_with_a_local_key() {
+    let dir = scratch("cli-sops");
+    let key = sops_tools::age_keygen(&dir, "keys.txt");
+    let secret = sops_tools::sops_encrypt(
+        &dir,
+        "s.yaml",
+        b"apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {password: cli-pw}\n",
+        &key.recipient,
+        &["--encrypted-regex", "^stringData$"],
+    );
+    let member: Value = serde_saphyr::from_slice(&secret).expect("yaml");
+    let set_file = dir.join("set.yaml");
+    let doc = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "web", "namespace": "team"},
+        "spec": {"manifests": [member],
+            "decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}}});
+    std::fs::write(&set_file, serde_json::to_string(&doc).expect("json")).expect("write");
+    let set_path = set_file.to_str().expect("path");
+    let home = dir.join("home");
+    let run = |args: Vec<String>, env: Vec<(&'static str, String)>| {
+        let home = home.clone();
+        async move {
+            let mut cmd = tokio::process::Command::new(PLUGIN);
+            cmd.args(&args)
+                .env_remove("KUBECONFIG")
+                .env_remove("SOPS_AGE_KEY_FILE")
+                .env_remove("SOPS_AGE_KEY")
+                .env("HOME", &home)
+                .env("XDG_CONFIG_HOME", home.join("config"))
+                .stdin(std::process::Stdio::null());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            cmd.output().await.expect("run kubectl-applyset")
+        }
+    };
+    let key_file = dir.join("keys.txt").display().to_string();
+    let with_flag = run(
+        vec![
+            "build".into(),
+            "-f".into(),
+            set_path.into(),
+            "--sops-age-key-file".into(),
+            key_file,
+        ],
+        vec![],
+    )
+    .await;
+    assert!(with_flag.status.success(), "{}", shown(&with_flag));
+    let text = stdout(&with_flag);
+    assert!(
+        text.contains("cli-pw") && !text.contains("ENC[") && !text.contains("sops:"),
+        "{text}"
+    );
+    let with_env = run(
+        vec!["build".into(), "-f".into(), set_path.into()],
+        vec![("SOPS_AGE_KEY", key.text.clone())],
+    )
+    .await;
+    assert!(with_env.status.success(), "{}", shown(&with_env));
+    assert_eq!(stdout(&with_env), text);
+    let without = run(vec!["build".into(), "-f".into(), set_path.into()], vec![]).await;
+    assert!(!without.status.success(), "{}", shown(&without));
+    assert!(
+        stderr(&without).contains("no local age key was found"),
+        "{}",
+        shown(&without)
+    );
 }
 
 #[tokio::test]

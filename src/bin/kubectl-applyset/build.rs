@@ -33,7 +33,8 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, client, defaults);
+    let renderer = Renderer::new(&file, client, defaults)
+        .with_age_keys(crate::age_keys::local_keys(g.sops_age_key_file.as_deref())?);
     let mut out = String::new();
     let mut errors = 0;
     for doc in &file.sets {

@@ -77,7 +77,8 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, Some(c.client.clone()), defaults);
+    let renderer = Renderer::new(&file, Some(c.client.clone()), defaults)
+        .with_age_keys(crate::age_keys::local_keys(g.sops_age_key_file.as_deref())?);
     let Some(resolver) = renderer.resolver().cloned() else {
         return Err("no cluster".into());
     };

@@ -7,9 +7,12 @@
 use std::{collections::HashMap, sync::Arc};
 
 use applyset_operator::{
-    api::Source,
+    api::{ApplySetSpec, Source},
+    decryption,
     discovery::{Resolved, Resolver},
+    manifest::Manifest,
     render::{self, DesiredSet, Gvk, SetLimits},
+    sops::{self, AgeKeys},
     sources::{self, SourceError, Sources},
     tenancy::{self, Defaults, Identity},
 };
@@ -29,6 +32,9 @@ pub struct Renderer {
     /// A client for the sources when there is no cluster (it is never called: sources that
     /// need the cluster are refused first).
     offline: Client,
+    /// The local age identities SOPS-encrypted members are decrypted with (instead of the
+    /// set's key Secret in the cluster).
+    age_keys: Option<AgeKeys>,
 }
 
 /// A rendered set.
@@ -56,7 +62,32 @@ impl Renderer {
             sources,
             defaults,
             offline: unreachable_client(),
+            age_keys: None,
         }
+    }
+
+    /// Decrypts SOPS-encrypted members with these local identities.
+    pub fn with_age_keys(mut self, keys: Option<AgeKeys>) -> Renderer {
+        self.age_keys = keys;
+        self
+    }
+
+    /// Decrypts the members that carry SOPS metadata, as the operator does, with the local
+    /// identities (a set without spec.decryption is refused as the operator refuses it).
+    fn decrypt(&self, spec: &ApplySetSpec, manifests: &mut [Manifest]) -> Result<(), String> {
+        if !decryption::needs_keys(manifests) {
+            return Ok(());
+        }
+        let keys = match (&spec.decryption, &self.age_keys) {
+            (None, _) => None,
+            (Some(_), Some(keys)) => Some(keys),
+            (Some(_), None) => {
+                return Err("members are SOPS-encrypted and no local age key was found: pass --sops-age-key-file, or set SOPS_AGE_KEY_FILE or SOPS_AGE_KEY".to_string());
+            }
+        };
+        decryption::decrypt_members(manifests, keys, &sops::Limits::default())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// The discovery of the cluster, if there is one.
@@ -129,6 +160,8 @@ impl Renderer {
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }
+        self.decrypt(spec, &mut manifests)
+            .map_err(|e| fail(format!("{parent}: {e}")))?;
         render::check_limits(&manifests, &SetLimits::default())
             .map_err(|e| fail(format!("{parent}: {e}")))?;
         let wanted = render::kinds_to_resolve(&manifests);
