@@ -318,3 +318,24 @@ fn errors_never_carry_plaintext() {
         );
     }
 }
+
+/// The cost of decrypting one Secret (printed, not asserted: a test that times would flake).
+#[test]
+fn cost_of_one_secret_is_printed() {
+    let f = fixture();
+    let enc = f.encrypt(
+        "secret.yaml",
+        SECRET,
+        &["--encrypted-regex", "^(data|stringData)$"],
+    );
+    let rounds = 50;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        f.ours("secret.yaml", &enc).expect("decrypts");
+    }
+    eprintln!(
+        "sops: one Secret ({} bytes) decrypted in {:?}",
+        enc.len(),
+        start.elapsed() / rounds
+    );
+}
