@@ -205,15 +205,21 @@ pub fn decrypt_members(
             member: member.clone(),
             source,
         };
+        let mut plaintexts = Vec::new();
         if whole {
-            sops::object::decrypt_object(&member, &mut manifest.object, keys, limits)
+            plaintexts = sops::object::decrypt_object(&member, &mut manifest.object, keys, limits)
                 .map_err(at)?;
             *manifest = reparsed(manifest)?;
         }
         if files {
-            sops::object::decrypt_secret_data(&member, &mut manifest.object, keys, limits)
-                .map_err(at)?;
+            plaintexts.extend(
+                sops::object::decrypt_secret_data(&member, &mut manifest.object, keys, limits)
+                    .map_err(at)?,
+            );
         }
+        manifest.redaction = Some(std::sync::Arc::new(sops::redact::Redaction::new(
+            plaintexts,
+        )));
         count += 1;
     }
     Ok(count)

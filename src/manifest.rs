@@ -457,6 +457,8 @@ pub struct Manifest {
     /// The SOPS-encrypted source file this object was read from, kept as committed (still
     /// encrypted), so that its MAC is verified once the set's keys are known.
     pub sops_file: Option<std::sync::Arc<SopsFile>>,
+    /// The values decryption put in this object, withheld from messages about it.
+    pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
 }
 
 /// A source file that carries SOPS metadata: its name in messages and its text.
@@ -507,6 +509,7 @@ impl Manifest {
             name: fields.name,
             namespace: fields.namespace,
             sops_file: None,
+            redaction: None,
         })
     }
 }

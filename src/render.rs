@@ -32,9 +32,20 @@ pub struct Member {
     pub force_recreate: bool,
     /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
     pub adopt: bool,
+    /// Decrypted values withheld from messages about this member (`None`: not decrypted).
+    pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
 }
 
 impl Member {
+    /// `message` without the decrypted values of this member (an API server's message may
+    /// echo them).
+    pub fn redact(&self, message: String) -> String {
+        match &self.redaction {
+            Some(r) if !r.is_empty() => r.apply(&message),
+            _ => message,
+        }
+    }
+
     pub fn group_kind(&self) -> GroupKind {
         GroupKind::new(self.reference.group.clone(), self.reference.kind.clone())
     }
@@ -322,6 +333,7 @@ fn member(
         namespaced: resolved.namespaced,
         force_recreate,
         adopt,
+        redaction: m.redaction,
     })
 }
 

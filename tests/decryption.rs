@@ -357,3 +357,30 @@ async fn without_decryption_or_access_to_the_key_encrypted_members_are_refused()
     assert!(!exists(&h.client, &secret_ar(), Some(&h.ns), "plain").await);
     stop(op).await;
 }
+
+/// An API server error about a decrypted member that echoes a decrypted value (an invalid
+/// label value, encrypted with encrypted_regex ^labels$) is reported with the value withheld,
+/// in status and events.
+#[tokio::test]
+async fn an_apply_error_of_a_decrypted_member_withholds_the_values() {
+    init();
+    let h = Harness::new("sops-echo").await;
+    let k = keys();
+    put_key_secret(&h, "sops-age", &k.key).await;
+    let bad = "not valid!";
+    let plain = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: echo\n  labels: {{tier: '{bad}'}}\ndata: {{k: v}}\n"
+    );
+    let member: Value =
+        serde_saphyr::from_str(&k.encrypt("echo.yaml", &plain, &["--encrypted-regex", "^labels$"]))
+            .expect("yaml");
+    let op = h.start_operator();
+    let set = h.applyset("echo");
+    set.create(json!({"retryInterval": "1s", "manifests": [member],
+        "decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}}))
+        .await;
+    let msg = wait_message(&set, "ApplyFailed", "<redacted>").await;
+    assert!(!msg.contains(bad) && msg.contains("ConfigMap"), "{msg}");
+    assert_no_plaintext(&h, &set, bad).await;
+    stop(op).await;
+}

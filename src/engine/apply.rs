@@ -329,10 +329,10 @@ async fn recreate_for_immutable(
     opts: &Options<'_>,
 ) -> Option<Outcome> {
     if !member.force_recreate {
-        let message = format!(
+        let message = member.redact(format!(
             "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
             member.reference, status.message
-        );
+        ));
         return Some(Outcome::Failed { message });
     }
     if opts.dry_run {
@@ -355,10 +355,10 @@ fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
     match e {
         kube::Error::Api(status) if dry_run && status.is_not_found() => Outcome::Created,
         kube::Error::Api(status) => Outcome::Failed {
-            message: format!("{}: {}", member.reference, status.message),
+            message: member.redact(format!("{}: {}", member.reference, status.message)),
         },
         e => Outcome::Failed {
-            message: format!("{}: {e}", member.reference),
+            message: member.redact(format!("{}: {e}", member.reference)),
         },
     }
 }

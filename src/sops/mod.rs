@@ -17,6 +17,7 @@ pub mod keys;
 pub mod mac;
 pub mod metadata;
 pub mod object;
+pub mod redact;
 pub mod rules;
 pub mod tree;
 pub mod walk;
@@ -204,21 +205,22 @@ fn decrypt_with(
 ) -> Result<(), SopsError> {
     let meta = metadata::parse(meta, file)?;
     let key = keys::data_key(&meta, keys, file)?;
-    let computed = walk(file, &meta, &key, documents)?;
+    let computed = walk(file, &meta, &key, documents)?.mac;
     walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &computed)
 }
 
 /// Unwraps the data key and decrypts every encrypted value (each authenticated by its tag
-/// under its path), without comparing the file MAC (see [`object`]).
+/// under its path), without comparing the file MAC (see [`object`]); returns the decrypted
+/// values as text.
 fn decrypt_unverified(
     file: &str,
     meta: &Node,
     documents: &mut [Node],
     keys: &AgeKeys,
-) -> Result<(), SopsError> {
+) -> Result<Vec<String>, SopsError> {
     let meta = metadata::parse(meta, file)?;
     let key = keys::data_key(&meta, keys, file)?;
-    walk(file, &meta, &key, documents).map(|_| ())
+    walk(file, &meta, &key, documents).map(|w| w.plaintexts)
 }
 
 fn walk(
@@ -226,7 +228,7 @@ fn walk(
     meta: &metadata::Metadata,
     key: &[u8; 32],
     documents: &mut [Node],
-) -> Result<String, SopsError> {
+) -> Result<walk::Walked, SopsError> {
     walk::Walk {
         file,
         key,

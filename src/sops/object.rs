@@ -22,13 +22,13 @@ pub fn is_encrypted(object: &Map<String, Value>) -> bool {
 }
 
 /// Decrypts the values of `object` in place and removes its `sops` entry. `name` names the
-/// object in errors.
+/// object in errors. Returns the decrypted values as text.
 pub fn decrypt_object(
     name: &str,
     object: &mut Map<String, Value>,
     keys: &AgeKeys,
     limits: &Limits,
-) -> Result<(), SopsError> {
+) -> Result<Vec<String>, SopsError> {
     let meta = object.remove("sops").ok_or_else(|| SopsError::NoMetadata {
         file: name.to_string(),
     })?;
@@ -46,7 +46,7 @@ pub fn decrypt_object(
             limit: limits.max_values,
         });
     }
-    super::decrypt_unverified(
+    let plaintexts = super::decrypt_unverified(
         name,
         &to_node(&meta),
         std::slice::from_mut(&mut document),
@@ -60,21 +60,21 @@ pub fn decrypt_object(
         });
     };
     *object = map;
-    Ok(())
+    Ok(plaintexts)
 }
 
 /// Decrypts, in a Secret's `data`, each entry whose content is a SOPS file (its format from
-/// the key's name, as SOPS picks it). Returns how many were decrypted.
+/// the key's name, as SOPS picks it). Returns the decrypted contents as text.
 pub fn decrypt_secret_data(
     name: &str,
     object: &mut Map<String, Value>,
     keys: &AgeKeys,
     limits: &Limits,
-) -> Result<usize, SopsError> {
+) -> Result<Vec<String>, SopsError> {
     let Some(Value::Object(data)) = object.get_mut("data") else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
-    let mut count = 0;
+    let mut plaintexts = Vec::new();
     for (key, value) in data.iter_mut() {
         let Some(bytes) = value.as_str().and_then(|s| STANDARD.decode(s).ok()) else {
             continue;
@@ -85,10 +85,10 @@ pub fn decrypt_secret_data(
         }
         let file = format!("{name} data[{key}]");
         let plain = super::decrypt(&file, &bytes, format, keys, limits)?;
-        *value = Value::String(STANDARD.encode(plain));
-        count += 1;
+        *value = Value::String(STANDARD.encode(&plain));
+        plaintexts.push(String::from_utf8_lossy(&plain).into_owned());
     }
-    Ok(count)
+    Ok(plaintexts)
 }
 
 fn to_node(value: &Value) -> Node {

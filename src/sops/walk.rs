@@ -16,39 +16,58 @@ pub struct Walk<'a> {
     pub mac_only_encrypted: bool,
 }
 
+/// What a walk found: the MAC and the decrypted values as text (for redacting messages).
+pub struct Walked {
+    /// Upper-case hex, as SOPS writes it.
+    pub mac: String,
+    pub plaintexts: Vec<String>,
+}
+
+/// The running state of a walk.
+struct Tally {
+    mac: Mac,
+    plaintexts: Vec<String>,
+}
+
 impl Walk<'_> {
-    /// Decrypts `documents` in place and returns their MAC (upper-case hex).
-    pub fn run(&self, documents: &mut [Node]) -> Result<String, SopsError> {
-        let mut mac = Mac::new(self.mac_only_encrypted);
+    /// Decrypts `documents` in place; returns their MAC and the decrypted values.
+    pub fn run(&self, documents: &mut [Node]) -> Result<Walked, SopsError> {
+        let mut tally = Tally {
+            mac: Mac::new(self.mac_only_encrypted),
+            plaintexts: Vec::new(),
+        };
         let mut path = Vec::new();
         for document in documents {
-            self.value(document, &mut path, &mut mac)?;
+            self.value(document, &mut path, &mut tally)?;
         }
-        Ok(mac.finish())
+        Ok(Walked {
+            mac: tally.mac.finish(),
+            plaintexts: tally.plaintexts,
+        })
     }
 
     fn value(
         &self,
         node: &mut Node,
         path: &mut Vec<String>,
-        mac: &mut Mac,
+        tally: &mut Tally,
     ) -> Result<(), SopsError> {
         match node {
             Node::Null => Ok(()),
             Node::Seq(items) => items
                 .iter_mut()
-                .try_for_each(|item| self.value(item, path, mac)),
+                .try_for_each(|item| self.value(item, path, tally)),
             Node::Map(entries) => entries.iter_mut().try_for_each(|(key, value)| {
                 path.push(key.clone());
-                let result = self.value(value, path, mac);
+                let result = self.value(value, path, tally);
                 path.pop();
                 result
             }),
-            _ => self.leaf(node, path, mac),
+            _ => self.leaf(node, path, tally),
         }
     }
 
-    fn leaf(&self, node: &mut Node, path: &[String], mac: &mut Mac) -> Result<(), SopsError> {
+    fn leaf(&self, node: &mut Node, path: &[String], tally: &mut Tally) -> Result<(), SopsError> {
         let encrypted = self.rule.encrypts(path);
         if encrypted {
             let Node::Str(text) = &*node else {
@@ -63,11 +82,16 @@ impl Walk<'_> {
                 CipherError::Malformed(problem) => self.malformed(path, problem),
             })?;
             *node = typed(plain).map_err(|problem| self.malformed(path, problem))?;
+            if let Some(bytes) = mac::scalar_bytes(node) {
+                tally
+                    .plaintexts
+                    .push(String::from_utf8_lossy(&bytes).into_owned());
+            }
         }
         if (!self.mac_only_encrypted || encrypted)
             && let Some(bytes) = mac::scalar_bytes(node)
         {
-            mac.add(&bytes);
+            tally.mac.add(&bytes);
         }
         Ok(())
     }
@@ -175,7 +199,7 @@ mod tests {
             rule,
             mac_only_encrypted: mac_only,
         };
-        walk.run(std::slice::from_mut(doc))
+        walk.run(std::slice::from_mut(doc)).map(|w| w.mac)
     }
 
     #[test]
