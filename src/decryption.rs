@@ -42,6 +42,10 @@ pub enum DecryptionError {
     #[error("spec.decryption.secretRef: {0}")]
     Namespace(String),
     #[error(
+        "members are SOPS-encrypted and no local age key was found: pass --sops-age-key-file, or set SOPS_AGE_KEY_FILE or SOPS_AGE_KEY"
+    )]
+    NoLocalKey,
+    #[error(
         "spec.decryption.secretRef: {who} may not get Secret {secret}; grant it get on that Secret"
     )]
     Forbidden { who: String, secret: String },
@@ -132,8 +136,8 @@ pub async fn read_keys(
     who: &Identity,
     r: &SecretReference,
 ) -> Result<AgeKeys, DecryptionError> {
-    let ns =
-        resolve_namespace(parent, r.namespace.as_deref()).map_err(DecryptionError::Namespace)?;
+    let ns = resolve_namespace(parent, r.namespace.as_deref())
+        .map_err(|e| DecryptionError::Namespace(e.to_string()))?;
     let secret = format!("{ns}/{}", r.name);
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let found = match api.get_opt(&r.name).await {

@@ -42,43 +42,104 @@ use crate::{
 /// Most entries `spec.dependsOn` may have (the CRD says so too).
 pub const MAX_DEPENDENCIES: usize = 64;
 
-/// The start of the message of a set refused for a cycle.
-const CYCLE: &str = "dependsOn cycle: ";
+/// Why a spec's dependsOn is refused (ValidationFailed, Stalled).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DependencyError {
+    /// More entries than [`MAX_DEPENDENCIES`].
+    #[error("spec.dependsOn has {0} entries, more than the {MAX_DEPENDENCIES} allowed")]
+    TooMany(usize),
+    /// Entry `spec.dependsOn[index]` is not valid.
+    #[error("spec.dependsOn[{index}] ({kind:?} {name}): {problem}")]
+    Entry {
+        index: usize,
+        kind: DependencyKind,
+        name: String,
+        problem: EntryProblem,
+    },
+    /// An ApplySet dependency in another namespace, under the operator's lock-down.
+    #[error(
+        "spec.dependsOn: {dependency} is in another namespace; under the operator's lock-down (--default-service-account) an ApplySet may only depend on ApplySets in its own namespace {own} and on ClusterApplySets. Depend on it from a ClusterApplySet, or run the operator with --allow-cross-namespace-sets"
+    )]
+    CrossNamespace { dependency: ParentRef, own: String },
+}
+
+/// What is wrong with one `spec.dependsOn` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EntryProblem {
+    #[error("name is empty")]
+    EmptyName,
+    #[error("namespace is only for an ApplySet dependency: a ClusterApplySet has none")]
+    NamespaceOnClusterApplySet,
+    #[error(
+        "a ClusterApplySet must name the namespace of an ApplySet it depends on (set namespace)"
+    )]
+    NamespaceMissing,
+}
+
+/// Why a dependency is not ready (DependencyNotReady, retried).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    #[error("{0} does not exist")]
+    Missing(ParentRef),
+    #[error("{0} is being deleted")]
+    Deleting(ParentRef),
+    #[error("{dependency} has not reconciled generation {generation} yet")]
+    NotReconciled {
+        dependency: ParentRef,
+        generation: i64,
+    },
+    #[error("{dependency} is not ready: Ready={status} ({reason})")]
+    Unready {
+        dependency: ParentRef,
+        status: String,
+        reason: String,
+    },
+    #[error("{dependency} is not healthy: Healthy={status} ({reason})")]
+    Unhealthy {
+        dependency: ParentRef,
+        status: String,
+        reason: String,
+    },
+    /// Reading it failed (the cause as the API reported it).
+    #[error("{dependency} could not be read: {cause}")]
+    Unreadable {
+        dependency: ParentRef,
+        cause: String,
+    },
+}
 
 // ---------------------------------------------------------------------------------------------
 // Rules (pure)
 
 /// The sets `spec.dependsOn` of `parent` names, in spec order: an ApplySet dependency without
 /// a namespace is in the depending ApplySet's namespace; a ClusterApplySet must name it.
-pub fn resolve(parent: &ParentRef, spec: &ApplySetSpec) -> Result<Vec<ParentRef>, String> {
+pub fn resolve(parent: &ParentRef, spec: &ApplySetSpec) -> Result<Vec<ParentRef>, DependencyError> {
     if spec.depends_on.len() > MAX_DEPENDENCIES {
-        return Err(format!(
-            "spec.dependsOn has {} entries, more than the {MAX_DEPENDENCIES} allowed",
-            spec.depends_on.len()
-        ));
+        return Err(DependencyError::TooMany(spec.depends_on.len()));
     }
     let mut out = Vec::with_capacity(spec.depends_on.len());
     for (i, d) in spec.depends_on.iter().enumerate() {
-        let at = |m: &str| format!("spec.dependsOn[{i}] ({:?} {}): {m}", d.kind, d.name);
+        let at = |problem| DependencyError::Entry {
+            index: i,
+            kind: d.kind,
+            name: d.name.clone(),
+            problem,
+        };
         if d.name.is_empty() {
-            return Err(at("name is empty"));
+            return Err(at(EntryProblem::EmptyName));
         }
         let namespace = d.namespace.as_deref().filter(|n| !n.is_empty());
         out.push(match d.kind {
             DependencyKind::ClusterApplySet => {
                 if namespace.is_some() {
-                    return Err(at(
-                        "namespace is only for an ApplySet dependency: a ClusterApplySet has none",
-                    ));
+                    return Err(at(EntryProblem::NamespaceOnClusterApplySet));
                 }
                 ParentRef::cluster(&d.name)
             }
             DependencyKind::ApplySet => match (namespace, parent.effective_namespace()) {
                 (Some(ns), _) | (None, Some(ns)) => ParentRef::applyset(ns, &d.name),
                 (None, None) => {
-                    return Err(at(
-                        "a ClusterApplySet must name the namespace of an ApplySet it depends on (set namespace)",
-                    ));
+                    return Err(at(EntryProblem::NamespaceMissing));
                 }
             },
         });
@@ -110,7 +171,7 @@ pub fn check_scope(
     parent: &ParentRef,
     dependencies: &[ParentRef],
     defaults: &Defaults,
-) -> Result<(), String> {
+) -> Result<(), DependencyError> {
     if parent.kind != ParentKind::ApplySet
         || defaults.namespaced.is_none()
         || defaults.allow_cross_namespace
@@ -123,10 +184,10 @@ pub fn check_scope(
         .find(|d| d.kind == ParentKind::ApplySet && d.effective_namespace() != own)
     {
         None => Ok(()),
-        Some(d) => Err(format!(
-            "spec.dependsOn: {d} is in another namespace; under the operator's lock-down (--default-service-account) an ApplySet may only depend on ApplySets in its own namespace {} and on ClusterApplySets. Depend on it from a ClusterApplySet, or run the operator with --allow-cross-namespace-sets",
-            own.unwrap_or_default()
-        )),
+        Some(d) => Err(DependencyError::CrossNamespace {
+            dependency: d.clone(),
+            own: own.unwrap_or_default().to_string(),
+        }),
     }
 }
 
@@ -138,12 +199,12 @@ pub fn check_scope(
 pub fn verdict(
     dependency: &ParentRef,
     found: Option<(&ObjectMeta, Option<&ApplySetStatus>)>,
-) -> Result<(), String> {
+) -> Result<(), NotReady> {
     let Some((meta, status)) = found else {
-        return Err(format!("{dependency} does not exist"));
+        return Err(NotReady::Missing(dependency.clone()));
     };
     if meta.deletion_timestamp.is_some() {
-        return Err(format!("{dependency} is being deleted"));
+        return Err(NotReady::Deleting(dependency.clone()));
     }
     let generation = meta.generation.unwrap_or_default();
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
@@ -155,23 +216,26 @@ pub fn verdict(
     match ready {
         Some(c) if observed == Some(generation) => {
             if c.status != "True" {
-                return Err(format!(
-                    "{dependency} is not ready: Ready={} ({})",
-                    c.status, c.reason
-                ));
+                return Err(NotReady::Unready {
+                    dependency: dependency.clone(),
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                });
             }
         }
         _ => {
-            return Err(format!(
-                "{dependency} has not reconciled generation {generation} yet"
-            ));
+            return Err(NotReady::NotReconciled {
+                dependency: dependency.clone(),
+                generation,
+            });
         }
     }
     match condition(status::HEALTHY) {
-        Some(h) if h.status != "True" => Err(format!(
-            "{dependency} is not healthy: Healthy={} ({})",
-            h.status, h.reason
-        )),
+        Some(h) if h.status != "True" => Err(NotReady::Unhealthy {
+            dependency: dependency.clone(),
+            status: h.status.clone(),
+            reason: h.reason.clone(),
+        }),
         _ => Ok(()),
     }
 }
@@ -211,7 +275,7 @@ pub fn find_cycle(
 /// `dependsOn cycle: ApplySet a/x → ApplySet a/y → ApplySet a/x`.
 pub fn describe_cycle(cycle: &[ParentRef]) -> String {
     let names: Vec<String> = cycle.iter().map(ToString::to_string).collect();
-    format!("{CYCLE}{}", names.join(" → "))
+    format!("dependsOn cycle: {}", names.join(" → "))
 }
 
 /// A set as the deletion order looks at it.
@@ -301,15 +365,8 @@ impl Found {
     }
 
     /// Whether it is ready as a dependency ([`verdict`]).
-    fn verdict(&self) -> Result<(), String> {
+    fn verdict(&self) -> Result<(), NotReady> {
         verdict(&self.parent_ref(), Some((self.meta(), self.status())))
-    }
-
-    /// Whether its status shows it refused for a dependsOn cycle.
-    fn refused_for_cycle(&self) -> bool {
-        self.status()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == status::READY))
-            .is_some_and(|c| c.message.contains(CYCLE))
     }
 
     fn candidate(&self) -> Candidate {
@@ -330,15 +387,16 @@ impl Found {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// The spec's dependsOn is invalid or not allowed (ValidationFailed, Stalled).
-    Invalid(String),
-    /// A cycle (ValidationFailed, Stalled); `others`: the other sets of the cycle whose
-    /// status does not say so yet (to reconcile, so that they refuse it too).
+    Invalid(DependencyError),
+    /// A cycle (ValidationFailed, Stalled): `cycle` as [`find_cycle`] found it; `others`: the
+    /// other sets of the cycle not yet refused for it by their own gate (to reconcile, so that
+    /// they refuse it too).
     Cycle {
-        message: String,
+        cycle: Vec<ParentRef>,
         others: Vec<ParentRef>,
     },
     /// A dependency is not ready (DependencyNotReady, retried).
-    NotReady(String),
+    NotReady(NotReady),
 }
 
 /// What a set being deleted waits for before it deletes its members.
@@ -362,7 +420,9 @@ struct Index {
     /// The reverse: each dependency's dependents.
     dependents: HashMap<ParentRef, HashSet<ParentRef>>,
     /// The last verdict seen of each set that has dependents.
-    verdicts: HashMap<ParentRef, Result<(), String>>,
+    verdicts: HashMap<ParentRef, Result<(), NotReady>>,
+    /// The sets whose last gate refused them for a dependsOn cycle.
+    in_cycle: HashSet<ParentRef>,
 }
 
 impl Index {
@@ -384,6 +444,7 @@ impl Index {
             }
         }
         if dependencies.is_empty() {
+            self.in_cycle.remove(parent);
             return;
         }
         for d in &dependencies {
@@ -479,7 +540,7 @@ impl Dependencies {
     /// `parent` from the caches, else from the API server (a set the caches do not hold:
     /// outside the operator's namespace or label selector, or not listed yet); `Ok(None)` when
     /// it does not exist.
-    async fn lookup(&self, client: &Client, parent: &ParentRef) -> Result<Option<Found>, String> {
+    async fn lookup(&self, client: &Client, parent: &ParentRef) -> Result<Option<Found>, NotReady> {
         if let Some(found) = self.cached(parent) {
             return Ok(Some(found));
         }
@@ -493,7 +554,10 @@ impl Dependencies {
                 .await
                 .map(|o| o.map(|o| Found::ClusterApplySet(Arc::new(o)))),
         };
-        read.map_err(|e| format!("{parent} could not be read: {e}"))
+        read.map_err(|e| NotReady::Unreadable {
+            dependency: parent.clone(),
+            cause: e.to_string(),
+        })
     }
 
     /// The gate of a reconcile (SPEC §4 step 0): records what `parent` depends on, then
@@ -514,9 +578,9 @@ impl Dependencies {
         });
         let dependencies = match resolved {
             Ok(deps) => deps,
-            Err(msg) => {
+            Err(e) => {
                 self.forget(parent);
-                return Err(Refusal::Invalid(msg));
+                return Err(Refusal::Invalid(e));
             }
         };
         // Recorded before any dependency is looked at: a dependency that becomes ready after
@@ -532,19 +596,17 @@ impl Dependencies {
                 self.depends_on(p)
             }
         };
-        if let Some(cycle) = find_cycle(parent, edges) {
+        let cycle = find_cycle(parent, edges);
+        let refused = self.mark_cycle(parent, cycle.is_some());
+        if let Some(cycle) = cycle {
             let others = cycle
                 .iter()
-                .filter(|p| *p != parent)
-                .filter(|p| !self.cached(p).is_some_and(|f| f.refused_for_cycle()))
+                .filter(|p| *p != parent && !refused.contains(*p))
                 .cloned()
                 .collect::<HashSet<_>>()
                 .into_iter()
                 .collect();
-            return Err(Refusal::Cycle {
-                message: describe_cycle(&cycle),
-                others,
-            });
+            return Err(Refusal::Cycle { cycle, others });
         }
         for d in &dependencies {
             let found = self.lookup(client, d).await.map_err(Refusal::NotReady)?;
@@ -552,6 +614,19 @@ impl Dependencies {
                 .map_err(Refusal::NotReady)?;
         }
         Ok(())
+    }
+
+    /// Records whether `parent`'s gate refused it for a cycle; returns the sets so refused.
+    fn mark_cycle(&self, parent: &ParentRef, in_cycle: bool) -> HashSet<ParentRef> {
+        let Ok(mut index) = self.index.lock() else {
+            return HashSet::new();
+        };
+        if in_cycle {
+            index.in_cycle.insert(parent.clone());
+        } else {
+            index.in_cycle.remove(parent);
+        }
+        index.in_cycle.clone()
     }
 
     /// The sets to reconcile after an event of the watch of parents of kind `P` (the cache
@@ -703,7 +778,9 @@ mod tests {
     #[test]
     fn a_cluster_applyset_must_name_the_namespace_of_an_applyset_dependency() {
         let s = spec(vec![dep("crds", None, DependencyKind::ApplySet)]);
-        let err = resolve(&c("platform"), &s).expect_err("no namespace");
+        let err = resolve(&c("platform"), &s)
+            .expect_err("no namespace")
+            .to_string();
         assert_eq!(
             err,
             "spec.dependsOn[0] (ApplySet crds): a ClusterApplySet must name the namespace of an ApplySet it depends on (set namespace)"
@@ -719,7 +796,9 @@ mod tests {
             Some("x"),
             DependencyKind::ClusterApplySet,
         )]);
-        let err = resolve(&a("team", "web"), &s).expect_err("namespace");
+        let err = resolve(&a("team", "web"), &s)
+            .expect_err("namespace")
+            .to_string();
         assert!(
             err.contains("namespace is only for an ApplySet dependency"),
             "{err}"
@@ -731,7 +810,9 @@ mod tests {
         let many = (0..=MAX_DEPENDENCIES)
             .map(|i| dep(&format!("d{i}"), None, DependencyKind::ApplySet))
             .collect();
-        let err = resolve(&a("t", "w"), &spec(many)).expect_err("too many");
+        let err = resolve(&a("t", "w"), &spec(many))
+            .expect_err("too many")
+            .to_string();
         assert!(
             err.contains("65 entries, more than the 64 allowed"),
             "{err}"
@@ -740,7 +821,8 @@ mod tests {
             &a("t", "w"),
             &spec(vec![dep("", None, DependencyKind::ApplySet)]),
         )
-        .expect_err("empty name");
+        .expect_err("empty name")
+        .to_string();
         assert!(err.contains("name is empty"), "{err}");
         // The lenient reading keeps what resolves.
         let s = spec(vec![
@@ -764,7 +846,9 @@ mod tests {
         let me = a("team", "web");
         let other_ns = vec![a("team", "crds"), a("data", "db")];
         assert_eq!(check_scope(&me, &other_ns, &open), Ok(()));
-        let err = check_scope(&me, &other_ns, &locked).expect_err("refused");
+        let err = check_scope(&me, &other_ns, &locked)
+            .expect_err("refused")
+            .to_string();
         assert!(
             err.starts_with("spec.dependsOn: ApplySet data/db is in another namespace"),
             "{err}"
@@ -819,20 +903,20 @@ mod tests {
         );
         assert_eq!(verdict(&d, Some((&meta(3), Some(&ready)))), Ok(()));
         assert_eq!(
-            verdict(&d, Some((&meta(4), Some(&ready)))),
+            verdict(&d, Some((&meta(4), Some(&ready)))).map_err(|e| e.to_string()),
             Err("ApplySet team-a/crds has not reconciled generation 4 yet".into())
         );
         assert_eq!(
-            verdict(&d, None),
+            verdict(&d, None).map_err(|e| e.to_string()),
             Err("ApplySet team-a/crds does not exist".into())
         );
         assert_eq!(
-            verdict(&d, Some((&meta(1), None))),
+            verdict(&d, Some((&meta(1), None))).map_err(|e| e.to_string()),
             Err("ApplySet team-a/crds has not reconciled generation 1 yet".into())
         );
         let failed = status(3, vec![condition("Ready", "False", "ApplyFailed", Some(3))]);
         assert_eq!(
-            verdict(&d, Some((&meta(3), Some(&failed)))),
+            verdict(&d, Some((&meta(3), Some(&failed)))).map_err(|e| e.to_string()),
             Err("ApplySet team-a/crds is not ready: Ready=False (ApplyFailed)".into())
         );
     }
@@ -850,7 +934,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            verdict(&d, Some((&meta(4), Some(&marking)))),
+            verdict(&d, Some((&meta(4), Some(&marking)))).map_err(|e| e.to_string()),
             Err("ClusterApplySet base has not reconciled generation 4 yet".into())
         );
         // A Ready condition without observedGeneration falls back to the status'.
@@ -876,7 +960,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            verdict(&d, Some((&meta(2), Some(&unhealthy)))),
+            verdict(&d, Some((&meta(2), Some(&unhealthy)))).map_err(|e| e.to_string()),
             Err("ApplySet t/db is not healthy: Healthy=False (HealthCheckFailed)".into())
         );
         let healthy = status(
@@ -901,7 +985,7 @@ mod tests {
         let mut m = meta(2);
         m.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert_eq!(
-            verdict(&d, Some((&m, Some(&ready)))),
+            verdict(&d, Some((&m, Some(&ready)))).map_err(|e| e.to_string()),
             Err("ApplySet t/db is being deleted".into())
         );
     }

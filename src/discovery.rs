@@ -12,7 +12,7 @@ use std::{
 };
 
 use kube::{
-    Client,
+    Api, Client,
     discovery::{ApiCapabilities, ApiResource, Discovery, Scope},
 };
 use tokio::sync::{Mutex, RwLock};
@@ -203,5 +203,16 @@ impl Resolver {
             })
         })
         .await
+    }
+}
+/// The API of `resource` in `namespace`, or cluster-wide (a cluster-scoped kind, or every
+/// namespace) without one: the one choice of every request about a member.
+pub fn api_in<K>(client: &Client, namespace: Option<&str>, resource: &ApiResource) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
     }
 }

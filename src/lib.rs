@@ -74,7 +74,7 @@ pub enum Error {
     #[error("reconcile panicked: {0}")]
     Panic(String),
     #[error("prune: {0}")]
-    Prune(String),
+    Prune(PruneError),
     #[error("{0} has no name")]
     Unnamed(&'static str),
 }
@@ -93,6 +93,31 @@ impl Error {
             Error::Unnamed(_) => "unnamed",
         }
     }
+}
+
+/// Why a prune could not be decided or did not complete (nothing, or not everything, was
+/// pruned; the parent keeps recording every kind).
+#[derive(Debug, thiserror::Error)]
+pub enum PruneError {
+    /// A kind the parent records answers 404 to a LIST although discovery serves it.
+    #[error(
+        "listing {kind} answers 404 although discovery serves it as {api_version}; nothing is pruned and the parent keeps recording the kind"
+    )]
+    NotListed {
+        kind: applyset::GroupKind,
+        api_version: String,
+    },
+    /// A namespaced kind recorded without any namespace to look for its members in.
+    #[error(
+        "{0} is namespaced but the parent records no namespace to look for its members in; nothing is pruned and the parent keeps recording the kind. List the namespaces of its members in the parent's annotation applyset.kubernetes.io/additional-namespaces"
+    )]
+    NoNamespaces(applyset::GroupKind),
+    /// The parent's ApplySet annotations do not parse.
+    #[error("its ApplySet annotations are malformed ({0})")]
+    MalformedRecord(String),
+    /// Members that could not be deleted, or changed while being deleted (one message each).
+    #[error("{}", .0.join("; "))]
+    Incomplete(Vec<String>),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

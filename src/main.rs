@@ -250,7 +250,8 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         &args.source_deny_cidrs,
         &args.source_allowed_hosts,
         args.source_insecure,
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let set_limits = applyset_operator::render::SetLimits {
         max_members: args.max_members_per_set,
         yaml: applyset_operator::manifest::YamlCost {

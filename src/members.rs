@@ -242,7 +242,7 @@ impl MemberWatches {
                 .map(move |e| {
                     e.map(|e| {
                         map_event(e, |o| {
-                            let h = assess(&o, &gk.group, &gk.kind);
+                            let h = health_of(&o, &gk.group, &gk.kind);
                             let shape = shape(&o);
                             (o.metadata, Some((h, shape)))
                         })
@@ -764,13 +764,11 @@ impl MemberWatches {
     /// Watches one object of a health check (by name) and keeps its health.
     async fn watch_check(self: Arc<Self>, target: CheckTarget) {
         let r = target.reference;
-        let api: Api<DynamicObject> = match &r.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &target.resource),
-            None => Api::all_with(self.client.clone(), &target.resource),
-        };
+        let api: Api<DynamicObject> =
+            crate::discovery::api_in(&self.client, r.namespace.as_deref(), &target.resource);
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
         let mut events = watcher(api, cfg).backoff(crate::watch::backoff()).boxed();
-        let assess = |o: &DynamicObject| assess(o, &r.group, &r.kind);
+        let assess = |o: &DynamicObject| health_of(o, &r.group, &r.kind);
         let mut pending = None;
         while let Some(event) = events.next().await {
             match event {
@@ -972,7 +970,7 @@ const HEALTH_MESSAGE_BYTES: usize = 256;
 
 /// The health of object `o` of kind `group`/`kind`, its message cut to
 /// [`HEALTH_MESSAGE_BYTES`].
-pub fn assess(o: &DynamicObject, group: &str, kind: &str) -> Health {
+pub fn health_of(o: &DynamicObject, group: &str, kind: &str) -> Health {
     let mut h = health::assess_dynamic(o, group, kind, k8s_openapi::jiff::Timestamp::now());
     if h.message.len() > HEALTH_MESSAGE_BYTES {
         h.message = crate::status::truncate(&h.message, HEALTH_MESSAGE_BYTES);

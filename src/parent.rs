@@ -227,21 +227,30 @@ fn desired_metadata(
     (labels, annotations)
 }
 
+/// Whether a parent write keeps the deprecated `contains-group-resources` annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shrink {
+    /// Keep it (the superset before an apply).
+    Keep,
+    /// Remove it (after a complete reconcile, when the new annotation alone describes the
+    /// set).
+    DropDeprecated,
+}
+
 /// Writes the parent's id label, annotations for `set` and finalizer unless the live object
-/// already has exactly them. With `drop_deprecated`, also removes `contains-group-resources`
-/// (after a complete reconcile, when the new annotation alone describes the set). Returns the
-/// parent as the server stored it (`obj` itself when nothing needed writing).
+/// already has exactly them; `shrink` says whether `contains-group-resources` goes. Returns
+/// the parent as the server stored it (`obj` itself when nothing needed writing).
 pub async fn write<P: Parent>(
     client: &Client,
     obj: &P,
     set: &Recorded,
-    drop_deprecated: bool,
+    shrink: Shrink,
 ) -> Result<P> {
     let parent = obj.parent_ref();
     let (labels, annotations) = desired_metadata(&parent, set);
     let meta = obj.meta();
     let same = has_metadata(meta, &labels, &annotations);
-    let deprecated = drop_deprecated
+    let deprecated = shrink == Shrink::DropDeprecated
         && meta
             .annotations
             .as_ref()

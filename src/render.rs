@@ -13,9 +13,12 @@ use crate::{
     Result,
     api::{ApplySetSpec, InlineManifest, MemberRef},
     applyset::{self, GroupKind, ParentRef, ScopeError},
+    decryption::{self, DecryptionError},
     discovery::{Resolved, Resolver},
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
+    sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
+    tenancy::{self, Defaults, Identity, TenancyError},
 };
 
 /// A declared object, resolved and ready to apply.
@@ -97,8 +100,9 @@ impl DesiredSet {
 pub enum RenderError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    #[error(transparent)]
-    Scope(#[from] ScopeError),
+    /// The member of `origin` has a namespace it may not have, or none it needs.
+    #[error("{error}")]
+    Scope { origin: Origin, error: ScopeError },
     #[error(
         "{origin}: {kind} {name}: the cluster serves no kind {kind} in {api_version}; install its CustomResourceDefinition first or declare it in this set"
     )]
@@ -108,6 +112,16 @@ pub enum RenderError {
         kind: String,
         name: String,
     },
+}
+
+impl RenderError {
+    /// The declared object the error is about.
+    pub fn origin(&self) -> &Origin {
+        match self {
+            RenderError::Manifest(e) => e.origin(),
+            RenderError::Scope { origin, .. } | RenderError::UnknownKind { origin, .. } => origin,
+        }
+    }
 }
 
 /// Kinds defined by CRDs declared in the set: (group, version, kind) → resolved.
@@ -180,22 +194,41 @@ impl Default for SetLimits {
 /// Checks the declared objects of one set (inline first, then the sources in order) against
 /// `limits`: the YAML/JSON budget (the error names the manifest at which it ran out), then the
 /// number of members. The message says which flag sets the bound.
-pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), String> {
+pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), LimitError> {
     let mut budget = manifest::YamlBudget::new(limits.yaml);
     for m in manifests {
         let cost = manifest::object_cost(&m.object);
         if let Err(exceeded) = budget.charge(cost) {
-            return Err(format!("{}: {}", m.origin, budget.describe(exceeded)));
+            return Err(LimitError::Yaml {
+                origin: Box::new(m.origin.clone()),
+                exceeded: budget.describe(exceeded),
+            });
         }
     }
     if manifests.len() > limits.max_members {
-        return Err(format!(
-            "the set declares {} members, more than the {} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag",
-            manifests.len(),
-            limits.max_members
-        ));
+        return Err(LimitError::Members {
+            declared: manifests.len(),
+            max: limits.max_members,
+        });
     }
     Ok(())
+}
+
+/// A set beyond the operator's limits ([`check_limits`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The YAML/JSON budget ran out at the manifest of `origin`; `exceeded` says which bound
+    /// and its flag.
+    #[error("{origin}: {exceeded}")]
+    Yaml {
+        origin: Box<Origin>,
+        exceeded: String,
+    },
+    /// More members than `--max-members-per-set`.
+    #[error(
+        "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
+    )]
+    Members { declared: usize, max: usize },
 }
 
 /// Parses the inline manifests of a spec.
@@ -307,7 +340,11 @@ fn member(
         spec.target_namespace.as_deref(),
         parent,
         &display,
-    )?;
+    )
+    .map_err(|error| RenderError::Scope {
+        origin: m.origin.clone(),
+        error,
+    })?;
     let mut object = m.object;
     manifest::normalize(&mut object);
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {
@@ -369,6 +406,271 @@ pub fn annotations_of(object: &serde_json::Map<String, Value>) -> Option<BTreeMa
     string_map(object.get("metadata").and_then(|m| m.get("annotations")))
 }
 
+// ---------------------------------------------------------------------------------------------
+// The render stage: a set's spec in, its members (or the first error) out.
+
+/// Looks a kind up without the cluster (`None`: unknown).
+pub type KnownKinds<'a> = &'a (dyn Fn(&Gvk) -> Option<Resolved> + Sync);
+
+/// Where the kinds of a set's manifests are looked up.
+pub enum KindLookup<'a> {
+    /// The cluster's discovery; `beside`: kinds of CRDs declared next to the set (the
+    /// plugin's file), for what discovery does not serve.
+    Discovery {
+        resolver: &'a Resolver,
+        beside: KnownKinds<'a>,
+    },
+    /// No cluster: the kinds `known` knows; a kind it does not is `assume`d (and reported
+    /// in [`Rendered::assumed`]).
+    Offline {
+        known: KnownKinds<'a>,
+        assume: fn(&Gvk) -> Resolved,
+    },
+}
+
+/// What rendering a set reads with.
+pub struct Readers<'a> {
+    pub sources: &'a Sources,
+    /// The client sources are read with (ConfigMaps, Secrets, secretRefs).
+    pub client: &'a kube::Client,
+    pub kinds: KindLookup<'a>,
+    /// Where the age keys of SOPS-encrypted members come from.
+    pub keys: KeySource<'a>,
+}
+
+/// Where the age keys of a set's SOPS-encrypted members come from (spec.decryption).
+pub enum KeySource<'a> {
+    /// The operator: the set's key Secret, read with `client`, the set's identity.
+    Cluster { client: &'a kube::Client },
+    /// The plugin: identities found locally (`None`: none were found).
+    Local(Option<&'a crate::sops::AgeKeys>),
+}
+
+/// The set to render and the operator's rules for it.
+pub struct RenderInput<'a> {
+    pub parent: &'a ParentRef,
+    pub spec: &'a ApplySetSpec,
+    /// Who the set acts as (what it may declare depends on it).
+    pub identity: &'a Identity,
+    pub tenancy: &'a Defaults,
+    pub limits: &'a SetLimits,
+}
+
+/// A rendered set.
+pub struct Rendered {
+    /// The members; its revision names the sources' revisions too.
+    pub set: DesiredSet,
+    /// What each source produced (its manifests hold their share of the memory budget).
+    pub fetched: Vec<Fetched>,
+    /// Kinds assumed namespaced because nothing offline knew them.
+    pub assumed: Vec<Gvk>,
+}
+
+/// Why a set does not render: the first error, typed; [`SetError::message`] is its text.
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    /// A source entry's spec is invalid (found before anything is read).
+    #[error(transparent)]
+    SourceSpec(SourceError),
+    /// A source could not be read, or its content does not parse.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// An inline manifest is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The set is beyond the operator's limits.
+    #[error(transparent)]
+    Limits(#[from] LimitError),
+    /// The manifests do not make a set (duplicates, unknown kinds, namespaces).
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A member is outside what the set's identity may declare.
+    #[error(transparent)]
+    Tenancy(#[from] TenancyError),
+    /// A SOPS-encrypted member could not be decrypted (spec.decryption).
+    #[error(transparent)]
+    Decryption(#[from] DecryptionError),
+}
+
+/// An entry of a set's spec an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldPath {
+    /// `spec.manifests[i]`.
+    Manifest(usize),
+    /// `spec.sources[i]`.
+    Source(usize),
+}
+
+impl SetError {
+    /// Whether it is a source that could not be read now (SourceFailed, retried); every
+    /// other error is in what the set declares (ValidationFailed).
+    pub fn is_source_failure(&self) -> bool {
+        matches!(self, SetError::Source(e) if e.class() == SourceErrorClass::Failed)
+    }
+
+    /// The message shown for `parent` (status, events, the plugin's errors).
+    pub fn message(&self, parent: &ParentRef) -> String {
+        match self {
+            SetError::SourceSpec(e) => format!("{parent}: {e}"),
+            SetError::Source(e) => match e.class() {
+                SourceErrorClass::Failed => {
+                    format!("{parent}: {e}; nothing applied or pruned")
+                }
+                SourceErrorClass::Invalid => format!("{parent}: {e}"),
+                SourceErrorClass::Manifest => e.to_string(),
+            },
+            SetError::Manifest(e) => e.to_string(),
+            SetError::Render(e) => e.to_string(),
+            SetError::Limits(e) => format!("{parent}: {e}"),
+            SetError::Tenancy(e) => format!("{parent}: {e}"),
+            SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
+        }
+    }
+
+    /// The entry of the spec the error is about, when it is about one.
+    pub fn field_path(&self) -> Option<FieldPath> {
+        let inline = |o: &Origin| o.inline_index().map(FieldPath::Manifest);
+        match self {
+            SetError::Source(e) | SetError::SourceSpec(e) => {
+                e.source_index().map(FieldPath::Source)
+            }
+            SetError::Manifest(e) => manifest_path(e),
+            SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
+            SetError::Render(e) => inline(e.origin()),
+            SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
+            SetError::Limits(LimitError::Members { .. })
+            | SetError::Tenancy(_)
+            | SetError::Decryption(_) => None,
+        }
+    }
+}
+
+/// The inline manifest a manifest error is about: for a duplicate, the first declaration
+/// that is inline.
+fn manifest_path(e: &ManifestError) -> Option<FieldPath> {
+    let inline = |o: &Origin| o.inline_index().map(FieldPath::Manifest);
+    match e {
+        ManifestError::Duplicate { first, second, .. } => inline(first).or_else(|| inline(second)),
+        other => inline(other.origin()),
+    }
+}
+
+/// Renders a set: its sources validated, its inline manifests and every source read (at most
+/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), the set's limits checked,
+/// kinds resolved, namespaces set, and the members checked against what its identity may
+/// declare. The one render of the operator's reconcile and of the plugin's `build` and `diff`.
+///
+/// The outer `Result` is I/O (discovery); the inner one is what the set declares.
+pub async fn render_set(
+    input: &RenderInput<'_>,
+    readers: &Readers<'_>,
+) -> Result<std::result::Result<Rendered, SetError>> {
+    let (parent, spec) = (input.parent, input.spec);
+    let read = async {
+        sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
+        let mut manifests = inline_manifests(spec)?;
+        let fetched = readers
+            .sources
+            .fetch_all(readers.client, parent, spec)
+            .await?;
+        for f in &fetched {
+            manifests.extend(f.manifests.iter().cloned());
+        }
+        decrypt(input, &readers.keys, &mut manifests).await?;
+        check_limits(&manifests, input.limits)?;
+        Ok::<_, SetError>((manifests, fetched))
+    };
+    let (manifests, fetched) = match read.await {
+        Ok(read) => read,
+        Err(e) => return Ok(Err(e)),
+    };
+    let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
+    Ok(
+        finish(input, manifests, served, &fetched).map(|set| Rendered {
+            set,
+            fetched,
+            assumed,
+        }),
+    )
+}
+
+/// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
+/// reading the keys only when a member needs them.
+async fn decrypt(
+    input: &RenderInput<'_>,
+    keys: &KeySource<'_>,
+    manifests: &mut [Manifest],
+) -> std::result::Result<(), DecryptionError> {
+    if !decryption::needs_keys(manifests) {
+        return Ok(());
+    }
+    let limits = crate::sops::Limits::default();
+    let Some(secret_ref) = decryption::secret_ref(input.spec) else {
+        return decryption::decrypt_members(manifests, None, &limits).map(|_| ());
+    };
+    let read;
+    let keys = match keys {
+        KeySource::Cluster { client } => {
+            read = decryption::read_keys(client, input.parent, input.identity, secret_ref).await?;
+            &read
+        }
+        KeySource::Local(Some(keys)) => *keys,
+        KeySource::Local(None) => return Err(DecryptionError::NoLocalKey),
+    };
+    let count = decryption::decrypt_members(manifests, Some(keys), &limits)?;
+    tracing::debug!(members = count, "decrypted");
+    Ok(())
+}
+
+/// The render's pure end: members from resolved kinds, the revision, the tenancy check.
+#[allow(clippy::result_large_err)]
+fn finish(
+    input: &RenderInput<'_>,
+    manifests: Vec<Manifest>,
+    served: HashMap<Gvk, Resolved>,
+    fetched: &[Fetched],
+) -> std::result::Result<DesiredSet, SetError> {
+    let mut set = render_resolved(input.parent, input.spec, manifests, served)?;
+    set.revision = sources::combined_revision(&set.revision, fetched);
+    let members = set.members.iter().map(|m| (&m.reference, m.namespaced));
+    tenancy::check_scope(input.parent, input.identity, input.tenancy, members)?;
+    Ok(set)
+}
+
+/// The kinds of `manifests` that need resolving, as `lookup` resolves them, and those assumed.
+async fn resolve_kinds(
+    lookup: &KindLookup<'_>,
+    manifests: &[Manifest],
+) -> Result<(HashMap<Gvk, Resolved>, Vec<Gvk>)> {
+    let wanted = kinds_to_resolve(manifests);
+    let mut assumed = Vec::new();
+    let served = match lookup {
+        KindLookup::Discovery { resolver, beside } => {
+            // Each distinct kind is resolved once, with at most one discovery refresh.
+            let mut served = resolver.resolve_all(&wanted).await?;
+            for k in &wanted {
+                if !served.contains_key(k)
+                    && let Some(r) = beside(k)
+                {
+                    served.insert(k.clone(), r);
+                }
+            }
+            served
+        }
+        KindLookup::Offline { known, assume } => wanted
+            .iter()
+            .map(|k| {
+                let r = known(k).unwrap_or_else(|| {
+                    assumed.push(k.clone());
+                    assume(k)
+                });
+                (k.clone(), r)
+            })
+            .collect(),
+    };
+    Ok((served, assumed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,7 +695,9 @@ mod tests {
         };
         assert_eq!(check_limits(&manifests(3), &limits), Ok(()));
         assert_eq!(check_limits(&[], &limits), Ok(()));
-        let err = check_limits(&manifests(4), &limits).expect_err("too many");
+        let err = check_limits(&manifests(4), &limits)
+            .expect_err("too many")
+            .to_string();
         assert!(err.contains("declares 4 members"), "{err}");
         assert!(err.contains("--max-members-per-set"), "{err}");
         assert_eq!(SetLimits::default().max_members, 10_000);
@@ -411,13 +715,17 @@ mod tests {
             check_limits(&all, &limits(3 * one.nodes, 3 * one.bytes)),
             Ok(())
         );
-        let err = check_limits(&all, &limits(3 * one.nodes - 1, 1 << 20)).expect_err("nodes");
+        let err = check_limits(&all, &limits(3 * one.nodes - 1, 1 << 20))
+            .expect_err("nodes")
+            .to_string();
         assert!(
             err.starts_with("git https://example.com/r.git@main file all.yaml, document 3"),
             "{err}"
         );
         assert!(err.contains("--max-yaml-nodes-per-set"), "{err}");
-        let err = check_limits(&all, &limits(1000, 2 * one.bytes)).expect_err("bytes");
+        let err = check_limits(&all, &limits(1000, 2 * one.bytes))
+            .expect_err("bytes")
+            .to_string();
         assert!(err.contains("document 3"), "{err}");
         assert!(err.contains("--max-yaml-mib-per-set"), "{err}");
     }

@@ -55,15 +55,63 @@ pub struct Defaults {
     pub allow_cross_namespace: bool,
 }
 
+/// Why a set's identity or declared scope is refused (the reconcile reports it as
+/// ValidationFailed).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TenancyError {
+    /// A `--cluster-default-service-account` value that is not `NAMESPACE/NAME`.
+    #[error("{0:?} is not NAMESPACE/NAME (e.g. flux-system/deployer)")]
+    NotNamespacedName(String),
+    /// The ServiceAccount named is not a valid object name.
+    #[error(
+        "{namespace:?}/{name:?} is not a valid ServiceAccount (lowercase letters, digits, '-' and '.')"
+    )]
+    InvalidServiceAccount { namespace: String, name: String },
+    /// `spec.serviceAccountNamespace` on an ApplySet.
+    #[error(
+        "spec.serviceAccountNamespace is for a ClusterApplySet only: an ApplySet's ServiceAccount is in the ApplySet's own namespace"
+    )]
+    NamespaceOnApplySet,
+    /// A ClusterApplySet naming half a ServiceAccount.
+    #[error(
+        "spec.serviceAccountName and spec.serviceAccountNamespace go together: set both or neither"
+    )]
+    HalfServiceAccount,
+    /// A member outside the ApplySet's namespace while it acts as the operator.
+    #[error(
+        "{member} {}, outside the ApplySet's namespace {own}; an ApplySet that acts with the operator's own identity may only declare namespaced members in its own namespace. Set spec.serviceAccountName to a ServiceAccount allowed to manage it, use a ClusterApplySet, or run the operator with --allow-cross-namespace-sets",
+        .outside
+    )]
+    OutsideNamespace {
+        member: Box<MemberRef>,
+        outside: Outside,
+        own: String,
+    },
+}
+
+/// Where a member lies outside its ApplySet's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outside {
+    ClusterScoped,
+    Namespace(String),
+}
+
+impl fmt::Display for Outside {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outside::ClusterScoped => f.write_str("is cluster-scoped"),
+            Outside::Namespace(ns) => write!(f, "is in namespace {ns}"),
+        }
+    }
+}
+
 /// Parses `NAMESPACE/NAME` (the `--cluster-default-service-account` value).
-pub fn parse_namespaced_name(value: &str) -> Result<(String, String), String> {
+pub fn parse_namespaced_name(value: &str) -> Result<(String, String), TenancyError> {
     match value.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_string(), name.to_string()))
         }
-        _ => Err(format!(
-            "{value:?} is not NAMESPACE/NAME (e.g. flux-system/deployer)"
-        )),
+        _ => Err(TenancyError::NotNamespacedName(value.to_string())),
     }
 }
 
@@ -87,14 +135,15 @@ pub fn identity(
     parent: &ParentRef,
     spec: &ApplySetSpec,
     defaults: &Defaults,
-) -> Result<Identity, String> {
+) -> Result<Identity, TenancyError> {
     let id = identity_named(parent, spec, defaults)?;
     if let Identity::ServiceAccount { namespace, name } = &id
         && !(is_dns_subdomain(namespace) && is_dns_subdomain(name))
     {
-        return Err(format!(
-            "{namespace:?}/{name:?} is not a valid ServiceAccount (lowercase letters, digits, '-' and '.')"
-        ));
+        return Err(TenancyError::InvalidServiceAccount {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        });
     }
     Ok(id)
 }
@@ -103,7 +152,7 @@ fn identity_named(
     parent: &ParentRef,
     spec: &ApplySetSpec,
     defaults: &Defaults,
-) -> Result<Identity, String> {
+) -> Result<Identity, TenancyError> {
     let sa = |namespace: &str, name: &str| Identity::ServiceAccount {
         namespace: namespace.to_string(),
         name: name.to_string(),
@@ -114,7 +163,7 @@ fn identity_named(
         ParentKind::ApplySet => {
             let own = parent.namespace.as_deref().unwrap_or_default();
             if namespace.is_some() {
-                return Err("spec.serviceAccountNamespace is for a ClusterApplySet only: an ApplySet's ServiceAccount is in the ApplySet's own namespace".into());
+                return Err(TenancyError::NamespaceOnApplySet);
             }
             Ok(match (name, defaults.namespaced.as_deref()) {
                 (Some(n), _) | (None, Some(n)) => sa(own, n),
@@ -125,7 +174,7 @@ fn identity_named(
             (Some(ns), Some(n), _) => Ok(sa(ns, n)),
             (None, None, Some((ns, n))) => Ok(sa(ns, n)),
             (None, None, None) => Ok(Identity::Operator),
-            _ => Err("spec.serviceAccountName and spec.serviceAccountNamespace go together: set both or neither".into()),
+            _ => Err(TenancyError::HalfServiceAccount),
         },
     }
 }
@@ -139,7 +188,7 @@ pub fn check_scope<'a>(
     identity: &Identity,
     defaults: &Defaults,
     members: impl IntoIterator<Item = (&'a MemberRef, bool)>,
-) -> Result<(), String> {
+) -> Result<(), TenancyError> {
     if *identity != Identity::Operator
         || parent.kind != ParentKind::ApplySet
         || defaults.allow_cross_namespace
@@ -149,17 +198,19 @@ pub fn check_scope<'a>(
     let own = parent.namespace.as_deref().unwrap_or_default();
     for (member, namespaced) in members {
         let outside = if !namespaced {
-            Some("is cluster-scoped".to_string())
+            Some(Outside::ClusterScoped)
         } else {
             match member.namespace.as_deref() {
-                Some(ns) if ns != own => Some(format!("is in namespace {ns}")),
+                Some(ns) if ns != own => Some(Outside::Namespace(ns.to_string())),
                 _ => None,
             }
         };
-        if let Some(why) = outside {
-            return Err(format!(
-                "{member} {why}, outside the ApplySet's namespace {own}; an ApplySet that acts with the operator's own identity may only declare namespaced members in its own namespace. Set spec.serviceAccountName to a ServiceAccount allowed to manage it, use a ClusterApplySet, or run the operator with --allow-cross-namespace-sets"
-            ));
+        if let Some(outside) = outside {
+            return Err(TenancyError::OutsideNamespace {
+                member: Box::new(member.clone()),
+                outside,
+                own: own.to_string(),
+            });
         }
     }
     Ok(())
@@ -239,12 +290,12 @@ mod tests {
         );
         for half in [spec(Some("admin"), None), spec(None, Some("ops"))] {
             let e = identity(&c, &half, &Defaults::default()).expect_err("half a name");
-            assert!(e.contains("both or neither"), "{e}");
+            assert!(e.to_string().contains("both or neither"), "{e}");
         }
         let p = ParentRef::applyset("team-a", "web");
         let e = identity(&p, &spec(Some("ci"), Some("other")), &Defaults::default())
             .expect_err("namespace on an ApplySet");
-        assert!(e.contains("ClusterApplySet only"), "{e}");
+        assert!(e.to_string().contains("ClusterApplySet only"), "{e}");
     }
 
     #[test]
@@ -261,7 +312,10 @@ mod tests {
         ] {
             let e = identity(&p, &spec(Some(bad), None), &Defaults::default())
                 .expect_err("an invalid name");
-            assert!(e.contains("not a valid ServiceAccount"), "{bad:?}: {e}");
+            assert!(
+                e.to_string().contains("not a valid ServiceAccount"),
+                "{bad:?}: {e}"
+            );
         }
         assert!(is_dns_subdomain("applyset-deployer"));
         assert!(is_dns_subdomain("a.b-c1"));
@@ -311,12 +365,18 @@ mod tests {
         );
         let e = check_scope(&p, &Identity::Operator, &d, [(&own, true), (&other, true)])
             .expect_err("another namespace");
-        assert!(e.contains("is in namespace team-b"), "{e}");
-        assert!(e.contains("serviceAccountName"), "names the ways out: {e}");
-        assert!(e.contains("--allow-cross-namespace-sets"), "{e}");
+        assert!(e.to_string().contains("is in namespace team-b"), "{e}");
+        assert!(
+            e.to_string().contains("serviceAccountName"),
+            "names the ways out: {e}"
+        );
+        assert!(
+            e.to_string().contains("--allow-cross-namespace-sets"),
+            "{e}"
+        );
         let e = check_scope(&p, &Identity::Operator, &d, [(&binding, false)])
             .expect_err("cluster-scoped");
-        assert!(e.contains("is cluster-scoped"), "{e}");
+        assert!(e.to_string().contains("is cluster-scoped"), "{e}");
     }
 
     #[test]

@@ -400,6 +400,122 @@ async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
 }
 
+/// `kubectl applyset diff` and Plan mode run one plan (the library's `engine::plan`): on a set
+/// that adds a member (c), changes one (a), prunes one (gone) and refuses one (b: another
+/// field manager owns the field it sets), both refuse b with the same message; once b no
+/// longer conflicts, Plan mode's lists are exactly the diff's creations, changes and prunes.
+#[tokio::test]
+async fn diff_and_plan_mode_agree() {
+    let h = Harness::new("cli-agree").await;
+    let _op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("app");
+    set.create(json!({"manifests": [
+        configmap("a", json!({"k": "a"})),
+        configmap("b", json!({"k": "b"})),
+        configmap("gone", json!({"k": "g"})),
+    ]}))
+    .await;
+    set.wait_ready().await;
+    dyn_api(&h.client, &configmap_ar(), Some(ns))
+        .patch(
+            "b",
+            &PatchParams::apply("someone-else").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "theirs"}})),
+        )
+        .await
+        .expect("another manager takes b's field");
+    let dir = scratch("cli-agree");
+    let file = dir.join(format!("{ns}.yaml"));
+    let path = file.to_str().expect("path");
+    let with_b = |b: Value| {
+        json!({"mode": "Plan", "manifests": [
+            configmap("a", json!({"k": "changed"})),
+            configmap("b", b),
+            configmap("c", json!({"k": "c"})),
+        ]})
+    };
+
+    // b refused: the diff's conflict line is Plan mode's reason and message.
+    let refusing = with_b(json!({"k": "ours"}));
+    write_set(&file, &set, &refusing);
+    let out = on_cluster(&["diff", "-f", path]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 to create, 1 to change, 1 to prune, 1 conflicts, 0 unchanged"),
+        "{}",
+        shown(&out)
+    );
+    let conflict = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# conflict "))
+        .unwrap_or_else(|| panic!("no conflict line: {}", shown(&out)))
+        .to_string();
+    assert!(
+        conflict.starts_with(&format!("ConfigMap {ns}/b: ")),
+        "{conflict}"
+    );
+    set.patch_spec(refusing).await;
+    let st = set.wait_ready_reason(Some("False"), "Conflict").await;
+    let ready = condition(&st, "Ready").expect("Ready");
+    assert!(
+        ready.message.contains(&conflict),
+        "Plan mode: {}\ndiff: {conflict}",
+        ready.message
+    );
+
+    // b as the other manager has it: no conflict; the same plan both ways.
+    let agreeing = with_b(json!({"k": "theirs"}));
+    write_set(&file, &set, &agreeing);
+    let out = on_cluster(&["diff", "-f", path]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 to create, 1 to change, 1 to prune, 0 conflicts, 1 unchanged"),
+        "{}",
+        shown(&out)
+    );
+    set.patch_spec(agreeing).await;
+    let st = set.wait_ready_reason(None, "PlanReady").await;
+    let plan = st.plan.clone().expect("status.plan");
+    let named = |list: &[applyset_operator::api::MemberRef]| -> Vec<String> {
+        list.iter().map(|m| m.name.clone()).collect()
+    };
+    assert_eq!(named(&plan.create), ["c"], "{}", status_json(&st));
+    assert_eq!(named(&plan.update), ["a"], "{}", status_json(&st));
+    assert_eq!(named(&plan.prune), ["gone"], "{}", status_json(&st));
+    assert_eq!(plan.unchanged, 1, "{}", status_json(&st));
+    for (name, old, new) in [
+        (
+            "c",
+            "/dev/null".to_string(),
+            format!("merged/v1.ConfigMap.{ns}.c"),
+        ),
+        (
+            "a",
+            format!("live/v1.ConfigMap.{ns}.a"),
+            format!("merged/v1.ConfigMap.{ns}.a"),
+        ),
+        (
+            "gone",
+            format!("live/v1.ConfigMap.{ns}.gone"),
+            "/dev/null".to_string(),
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("--- {old}\n+++ {new}\n")),
+            "{name}: {}",
+            shown(&out)
+        );
+    }
+    // Neither wrote anything.
+    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
+    assert_eq!(a.data["data"]["k"], "a");
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
+    assert!(exists(&h.client, &configmap_ar(), Some(ns), "gone").await);
+}
+
 /// The operator echoes the reconcile request it handled in status.lastHandledReconcileAt;
 /// `reconcile` waits for that echo and reports the outcome (exit 1 when suspended: not
 /// Ready); `suspend` and `resume` set spec.suspend.

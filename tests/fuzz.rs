@@ -315,11 +315,11 @@ proptest! {
     #[test]
     fn archive_reading_never_panics_on_any_bytes(data in prop::collection::vec(any::<u8>(), 0..2048)) {
         if let Err(e) = archive::read_tar_gz(&data, "", &small_limits()) {
-            prop_assert!(!e.is_empty());
+            prop_assert!(!e.to_string().is_empty());
         }
         // The same bytes gzipped: a stream that decompresses, to anything.
         if let Err(e) = archive::read_tar_gz(&gzip(&data), "", &small_limits()) {
-            prop_assert!(!e.is_empty());
+            prop_assert!(!e.to_string().is_empty());
         }
     }
 
@@ -331,7 +331,7 @@ proptest! {
             0..12),
     ) {
         let bundle = tar_gz(&entries);
-        match archive::read_tar_gz(&bundle, "", &small_limits()) {
+        match archive::read_tar_gz(&bundle, "", &small_limits()).map_err(|e| e.to_string()) {
             Ok(files) => {
                 for f in &files {
                     prop_assert!(archive::clean_relative(&f.path).as_deref() == Some(f.path.as_str()), "{}", f.path);
@@ -348,7 +348,7 @@ proptest! {
         let mut tar = vec![0u8; megabytes << 20];
         tar[0] = b'a';
         let bundle = gzip(&tar);
-        let e = archive::read_tar_gz(&bundle, "", &small_limits()).expect_err("refused");
+        let e = archive::read_tar_gz(&bundle, "", &small_limits()).expect_err("refused").to_string();
         prop_assert!(e.contains("decompresses to more than") || e.contains("archive"), "{}", e);
     }
 }

@@ -10,7 +10,7 @@ use super::{
     report::{self, Report},
 };
 use crate::{
-    Error, Result,
+    Error, PruneError, Result,
     api::DeletionPolicy,
     dependencies::Waiting,
     engine::{
@@ -103,7 +103,7 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
     // case the annotations were replaced or edited).
     let recorded = parent::recorded(obj.meta(), &ctx.resolver)
         .await?
-        .map_err(|e| Error::Prune(format!("its ApplySet annotations are malformed ({e})")))?
+        .map_err(|e| Error::Prune(PruneError::MalformedRecord(e.to_string())))?
         .union(&parent::last_applied(obj.status()));
     // Nothing is declared any more: every recorded member is a candidate.
     let extent = Extent::new(
@@ -138,7 +138,7 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         })
         .collect();
     if !problems.is_empty() {
-        return Err(Error::Prune(problems.join("; ")));
+        return Err(Error::Prune(PruneError::Incomplete(problems)));
     }
     tracing::info!(
         pruned = summary.pruned,

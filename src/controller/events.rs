@@ -107,37 +107,7 @@ impl Events {
                     .await
                     .map(|_| (name, namespace, count))
             }
-            None => {
-                let namespace = regarding
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".to_string());
-                let name = format!(
-                    "{}.{:x}",
-                    regarding.name.as_deref().unwrap_or(&self.controller),
-                    now.as_nanosecond()
-                );
-                let event = Event {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    action: Some(action.to_string()),
-                    reason: Some(reason.to_string()),
-                    note: Some(note.to_string()),
-                    type_: Some(type_.to_string()),
-                    event_time: Some(MicroTime(now)),
-                    regarding: Some(regarding.clone()),
-                    reporting_controller: Some(self.controller.clone()),
-                    reporting_instance: Some(self.instance.clone()),
-                    ..Event::default()
-                };
-                Api::<Event>::namespaced(self.client.clone(), &namespace)
-                    .create(&PostParams::default(), &event)
-                    .await
-                    .map(|_| (name, namespace, 1))
-            }
+            None => self.create(regarding, &key, now).await,
         };
         let (name, namespace, count) = stored?;
         if let Ok(mut published) = self.published.lock() {
@@ -152,6 +122,44 @@ impl Events {
             );
         }
         Ok(())
+    }
+
+    /// Creates a new event for `key` about `regarding`; returns its name, namespace and count.
+    async fn create(
+        &self,
+        regarding: &ObjectReference,
+        key: &Key,
+        now: Timestamp,
+    ) -> Result<(String, String, i32), kube::Error> {
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let name = format!(
+            "{}.{:x}",
+            regarding.name.as_deref().unwrap_or(&self.controller),
+            now.as_nanosecond()
+        );
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            action: Some(key.action.clone()),
+            reason: Some(key.reason.clone()),
+            note: Some(key.note.clone()),
+            type_: Some(key.type_.to_string()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Event::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await
+            .map(|_| (name, namespace, 1))
     }
 
     /// The earlier event `key` repeats (its name, namespace and the count this one makes),

@@ -19,13 +19,21 @@ use kube::{
 };
 use serde_json::json;
 
-use super::Context;
+use super::{
+    Context,
+    report::{Report, Step, Stop},
+};
 use crate::{
-    api::{ApplySet, ApplySetStatus, ClusterApplySet, HealthStatus, NotCurrentObject},
+    api::{
+        ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet, HealthStatus, MemberRef,
+        NotCurrentObject,
+    },
     applyset::{ParentKind, ParentRef},
+    engine::{SetScope, plan::Desired},
     health::{self, Status},
-    members::SetHealth,
-    status::{self, HEALTHY},
+    members::{CheckTarget, SetHealth},
+    status::{self, HEALTHY, Reason},
+    tenancy,
 };
 
 /// The field manager of the `Healthy` condition and `status.health` (the reconcile's status
@@ -205,7 +213,7 @@ impl Reporter {
 
     /// Decides a reconcile's wait for `id` at generation and revision `key`, given its
     /// health's status: a wait starts at the first undecided look and lasts `timeout`.
-    pub fn decide(
+    pub fn wait_verdict(
         &self,
         id: &str,
         key: (Option<i64>, String),
@@ -364,6 +372,193 @@ async fn patch(ctx: &Context, parent: &ParentRef, mut body: serde_json::Value) -
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// The reconcile's reading of its set's health (its wait, step 7, and spec.healthChecks).
+
+/// How long a reconcile waits for its objects to be observed by the watches (a kind whose
+/// watch has just started lists first; a version just applied arrives a moment after the
+/// apply's answer) before deciding on what it has.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// How often a set waiting for members the operator cannot watch reads them again.
+pub(super) const POLL_UNWATCHED: Duration = Duration::from_secs(10);
+
+/// The set's health once its objects are observed (waiting at most [`SETTLE`] for the
+/// watches); members of kinds whose watch has not listed by then (the operator may not watch
+/// them cluster-wide: a namespaced install) are read with GETs as the set's identity, and
+/// `true` says so (they are read again while the set waits). `None`: not tracked.
+pub(super) async fn observed_health(
+    ctx: &Context,
+    scope: &SetScope,
+    desired: &Desired,
+) -> Option<(crate::members::SetHealth, bool)> {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut changes = ctx.members.changes();
+    let mut health = ctx.members.health(&scope.id)?;
+    while health.unobserved > 0 {
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => health = ctx.members.health(&scope.id)?,
+            _ => break,
+        }
+    }
+    // Read afresh every time (what an earlier reconcile read is stale by now).
+    let unwatched = ctx.members.unwatched(&scope.id);
+    if unwatched.is_empty() {
+        return Some((health, false));
+    }
+    let targets: Vec<(MemberRef, kube::discovery::ApiResource)> = desired
+        .set
+        .members
+        .iter()
+        .filter(|m| unwatched.contains(&m.reference))
+        .map(|m| (m.reference.clone(), m.resource.clone()))
+        .collect();
+    let fetched = read_healths(scope.client.clone(), targets, scope.concurrency).await;
+    ctx.members.fetched(&scope.id, fetched);
+    Some((ctx.members.health(&scope.id)?, true))
+}
+
+/// The health of each member read with a GET by `client` (the set's identity), `concurrency`
+/// at a time.
+async fn read_healths(
+    client: kube::Client,
+    targets: Vec<(MemberRef, kube::discovery::ApiResource)>,
+    concurrency: usize,
+) -> Vec<(MemberRef, crate::health::Health)> {
+    use crate::health::{Health, Status};
+    use futures::StreamExt;
+    futures::stream::iter(targets)
+        .map(move |(r, resource)| {
+            let api: Api<kube::core::DynamicObject> =
+                crate::discovery::api_in(&client, r.namespace.as_deref(), &resource);
+            async move {
+                let h = match api.get_opt(&r.name).await {
+                    Ok(Some(o)) => crate::members::health_of(&o, &r.group, &r.kind),
+                    Ok(None) => Health::not_found(),
+                    Err(e) => Health::new(Status::Unknown, format!("cannot be read: {e}")),
+                };
+                (r, h)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
+}
+
+/// Step 1b, the objects of spec.healthChecks, resolved before anything is written: each kind
+/// served, each object within the set's scope (as a member would be) and readable by the
+/// set's identity — otherwise ValidationFailed, naming the entry, and the set's health is no
+/// longer kept. A failure of the API itself is retried (ApplyFailed).
+pub(super) async fn health_checks(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+) -> Step<Vec<CheckTarget>> {
+    let resolved = resolve_checks(ctx, scope, spec).await;
+    if let Err(Stop::Report(_)) = &resolved {
+        ctx.members.untrack(&scope.id);
+        ctx.health.forget(&scope.id);
+    }
+    resolved
+}
+
+/// Most entries spec.healthChecks may have (the CRD says so too).
+const MAX_HEALTH_CHECKS: usize = 64;
+
+async fn resolve_checks(
+    ctx: &Context,
+    scope: &SetScope,
+    spec: &ApplySetSpec,
+) -> Step<Vec<CheckTarget>> {
+    let parent = &scope.parent;
+    if spec.health_checks.is_empty() {
+        return Ok(Vec::new());
+    }
+    if spec.health_checks.len() > MAX_HEALTH_CHECKS {
+        let msg = format!(
+            "{parent}: spec.healthChecks has {} entries, more than the {MAX_HEALTH_CHECKS} allowed",
+            spec.health_checks.len()
+        );
+        return Err(Report::failed(Reason::ValidationFailed, msg).into());
+    }
+    let invalid = |i: usize, why: String| {
+        Stop::from(Report {
+            retry: true,
+            ..Report::failed(
+                Reason::ValidationFailed,
+                format!("{parent}: spec.healthChecks[{i}]: {why}"),
+            )
+        })
+    };
+    let gvks: Vec<(String, String, String)> = spec
+        .health_checks
+        .iter()
+        .map(|c| {
+            let (group, version) = match c.api_version.split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (String::new(), c.api_version.clone()),
+            };
+            (group, version, c.kind.clone())
+        })
+        .collect();
+    let resolved = ctx.resolver.resolve_all(&gvks).await?;
+    let mut targets = Vec::with_capacity(gvks.len());
+    for (i, (c, gvk)) in spec.health_checks.iter().zip(&gvks).enumerate() {
+        let Some(r) = resolved.get(gvk) else {
+            let why = format!("{} {} is not served by the cluster", c.api_version, c.kind);
+            return Err(invalid(i, why));
+        };
+        let namespace = match (r.namespaced, &c.namespace, &parent.namespace) {
+            (false, _, _) => None,
+            (true, Some(ns), _) | (true, None, Some(ns)) => Some(ns.clone()),
+            (true, None, None) => {
+                let why = format!("{} is namespaced: name its namespace", c.kind);
+                return Err(invalid(i, why));
+            }
+        };
+        let reference = MemberRef {
+            group: gvk.0.clone(),
+            kind: c.kind.clone(),
+            namespace,
+            name: c.name.clone(),
+        };
+        tenancy::check_scope(
+            parent,
+            &scope.identity,
+            &ctx.config.tenancy,
+            [(&reference, r.namespaced)],
+        )
+        .map_err(|e| invalid(i, e.to_string()))?;
+        if let Some(why) = readable(scope, &reference, &r.resource).await? {
+            return Err(invalid(i, why));
+        }
+        targets.push(CheckTarget {
+            reference,
+            resource: r.resource.clone(),
+        });
+    }
+    Ok(targets)
+}
+
+/// Why the set's identity may not get `reference` (its health is the set's to know only if
+/// it may), if so. An object that does not exist is readable (it is reported NotFound).
+async fn readable(
+    scope: &SetScope,
+    reference: &MemberRef,
+    resource: &kube::discovery::ApiResource,
+) -> Step<Option<String>> {
+    let api: Api<kube::core::DynamicObject> =
+        crate::discovery::api_in(&scope.client, reference.namespace.as_deref(), resource);
+    match api.get_metadata_opt(&reference.name).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Ok(Some(format!(
+            "{} may not get {reference}; grant it get on {} or remove the check",
+            scope.identity, resource.plural
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,21 +618,24 @@ mod tests {
         let t = Duration::from_secs(3600);
         let key = |g| (Some(g), "rev".to_string());
         assert!(
-            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+            matches!(r.wait_verdict("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d == t)
         );
         assert!(r.is_waiting("a"));
         assert!(
-            matches!(r.decide("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d < t)
+            matches!(r.wait_verdict("a", key(1), Status::InProgress, t), Verdict::Waiting(d) if d < t)
         );
         // A new generation waits anew.
         assert!(
-            matches!(r.decide("a", key(2), Status::InProgress, t), Verdict::Waiting(d) if d == t)
+            matches!(r.wait_verdict("a", key(2), Status::InProgress, t), Verdict::Waiting(d) if d == t)
         );
         // A decisive look ends the wait; the next undecided one starts a new one.
-        assert_eq!(r.decide("a", key(2), Status::Current, t), Verdict::Current);
+        assert_eq!(
+            r.wait_verdict("a", key(2), Status::Current, t),
+            Verdict::Current
+        );
         assert!(!r.is_waiting("a"));
         assert_eq!(
-            r.decide("a", key(2), Status::InProgress, Duration::ZERO),
+            r.wait_verdict("a", key(2), Status::InProgress, Duration::ZERO),
             Verdict::TimedOut(Duration::ZERO)
         );
         assert!(!r.is_waiting("a"));

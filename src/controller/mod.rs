@@ -369,31 +369,19 @@ fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
     Some(h.finish())
 }
 
-async fn run_controller<P: Parent>(
-    ctx: Arc<Context>,
-    mut shutdown: watch::Receiver<bool>,
-    ready: Arc<Readiness>,
-    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
-) {
+/// The watch of parents of kind `P` (in the watch namespace, with the label selector),
+/// reflected into `writer`'s store; what the controller reconciles.
+fn parent_stream<P: Parent>(
+    ctx: &Arc<Context>,
+    writer: reflector::store::Writer<P>,
+) -> impl futures::Stream<Item = std::result::Result<P, watcher::Error>> + Send + use<P> {
     let api = P::api(ctx.client.clone(), ctx.config.watch_namespace.as_deref());
     let mut wc = watcher::Config::default().any_semantic();
     if let Some(sel) = &ctx.config.label_selector {
         wc = wc.labels(sel);
     }
-    let (reader, writer) = reflector::store();
-    ctx.dependencies.use_store(reader.clone());
-    let synced = {
-        let reader = reader.clone();
-        let ready = ready.clone();
-        async move {
-            if reader.wait_until_ready().await.is_ok() {
-                ready.mark(P::KIND);
-                tracing::info!(kind = P::KIND.kind(), "cache synced");
-            }
-        }
-    };
     let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
-    let stream = watcher(api, wc)
+    watcher(api, wc)
         .backoff(crate::watch::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
@@ -422,7 +410,28 @@ async fn run_controller<P: Parent>(
             if let Ok(o) = o {
                 queued.triggered(P::KIND.kind(), &o.parent_ref().to_string());
             }
-        });
+        })
+}
+
+async fn run_controller<P: Parent>(
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    ready: Arc<Readiness>,
+    drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
+) {
+    let (reader, writer) = reflector::store();
+    ctx.dependencies.use_store(reader.clone());
+    let synced = {
+        let reader = reader.clone();
+        let ready = ready.clone();
+        async move {
+            if reader.wait_until_ready().await.is_ok() {
+                ready.mark(P::KIND);
+                tracing::info!(kind = P::KIND.kind(), "cache synced");
+            }
+        }
+    };
+    let stream = parent_stream::<P>(&ctx, writer);
     let (queued, known) = (ctx.metrics.clone(), reader.clone());
     // Drift of a parent already gone (its members deleted by its own cleanup) starts no
     // reconcile: it does not count as queued.
@@ -592,11 +601,14 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 /// cleans up behind the finalizer.
 async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
     let parent = obj.parent_ref();
-    let scope = tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy).and_then(|id| {
-        let who = id.to_string();
-        ctx.scope(parent.clone(), id)
-            .ok_or_else(|| format!("{who} cannot be impersonated (not a valid user name)"))
-    });
+    let scope = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
+        Err(e) => Err(e.to_string()),
+        Ok(id) => {
+            let who = id.to_string();
+            ctx.scope(parent.clone(), id)
+                .ok_or_else(|| format!("{who} cannot be impersonated (not a valid user name)"))
+        }
+    };
     let scope = match scope {
         Ok(scope) => scope,
         Err(e) => {
@@ -618,7 +630,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
     // in its first reconcile.
     if !deleting {
-        return reconcile::apply(obj, ctx, &scope).await;
+        return reconcile::reconcile_set(obj, ctx, &scope).await;
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being
     // deleted too delete theirs.
@@ -632,7 +644,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
-            Finalizer::Apply(obj) => reconcile::apply(obj, ctx, &scope).await,
+            Finalizer::Apply(obj) => reconcile::reconcile_set(obj, ctx, &scope).await,
             Finalizer::Cleanup(obj) => cleanup::cleanup(obj, ctx, &scope).await,
         }
     })

@@ -92,7 +92,9 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
             Outcome::Owned { message } => owned.push(message.as_str()),
             Outcome::AdoptionRefused { message } => refused.push(message.as_str()),
             Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
-            Outcome::Failed { message } => failed.push(message.as_str()),
+            Outcome::Forbidden { message } | Outcome::Failed { message } => {
+                failed.push(message.as_str())
+            }
             _ => {}
         }
     }
@@ -665,6 +667,33 @@ pub fn progressing(previous: &ApplySetStatus, generation: Option<i64>, id: &str)
     next.applyset_id = Some(id.to_string());
     next
 }
+
+/// Why a reconcile stops before its end: a report to write, or an error of the operator's
+/// own I/O (reported as ApplyFailed and retried).
+pub(super) enum Stop {
+    Report(Box<Report>),
+    Error(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Error(e)
+    }
+}
+
+impl From<kube::Error> for Stop {
+    fn from(e: kube::Error) -> Self {
+        Stop::Error(e.into())
+    }
+}
+
+impl From<Report> for Stop {
+    fn from(r: Report) -> Self {
+        Stop::Report(Box::new(r))
+    }
+}
+
+pub(super) type Step<T> = std::result::Result<T, Stop>;
 
 #[cfg(test)]
 mod tests {

@@ -152,10 +152,7 @@ async fn list_names(
 }
 
 fn metadata_api(scope: &SetScope, m: &Member) -> Api<PartialObjectMeta<DynamicObject>> {
-    match &m.reference.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &m.resource),
-        None => Api::all_with(scope.client.clone(), &m.resource),
-    }
+    crate::discovery::api_in(&scope.client, m.reference.namespace.as_deref(), &m.resource)
 }
 
 /// Why a member could not be looked at: the forbidden read, by whom.

@@ -16,14 +16,13 @@ use kube::{
     Api,
     api::{DeleteParams, DynamicObject, Patch, PatchParams},
     core::Status,
-    discovery::Scope,
 };
 use serde_json::Value;
 
 use super::{
     SetScope, adopt,
     live::{LiveObject, label_owned_by},
-    outcome::{MemberResult, Outcome},
+    outcome::{MemberResult, Outcome, Preview},
 };
 use crate::{
     api::MemberRef,
@@ -49,6 +48,9 @@ pub struct Options<'a> {
     pub lookup: &'a adopt::Lookup,
     /// `spec.adoptExisting`: every unlabelled member may be taken over.
     pub adopt_existing: bool,
+    /// With `dry_run`: keep what the dry-run showed of each member that would change
+    /// ([`MemberResult::preview`]; one more GET each), for `kubectl applyset diff`.
+    pub preview: bool,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -65,8 +67,13 @@ pub async fn apply_staged(
             .map(|i| {
                 let m = staged[i];
                 async move {
-                    let (outcome, uid) = apply_one(scope, m, opts).await;
-                    MemberResult::new(m.reference.clone(), outcome).with_uid(uid)
+                    let (outcome, answer) = apply_one(scope, m, opts).await;
+                    let uid = answer.as_ref().and_then(|a| a.uid.clone());
+                    let mut result = MemberResult::new(m.reference.clone(), outcome).with_uid(uid);
+                    if opts.preview && opts.dry_run && result.outcome.is_applied() {
+                        preview(scope, m, answer, &mut result).await;
+                    }
+                    result
                 }
             })
             .buffer_unordered(scope.concurrency)
@@ -100,35 +107,61 @@ pub fn body(member: &Member, id: &str) -> Value {
 }
 
 fn member_api(scope: &SetScope, member: &Member) -> Api<DynamicObject> {
-    let kind_scope = if member.namespaced {
-        Scope::Namespaced
-    } else {
-        Scope::Cluster
-    };
-    let api = Api::dynamic(scope.client.clone(), &member.resource, &kind_scope);
-    match &member.reference.namespace {
-        Some(ns) => api.constrain(ns),
-        None => api,
+    let namespace = member.reference.namespace.as_deref();
+    crate::discovery::api_in(&scope.client, namespace, &member.resource)
+}
+
+/// What a dry-run would change of `member` (its live object, read now, and the server's
+/// answer, or the body when the dry-run could not run because the set creates the member's
+/// namespace or CRD), kept in `result`; an unchanged member shows nothing.
+async fn preview(
+    scope: &SetScope,
+    member: &Member,
+    answer: Option<Answer>,
+    result: &mut MemberResult,
+) {
+    if result.outcome == Outcome::Unchanged {
+        return;
+    }
+    let after = answer
+        .and_then(|a| a.object)
+        .unwrap_or_else(|| body(member, &scope.id));
+    match member_api(scope, member)
+        .get_opt(&member.reference.name)
+        .await
+    {
+        Ok(live) => {
+            let before = live.and_then(|o| serde_json::to_value(o).ok());
+            result.preview = Some(Box::new(Preview { before, after }));
+        }
+        Err(e) => {
+            let message = format!(
+                "{}: reading the live object for the plan: {e}",
+                member.reference
+            );
+            result.outcome = Outcome::Failed { message };
+        }
     }
 }
 
 /// Applies one member unless the watches know it unchanged; records a success there.
-/// Returns the outcome and the object's UID where known.
+/// Returns the outcome and, where known, the server's answer (its UID at least).
 async fn apply_one(
     scope: &SetScope,
     member: &Member,
     opts: &Options<'_>,
-) -> (Outcome, Option<String>) {
+) -> (Outcome, Option<Answer>) {
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
     let hash = crate::members::body_hash(&body);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
-        return (Outcome::Unchanged, Some(uid));
+        return (Outcome::Unchanged, Some(Answer::uid(uid)));
     }
     if let Some(why) = opts.lookup.unknown.get(&member.reference) {
+        // The lookup could not look at it: its identity may not get or list the kind.
         let message = format!("{}: {why}; not applied", member.reference);
-        return (Outcome::Failed { message }, None);
+        return (Outcome::Forbidden { message }, None);
     }
     let adopting = opts.lookup.unlabelled.contains(&member.reference);
     if adopting && !(opts.adopt_existing || member.adopt) {
@@ -143,25 +176,25 @@ async fn apply_one(
     if adopting && outcome.is_applied() {
         outcome = Outcome::Adopted;
     }
-    let uid = answer.as_ref().and_then(|a| a.uid.clone());
     if let (
         Some(applying),
         Some(Answer {
             rv: Some(rv),
             uid: Some(uid),
             shape,
+            ..
         }),
-    ) = (applying, answer)
+    ) = (applying, &answer)
         && outcome.is_applied()
     {
         applying.record(Applied {
             hash,
-            rv,
-            uid,
-            shape,
+            rv: rv.clone(),
+            uid: uid.clone(),
+            shape: *shape,
         });
     }
-    (outcome, uid)
+    (outcome, answer)
 }
 
 /// The outcome of a member whose object exists unlabelled, when adoption is not allowed.
@@ -202,6 +235,20 @@ struct Answer {
     uid: Option<String>,
     /// Its [`crate::members::shape`], for kinds the member watches see whole.
     shape: Option<u64>,
+    /// The object itself, for a dry-run's preview.
+    object: Option<Value>,
+}
+
+impl Answer {
+    /// What the watches know of a member known unchanged: its UID.
+    fn uid(uid: String) -> Self {
+        Answer {
+            rv: None,
+            uid: Some(uid),
+            shape: None,
+            object: None,
+        }
+    }
 }
 
 /// One member's apply requests: the parameters and the body.
@@ -279,6 +326,10 @@ async fn apply_body(
                 uid: applied.metadata.uid.clone(),
                 shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
                     .then(|| crate::members::shape(&applied)),
+                object: opts
+                    .preview
+                    .then(|| serde_json::to_value(&applied).ok())
+                    .flatten(),
             };
             (classify(api, member, &applied, opts).await, Some(answer))
         }
@@ -354,6 +405,9 @@ async fn recreate_for_immutable(
 fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
     match e {
         kube::Error::Api(status) if dry_run && status.is_not_found() => Outcome::Created,
+        kube::Error::Api(status) if status.is_forbidden() => Outcome::Forbidden {
+            message: format!("{}: {}", member.reference, status.message),
+        },
         kube::Error::Api(status) => Outcome::Failed {
             message: member.redact(format!("{}: {}", member.reference, status.message)),
         },

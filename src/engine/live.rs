@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::{Extent, SetScope};
 use crate::{
-    Error, Result,
+    Error, PruneError, Result,
     api::MemberRef,
     applyset::{GroupKind, LABEL_PART_OF},
     discovery::{Resolved, Resolver},
@@ -164,10 +164,10 @@ pub async fn list(
     let moved = relocate(resolver, &missed, namespaces, since).await?;
     let (more, still) = list_targets(scope, moved).await?;
     if let Some(t) = still.first() {
-        return Err(Error::Prune(format!(
-            "listing {} answers 404 although discovery serves it as {}; nothing is pruned and the parent keeps recording the kind",
-            t.kind, t.resolved.resource.api_version
-        )));
+        return Err(Error::Prune(PruneError::NotListed {
+            kind: t.kind.clone(),
+            api_version: t.resolved.resource.api_version.clone(),
+        }));
     }
     found.extend(more);
     Ok(found)
@@ -258,9 +258,7 @@ fn targets_for(
         if !r.namespaced {
             targets.push(target(None));
         } else if namespaces.is_empty() {
-            return Err(Error::Prune(format!(
-                "{gk} is namespaced but the parent records no namespace to look for its members in; nothing is pruned and the parent keeps recording the kind. List the namespaces of its members in the parent's annotation applyset.kubernetes.io/additional-namespaces"
-            )));
+            return Err(Error::Prune(PruneError::NoNamespaces(gk.clone())));
         } else {
             targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
         }
@@ -271,10 +269,8 @@ fn targets_for(
 /// One LIST, every page; `None` when the server answers 404 (the route is not served).
 async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>>> {
     let resource = &t.resolved.resource;
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &t.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, resource),
-        None => Api::all_with(scope.client.clone(), resource),
-    };
+    let api: Api<PartialObjectMeta<DynamicObject>> =
+        crate::discovery::api_in(&scope.client, t.namespace.as_deref(), resource);
     let mut out = Vec::new();
     let mut params = ListParams::default().labels(&scope.selector).limit(500);
     loop {

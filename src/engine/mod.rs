@@ -11,6 +11,7 @@ pub mod apply;
 pub mod extent;
 pub mod live;
 pub mod outcome;
+pub mod plan;
 pub mod prune;
 pub mod scope;
 

@@ -23,6 +23,8 @@ pub enum Outcome {
     Owned { message: String },
     /// Not applied: the object exists without a `part-of` label and adoption is not allowed.
     AdoptionRefused { message: String },
+    /// Not applied: the set's identity may not (the API server answered 403 Forbidden).
+    Forbidden { message: String },
     /// Not applied: any other failure.
     Failed { message: String },
     /// No longer declared, and deleted.
@@ -57,6 +59,7 @@ impl Outcome {
                 | Outcome::Conflict { .. }
                 | Outcome::Owned { .. }
                 | Outcome::AdoptionRefused { .. }
+                | Outcome::Forbidden { .. }
                 | Outcome::Failed { .. }
         )
     }
@@ -130,6 +133,16 @@ pub struct MemberResult {
     /// The live object's UID, where known: the server's answer to an apply (a dry-run one
     /// too, for an object that exists), or the watches' record of a member known unchanged.
     pub uid: Option<String>,
+    /// A dry-run's objects, when asked for ([`super::apply::Options::preview`]).
+    pub preview: Option<Box<Preview>>,
+}
+
+/// What a dry-run showed of one member: the live object before (none when it does not
+/// exist) and the object the apply would leave, as the server answered them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preview {
+    pub before: Option<serde_json::Value>,
+    pub after: serde_json::Value,
 }
 
 impl MemberResult {
@@ -138,6 +151,7 @@ impl MemberResult {
             reference,
             outcome,
             uid: None,
+            preview: None,
         }
     }
 
@@ -166,9 +180,10 @@ pub fn tally(results: &[MemberResult]) -> Summary {
             Outcome::Configured | Outcome::Adopted => s.configured += 1,
             Outcome::Unchanged => s.unchanged += 1,
             Outcome::Conflict { .. } => s.conflicts += 1,
-            Outcome::Owned { .. } | Outcome::AdoptionRefused { .. } | Outcome::Failed { .. } => {
-                s.failed += 1
-            }
+            Outcome::Owned { .. }
+            | Outcome::AdoptionRefused { .. }
+            | Outcome::Forbidden { .. }
+            | Outcome::Failed { .. } => s.failed += 1,
             Outcome::Pruned => s.pruned += 1,
             Outcome::Retained(_) => s.retained += 1,
             Outcome::Gone | Outcome::Changed | Outcome::DeleteFailed { .. } => {}

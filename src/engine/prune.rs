@@ -17,7 +17,7 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Preconditions},
     core::DynamicObject,
-    discovery::{ApiResource, Scope},
+    discovery::ApiResource,
 };
 
 use super::{
@@ -70,17 +70,25 @@ impl<'a> Keep<'a> {
     }
 }
 
+/// Which listing a prune decision that deletes anything is made on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// One made now (after an apply: one from before may be as old as the apply).
+    Fresh,
+    /// An earlier one serves (a plan: nothing was written since).
+    Earlier,
+}
+
 /// Decides what to prune. The watches only tell whether there is anything to decide (an
-/// object labelled ours that is no longer declared); a selection is made on a listing. With
-/// `fresh`, a selection that deletes anything is made on a listing made now (after the
-/// apply: one from before may be as old as the apply); without, an earlier listing serves.
+/// object labelled ours that is no longer declared); a selection is made on a listing (see
+/// [`Listing`]).
 pub async fn decide(
     scope: &SetScope,
     resolver: &Resolver,
     extent: &Extent,
     keep: &Keep<'_>,
     live: &Live,
-    fresh: bool,
+    listing: Listing,
 ) -> Result<Selection> {
     let select_from = |l: &[LiveMember]| select(l, keep, extent, &scope.manager);
     let list_now = || {
@@ -95,7 +103,7 @@ pub async fn decide(
     Ok(match &live.observed {
         Observed::Listed(l) => {
             let earlier = select_from(l);
-            if earlier.delete.is_empty() || !fresh {
+            if earlier.delete.is_empty() || listing == Listing::Earlier {
                 earlier
             } else {
                 select_from(&list_now().await?)
@@ -273,10 +281,7 @@ pub async fn delete_if_unchanged(
     uid: &str,
     resource_version: Option<&str>,
 ) -> Result<Deleted, Error> {
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::dynamic(client.clone(), resource, &Scope::Namespaced).constrain(ns),
-        None => Api::dynamic(client.clone(), resource, &Scope::Cluster),
-    };
+    let api: Api<DynamicObject> = crate::discovery::api_in(client, namespace, resource);
     let params = DeleteParams::background().preconditions(Preconditions {
         uid: Some(uid.to_string()),
         resource_version: resource_version.map(str::to_string),

@@ -20,7 +20,7 @@
 
 use std::io::Read;
 
-use super::{Limits, SourceFile};
+use super::{Limits, SourceError, SourceFile};
 
 /// Whether `path` names a manifest file (`.yaml`, `.yml`, `.json`).
 pub fn is_manifest_file(path: &str) -> bool {
@@ -55,15 +55,15 @@ pub fn clean_relative(path: &str) -> Option<String> {
 }
 
 /// The directory filter of `spec.*.path`: `""` for the whole source, else `dir/`.
-pub fn directory_prefix(path: Option<&str>) -> Result<String, String> {
+pub fn directory_prefix(path: Option<&str>) -> Result<String, SourceError> {
     match path.map(str::trim).filter(|p| !p.is_empty()) {
         None => Ok(String::new()),
         Some(p) => match clean_relative(p) {
             Some(c) if c.is_empty() => Ok(String::new()),
             Some(c) => Ok(format!("{c}/")),
-            None => Err(format!(
+            None => Err(SourceError::Invalid(format!(
                 "path {p:?} must be a relative directory inside the source (no leading '/', no '..')"
-            )),
+            ))),
         },
     }
 }
@@ -124,7 +124,7 @@ impl Budget {
 
     /// Takes `bytes` of unpacked content (a file that is not an archive, e.g. an OCI layer read
     /// as one manifest file) and one entry.
-    pub fn take_file(&mut self, bytes: u64) -> Result<(), String> {
+    pub fn take_file(&mut self, bytes: u64) -> Result<(), SourceError> {
         if self.entries == 0 {
             return Err(self.too_many_entries());
         }
@@ -136,18 +136,18 @@ impl Budget {
         Ok(())
     }
 
-    fn too_big(&self) -> String {
-        format!(
+    fn too_big(&self) -> SourceError {
+        SourceError::Failed(format!(
             "the archive decompresses to more than {} bytes (the limit); refusing it",
             self.max_unpacked
-        )
+        ))
     }
 
-    fn too_many_entries(&self) -> String {
-        format!(
+    fn too_many_entries(&self) -> SourceError {
+        SourceError::Failed(format!(
             "the archive has more than {} entries (the limit); refusing it",
             self.max_entries
-        )
+        ))
     }
 }
 
@@ -165,13 +165,21 @@ pub struct Unpacked {
 
 /// Reads the manifest files under `prefix` (see [`directory_prefix`]) from a gzip-compressed
 /// tar archive. The error is a complete sentence fragment naming what was refused.
-pub fn read_tar_gz(data: &[u8], prefix: &str, limits: &Limits) -> Result<Vec<SourceFile>, String> {
+pub fn read_tar_gz(
+    data: &[u8],
+    prefix: &str,
+    limits: &Limits,
+) -> Result<Vec<SourceFile>, SourceError> {
     read_tar_gz_with(data, prefix, Budget::new(limits)).map(|u| u.files)
 }
 
 /// Like [`read_tar_gz`], within what is left of `budget` (shared by the archives of a source).
 /// Every gzip member is read (`MultiGzDecoder`: concatenated members are one stream).
-pub fn read_tar_gz_with(data: &[u8], prefix: &str, budget: Budget) -> Result<Unpacked, String> {
+pub fn read_tar_gz_with(
+    data: &[u8],
+    prefix: &str,
+    budget: Budget,
+) -> Result<Unpacked, SourceError> {
     read_tar_gz_reserving(data, prefix, budget, &mut |_| Ok(()))
 }
 
@@ -182,8 +190,8 @@ pub fn read_tar_gz_reserving(
     data: &[u8],
     prefix: &str,
     budget: Budget,
-    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
-) -> Result<Unpacked, String> {
+    reserve: &mut dyn FnMut(u64) -> Result<(), SourceError>,
+) -> Result<Unpacked, SourceError> {
     let capped = Capped {
         inner: flate2::read::MultiGzDecoder::new(data),
         read: 0,
@@ -192,7 +200,7 @@ pub fn read_tar_gz_reserving(
     let mut archive = tar::Archive::new(capped);
     let entries = archive
         .entries()
-        .map_err(|e| format!("not a readable tar.gz archive: {e}"))?;
+        .map_err(|e| SourceError::Failed(format!("not a readable tar.gz archive: {e}")))?;
     let mut reader = EntryReader::new(prefix, budget);
     for entry in entries {
         let entry =
@@ -208,11 +216,11 @@ pub fn read_tar_gz_reserving(
 
 /// The message of a failed read: the budget's "too big" when the decompression cap stopped
 /// it, else `context: error`.
-fn read_failure(budget: &Budget, e: &std::io::Error, context: &str) -> String {
+fn read_failure(budget: &Budget, e: &std::io::Error, context: &str) -> SourceError {
     if is_cap(e) {
         budget.too_big()
     } else {
-        format!("{context}: {e}")
+        SourceError::Failed(format!("{context}: {e}"))
     }
 }
 
@@ -254,8 +262,8 @@ impl<'p> EntryReader<'p> {
     fn take<R: Read>(
         &mut self,
         mut entry: tar::Entry<'_, R>,
-        reserve: &mut dyn FnMut(u64) -> Result<(), String>,
-    ) -> Result<(), String> {
+        reserve: &mut dyn FnMut(u64) -> Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
         if self.count >= self.budget.entries {
             return Err(self.budget.too_many_entries());
         }
@@ -263,9 +271,9 @@ impl<'p> EntryReader<'p> {
         let raw = entry.path_bytes();
         let name = String::from_utf8_lossy(&raw).into_owned();
         let Some(path) = clean_relative(&name) else {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "entry {name:?} is an absolute path or leaves the archive root ('..'); refusing the archive"
-            ));
+            )));
         };
         let kind = entry.header().entry_type();
         if kind.is_symlink() || kind.is_hard_link() {
@@ -273,9 +281,9 @@ impl<'p> EntryReader<'p> {
                 .link_name_bytes()
                 .map(|t| String::from_utf8_lossy(&t).into_owned())
                 .unwrap_or_default();
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "entry {name:?} is a link (to {target:?}); links are not allowed in a manifest archive, refusing it"
-            ));
+            )));
         }
         if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
             return Ok(());
@@ -290,9 +298,9 @@ impl<'p> EntryReader<'p> {
             return Ok(());
         }
         if !(kind.is_file() || kind.is_contiguous()) {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "entry {name:?} is a special file ({kind:?}); refusing the archive"
-            ));
+            )));
         }
         if path.is_empty() || !path.starts_with(self.prefix) || !is_manifest_file(&path) {
             return Ok(());
@@ -305,12 +313,15 @@ impl<'p> EntryReader<'p> {
         entry
             .read_to_end(&mut content)
             .map_err(|e| read_failure(&self.budget, &e, &format!("reading entry {name:?}")))?;
-        let text = String::from_utf8(content)
-            .map_err(|_| format!("file {path} is not UTF-8 text; manifests must be UTF-8"))?;
+        let text = String::from_utf8(content).map_err(|_| {
+            SourceError::Failed(format!(
+                "file {path} is not UTF-8 text; manifests must be UTF-8"
+            ))
+        })?;
         if !self.seen.insert(path.clone()) {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "file {path} appears more than once in the archive; refusing it"
-            ));
+            )));
         }
         self.files.push(SourceFile { path, text });
         Ok(())
@@ -413,7 +424,9 @@ pub(crate) mod tests {
             "C:/x.yaml",
         ] {
             let data = tar_gz(&[Entry::File(name, CM)]);
-            let err = read_tar_gz(&data, "", &limits()).expect_err(name);
+            let err = read_tar_gz(&data, "", &limits())
+                .expect_err(name)
+                .to_string();
             assert!(err.contains("leaves the archive root"), "{name}: {err}");
         }
     }
@@ -421,16 +434,22 @@ pub(crate) mod tests {
     #[test]
     fn refuses_links_and_special_files() {
         let data = tar_gz(&[Entry::Symlink("a.yaml", "/etc/passwd")]);
-        let err = read_tar_gz(&data, "", &limits()).expect_err("symlink");
+        let err = read_tar_gz(&data, "", &limits())
+            .expect_err("symlink")
+            .to_string();
         assert!(err.contains("is a link"), "{err}");
         let data = tar_gz(&[
             Entry::File("a.yaml", CM),
             Entry::HardLink("b.yaml", "../../x"),
         ]);
-        let err = read_tar_gz(&data, "", &limits()).expect_err("hardlink");
+        let err = read_tar_gz(&data, "", &limits())
+            .expect_err("hardlink")
+            .to_string();
         assert!(err.contains("is a link"), "{err}");
         let data = tar_gz(&[Entry::Fifo("f.yaml")]);
-        let err = read_tar_gz(&data, "", &limits()).expect_err("fifo");
+        let err = read_tar_gz(&data, "", &limits())
+            .expect_err("fifo")
+            .to_string();
         assert!(err.contains("special file"), "{err}");
     }
 
@@ -439,11 +458,15 @@ pub(crate) mod tests {
         let zeros = vec![0u8; 3 << 20];
         let data = tar_gz(&[Entry::File("big.yaml", &zeros)]);
         assert!(data.len() < 64 * 1024, "compresses well: {}", data.len());
-        let err = read_tar_gz(&data, "", &limits()).expect_err("bomb");
+        let err = read_tar_gz(&data, "", &limits())
+            .expect_err("bomb")
+            .to_string();
         assert!(err.contains("decompresses to more than"), "{err}");
         // Also when the big file is not a manifest (it is never read, but still inflated).
         let data = tar_gz(&[Entry::File("big.bin", &zeros)]);
-        let err = read_tar_gz(&data, "", &limits()).expect_err("bomb");
+        let err = read_tar_gz(&data, "", &limits())
+            .expect_err("bomb")
+            .to_string();
         assert!(err.contains("decompresses to more than"), "{err}");
     }
 
@@ -473,7 +496,9 @@ pub(crate) mod tests {
         let second = read_tar_gz_with(&data, "", first.budget).expect("still fits");
         // The third copy would fit alone, not after the first two.
         assert!(read_tar_gz_with(&data, "", Budget::new(&l)).is_ok());
-        let err = read_tar_gz_with(&data, "", second.budget).expect_err("over the budget");
+        let err = read_tar_gz_with(&data, "", second.budget)
+            .expect_err("over the budget")
+            .to_string();
         assert!(
             err.contains("decompresses to more than 65536 bytes"),
             "{err}"
@@ -483,7 +508,9 @@ pub(crate) mod tests {
         let left = read_tar_gz_with(&small, "", Budget::new(&l))
             .expect("fits")
             .budget;
-        let err = read_tar_gz_with(&small, "", left).expect_err("entries");
+        let err = read_tar_gz_with(&small, "", left)
+            .expect_err("entries")
+            .to_string();
         assert!(err.contains("more than 3 entries"), "{err}");
         let mut b = Budget::new(&l);
         assert!(b.take_file(60 << 10).is_ok());
@@ -541,9 +568,12 @@ pub(crate) mod tests {
 
     #[test]
     fn prefixes() {
-        assert_eq!(directory_prefix(None).as_deref(), Ok(""));
-        assert_eq!(directory_prefix(Some("./")).as_deref(), Ok(""));
-        assert_eq!(directory_prefix(Some("./a/b/")).as_deref(), Ok("a/b/"));
+        assert_eq!(directory_prefix(None).ok().as_deref(), Some(""));
+        assert_eq!(directory_prefix(Some("./")).ok().as_deref(), Some(""));
+        assert_eq!(
+            directory_prefix(Some("./a/b/")).ok().as_deref(),
+            Some("a/b/")
+        );
         assert!(directory_prefix(Some("../a")).is_err());
         assert!(directory_prefix(Some("/a")).is_err());
         assert_eq!(clean_relative("a//b/./c").as_deref(), Some("a/b/c"));

@@ -59,6 +59,29 @@ enum Why {
     Flag(IpNet),
 }
 
+/// A flag, annotation or URL the policy cannot read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A host pattern that does not parse: the text and what is wrong with it.
+    #[error("host pattern {raw:?}: {why}")]
+    HostPattern { raw: String, why: &'static str },
+    /// An entry that is neither a CIDR range nor an address.
+    #[error("{0:?} is not a CIDR range (e.g. 10.96.0.0/12) or an IP address")]
+    Cidr(String),
+    /// An error of the flag `flag`.
+    #[error("{flag}: {error}")]
+    Flag {
+        flag: &'static str,
+        error: Box<PolicyError>,
+    },
+    /// A URL of a scheme without a known default port, and none given.
+    #[error("{0}:// URL without a port")]
+    NoPort(String),
+    /// A URL without a host.
+    #[error("the URL has no host")]
+    NoHost,
+}
+
 /// A refusal by the policy (an error of the resolver and of the connector layer, so that it
 /// reaches the source's message through reqwest's error chain).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,15 +139,15 @@ impl fmt::Display for Destination {
 
 impl Destination {
     /// The destination of `url` (its host and port, explicit or the scheme's default).
-    pub fn of_url(url: &url::Url) -> Result<Destination, String> {
+    pub fn of_url(url: &url::Url) -> Result<Destination, PolicyError> {
         let port = url
             .port_or_known_default()
-            .ok_or_else(|| format!("{}:// URL without a port", url.scheme()))?;
+            .ok_or_else(|| PolicyError::NoPort(url.scheme().to_string()))?;
         let host = match url.host() {
             Some(url::Host::Domain(d)) => DestHost::of_name(d),
             Some(url::Host::Ipv4(ip)) => DestHost::Ip(IpAddr::V4(ip)),
             Some(url::Host::Ipv6(ip)) => DestHost::Ip(IpAddr::V6(ip)),
-            None => return Err("the URL has no host".into()),
+            None => return Err(PolicyError::NoHost),
         };
         Ok(Destination { host, port })
     }
@@ -155,9 +178,14 @@ impl DestHost {
 
 impl HostPattern {
     /// Parses one pattern; the error says what is wrong with it.
-    pub fn parse(raw: &str) -> Result<HostPattern, String> {
+    pub fn parse(raw: &str) -> Result<HostPattern, PolicyError> {
         let s = raw.trim().to_ascii_lowercase();
-        let bad = |why: &str| Err(format!("host pattern {raw:?}: {why}"));
+        let bad = |why: &'static str| {
+            Err(PolicyError::HostPattern {
+                raw: raw.to_string(),
+                why,
+            })
+        };
         if s.is_empty() {
             return bad("empty");
         }
@@ -211,7 +239,7 @@ impl HostPattern {
     }
 
     /// Parses a comma-separated list of patterns (empty entries are skipped).
-    pub fn parse_list<S: AsRef<str>>(items: &[S]) -> Result<Vec<HostPattern>, String> {
+    pub fn parse_list<S: AsRef<str>>(items: &[S]) -> Result<Vec<HostPattern>, PolicyError> {
         items
             .iter()
             .flat_map(|s| s.as_ref().split(','))
@@ -253,7 +281,7 @@ fn valid_name(s: &str) -> bool {
 
 /// Parses CIDR ranges (`10.96.0.0/12`, `fd00::/8`) or single addresses (as /32 or /128),
 /// comma-separated or one per item; the error names the entry.
-pub fn parse_cidrs<S: AsRef<str>>(items: &[S]) -> Result<Vec<IpNet>, String> {
+pub fn parse_cidrs<S: AsRef<str>>(items: &[S]) -> Result<Vec<IpNet>, PolicyError> {
     items
         .iter()
         .flat_map(|s| s.as_ref().split(','))
@@ -263,9 +291,7 @@ pub fn parse_cidrs<S: AsRef<str>>(items: &[S]) -> Result<Vec<IpNet>, String> {
             s.parse::<IpNet>()
                 .map(|n| n.trunc())
                 .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| {
-                    format!("{s:?} is not a CIDR range (e.g. 10.96.0.0/12) or an IP address")
-                })
+                .map_err(|_| PolicyError::Cidr(s.to_string()))
         })
         .collect()
 }
@@ -327,10 +353,16 @@ impl Policy {
         deny_cidrs: &[S],
         allowed_hosts: &[S],
         insecure: bool,
-    ) -> Result<Policy, String> {
-        let denied = parse_cidrs(deny_cidrs).map_err(|e| format!("--source-deny-cidrs: {e}"))?;
-        let allowed_hosts = HostPattern::parse_list(allowed_hosts)
-            .map_err(|e| format!("--source-allowed-hosts: {e}"))?;
+    ) -> Result<Policy, PolicyError> {
+        let flag = |flag| {
+            move |e| PolicyError::Flag {
+                flag,
+                error: Box::new(e),
+            }
+        };
+        let denied = parse_cidrs(deny_cidrs).map_err(flag("--source-deny-cidrs"))?;
+        let allowed_hosts =
+            HostPattern::parse_list(allowed_hosts).map_err(flag("--source-allowed-hosts"))?;
         Ok(Policy {
             denied,
             allowed_hosts,
@@ -413,7 +445,7 @@ impl Policy {
     /// All checks of a URL before any connection: the scheme, the host, a literal address.
     pub fn check_url(&self, url: &url::Url) -> Result<(), Refused> {
         self.check_scheme(url.scheme())?;
-        let d = Destination::of_url(url).map_err(Refused)?;
+        let d = Destination::of_url(url).map_err(|e| Refused(e.to_string()))?;
         self.check_host(&d)
     }
 
@@ -566,6 +598,19 @@ where
     }
 }
 
+/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
+/// does not allow its scheme, host or literal address.
+pub fn checked_destination(
+    policy: &Policy,
+    raw_url: &str,
+) -> Result<Destination, super::SourceError> {
+    use super::SourceError;
+    let u = url::Url::parse(raw_url)
+        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
+    policy.check_url(&u).map_err(|e| SourceError::Failed(e.0))?;
+    Destination::of_url(&u).map_err(|e| SourceError::Invalid(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,12 +726,16 @@ mod tests {
             "10.0.0.0/8/8",
             "*",
         ] {
-            let e = parse_cidrs(&[bad]).expect_err(bad);
+            let e = parse_cidrs(&[bad]).expect_err(bad).to_string();
             assert!(e.contains("is not a CIDR range"), "{e}");
         }
-        let e = Policy::new(&["10.0.0.0/8,nope"], &[], true).expect_err("bad flag");
+        let e = Policy::new(&["10.0.0.0/8,nope"], &[], true)
+            .expect_err("bad flag")
+            .to_string();
         assert!(e.starts_with("--source-deny-cidrs: \"nope\""), "{e}");
-        let e = Policy::new(&[], &["https://x"], true).expect_err("bad flag");
+        let e = Policy::new(&[], &["https://x"], true)
+            .expect_err("bad flag")
+            .to_string();
         assert!(e.starts_with("--source-allowed-hosts: "), "{e}");
     }
 

@@ -89,7 +89,14 @@ fn scheme_of(url: &str) -> Result<&'static str, String> {
     }
 }
 
-pub fn validate(g: &GitSource) -> Result<(), String> {
+/// Checks a git source's spec without any I/O (`Invalid`, naming the field).
+pub fn validate(g: &GitSource) -> Result<(), SourceError> {
+    check(g).map_err(SourceError::Invalid)?;
+    archive::directory_prefix(g.path.as_deref())?;
+    Ok(())
+}
+
+fn check(g: &GitSource) -> Result<(), String> {
     scheme_of(&g.url)?;
     let r = &g.reference;
     let set = [&r.branch, &r.tag, &r.commit]
@@ -109,7 +116,6 @@ pub fn validate(g: &GitSource) -> Result<(), String> {
             return Err(format!("{name:?} is not a valid branch or tag name"));
         }
     }
-    archive::directory_prefix(g.path.as_deref())?;
     Ok(())
 }
 
@@ -146,8 +152,8 @@ pub async fn fetch(
     parent: &ParentRef,
     g: &GitSource,
 ) -> Result<Fetched, SourceError> {
-    validate(g).map_err(SourceError::Invalid)?;
-    let prefix = archive::directory_prefix(g.path.as_deref()).map_err(SourceError::Invalid)?;
+    validate(g)?;
+    let prefix = archive::directory_prefix(g.path.as_deref())?;
     let dest = checked_destination(s, &g.url).await?;
     let (secret_id, creds) = secret_creds(client, parent, g, &dest).await?;
     let name = ref_name(&g.reference);
@@ -228,7 +234,7 @@ fn origin_of(url: &str) -> Result<(String, egress::Destination), String> {
 /// checked here, once (best effort: the program resolves again).
 async fn checked_destination(s: &Sources, url: &str) -> Result<egress::Destination, SourceError> {
     if scheme_of(url).map_err(SourceError::Invalid)? != "ssh" {
-        return super::http::checked_destination(s, url);
+        return egress::checked_destination(&s.policy, url);
     }
     let (_, dest) = origin_of(url).map_err(SourceError::Invalid)?;
     s.policy
@@ -276,25 +282,20 @@ async fn fetch_on_blocking_thread(
 ) -> Result<Outcome, SourceError> {
     let interrupt = Arc::new(AtomicBool::new(false));
     let _guard = InterruptOnDrop(interrupt.clone());
-    let work = s.work_dir().to_path_buf();
-    let url = g.url.clone();
-    let reference = g.reference.clone();
-    let limits = s.limits.clone();
-    let policy = s.policy.clone();
-    let pfx = prefix.to_string();
+    let job = Job {
+        work_dir: s.work_dir().to_path_buf(),
+        url: g.url.clone(),
+        reference: g.reference.clone(),
+        creds,
+        cached_commit,
+        prefix: prefix.to_string(),
+        limits: s.limits.clone(),
+        policy: s.policy.clone(),
+        interrupt,
+    };
     super::http::unpack_reserving(lease, move |reserve| {
-        fetch_blocking(
-            &work,
-            &url,
-            &reference,
-            &creds,
-            cached_commit.as_deref(),
-            &pfx,
-            &limits,
-            &policy,
-            &interrupt,
-            reserve,
-        )
+        let reserve = &mut |n: u64| reserve(n).map_err(|e| e.to_string());
+        fetch_blocking(&job, reserve)
     })
     .await?
     .map_err(|e| SourceError::Failed(redact_text(&e, &g.url)))
@@ -529,23 +530,43 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// What the blocking part of a fetch works with (owned: it runs on a blocking thread).
+struct Job {
+    /// Where its scratch repository is made.
+    work_dir: std::path::PathBuf,
+    url: String,
+    reference: GitReference,
+    creds: Creds,
+    /// The commit the cache holds for this source, if any.
+    cached_commit: Option<String>,
+    /// The directory filter (see [`archive::directory_prefix`]).
+    prefix: String,
+    limits: Limits,
+    policy: Arc<egress::Policy>,
+    /// Set when the fetch is no longer wanted.
+    interrupt: Arc<AtomicBool>,
+}
+
 /// The blocking part of a fetch: lists the ref from a scratch bare repository and, unless a
-/// branch or tag still points at `cached_commit`, receives its pack and reads the manifest
-/// files under `prefix` from the commit.
-#[allow(clippy::too_many_arguments)]
+/// branch or tag still points at the cached commit, receives its pack and reads the manifest
+/// files under the prefix from the commit, `reserve`ing memory for each before it is read.
 fn fetch_blocking(
-    work_dir: &Path,
-    url: &str,
-    reference: &GitReference,
-    creds: &Creds,
-    cached_commit: Option<&str>,
-    prefix: &str,
-    limits: &Limits,
-    policy: &Arc<egress::Policy>,
-    interrupt: &Arc<AtomicBool>,
+    job: &Job,
     reserve: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<Outcome, String> {
     use gix::remote::Direction;
+    let Job {
+        work_dir,
+        url,
+        reference,
+        creds,
+        cached_commit,
+        prefix,
+        limits,
+        policy,
+        interrupt,
+    } = job;
+    let (url, cached_commit) = (url.as_str(), cached_commit.as_deref());
 
     let scratch = scratch_dir(work_dir)?;
     let mut keys = RemoveOnDrop(Vec::new());
@@ -587,7 +608,8 @@ fn fetch_blocking(
         return Ok(Outcome::Unchanged);
     }
     receive_pack(prepare, keys, reference, limits, interrupt)?;
-    let outcome = read_commit(&repo, wanted, prefix, limits, interrupt, reserve)?;
+    let walk = Walk { interrupt, reserve };
+    let outcome = read_commit(&repo, wanted, prefix, limits, walk)?;
     // The scratch directory goes when `scratch` drops (after `repo`, declared later).
     Ok(outcome)
 }
@@ -802,6 +824,14 @@ where
     Ok(())
 }
 
+/// What a walk of the object database checks as it goes.
+struct Walk<'a> {
+    /// Set when the fetch is no longer wanted.
+    interrupt: &'a AtomicBool,
+    /// Takes memory for a file before it is read (the operator's memory budget).
+    reserve: &'a mut dyn FnMut(u64) -> Result<(), String>,
+}
+
 /// The manifest files under `prefix` of the fetched commit `wanted`, read from the object
 /// database within the unpacked-size and entry limits.
 fn read_commit(
@@ -809,8 +839,7 @@ fn read_commit(
     wanted: gix::ObjectId,
     prefix: &str,
     limits: &Limits,
-    interrupt: &AtomicBool,
-    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
+    mut walk: Walk<'_>,
 ) -> Result<Outcome, String> {
     let commit = repo
         .find_object(wanted)
@@ -827,15 +856,7 @@ fn read_commit(
         entries: limits.max_entries,
         limits: limits.clone(),
     };
-    let files = read_tree(
-        repo,
-        root,
-        prefix,
-        &commit_id,
-        &mut budget,
-        interrupt,
-        reserve,
-    )?;
+    let files = read_tree(repo, root, prefix, &commit_id, &mut budget, &mut walk)?;
     Ok(Outcome::Fetched {
         commit: commit_id,
         files,
@@ -867,15 +888,14 @@ fn read_tree(
     prefix: &str,
     commit: &str,
     budget: &mut TreeBudget,
-    interrupt: &AtomicBool,
-    reserve: &mut dyn FnMut(u64) -> Result<(), String>,
+    walk: &mut Walk<'_>,
 ) -> Result<Vec<SourceFile>, String> {
     let dir = prefix.trim_end_matches('/');
     let id = find_directory(repo, root, dir, commit, budget)?;
     let mut files = Vec::new();
     let mut queue = std::collections::VecDeque::from([(id, dir.to_string())]);
     while let Some((id, dir)) = queue.pop_front() {
-        if interrupt.load(Ordering::Relaxed) {
+        if walk.interrupt.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
         let tree = load_tree(repo, id, &format!("{dir:?}"), budget)?;
@@ -904,7 +924,7 @@ fn read_tree(
             if !mode.is_blob() {
                 continue;
             }
-            let text = read_blob(repo, entry.object_id(), &path, budget, reserve)?;
+            let text = read_blob(repo, entry.object_id(), &path, budget, walk.reserve)?;
             files.push(SourceFile { path, text });
         }
     }

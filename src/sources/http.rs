@@ -16,7 +16,14 @@ use super::{
 };
 use crate::{api::HttpSource, applyset::ParentRef};
 
-pub fn validate(h: &HttpSource) -> Result<(), String> {
+/// Checks an http source's spec without any I/O (`Invalid`, naming the field).
+pub fn validate(h: &HttpSource) -> Result<(), SourceError> {
+    check(h).map_err(SourceError::Invalid)?;
+    archive::directory_prefix(h.path.as_deref())?;
+    Ok(())
+}
+
+fn check(h: &HttpSource) -> Result<(), String> {
     let u = url::Url::parse(&h.url).map_err(|e| format!("url is not a valid URL: {e}"))?;
     if !matches!(u.scheme(), "http" | "https") {
         return Err("url must start with http:// or https://".into());
@@ -26,7 +33,6 @@ pub fn validate(h: &HttpSource) -> Result<(), String> {
     {
         return Err("sha256 must be 64 hex digits".into());
     }
-    archive::directory_prefix(h.path.as_deref())?;
     Ok(())
 }
 
@@ -85,33 +91,34 @@ pub async fn read_capped(
     mut resp: reqwest::Response,
     max: u64,
     lease: &mut Lease,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, SourceError> {
     let mut body = Vec::new();
     if let Some(len) = resp.content_length() {
         if len > max {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "the response is {len} bytes, more than the limit of {max}"
-            ));
+            )));
         }
         lease.grow(len).await?;
-        body.reserve_exact(usize::try_from(len).map_err(|e| e.to_string())?);
+        body.reserve_exact(usize::try_from(len).map_err(|e| SourceError::Failed(e.to_string()))?);
     }
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| format!("reading the response: {e}"))?
+        .map_err(|e| SourceError::Failed(format!("reading the response: {e}")))?
     {
         let need = body.len() as u64 + chunk.len() as u64;
         if need > max {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "the response is more than the limit of {max} bytes"
-            ));
+            )));
         }
         if need > body.capacity() as u64 {
             // Grow the buffer as Vec does (doubling, within the limit), the memory first.
             let cap = need.max(body.capacity() as u64 * 2).min(max);
             lease.grow(cap - body.capacity() as u64).await?;
-            body.reserve_exact(usize::try_from(cap).map_err(|e| e.to_string())? - body.len());
+            let cap = usize::try_from(cap).map_err(|e| SourceError::Failed(e.to_string()))?;
+            body.reserve_exact(cap - body.len());
         }
         body.extend_from_slice(&chunk);
     }
@@ -142,10 +149,10 @@ pub async fn fetch(
     parent: &ParentRef,
     h: &HttpSource,
 ) -> Result<Fetched, SourceError> {
-    validate(h).map_err(SourceError::Invalid)?;
-    let prefix = archive::directory_prefix(h.path.as_deref()).map_err(SourceError::Invalid)?;
+    validate(h)?;
+    let prefix = archive::directory_prefix(h.path.as_deref())?;
     let url = redact(&h.url);
-    let dest = checked_destination(s, &h.url)?;
+    let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
@@ -183,21 +190,7 @@ pub async fn fetch(
     }
     let etag = header_text(&resp, header::ETAG);
     let last_modified = header_text(&resp, header::LAST_MODIFIED);
-    let mut lease = s.memory.lease();
-    if let Some(len) = resp
-        .content_length()
-        .filter(|l| *l <= s.limits.max_download)
-    {
-        // The body, and about as much again for parsing it (or for the files of a bundle),
-        // at once.
-        lease
-            .reserve_ahead(len.saturating_mul(2))
-            .await
-            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
-    }
-    let body = read_capped(resp, s.limits.max_download, &mut lease)
-        .await
-        .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    let (body, mut lease) = download(s, resp, &url).await?;
     let digest = sha256_hex(&body);
     check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
@@ -205,7 +198,7 @@ pub async fn fetch(
         Some(c) => {
             // The cached manifests are the content: nothing more is held.
             drop(body);
-            lease.hold(0).await.map_err(SourceError::Failed)?;
+            lease.hold(0).await?;
             (c.manifests, c.bytes)
         }
         None => {
@@ -223,15 +216,28 @@ pub async fn fetch(
     Ok(s.cache.store(&identity, "http", cached, lease))
 }
 
-/// The destination of `raw_url`, refused (`Failed`, nothing sent) when the egress policy
-/// does not allow its scheme, host or literal address.
-pub fn checked_destination(s: &Sources, raw_url: &str) -> Result<egress::Destination, SourceError> {
-    let u = url::Url::parse(raw_url)
-        .map_err(|e| SourceError::Invalid(format!("url is not a valid URL: {e}")))?;
-    s.policy
-        .check_url(&u)
-        .map_err(|e| SourceError::Failed(e.0))?;
-    egress::Destination::of_url(&u).map_err(SourceError::Invalid)
+/// The body of `resp` (from `url`, redacted), within the download cap; its memory is taken
+/// from a new lease, with as much again for parsing it (or for the files of a bundle) at once
+/// when its length is known.
+async fn download(
+    s: &Sources,
+    resp: reqwest::Response,
+    url: &str,
+) -> Result<(Vec<u8>, Lease), SourceError> {
+    let mut lease = s.memory.lease();
+    if let Some(len) = resp
+        .content_length()
+        .filter(|l| *l <= s.limits.max_download)
+    {
+        lease
+            .reserve_ahead(len.saturating_mul(2))
+            .await
+            .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    }
+    let body = read_capped(resp, s.limits.max_download, &mut lease)
+        .await
+        .map_err(|e| SourceError::Failed(format!("GET {url}: {e}")))?;
+    Ok((body, lease))
 }
 
 /// The cached content, served without a download.
@@ -307,8 +313,7 @@ async fn decode(
         let unpacked = unpack_reserving(lease, move |reserve| {
             archive::read_tar_gz_reserving(&body, &pfx, budget, reserve)
         })
-        .await?
-        .map_err(SourceError::Failed)?;
+        .await??;
         // The bundle is gone (dropped after unpacking); its room serves the parse.
         lease.release(body_bytes);
         if !unpacked.prefix_found {
@@ -349,14 +354,14 @@ async fn decode(
 /// (waiting for room as [`Lease::grow`] does); `lease` holds what was reserved afterwards.
 pub async fn unpack_reserving<T: Send + 'static>(
     lease: &mut Lease,
-    work: impl FnOnce(&mut dyn FnMut(u64) -> Result<(), String>) -> T + Send + 'static,
+    work: impl FnOnce(&mut dyn FnMut(u64) -> Result<(), SourceError>) -> T + Send + 'static,
 ) -> Result<T, SourceError> {
     let rt = tokio::runtime::Handle::current();
     let empty = lease.empty();
     let moved = std::mem::replace(lease, empty);
     let (out, moved) = tokio::task::spawn_blocking(move || {
         let mut moved = moved;
-        let out = work(&mut |n| moved.grow_blocking(&rt, n));
+        let out = work(&mut |n| Ok(moved.grow_blocking(&rt, n)?));
         (out, moved)
     })
     .await

@@ -117,7 +117,7 @@ impl Lease {
     /// ([`Lease::reserve_ahead`]) first, else waiting for room at most
     /// [`MemoryBudget::wait`]; an error (naming `--source-memory-mib`) when the budget is too
     /// small for the total or has no room in time.
-    pub async fn grow(&mut self, more: u64) -> Result<(), String> {
+    pub async fn grow(&mut self, more: u64) -> Result<(), MemoryError> {
         let used = self.bytes.saturating_add(more);
         self.acquire_kib(kib_of(used), used).await?;
         self.bytes = used;
@@ -127,7 +127,7 @@ impl Lease {
     /// Reserves room for `more` bytes besides what the lease uses, without using them yet:
     /// a fetch that knows how much it will need takes it at once (rather than growing step by
     /// step while holding what it has, which could leave fetches waiting on each other).
-    pub async fn reserve_ahead(&mut self, more: u64) -> Result<(), String> {
+    pub async fn reserve_ahead(&mut self, more: u64) -> Result<(), MemoryError> {
         let total = self.bytes.saturating_add(more);
         self.acquire_kib(kib_of(total), total).await
     }
@@ -140,7 +140,7 @@ impl Lease {
 
     /// Makes the lease use and hold exactly `bytes` (growing as [`Lease::grow`] does, or
     /// giving the rest, reserved room included, back).
-    pub async fn hold(&mut self, bytes: u64) -> Result<(), String> {
+    pub async fn hold(&mut self, bytes: u64) -> Result<(), MemoryError> {
         let want = kib_of(bytes);
         if want <= self.held_kib() {
             self.shrink_kib(want);
@@ -152,18 +152,17 @@ impl Lease {
     }
 
     /// Holds at least `want` KiB (`bytes` in all, for messages), acquiring the difference.
-    async fn acquire_kib(&mut self, want: u64, bytes: u64) -> Result<(), String> {
+    async fn acquire_kib(&mut self, want: u64, bytes: u64) -> Result<(), MemoryError> {
         let held = self.held_kib();
         if want <= held {
             return Ok(());
         }
         let total = self.budget.total_kib;
         if want > total {
-            return Err(format!(
-                "the source needs more than {} MiB in memory at once, more than the operator's whole memory budget for sources (--source-memory-mib={}); raise --source-memory-mib or make the source smaller",
-                bytes >> 20,
-                total / 1024
-            ));
+            return Err(MemoryError::TooLarge {
+                mib: bytes >> 20,
+                budget_mib: total / 1024,
+            });
         }
         let need = want - held;
         let acquire = self.budget.sem.clone().acquire_many_owned(need as u32);
@@ -177,13 +176,12 @@ impl Lease {
                 self.budget.peak_kib.fetch_max(held, Ordering::Relaxed);
                 Ok(())
             }
-            Ok(Err(_)) => Err("the memory budget for sources is closed".into()),
-            Err(_) => Err(format!(
-                "the operator's memory budget for sources (--source-memory-mib={}) had no room for {} KiB more within {:?}: other sources hold it (raise --source-memory-mib, or read fewer large sources at once); retrying",
-                total / 1024,
-                need,
-                self.budget.wait
-            )),
+            Ok(Err(_)) => Err(MemoryError::Closed),
+            Err(_) => Err(MemoryError::NoRoom {
+                budget_mib: total / 1024,
+                kib: need,
+                wait: self.budget.wait,
+            }),
         }
     }
 
@@ -203,9 +201,35 @@ impl Lease {
     }
 
     /// [`Lease::grow`] from a blocking thread (unpacking, the Git tree walk) through `rt`.
-    pub fn grow_blocking(&mut self, rt: &tokio::runtime::Handle, more: u64) -> Result<(), String> {
+    pub fn grow_blocking(
+        &mut self,
+        rt: &tokio::runtime::Handle,
+        more: u64,
+    ) -> Result<(), MemoryError> {
         rt.block_on(self.grow(more))
     }
+}
+
+/// Why a lease could not grow.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemoryError {
+    /// More than the whole budget at once.
+    #[error(
+        "the source needs more than {mib} MiB in memory at once, more than the operator's whole memory budget for sources (--source-memory-mib={budget_mib}); raise --source-memory-mib or make the source smaller"
+    )]
+    TooLarge { mib: u64, budget_mib: u64 },
+    /// The budget's semaphore is closed.
+    #[error("the memory budget for sources is closed")]
+    Closed,
+    /// No room within the wait.
+    #[error(
+        "the operator's memory budget for sources (--source-memory-mib={budget_mib}) had no room for {kib} KiB more within {wait:?}: other sources hold it (raise --source-memory-mib, or read fewer large sources at once); retrying"
+    )]
+    NoRoom {
+        budget_mib: u64,
+        kib: u64,
+        wait: Duration,
+    },
 }
 
 #[cfg(test)]
@@ -242,7 +266,7 @@ mod tests {
         a.grow(2 << 20).await.expect("the whole budget");
         let mut c = b.lease();
         let started = std::time::Instant::now();
-        let e = c.grow(1).await.expect_err("no room");
+        let e = c.grow(1).await.expect_err("no room").to_string();
         assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(e.contains("--source-memory-mib=2"), "{e}");
         assert!(e.contains("had no room"), "{e}");
@@ -286,7 +310,7 @@ mod tests {
     async fn more_than_the_whole_budget_fails_at_once() {
         let b = budget(1, 60_000);
         let mut a = b.lease();
-        let e = a.grow(2 << 20).await.expect_err("too big");
+        let e = a.grow(2 << 20).await.expect_err("too big").to_string();
         assert!(
             e.contains("more than the operator's whole memory budget"),
             "{e}"

@@ -127,15 +127,99 @@ pub struct Fetched {
 /// Why a source could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// The source's spec is wrong (only a spec change fixes it).
+    /// The source's spec is wrong (only a spec change fixes it); the cause.
     #[error("{0}")]
     Invalid(String),
     /// The content is not valid YAML/JSON or not valid objects.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
-    /// The source could not be read, did not verify, or its content was refused.
+    /// The source could not be read, did not verify, or its content was refused; the cause.
     #[error("{0}")]
     Failed(String),
+    /// Content of the entry `spec.sources[index]` that does not parse (shown as the manifest
+    /// error, which names the source and the file).
+    #[error("{error}")]
+    Content { index: usize, error: ManifestError },
+    /// The operator's memory budget for sources had no room.
+    #[error(transparent)]
+    Memory(#[from] memory::MemoryError),
+    /// An error of the entry `spec.sources[index]`, which reads `description`.
+    #[error("spec.sources[{index}] ({description}): {error}")]
+    At {
+        index: usize,
+        description: String,
+        error: Box<SourceError>,
+    },
+    /// The sources were not all read within `timeout`; `pending`: the entries not read yet
+    /// (index and description, in spec order).
+    #[error(
+        "{}: not read within {timeout:?} (one deadline for all sources of the set, --source-timeout)",
+        pending_entries(.pending)
+    )]
+    TimedOut {
+        pending: Vec<(usize, String)>,
+        timeout: Duration,
+    },
+}
+
+/// How an error of the sources is classified for the set's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceErrorClass {
+    /// A spec mistake (ValidationFailed, Stalled).
+    Invalid,
+    /// Content that does not parse (ValidationFailed, message from the manifest).
+    Manifest,
+    /// Not readable now (SourceFailed, retried).
+    Failed,
+}
+
+impl SourceError {
+    /// `error` as the error of the entry `spec.sources[index]` (`source`). A manifest error
+    /// already names its source and file (only its entry is noted).
+    pub fn at(index: usize, source: &Source, error: SourceError) -> SourceError {
+        match error {
+            SourceError::Manifest(error) => SourceError::Content { index, error },
+            e @ (SourceError::Content { .. }
+            | SourceError::At { .. }
+            | SourceError::TimedOut { .. }) => e,
+            e => SourceError::At {
+                index,
+                description: describe(source),
+                error: Box::new(e),
+            },
+        }
+    }
+
+    /// How the error is reported.
+    pub fn class(&self) -> SourceErrorClass {
+        match self {
+            SourceError::Invalid(_) => SourceErrorClass::Invalid,
+            SourceError::Manifest(_) | SourceError::Content { .. } => SourceErrorClass::Manifest,
+            SourceError::Failed(_) | SourceError::Memory(_) | SourceError::TimedOut { .. } => {
+                SourceErrorClass::Failed
+            }
+            SourceError::At { error, .. } => error.class(),
+        }
+    }
+
+    /// The index of the `spec.sources` entry it is about, if one.
+    pub fn source_index(&self) -> Option<usize> {
+        match self {
+            SourceError::At { index, .. } | SourceError::Content { index, .. } => Some(*index),
+            SourceError::TimedOut { pending, .. } => pending.first().map(|(i, _)| *i),
+            _ => None,
+        }
+    }
+}
+
+/// `spec.sources[1] (git …)`, `… and 2 more`, or `spec.sources` when none is named.
+fn pending_entries(pending: &[(usize, String)]) -> String {
+    let one = |(i, d): &(usize, String)| format!("spec.sources[{i}] ({d})");
+    match pending {
+        [] => "spec.sources".to_string(),
+        [only] => one(only),
+        [first, rest @ ..] => format!("{} and {} more", one(first), rest.len()),
+    }
 }
 
 /// Objects a parent references (ConfigMaps and Secrets), for the watches.
@@ -585,28 +669,19 @@ impl Sources {
         match tokio::time::timeout(self.limits.timeout, all).await {
             Ok(r) => r,
             Err(_) => {
-                let pending: Vec<String> = done
+                let pending = done
                     .lock()
                     .map(|d| d.clone())
                     .unwrap_or_default()
                     .iter()
                     .enumerate()
                     .filter(|(_, done)| !**done)
-                    .filter_map(|(i, _)| {
-                        spec.sources
-                            .get(i)
-                            .map(|s| format!("spec.sources[{i}] ({})", describe(s)))
-                    })
+                    .filter_map(|(i, _)| spec.sources.get(i).map(|s| (i, describe(s))))
                     .collect();
-                let which = match pending.as_slice() {
-                    [] => "spec.sources".to_string(),
-                    [one] => one.clone(),
-                    [first, rest @ ..] => format!("{first} and {} more", rest.len()),
-                };
-                Err(SourceError::Failed(format!(
-                    "{which}: not read within {:?} (one deadline for all sources of the set, --source-timeout)",
-                    self.limits.timeout
-                )))
+                Err(SourceError::TimedOut {
+                    pending,
+                    timeout: self.limits.timeout,
+                })
             }
         }
     }
@@ -619,16 +694,8 @@ impl Sources {
         index: usize,
         source: &Source,
     ) -> Result<Fetched, SourceError> {
-        let at = |e: SourceError| match e {
-            SourceError::Invalid(m) => {
-                SourceError::Invalid(format!("spec.sources[{index}] ({}): {m}", describe(source)))
-            }
-            SourceError::Failed(m) => {
-                SourceError::Failed(format!("spec.sources[{index}] ({}): {m}", describe(source)))
-            }
-            m @ SourceError::Manifest(_) => m,
-        };
-        let result = match kind_of(source).map_err(SourceError::Invalid) {
+        let at = |e: SourceError| SourceError::at(index, source, e);
+        let result = match kind_of(source) {
             Err(e) => Err(e),
             Ok(Kind::ConfigMap(o)) => {
                 objects::fetch(
@@ -712,7 +779,7 @@ pub enum Kind<'a> {
 
 /// The kind of a source; an error unless exactly one is set (the CRD's CEL rule says the
 /// same; this also covers objects stored before the rule existed).
-pub fn kind_of(source: &Source) -> Result<Kind<'_>, String> {
+pub fn kind_of(source: &Source) -> Result<Kind<'_>, SourceError> {
     let mut kinds = Vec::new();
     if let Some(o) = &source.config_map {
         kinds.push(Kind::ConfigMap(o));
@@ -731,8 +798,10 @@ pub fn kind_of(source: &Source) -> Result<Kind<'_>, String> {
     }
     match kinds.len() {
         1 => Ok(kinds.remove(0)),
-        0 => Err("sets none of configMap, secret, http, git, oci; set exactly one".into()),
-        _ => Err("sets more than one of configMap, secret, http, git, oci; set exactly one (use one list entry per source)".into()),
+        0 => Err(SourceError::Invalid(
+            "sets none of configMap, secret, http, git, oci; set exactly one".into(),
+        )),
+        _ => Err(SourceError::Invalid("sets more than one of configMap, secret, http, git, oci; set exactly one (use one list entry per source)".into())),
     }
 }
 
@@ -793,31 +862,31 @@ pub fn redact(url: &str) -> String {
 /// The namespace of a referenced ConfigMap / Secret: the ApplySet's own (given or not; a
 /// namespaced ApplySet may not reference another namespace), or for a ClusterApplySet the one
 /// given (it must give one).
-pub fn resolve_namespace(parent: &ParentRef, given: Option<&str>) -> Result<String, String> {
+pub fn resolve_namespace(parent: &ParentRef, given: Option<&str>) -> Result<String, SourceError> {
     match (given.filter(|n| !n.is_empty()), &parent.namespace) {
-        (Some(n), Some(own)) if n != own => Err(format!(
+        (Some(n), Some(own)) if n != own => Err(SourceError::Invalid(format!(
             "namespace {n:?} is not the ApplySet's own namespace {own:?}: an ApplySet may only reference ConfigMaps and Secrets in its own namespace; remove namespace (or set it to {own:?}) and create the object there, or use a ClusterApplySet"
-        )),
+        ))),
         (Some(n), _) => Ok(n.to_string()),
         (None, Some(n)) => Ok(n.clone()),
-        (None, None) => Err(
+        (None, None) => Err(SourceError::Invalid(
             "a ClusterApplySet must name the namespace of a ConfigMap or Secret (set namespace)"
                 .into(),
-        ),
+        )),
     }
 }
 
 /// Validates the sources of a spec without any I/O (exactly one kind each; namespaces of
 /// referenced ConfigMaps and Secrets; well-formed refs and paths). The message names the
 /// source and the field.
-pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), String> {
+pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), SourceError> {
     for (i, s) in spec.sources.iter().enumerate() {
-        let at = |m: String| format!("spec.sources[{i}] ({}): {m}", describe(s));
+        let at = |e: SourceError| SourceError::at(i, s, e);
         let kind = kind_of(s).map_err(at)?;
         let need_ns = |field: &str, ns: Option<&str>| {
             resolve_namespace(parent, ns)
                 .map(|_| ())
-                .map_err(|m| at(format!("{field}.namespace: {m}")))
+                .map_err(|e| at(SourceError::Invalid(format!("{field}.namespace: {e}"))))
         };
         match kind {
             Kind::ConfigMap(o) => need_ns("configMap", o.namespace.as_deref())?,
@@ -900,7 +969,7 @@ pub async fn read_secret(
     r: &SecretReference,
     dest: &egress::Destination,
 ) -> Result<CredentialsSecret, SourceError> {
-    let ns = resolve_namespace(parent, r.namespace.as_deref()).map_err(SourceError::Invalid)?;
+    let ns = resolve_namespace(parent, r.namespace.as_deref())?;
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let secret = api
         .get_opt(&r.name)
@@ -1056,7 +1125,7 @@ pub async fn parse_blocking(
         return Err(SourceError::Invalid(kustomize_overlay(&desc, k)));
     }
     let text: u64 = files.iter().map(|f| f.text.len() as u64).sum();
-    lease.grow(text).await.map_err(SourceError::Failed)?;
+    lease.grow(text).await?;
     let parsed = tokio::task::spawn_blocking(move || {
         let manifests = match naming {
             Naming::Files => parse_files(&desc, &files)?,
@@ -1082,10 +1151,7 @@ pub async fn parse_blocking(
     })
     .await
     .map_err(|e| SourceError::Failed(format!("parsing task: {e}")))??;
-    lease
-        .hold(parsed.bytes)
-        .await
-        .map_err(SourceError::Failed)?;
+    lease.hold(parsed.bytes).await?;
     Ok(parsed)
 }
 
@@ -1139,7 +1205,7 @@ mod tests {
         assert!(
             kind_of(&Source::default())
                 .err()
-                .is_some_and(|e| e.contains("none"))
+                .is_some_and(|e| e.to_string().contains("none"))
         );
         let mut two = cm(None);
         two.http = Some(HttpSource {
@@ -1149,7 +1215,7 @@ mod tests {
         assert!(
             kind_of(&two)
                 .err()
-                .is_some_and(|e| e.contains("more than one"))
+                .is_some_and(|e| e.to_string().contains("more than one"))
         );
     }
 
@@ -1159,7 +1225,9 @@ mod tests {
             sources: vec![cm(None)],
             ..Default::default()
         };
-        let err = validate(&ParentRef::cluster("c"), &spec).expect_err("no namespace");
+        let err = validate(&ParentRef::cluster("c"), &spec)
+            .expect_err("no namespace")
+            .to_string();
         assert!(err.contains("spec.sources[0] (configMap app)"), "{err}");
         assert!(err.contains("must name the namespace"), "{err}");
         assert!(validate(&ParentRef::applyset("ns", "a"), &spec).is_ok());
@@ -1336,7 +1404,7 @@ mod tests {
                 sources: vec![source],
                 ..Default::default()
             };
-            let err = validate(&parent, &spec).expect_err(field);
+            let err = validate(&parent, &spec).expect_err(field).to_string();
             assert!(err.starts_with("spec.sources[0] ("), "{err}");
             assert!(err.contains(field), "{field}: {err}");
             assert!(

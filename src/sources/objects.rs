@@ -16,8 +16,7 @@ pub async fn fetch(
     limits: &Limits,
     memory: &super::memory::MemoryBudget,
 ) -> Result<Fetched, SourceError> {
-    let ns =
-        resolve_namespace(parent, source.namespace.as_deref()).map_err(SourceError::Invalid)?;
+    let ns = resolve_namespace(parent, source.namespace.as_deref())?;
     let (noun, kind_name) = match kind {
         ObjectKind::ConfigMap => ("configMap", "ConfigMap"),
         ObjectKind::Secret => ("secret", "Secret"),

@@ -46,7 +46,12 @@ pub struct Repository {
     pub name: String,
 }
 
-pub fn parse_url(url: &str) -> Result<Repository, String> {
+/// The registry and repository of an `oci://` URL (`Invalid` when it is not one).
+pub fn parse_url(url: &str) -> Result<Repository, SourceError> {
+    repository(url).map_err(SourceError::Invalid)
+}
+
+fn repository(url: &str) -> Result<Repository, String> {
     let rest = url
         .strip_prefix("oci://")
         .ok_or("url must start with oci://")?;
@@ -79,8 +84,15 @@ fn is_sha256_digest(d: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-pub fn validate(o: &OciSource) -> Result<(), String> {
-    parse_url(&o.url)?;
+/// Checks an oci source's spec without any I/O (`Invalid`, naming the field).
+pub fn validate(o: &OciSource) -> Result<(), SourceError> {
+    check(o).map_err(SourceError::Invalid)?;
+    archive::directory_prefix(o.path.as_deref())?;
+    Ok(())
+}
+
+fn check(o: &OciSource) -> Result<(), String> {
+    repository(&o.url)?;
     match (&o.tag, &o.digest) {
         (Some(_), Some(_)) | (None, None) => {
             return Err("set exactly one of tag or digest".into());
@@ -101,7 +113,6 @@ pub fn validate(o: &OciSource) -> Result<(), String> {
             }
         }
     }
-    archive::directory_prefix(o.path.as_deref())?;
     Ok(())
 }
 
@@ -312,7 +323,7 @@ impl Session {
             && may_send_credentials(&token_url, &self.host)
         {
             if let Some(allowed) = &self.secret_hosts {
-                let dest = egress::Destination::of_url(&token_url)?;
+                let dest = egress::Destination::of_url(&token_url).map_err(|e| e.to_string())?;
                 if !allowed.iter().any(|p| p.matches(&dest)) {
                     return Err(format!(
                         "the registry's token realm {} is on host {dest}, which the secretRef's annotation {} does not list; its credentials are not sent there (add the host to the annotation if it is the registry's token service)",
@@ -333,7 +344,9 @@ impl Session {
                 tr.status()
             ));
         }
-        let body = read_capped(tr, 1 << 20, &mut self.lease).await?;
+        let body = read_capped(tr, 1 << 20, &mut self.lease)
+            .await
+            .map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_slice(&body)
             .map_err(|e| format!("the registry's token answer is not JSON: {e}"))?;
         let token = v
@@ -394,13 +407,13 @@ pub async fn fetch(
     parent: &ParentRef,
     o: &OciSource,
 ) -> Result<Fetched, SourceError> {
-    validate(o).map_err(SourceError::Invalid)?;
-    let repo = parse_url(&o.url).map_err(SourceError::Invalid)?;
-    let prefix = archive::directory_prefix(o.path.as_deref()).map_err(SourceError::Invalid)?;
+    validate(o)?;
+    let repo = parse_url(&o.url)?;
+    let prefix = archive::directory_prefix(o.path.as_deref())?;
     s.policy
         .check_insecure_flag(o.insecure)
         .map_err(|e| SourceError::Failed(e.0))?;
-    let dest = super::http::checked_destination(s, &registry_base(o, &repo))?;
+    let dest = egress::checked_destination(&s.policy, &registry_base(o, &repo))?;
     let secret = SecretSettings::read(client, parent, o, &repo.host, &dest).await?;
     let desc = super::describe(&crate::api::Source {
         oci: Some(o.clone()),
@@ -715,8 +728,7 @@ impl Artifact {
         self.session
             .lease
             .reserve_ahead(declared.saturating_mul(2))
-            .await
-            .map_err(SourceError::Failed)?;
+            .await?;
         for (i, layer) in layers.iter().enumerate() {
             self.read_layer(i, layer).await?;
         }

@@ -3,13 +3,9 @@
 
 use std::path::Path;
 
-use applyset_operator::{
-    render::{DesiredSet, Member},
-    tenancy::Defaults,
-};
-use serde_json::Value;
+use applyset_operator::{render::DesiredSet, tenancy::Defaults};
 
-use crate::{Global, conn, file, render::Renderer};
+use crate::{Global, conn, file, output::applied_object, render_file::Renderer};
 
 pub async fn run(
     g: &Global,
@@ -75,17 +71,12 @@ pub async fn run(
     Ok(0)
 }
 
-/// The body the operator applies for `member`: its object with the `part-of` label.
-pub fn applied_object(member: &Member, id: &str) -> Value {
-    applyset_operator::engine::apply::body(member, id)
-}
-
 /// The members of `set`, in apply order, as YAML documents each starting with `---`.
 fn yaml_stream(set: &DesiredSet, id: &str) -> Result<String, String> {
     let mut out = String::new();
     for m in &set.members {
         out.push_str("---\n");
-        out.push_str(&crate::diff::to_yaml(&applied_object(m, id))?);
+        out.push_str(&crate::output::to_yaml(&applied_object(m, id))?);
     }
     Ok(out)
 }

@@ -25,23 +25,24 @@ pub struct SetDoc {
     pub source_lines: Vec<u64>,
 }
 
+/// An entry of a set's spec that an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `spec.manifests[i]`.
+    Manifest(usize),
+    /// `spec.sources[i]`.
+    Source(usize),
+}
+
 impl SetDoc {
-    /// The line `message` is about: the first `spec.manifests[i]` or `spec.sources[i]` it
-    /// names, else the set's own line.
-    pub fn line_of(&self, message: &str) -> u64 {
-        for (prefix, lines) in [
-            ("spec.manifests[", &self.manifest_lines),
-            ("spec.sources[", &self.source_lines),
-        ] {
-            if let Some(at) = message.find(prefix) {
-                let rest = &message[at + prefix.len()..];
-                let index = rest.split(']').next().and_then(|i| i.parse::<usize>().ok());
-                if let Some(line) = index.and_then(|i| lines.get(i)).filter(|l| **l > 0) {
-                    return *line;
-                }
-            }
-        }
-        self.line
+    /// The line of `entry` when known, else the set's own line.
+    pub fn line_at(&self, entry: Option<Entry>) -> u64 {
+        let line = match entry {
+            Some(Entry::Manifest(i)) => self.manifest_lines.get(i),
+            Some(Entry::Source(i)) => self.source_lines.get(i),
+            None => None,
+        };
+        line.copied().filter(|l| *l > 0).unwrap_or(self.line)
     }
 }
 
@@ -237,9 +238,9 @@ metadata:
         assert_eq!(web.line, 6);
         assert_eq!(web.manifest_lines, vec![12, 16]);
         assert_eq!(web.source_lines, vec![21]);
-        assert_eq!(web.line_of("spec.manifests[1]: ConfigMap b: bad"), 16);
-        assert_eq!(web.line_of("spec.sources[0] (http ...): bad"), 21);
-        assert_eq!(web.line_of("something else"), 6);
+        assert_eq!(web.line_at(Some(Entry::Manifest(1))), 16);
+        assert_eq!(web.line_at(Some(Entry::Source(0))), 21);
+        assert_eq!(web.line_at(None), 6);
         assert_eq!(f.sets[1].parent, ParentRef::cluster("infra"));
         assert_eq!(f.sets[1].line, 24);
     }

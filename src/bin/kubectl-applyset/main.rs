@@ -11,9 +11,10 @@ mod build;
 mod conn;
 mod diff;
 mod file;
-mod kinds;
+mod known_kinds;
+mod output;
 mod progress;
-mod render;
+mod render_file;
 mod sets;
 mod tree;
 

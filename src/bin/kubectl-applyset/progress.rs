@@ -1,54 +1,23 @@
 //! Progress of long operations on standard error, only when it is a terminal (nothing
 //! otherwise, so that output stays machine-readable).
 
-use std::{
-    io::{IsTerminal, Write},
-    sync::{
-        Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
-    time::{Duration, Instant},
-};
+use std::io::{IsTerminal, Write};
 
-/// A counter of done items shown as `label: done/total` on one line, at most ten times a
-/// second.
+/// A status line on standard error, shown only when it is a terminal.
 pub struct Progress {
-    label: String,
-    total: usize,
-    done: AtomicUsize,
-    shown: Option<Mutex<Instant>>,
+    shown: bool,
 }
 
 impl Progress {
-    pub fn new(label: &str, total: usize) -> Progress {
-        let terminal = std::io::stderr().is_terminal();
+    pub fn new() -> Progress {
         Progress {
-            label: label.to_string(),
-            total,
-            done: AtomicUsize::new(0),
-            shown: terminal.then(|| Mutex::new(Instant::now())),
+            shown: std::io::stderr().is_terminal(),
         }
     }
 
-    /// One more item done.
-    pub fn tick(&self) {
-        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        let Some(shown) = &self.shown else {
-            return;
-        };
-        if let Ok(mut at) = shown.lock()
-            && (at.elapsed() >= Duration::from_millis(100) || done == self.total)
-        {
-            *at = Instant::now();
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K{}: {done}/{}", self.label, self.total);
-            let _ = err.flush();
-        }
-    }
-
-    /// A message in place of the counter (e.g. what a wait is waiting for).
+    /// Shows `message` (e.g. what a wait is waiting for), in place of the last one.
     pub fn say(&self, message: &str) {
-        if self.shown.is_some() {
+        if self.shown {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K{message}");
             let _ = err.flush();
@@ -57,7 +26,7 @@ impl Progress {
 
     /// Clears the line.
     pub fn finish(&self) {
-        if self.shown.is_some() {
+        if self.shown {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K");
             let _ = err.flush();

@@ -240,7 +240,7 @@ async fn reconcile_as<P: Parent>(
     let patch =
         json!({"metadata": {"annotations": {ANNOTATION_RECONCILE_REQUESTED_AT: requested}}});
     merge::<P>(client, parent, &patch).await?;
-    let progress = Progress::new("", 0);
+    let progress = Progress::new();
     progress.say(&format!(
         "waiting for the operator to reconcile {parent} ..."
     ));

@@ -9,8 +9,9 @@ use applyset_operator::{
     api::{ApplySet, ClusterApplySet, MemberRef},
     applyset::{self, GROUP, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolver,
+    engine::plan,
     health,
-    parent::{self, Parent},
+    parent::Parent,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
@@ -171,16 +172,14 @@ async fn members<P: Parent>(
     p: &P,
 ) -> Result<BTreeMap<MemberRef, Option<DynamicObject>>, String> {
     let parent = p.parent_ref();
-    let recorded = parent::recorded(p.meta(), resolver)
+    // The parent's record, completed with what its status lists (as the operator reads it).
+    let recorded = plan::before(p.meta(), p.status(), resolver)
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{parent}: its ApplySet annotations are malformed ({e})"))?;
-    let mut kinds: BTreeSet<_> = recorded.group_kinds.clone();
+        .map_err(|e| format!("{parent}: its ApplySet annotations are malformed ({e})"))?
+        .recorded;
     let listed = p.status().map(|s| s.members.clone()).unwrap_or_default();
-    for m in &listed {
-        kinds.insert(applyset::GroupKind::new(m.group.clone(), m.kind.clone()));
-    }
-    let kinds: Vec<_> = kinds.into_iter().collect();
+    let kinds: Vec<_> = recorded.group_kinds.iter().cloned().collect();
     let resolved = resolver
         .resolve_group_kinds(&kinds)
         .await
