@@ -4,7 +4,7 @@
 //! a tampered value, a changed unencrypted field of a source file or of a SOPS file in a
 //! Secret, a file for another key, a set without spec.decryption and a ServiceAccount that may not read the key Secret
 //! are refused with ValidationFailed naming the file (or account), and nothing is pruned; the
-//! plaintext is in neither status nor events.
+//! plaintext is in neither status, events nor the operator's logs.
 
 #[path = "support/operator.rs"]
 mod operator;
@@ -28,13 +28,33 @@ use sops_tools::{AgeKey, age_keygen, sops_encrypt};
 const DEADLINE: Duration = Duration::from_secs(60);
 const PASSWORD: &str = "hunter2-e2e";
 
-fn init() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+/// The operator's logs of this test binary (debug level), captured for
+/// [`assert_no_plaintext`].
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().expect("logs").extend_from_slice(bytes);
+        Ok(bytes.len())
     }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().expect("logs")).into_owned()
+}
+
+fn init() {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "applyset_operator=debug".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_ansi(false)
+        .with_writer(|| Capture)
+        .try_init();
 }
 
 struct Keys {
@@ -115,7 +135,8 @@ async fn wait_message(set: &Parent, reason: &str, text: &str) -> String {
     .await
 }
 
-/// Neither the set's status nor any event of the namespace holds `plain` or its base64.
+/// Neither the set's status, nor any event of the namespace, nor the operator's logs (debug
+/// level) hold `plain` or its base64.
 async fn assert_no_plaintext(h: &Harness, set: &Parent, plain: &str) {
     let encoded = STANDARD.encode(plain);
     let status = serde_json::to_string(&set.live().await.data).expect("json");
@@ -129,6 +150,15 @@ async fn assert_no_plaintext(h: &Harness, set: &Parent, plain: &str) {
     assert!(
         !text.contains(plain) && !text.contains(&encoded),
         "plaintext in events: {text}"
+    );
+    let logs = logs();
+    assert!(
+        logs.contains("reconcile"),
+        "the operator's logs are captured: {logs}"
+    );
+    assert!(
+        !logs.contains(plain) && !logs.contains(&encoded),
+        "plaintext in the logs"
     );
 }
 
