@@ -148,6 +148,44 @@ async fn build_decrypts_sops_members_with_a_local_key() {
     );
 }
 
+/// `diff` of a set with a SOPS-encrypted ConfigMap (encrypted_regex ^data$) decrypts it with
+/// the local key and withholds the decrypted values (only Secrets are masked otherwise).
+#[tokio::test]
+async fn diff_withholds_values_decrypted_from_sops_members() {
+    let h = Harness::new("cli-sops-diff").await;
+    let ns = h.ns.as_str();
+    let dir = scratch("cli-sops-diff");
+    let key = sops_tools::age_keygen(&dir, "keys.txt");
+    let plain = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg, namespace: {ns}}}\ndata: {{url: https://db.internal}}\n"
+    );
+    let enc = sops_tools::sops_encrypt(
+        &dir,
+        "c.yaml",
+        plain.as_bytes(),
+        &key.recipient,
+        &["--encrypted-regex", "^data$"],
+    );
+    let member: Value = serde_saphyr::from_slice(&enc).expect("yaml");
+    let set = h.applyset("sops");
+    let file = dir.join(format!("{ns}.yaml"));
+    write_set(
+        &file,
+        &set,
+        &json!({"manifests": [member], "decryption": {"provider": "sops", "secretRef": {"name": "k"}}}),
+    );
+    let key_file = dir.join("keys.txt").display().to_string();
+    let path = file.to_str().expect("path");
+    let out = on_cluster(&["diff", "-f", path, "--sops-age-key-file", &key_file]).await;
+    let text = stdout(&out);
+    assert!(text.contains("1 to create"), "{}", shown(&out));
+    assert!(
+        text.contains("url: <redacted>") && !text.contains("db.internal") && !text.contains("ENC["),
+        "{}",
+        shown(&out)
+    );
+}
+
 #[tokio::test]
 async fn help_matches_the_snapshot() {
     let out = plugin(&["--help"]).await;

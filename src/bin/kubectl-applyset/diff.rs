@@ -197,6 +197,13 @@ async fn diff_set(
         text.push_str(n);
     }
     text.push_str(&body);
+    // The values decrypted from SOPS members are withheld (a Secret's are masked already; a
+    // decrypted ConfigMap's, or a server message echoing one, would otherwise show).
+    let text = desired
+        .set
+        .members
+        .iter()
+        .fold(text, |text, m| m.redact(text));
     Ok((text, counts))
 }
 
