@@ -15,6 +15,8 @@ SEED ?= random
 STEPS ?= 1000
 # Cases per property of `make fuzz` (make test runs 64).
 CASES ?= 100000
+# Builds of each kind measured by `make bench-kustomize`.
+KZ_BENCH_N ?= 1000
 
 .PHONY: help
 help: ## list the targets
@@ -56,6 +58,10 @@ kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tes
 sops-binaries: deps ## build (or reuse from the cache) sops and age-keygen, which the SOPS tests encrypt their fixtures with
 	@tests/testenv/build-sops.sh >/dev/null
 
+.PHONY: kustomize-binary
+kustomize-binary: deps ## build (or reuse from the cache) kustomize, from the Go module sigs.k8s.io/kustomize/kustomize/v5
+	@tests/testenv/build-kustomize.sh >/dev/null
+
 .PHONY: registry-binary
 registry-binary: deps ## build (or reuse from the cache) the CNCF distribution OCI registry, for the OCI source tests
 	@tests/testenv/build-registry.sh >/dev/null
@@ -65,13 +71,14 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary registry-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke APT_ALWAYS=
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
+	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize \
 	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \
 	APPLYSET_AGE_KEYGEN=$$(tests/testenv/build-sops.sh)/age-keygen \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
@@ -89,7 +96,19 @@ soak: deps kube-binaries ## a long model-based random walk (tests/model): make s
 bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
-	  --operator target/release/applyset-operator --out bench/results $(BENCH_ARGS)
+	  --operator target/release/applyset-operator --out bench/results --teardown-baseline $(BENCH_ARGS)
+
+.PHONY: bench-scale
+bench-scale: deps kube-binaries ## 10,000 ApplySets × 4 (Flux's objects): all Ready, peak RSS, requests per set, teardown timed with the operator running; bench/results/scale/
+	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
+	  --operator target/release/applyset-operator --out bench/results/scale \
+	  --shapes 10000 --sizes "" --no-kubectl --teardown-baseline $(BENCH_ARGS)
+
+.PHONY: bench-kustomize
+bench-kustomize: deps kustomize-binary ## the cost of kustomize builds through the operator's build path: one, and KZ_BENCH_N (1000) at --kustomize-concurrency 2
+	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize KZ_BENCH_N=$(KZ_BENCH_N) \
+	  $(CARGO) test --locked --test kustomize -- --ignored kustomize_build_cost --nocapture
 
 .PHONY: bench-smoke
 bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make test, so it cannot rot)

@@ -1,7 +1,7 @@
 //! The API: `ApplySet` (namespaced) and `ClusterApplySet` (cluster-scoped) in
 //! `applyset.dev/v1alpha1`. Both kinds share one spec and one status.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -154,6 +154,18 @@ pub struct ApplySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub depends_on: Vec<Dependency>,
+
+    /// Overrides applied to every directory source (git, oci, http bundle) as Flux applies
+    /// a Kustomization's: through a kustomization generated over the source's path (its own
+    /// kustomization.yaml, if any, with these fields set), built with kustomize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeOverrides>,
+
+    /// Variable substitution in every member (inline and from sources) after the build, as
+    /// Flux's postBuild: `${var}`, `${var:=default}`, `${var:-default}`, `$${var}` for a
+    /// literal. A variable without a value and without a default is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_build: Option<PostBuild>,
 
     /// Decryption of SOPS-encrypted members (provider sops, age keys): a member that carries
     /// SOPS metadata (a top-level sops entry) is decrypted in memory before it is applied,
@@ -850,6 +862,23 @@ impl ApplySetSpec {
             .unwrap_or(Duration::from_secs(600))
             .clamp(MIN_DURATION, MAX_INTERVAL)
     }
+
+    /// The interval the operator uses: [`Self::interval`], at least `min` (the operator's
+    /// `--min-interval`).
+    pub fn interval_at_least(&self, min: Duration) -> Duration {
+        self.interval().max(min)
+    }
+
+    /// What status says when `interval` is raised to `min`; `None` when it is not.
+    pub fn interval_raised(&self, min: Duration) -> Option<String> {
+        (self.interval() < min).then(|| {
+            format!(
+                "spec.interval {} is raised to the operator's minimum, {}s (--min-interval)",
+                self.interval,
+                min.as_secs()
+            )
+        })
+    }
     /// `retryInterval`, at least 1s and at most `interval`.
     pub fn retry_interval(&self) -> Duration {
         parse_duration(&self.retry_interval)
@@ -886,6 +915,8 @@ impl Default for ApplySetSpec {
             wait: false,
             health_checks: Vec::new(),
             depends_on: Vec::new(),
+            kustomize: None,
+            post_build: None,
             decryption: None,
         }
     }
@@ -1125,6 +1156,19 @@ mod tests {
         assert_eq!(spec, ApplySetSpec::default());
         assert!(spec.prune);
         assert_eq!(spec.interval(), Duration::from_secs(600));
+        let min = Duration::from_secs(10);
+        assert_eq!(spec.interval_at_least(min), Duration::from_secs(600));
+        assert_eq!(spec.interval_raised(min), None);
+        let fast = ApplySetSpec {
+            interval: "1s".into(),
+            ..ApplySetSpec::default()
+        };
+        assert_eq!(fast.interval_at_least(min), min);
+        let said = fast.interval_raised(min).expect("raised");
+        assert!(
+            said.contains("spec.interval 1s is raised") && said.contains("10s (--min-interval)"),
+            "{said}"
+        );
         assert_eq!(spec.retry_interval(), Duration::from_secs(30));
         assert_eq!(spec.timeout(), Duration::from_secs(300));
     }
@@ -1208,4 +1252,131 @@ mod tests {
         let c: ClusterApplySetSpec = serde_json::from_value(json).expect("cluster spec");
         assert_eq!(c.0, a);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// spec.kustomize and spec.postBuild (kustomize overlays and post-build substitution)
+
+/// `spec.kustomize`: what Flux's Kustomization sets over a source's path.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeOverrides {
+    /// The kustomization's `namespace`: every namespaced object is put in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub target_namespace: Option<String>,
+    /// The kustomization's `namePrefix` (replaces the one of the source's kustomization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 200))]
+    pub name_prefix: Option<String>,
+    /// The kustomization's `nameSuffix` (replaces the one of the source's kustomization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 200))]
+    pub name_suffix: Option<String>,
+    /// Labels and annotations set on every built object's metadata (not on selectors or
+    /// templates), after the build, as Flux's commonMetadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_metadata: Option<CommonMetadata>,
+    /// Patches appended to the kustomization's `patches` (strategic merge or JSON 6902).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub patches: Vec<KustomizePatch>,
+    /// Image overrides merged into the kustomization's `images` (by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub images: Vec<KustomizeImage>,
+    /// Components appended to the kustomization's `components`: local paths, relative to
+    /// the source's path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub components: Vec<String>,
+}
+
+/// `spec.kustomize.commonMetadata`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommonMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A patch of `spec.kustomize.patches`: the patch text (a strategic merge patch or a JSON
+/// 6902 patch, YAML or JSON) and the objects it applies to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizePatch {
+    #[schemars(length(min = 1))]
+    pub patch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<KustomizeSelector>,
+}
+
+/// Which objects a patch applies to (kustomize's selector).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation_selector: Option<String>,
+}
+
+/// An image override of `spec.kustomize.images` (kustomize's `images` entry).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeImage {
+    /// The image name as the manifests use it.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// `spec.postBuild`: variables substituted in every member after the build.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostBuild {
+    /// Variables by name (`[_a-zA-Z][_a-zA-Z0-9]*`); they win over substituteFrom.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub substitute: BTreeMap<String, String>,
+    /// ConfigMaps and Secrets of the set's namespace whose data keys are variables, read as
+    /// the set's identity; a later entry's values win over an earlier one's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub substitute_from: Vec<SubstituteReference>,
+}
+
+/// A ConfigMap or Secret of `spec.postBuild.substituteFrom`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubstituteReference {
+    pub kind: SubstituteKind,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// A missing object is skipped instead of failing the reconcile.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SubstituteKind {
+    #[default]
+    ConfigMap,
+    Secret,
 }

@@ -291,6 +291,22 @@ pub struct Candidate {
     pub deletes_members: bool,
 }
 
+/// Keeps, of what `c` depends on, only what the gate's confinement allows without asking
+/// anyone: ApplySets of its own namespace. Any other dependency counts only if `accepted`
+/// has it (the dependencies `c`'s last gate in this process let through, after the scope
+/// and account checks). So a set cannot hold up the deletion of a set it was never allowed
+/// to depend on (another tenant's).
+pub fn confined(mut c: Candidate, accepted: &[ParentRef]) -> Candidate {
+    let own = c.parent.effective_namespace().map(str::to_string);
+    c.depends_on.retain(|d| {
+        let same_namespace = c.parent.kind == ParentKind::ApplySet
+            && d.kind == ParentKind::ApplySet
+            && d.effective_namespace().map(str::to_string) == own;
+        same_namespace || accepted.contains(d)
+    });
+    c
+}
+
 /// The set that `me`, being deleted, waits for, and how much longer at most: a set that
 /// depends on `me`, is being deleted too and will delete its members (our finalizer,
 /// deletionPolicy Delete) — for at most `patience` after its deletion began. A dependent that
@@ -715,6 +731,14 @@ impl Dependencies {
                     .map(|o| Found::ClusterApplySet(o).candidate()),
             );
         }
+        // Only the dependencies the gate would let through (see `confined`).
+        let candidates: Vec<Candidate> = candidates
+            .into_iter()
+            .map(|c| {
+                let accepted = self.depends_on(&c.parent);
+                confined(c, &accepted)
+            })
+            .collect();
         match blocking_dependent(me, &candidates, spec.timeout(), now.as_second()) {
             None => Waiting::No,
             Some((dependent, remaining)) => Waiting::For {
@@ -1268,5 +1292,40 @@ mod tests {
         let gone = watcher::Event::Delete(applyset("t", "crds", 2, ready(2)));
         assert_eq!(d.on_event(&gone), vec![web]);
         assert!(d.dependents_of(&c("base")).is_empty());
+    }
+
+    #[test]
+    fn the_deletion_order_counts_only_dependencies_the_gate_allows() {
+        let web = ParentRef::applyset("team-a", "web");
+        let db = ParentRef::applyset("team-a", "db");
+        let victim = ParentRef::applyset("team-b", "victim");
+        let platform = ParentRef::cluster("platform");
+        let c = |depends_on: Vec<ParentRef>| Candidate {
+            parent: web.clone(),
+            depends_on,
+            deleting_since: Some(1000),
+            deletes_members: true,
+        };
+        let all = vec![db.clone(), victim.clone(), platform.clone()];
+        // Never let through by a gate: only its own namespace counts.
+        assert_eq!(confined(c(all.clone()), &[]).depends_on, vec![db.clone()]);
+        // What its gate accepted counts too.
+        let accepted = [platform.clone()];
+        assert_eq!(
+            confined(c(all.clone()), &accepted).depends_on,
+            vec![db.clone(), platform.clone()]
+        );
+        // So another namespace's set being deleted is not held up by it.
+        let me = confined(c(all), &[]);
+        assert_eq!(
+            blocking_dependent(
+                &victim,
+                std::slice::from_ref(&me),
+                Duration::from_secs(60),
+                1001
+            ),
+            None
+        );
+        assert!(blocking_dependent(&db, &[me], Duration::from_secs(60), 1001).is_some());
     }
 }

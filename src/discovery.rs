@@ -7,7 +7,10 @@
 use std::{
     collections::HashMap,
     hash::Hash,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -52,6 +55,8 @@ pub struct Resolver {
     client: Client,
     cache: RwLock<Option<Snapshot>>,
     refresh: Mutex<()>,
+    /// Set when something learnt that the cache is wrong (see [`Resolver::invalidator`]).
+    stale: Arc<AtomicBool>,
 }
 
 /// One discovery run: when it began and when it finished.
@@ -67,12 +72,21 @@ impl Resolver {
             client,
             cache: RwLock::new(None),
             refresh: Mutex::new(()),
+            stale: Arc::default(),
         }
     }
 
+    /// A handle that makes the next lookup run discovery again (a watched kind's LIST
+    /// answered 404: the cache still serves a kind the server does not).
+    pub fn invalidator(&self) -> impl Fn() + Send + Sync + 'static {
+        let stale = self.stale.clone();
+        move || stale.store(true, Ordering::SeqCst)
+    }
+
     async fn current(&self) -> Result<Arc<Discovery>> {
+        let forced = self.stale.swap(false, Ordering::SeqCst);
         let stale = match &*self.cache.read().await {
-            Some(s) if s.at.elapsed() < TTL => return Ok(s.discovery.clone()),
+            Some(s) if !forced && s.at.elapsed() < TTL => return Ok(s.discovery.clone()),
             Some(s) => Some(s.at),
             None => None,
         };

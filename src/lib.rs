@@ -15,8 +15,10 @@
 //!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
 //!   and carry out a prune, reporting per member in one vocabulary.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction).
+//! - [`kind_refs`]: which sets hold which member kinds (when a kind's watch starts and stops).
 //! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
 //!   and of many, as pure functions.
+//! - [`terminating`]: namespaces being terminated (no apply is sent into one).
 //! - [`watch`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
@@ -35,6 +37,7 @@ pub mod dependencies;
 pub mod discovery;
 pub mod engine;
 pub mod health;
+pub mod kind_refs;
 pub mod kinds;
 pub mod leader;
 pub mod manifest;
@@ -46,7 +49,9 @@ pub mod server;
 pub mod sops;
 pub mod sources;
 pub mod status;
+pub mod substitute;
 pub mod tenancy;
+pub mod terminating;
 pub mod watch;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this

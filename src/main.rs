@@ -92,11 +92,19 @@ struct RunArgs {
     /// a fetch that cannot get its share waits (at most half of --source-timeout), then fails.
     #[arg(long, env = "APPLYSET_SOURCE_MEMORY_MIB", default_value_t = 256)]
     source_memory_mib: u64,
+    /// Each set's share of --source-memory-mib, in MiB: a set's sources never hold more at
+    /// once (a set over it waits, at most half of --source-timeout, then fails alone).
+    #[arg(long, env = "APPLYSET_SOURCE_MEMORY_PER_SET", default_value_t = 128)]
+    source_memory_per_set: u64,
     /// Address ranges sources may never connect to, besides link-local and cloud metadata
-    /// addresses (always refused): CIDRs or addresses, comma-separated (e.g. the cluster's
-    /// service CIDR; 127.0.0.0/8,::1 to refuse loopback).
+    /// addresses (always refused) and loopback (refused by default): CIDRs or addresses,
+    /// comma-separated (e.g. the cluster's service and pod CIDRs).
     #[arg(long, env = "APPLYSET_SOURCE_DENY_CIDRS", value_delimiter = ',')]
     source_deny_cidrs: Vec<String>,
+    /// Address ranges exempt from the default refusals (loopback), comma-separated; other
+    /// hosts stay allowed. Link-local and cloud metadata addresses are never exempt.
+    #[arg(long, env = "APPLYSET_SOURCE_ALLOW_CIDRS", value_delimiter = ',')]
+    source_allow_cidrs: Vec<String>,
     /// When set, the only hosts sources may contact (first request, redirects, OCI token
     /// services): comma-separated patterns `host`, `host:port`, `*.domain`, an address.
     #[arg(long, env = "APPLYSET_SOURCE_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -104,6 +112,17 @@ struct RunArgs {
     /// Whether sources may use plain http:// and OCI insecure: true (false refuses them).
     #[arg(long, env = "APPLYSET_SOURCE_INSECURE", default_value_t = true, action = clap::ArgAction::Set)]
     source_insecure: bool,
+    /// The kustomize binary that builds overlays of directory sources (default: `kustomize`
+    /// beside the operator's executable, else on PATH).
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_BINARY")]
+    kustomize_binary: Option<std::path::PathBuf>,
+    /// Kustomize builds at once, operator-wide.
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_CONCURRENCY", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    kustomize_concurrency: u16,
+    /// The memory (data segment) one kustomize build may use, in MiB (at least 128: the
+    /// binary needs about 100 to start).
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_MEMORY_MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(128..))]
+    kustomize_memory_mib: u64,
     /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
     /// its own namespace (impersonation).
     #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
@@ -123,6 +142,22 @@ struct RunArgs {
     /// Most members one set may declare (more: ValidationFailed).
     #[arg(long, env = "APPLYSET_MAX_MEMBERS_PER_SET", default_value_t = applyset_operator::render::DEFAULT_MAX_MEMBERS_PER_SET)]
     max_members_per_set: usize,
+    /// Most distinct kinds (group and kind) of the members of one set (more:
+    /// ValidationFailed); each kind may cost the operator a watch.
+    #[arg(long, env = "APPLYSET_MAX_KINDS_PER_SET", default_value_t = applyset_operator::render::DEFAULT_MAX_KINDS_PER_SET)]
+    max_kinds_per_set: usize,
+    /// Most impersonating clients kept (one per ServiceAccount sets act as; the least
+    /// recently used is dropped beyond it and made again when needed).
+    #[arg(long, env = "APPLYSET_MAX_IMPERSONATION_CLIENTS", default_value_t = applyset_operator::controller::impersonate::DEFAULT_MAX_CLIENTS)]
+    max_impersonation_clients: usize,
+    /// Most objects of spec.healthChecks watched at once, for all sets together (at most 64
+    /// per set); a check beyond waits, Unknown, until room frees.
+    #[arg(long, env = "APPLYSET_MAX_HEALTH_WATCHES", default_value_t = applyset_operator::members::MAX_CHECKED_OBJECTS)]
+    max_health_watches: usize,
+    /// Shortest spec.interval the operator honours (e.g. 10s, 1m): shorter ones are raised
+    /// to it, and status says so.
+    #[arg(long, env = "APPLYSET_MIN_INTERVAL", default_value = "10s", value_parser = parse_min_interval)]
+    min_interval: std::time::Duration,
     /// Most YAML/JSON nodes (mappings, lists, scalars, keys) of one set's manifests, summed
     /// over its inline manifests and all its sources.
     #[arg(long, env = "APPLYSET_MAX_YAML_NODES_PER_SET", default_value_t = applyset_operator::manifest::DEFAULT_SET_YAML_NODES)]
@@ -130,6 +165,12 @@ struct RunArgs {
     /// Most YAML/JSON text of one set's manifests, summed like the nodes, in MiB.
     #[arg(long, env = "APPLYSET_MAX_YAML_MIB_PER_SET", default_value_t = 64)]
     max_yaml_mib_per_set: usize,
+}
+
+/// A duration of `--min-interval`, in the form of spec.interval (`10s`, `1m30s`).
+fn parse_min_interval(s: &str) -> Result<std::time::Duration, String> {
+    applyset_operator::api::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration such as 10s or 1m"))
 }
 
 fn init_logging(format: LogFormat) {
@@ -251,9 +292,11 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         &args.source_allowed_hosts,
         args.source_insecure,
     )
+    .and_then(|p| p.with_allowed_cidrs(&args.source_allow_cidrs))
     .map_err(|e| e.to_string())?;
     let set_limits = applyset_operator::render::SetLimits {
         max_members: args.max_members_per_set,
+        max_kinds: args.max_kinds_per_set,
         yaml: applyset_operator::manifest::YamlCost {
             nodes: args.max_yaml_nodes_per_set,
             bytes: args.max_yaml_mib_per_set.saturating_mul(1 << 20),
@@ -271,6 +314,12 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
             memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
+            memory_per_set: args.source_memory_per_set.max(1).saturating_mul(1 << 20),
+            kustomize: applyset_operator::sources::kustomize::Settings {
+                binary: args.kustomize_binary.clone(),
+                concurrency: usize::from(args.kustomize_concurrency),
+                memory: args.kustomize_memory_mib.saturating_mul(1 << 20),
+            },
             ..Default::default()
         },
         source_dir: args.source_dir.clone(),
@@ -281,6 +330,9 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             allow_cross_namespace: args.allow_cross_namespace_sets,
         },
         set_limits,
+        max_impersonation_clients: args.max_impersonation_clients,
+        max_health_watches: args.max_health_watches,
+        min_interval: args.min_interval,
     })
 }
 
@@ -399,7 +451,15 @@ async fn operate(
     code
 }
 
+/// With `--features dhat-heap`, every allocation is tracked (see Cargo.toml).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    // Writes dhat-heap.json (the heap at its peak, by allocation site) when main returns.
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::builder().trim_backtraces(Some(40)).build();
     let cli = Cli::parse();
     match cli.command {
         Command::Crd => match applyset_operator::api::crds_yaml() {
@@ -467,5 +527,22 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(err.starts_with("--source-allowed-hosts: "), "{err}");
+        // Loopback: refused by default, exempt by --source-allow-cidrs (never metadata).
+        let lo = "127.0.0.1".parse().expect("ip");
+        let p = operator_config(&run_args(&[]))
+            .expect("defaults")
+            .source_policy;
+        assert!(p.check_ip(lo, None).is_err());
+        let config = operator_config(&run_args(&[
+            "--source-allow-cidrs=127.0.0.0/8,169.254.0.0/16",
+        ]))
+        .expect("valid flags");
+        assert!(config.source_policy.check_ip(lo, None).is_ok());
+        let metadata = "169.254.169.254".parse().expect("ip");
+        assert!(config.source_policy.check_ip(metadata, None).is_err());
+        let err = operator_config(&run_args(&["--source-allow-cidrs=x"]))
+            .err()
+            .unwrap_or_default();
+        assert!(err.starts_with("--source-allow-cidrs: "), "{err}");
     }
 }

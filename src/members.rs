@@ -39,6 +39,8 @@ use crate::{
     applyset::{GroupKind, LABEL_PART_OF, ParentKind, ParentRef},
     discovery::Resolved,
     health::{self, Health},
+    kind_refs::{self, KindRefs},
+    terminating::Terminating,
 };
 
 /// The hash of a body to apply (stable within a process).
@@ -112,6 +114,9 @@ pub struct SetHealth {
 struct Checked {
     health: Option<Health>,
     users: HashSet<String>,
+    /// How to watch it (from the last set that checks it).
+    target: Option<CheckTarget>,
+    /// Its watch; `None` while it waits for room (see [`MemberWatches::start_waiting_checks`]).
     watch: Option<AbortHandle>,
 }
 
@@ -174,14 +179,32 @@ struct InFlight {
 pub struct MemberWatches {
     client: Client,
     state: Arc<Mutex<State>>,
-    watches: Mutex<HashMap<GroupKind, AbortHandle>>,
+    watches: Mutex<Watches>,
+    /// Called when a kind's LIST answers 404 (to drop it from discovery's cache).
+    kind_gone: Mutex<Option<KindGone>>,
     trigger_applysets: mpsc::UnboundedSender<ObjectRef<ApplySet>>,
     trigger_cluster: mpsc::UnboundedSender<ObjectRef<ClusterApplySet>>,
     /// Woken when a tracked set is marked dirty.
     health_changed: Notify,
+    /// Most checked objects watched at once.
+    check_cap: std::sync::atomic::AtomicUsize,
     /// Moves on whenever a tracked set's health may have changed (see [`Self::changes`]).
     changes: tokio::sync::watch::Sender<u64>,
+    /// Namespaces being terminated: what is deleted there is not drift.
+    terminating: Arc<Terminating>,
 }
+
+/// The running member watches and the sets that hold their kinds: a kind is watched once an
+/// apply of it was accepted for some set ([`MemberWatches::accepted`]), and its watch stops
+/// when no set has declared it for [`kind_refs::GRACE`].
+#[derive(Default)]
+struct Watches {
+    running: HashMap<GroupKind, AbortHandle>,
+    refs: KindRefs,
+}
+
+/// A hook run when a watched kind is not served any more.
+pub type KindGone = Arc<dyn Fn(&GroupKind) + Send + Sync>;
 
 /// The receiving ends of the drift triggers, one per parent kind.
 pub struct Triggers {
@@ -194,12 +217,15 @@ impl MemberWatches {
         let (ta, ra) = mpsc::unbounded();
         let (tc, rc) = mpsc::unbounded();
         let w = MemberWatches {
+            terminating: Arc::new(Terminating::new(client.clone())),
             client,
             state: Arc::default(),
             watches: Mutex::default(),
+            kind_gone: Mutex::default(),
             trigger_applysets: ta,
             trigger_cluster: tc,
             health_changed: Notify::new(),
+            check_cap: std::sync::atomic::AtomicUsize::new(MAX_CHECKED_OBJECTS),
             changes: tokio::sync::watch::Sender::new(0),
         };
         (
@@ -211,21 +237,104 @@ impl MemberWatches {
         )
     }
 
-    /// Starts a watch for every kind not watched yet (on the current runtime).
-    pub fn ensure_watched(self: &Arc<Self>, kinds: &HashMap<GroupKind, Resolved>) {
-        let Ok(mut watches) = self.watches.lock() else {
+    /// The namespaces known to be terminating (shared with the reconciles, which learn them).
+    pub fn terminating(&self) -> Arc<Terminating> {
+        self.terminating.clone()
+    }
+
+    /// Set `id` had applies of these kinds accepted by the API server (the kind is served,
+    /// and someone may write it): it holds them, and each kind not watched yet gets its watch
+    /// (on the current runtime).
+    pub fn accepted<'a>(
+        self: &Arc<Self>,
+        id: &str,
+        kinds: impl IntoIterator<Item = (&'a GroupKind, &'a Resolved)>,
+    ) {
+        let Ok(mut w) = self.watches.lock() else {
             return;
         };
         for (gk, resolved) in kinds {
-            if watches.contains_key(gk) {
+            w.refs.hold(id, gk);
+            if w.running.contains_key(gk) {
                 continue;
             }
             let this = self.clone();
-            let gk2 = gk.clone();
-            let resolved = resolved.clone();
+            let (gk2, resolved) = (gk.clone(), resolved.clone());
             let handle =
                 tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
-            watches.insert(gk.clone(), handle);
+            w.running.insert(gk.clone(), handle);
+        }
+    }
+
+    /// How many member kinds are watched now (`applyset_member_watches`).
+    pub fn watch_count(&self) -> usize {
+        self.watches.lock().map(|w| w.running.len()).unwrap_or(0)
+    }
+
+    /// Runs `hook` whenever a watched kind's LIST answers 404 (the kind is not served).
+    pub fn on_kind_gone(&self, hook: KindGone) {
+        if let Ok(mut g) = self.kind_gone.lock() {
+            *g = Some(hook);
+        }
+    }
+
+    /// Stops the watches of `released` kinds once they have stayed unheld for the grace
+    /// period (checked again then: a kind held again meanwhile keeps its watch).
+    fn release(self: &Arc<Self>, released: Vec<GroupKind>) {
+        if released.is_empty() {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(kind_refs::GRACE).await;
+            if let Some(this) = this.upgrade() {
+                for gk in released {
+                    this.stop_if_expired(&gk);
+                }
+            }
+        });
+    }
+
+    fn stop_if_expired(&self, gk: &GroupKind) {
+        let Ok(mut w) = self.watches.lock() else {
+            return;
+        };
+        if !w
+            .refs
+            .expired(gk, std::time::Instant::now(), kind_refs::GRACE)
+        {
+            return;
+        }
+        w.refs.stopped(gk);
+        if let Some(h) = w.running.remove(gk) {
+            h.abort();
+            tracing::debug!(kind = %gk, "member watch stopped: no set declares the kind");
+        }
+        drop(w);
+        self.unsync(gk);
+    }
+
+    /// A kind whose LIST answered 404: its watch ends (it is started again by the next
+    /// accepted apply of the kind) and discovery forgets what it knew.
+    fn gone(&self, gk: &GroupKind) {
+        if let Ok(mut w) = self.watches.lock() {
+            w.running.remove(gk);
+        }
+        self.unsync(gk);
+        tracing::info!(kind = %gk, "member watch stopped: the kind is not served (404)");
+        let hook = self.kind_gone.lock().ok().and_then(|g| g.clone());
+        if let Some(hook) = hook {
+            hook(gk);
+        }
+    }
+
+    /// Forgets what the watch of `gk` listed: its objects are looked up otherwise (LISTs,
+    /// GETs) until a watch of the kind lists again.
+    fn unsync(&self, gk: &GroupKind) {
+        if let Ok(mut s) = self.state.lock() {
+            s.synced.remove(gk);
+            s.live
+                .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
         }
     }
 
@@ -265,6 +374,7 @@ impl MemberWatches {
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(e) => e,
+                Err(e) if not_served(&e) => return self.gone(&gk),
                 Err(e) => {
                     tracing::debug!(kind = %gk, error = %e, "member watch");
                     continue;
@@ -298,7 +408,17 @@ impl MemberWatches {
                 }
                 watcher::Event::Delete((meta, _)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
-                        let drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        // The namespace controller deleting a terminating namespace's
+                        // content: recorded, but the sets living there are not reconciled
+                        // (their own deletion is coming); sets elsewhere are, to report it.
+                        let terminating = r
+                            .namespace
+                            .clone()
+                            .filter(|ns| self.terminating.contains(ns));
+                        let mut drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        if let Some(ns) = terminating {
+                            drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
+                        }
                         self.trigger(drifted);
                     }
                 }
@@ -611,22 +731,38 @@ impl MemberWatches {
     }
 
     /// Registers parent `parent` of ID `id` and drops records of members it no longer
-    /// declares.
-    pub fn register(&self, id: &str, parent: &ParentRef, declared: &HashSet<MemberRef>) {
+    /// declares; it no longer holds the kinds it does not declare.
+    pub fn register(self: &Arc<Self>, id: &str, parent: &ParentRef, declared: &HashSet<MemberRef>) {
         if let Ok(mut s) = self.state.lock() {
             s.parents.insert(id.to_string(), parent.clone());
             if let Some(m) = s.applied.get_mut(id) {
                 m.retain(|r, _| declared.contains(r));
             }
         }
+        let kinds: HashSet<GroupKind> = declared
+            .iter()
+            .map(|r| GroupKind::new(r.group.clone(), r.kind.clone()))
+            .collect();
+        let released = self
+            .watches
+            .lock()
+            .map(|mut w| w.refs.retain(id, &kinds, std::time::Instant::now()))
+            .unwrap_or_default();
+        self.release(released);
     }
 
-    /// Forgets a parent (deleted), its health included.
-    pub fn forget(&self, id: &str) {
+    /// Forgets a parent (deleted), its health and the kinds it held included.
+    pub fn forget(self: &Arc<Self>, id: &str) {
         if let Ok(mut s) = self.state.lock() {
             s.applied.remove(id);
             s.parents.remove(id);
         }
+        let released = self
+            .watches
+            .lock()
+            .map(|mut w| w.refs.forget(id, std::time::Instant::now()))
+            .unwrap_or_default();
+        self.release(released);
         self.untrack(id);
     }
 }
@@ -662,7 +798,7 @@ impl MemberWatches {
     /// Stops every watch (their tasks hold this registry, so dropping it would not).
     pub fn stop(&self) {
         if let Ok(mut w) = self.watches.lock() {
-            for (_, h) in w.drain() {
+            for (_, h) in w.running.drain() {
                 h.abort();
             }
         }
@@ -697,26 +833,11 @@ impl MemberWatches {
             }
         }
         for c in &targets.checks {
-            let full = s.checked.len() >= MAX_CHECKED_OBJECTS;
             let entry = s.checked.entry(c.reference.clone()).or_default();
             entry.users.insert(id.to_string());
-            if entry.watch.is_some() || entry.health.is_some() {
-                continue;
-            }
-            if full {
-                entry.health = Some(Health::new(
-                    health::Status::Unknown,
-                    format!(
-                        "not watched: the operator already watches {MAX_CHECKED_OBJECTS} checked objects, the most it will"
-                    ),
-                ));
-                continue;
-            }
-            let this = self.clone();
-            let target = c.clone();
-            let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
-            entry.watch = Some(handle);
+            entry.target = Some(c.clone());
         }
+        self.start_waiting_checks(&mut s);
         let members: HashSet<MemberRef> = targets.members.iter().cloned().collect();
         fetched.retain(|r, _| members.contains(r));
         s.tracked.insert(
@@ -731,8 +852,9 @@ impl MemberWatches {
         self.mark_dirty(&mut s, vec![id.to_string()]);
     }
 
-    /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone).
-    pub fn untrack(&self, id: &str) {
+    /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone);
+    /// checks of other sets that waited for room get the watches it frees.
+    pub fn untrack(self: &Arc<Self>, id: &str) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
@@ -740,8 +862,83 @@ impl MemberWatches {
             for c in &t.targets.checks {
                 self.stop_checking(&mut s, id, &c.reference);
             }
+            self.start_waiting_checks(&mut s);
         }
         s.dirty.remove(id);
+    }
+
+    /// Starts the watches of checked objects that have none, while there is room: at most
+    /// [`Self::check_cap`] for the operator, and at most [`MAX_CHECK_WATCHES_PER_SET`] for
+    /// the sets that check an object (one of them must have room). An object left waiting is
+    /// `Unknown`, saying why, and is watched as soon as room frees (a set's checks untracked
+    /// or changed). Marks the sets whose checks changed.
+    fn start_waiting_checks(self: &Arc<Self>, s: &mut State) {
+        let cap = self.check_cap();
+        let mut running = s.checked.values().filter(|c| c.watch.is_some()).count();
+        let mut per_set: HashMap<String, usize> = HashMap::new();
+        for c in s.checked.values().filter(|c| c.watch.is_some()) {
+            for u in &c.users {
+                *per_set.entry(u.clone()).or_default() += 1;
+            }
+        }
+        let mut waiting: Vec<MemberRef> = s
+            .checked
+            .iter()
+            .filter(|(_, c)| c.watch.is_none())
+            .map(|(r, _)| r.clone())
+            .collect();
+        waiting.sort_by_key(|r| r.to_string());
+        let mut marked = Vec::new();
+        for r in waiting {
+            let Some(c) = s.checked.get_mut(&r) else {
+                continue;
+            };
+            let Some(target) = c.target.clone() else {
+                continue;
+            };
+            let set_room = c
+                .users
+                .iter()
+                .any(|u| per_set.get(u).copied().unwrap_or(0) < MAX_CHECK_WATCHES_PER_SET);
+            if running >= cap || !set_room {
+                let h = Health::new(health::Status::Unknown, waiting_why(running >= cap, cap));
+                if c.health.as_ref() != Some(&h) {
+                    c.health = Some(h);
+                    marked.extend(c.users.iter().cloned());
+                }
+                continue;
+            }
+            // Not known until its watch lists.
+            c.health = None;
+            let this = self.clone();
+            let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
+            c.watch = Some(handle);
+            running += 1;
+            for u in &c.users {
+                *per_set.entry(u.clone()).or_default() += 1;
+            }
+            marked.extend(c.users.iter().cloned());
+        }
+        self.mark_dirty(s, marked);
+    }
+
+    /// Most checked objects watched at once ([`MAX_CHECKED_OBJECTS`] unless set otherwise).
+    fn check_cap(&self) -> usize {
+        self.check_cap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the most checked objects watched at once.
+    pub fn set_check_cap(&self, cap: usize) {
+        self.check_cap
+            .store(cap, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many checked objects are watched now (`applyset_health_watches`).
+    pub fn health_watch_count(&self) -> usize {
+        self.state
+            .lock()
+            .map(|s| s.checked.values().filter(|c| c.watch.is_some()).count())
+            .unwrap_or(0)
     }
 
     /// `id` no longer checks `r`: its watch stops when no set checks it any more.
@@ -962,6 +1159,15 @@ impl MemberWatches {
     }
 }
 
+/// Whether a watch error says the kind is not served (its LIST answered 404).
+fn not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 404,
+        _ => false,
+    }
+}
+
 /// Objects per page when a kind watched whole is listed.
 const WHOLE_PAGE: u32 = 100;
 
@@ -984,8 +1190,26 @@ fn only_status_moved(applied: &Applied, live: Option<u64>) -> bool {
     applied.shape.is_some() && applied.shape == live
 }
 
-/// Most objects of health checks the operator watches at once (each has a watch of its own).
+/// Most objects of health checks the operator watches at once by default (each has a watch
+/// of its own; `--max-health-watches`).
 pub const MAX_CHECKED_OBJECTS: usize = 2000;
+
+/// Most checked objects watched for one set (its health checks beyond wait, `Unknown`); the
+/// CRD allows as many health checks per set, the operator enforces it whatever the CRD says.
+pub const MAX_CHECK_WATCHES_PER_SET: usize = 64;
+
+/// Why a checked object is not watched yet.
+fn waiting_why(operator_full: bool, cap: usize) -> String {
+    if operator_full {
+        format!(
+            "not watched yet: the operator already watches {cap} checked objects, the most it will; watched as soon as other sets free room"
+        )
+    } else {
+        format!(
+            "not watched: the sets that check it already have {MAX_CHECK_WATCHES_PER_SET} checked objects watched each, the most per set"
+        )
+    }
+}
 
 /// How many objects that are not current a set's health names.
 pub const NOT_CURRENT_LISTED: usize = 5;
@@ -1351,6 +1575,95 @@ mod tests {
             Some(0),
             "ConfigMaps need no status"
         );
+    }
+
+    #[test]
+    fn only_a_404_listing_says_a_kind_is_not_served() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "NotFound").with_code(code),
+            ))
+        };
+        assert!(not_served(&watcher::Error::InitialListFailed(api(404))));
+        assert!(not_served(&watcher::Error::WatchStartFailed(api(404))));
+        assert!(!not_served(&watcher::Error::InitialListFailed(api(403))));
+        assert!(!not_served(&watcher::Error::InitialListFailed(api(500))));
+        assert!(!not_served(&watcher::Error::NoResourceVersion));
+    }
+
+    #[tokio::test]
+    async fn a_kind_is_watched_only_once_accepted_and_until_no_set_declares_it() {
+        let (w, _t, id, _) = registry();
+        assert_eq!(w.watch_count(), 0);
+        let gk = GroupKind::new("", "ConfigMap");
+        let resolved = Resolved {
+            resource: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(
+                &(),
+            ),
+            namespaced: true,
+        };
+        w.accepted(&id, [(&gk, &resolved)]);
+        w.accepted("another", [(&gk, &resolved)]);
+        assert_eq!(w.watch_count(), 1, "one watch per kind");
+        let parent = ParentRef {
+            kind: ParentKind::ApplySet,
+            name: "p".into(),
+            namespace: Some("ns".into()),
+        };
+        w.register(&id, &parent, &HashSet::new());
+        w.forget("another");
+        // Released, but kept for the grace period.
+        assert_eq!(w.watch_count(), 1);
+        w.stop_if_expired(&gk);
+        assert_eq!(w.watch_count(), 1, "not before the grace period");
+        w.stop();
+    }
+
+    /// A check target of a ConfigMap `name` in `ns`.
+    fn check(ns: &str, name: &str) -> CheckTarget {
+        CheckTarget {
+            reference: MemberRef {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some(ns.into()),
+                name: name.into(),
+            },
+            resource: kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(
+                &(),
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn checks_refused_for_room_are_watched_once_room_frees_and_say_why_meanwhile() {
+        let (w, _t, _, _) = registry();
+        w.set_check_cap(2);
+        let (a, b) = (ParentRef::applyset("t", "a"), ParentRef::applyset("u", "b"));
+        let targets = |checks: Vec<CheckTarget>| Targets {
+            members: Vec::new(),
+            checks,
+        };
+        w.track(&a.id(), &a, targets(vec![check("t", "x"), check("t", "y")]));
+        w.track(&b.id(), &b, targets(vec![check("u", "z")]));
+        assert_eq!(w.health_watch_count(), 2, "the operator's cap");
+        let hb = w.health(&b.id()).expect("tracked");
+        assert_eq!(hb.summary.unknown, 1, "{hb:?}");
+        let named = format!("{:?}", hb.summary);
+        assert!(
+            named.contains("watched as soon as other sets free room"),
+            "{named}"
+        );
+        // a no longer checks y: b's check gets the room.
+        w.track(&a.id(), &a, targets(vec![check("t", "x")]));
+        assert_eq!(w.health_watch_count(), 2);
+        let hb = w.health(&b.id()).expect("tracked");
+        assert_eq!(hb.summary.unknown, 0, "{hb:?}");
+        // a gone: its watch goes, nobody waits.
+        w.untrack(&a.id());
+        assert_eq!(w.health_watch_count(), 1);
+        w.untrack(&b.id());
+        assert_eq!(w.health_watch_count(), 0);
+        w.stop();
     }
 
     #[test]

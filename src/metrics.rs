@@ -1,4 +1,9 @@
-//! Prometheus metrics of SPEC §6, in one registry per operator instance.
+//! Prometheus metrics of SPEC §6, in one registry per operator instance: our own
+//! (`applyset_*`), the process's (`process_*`, on Linux), and the families the Kubernetes
+//! controller ecosystem's dashboards query under controller-runtime's and client-go's names
+//! (the work queue's in [`workqueue`]).
+
+pub mod workqueue;
 
 use std::{
     collections::HashMap,
@@ -36,9 +41,14 @@ pub struct Metrics {
     /// `applyset_info`: one series per parent, its label values by parent.
     info: IntGaugeVec,
     info_labels: Mutex<HashMap<String, Vec<String>>>,
-    /// Parents triggered and not yet started, by controller (`workqueue_depth`).
-    queued: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// controller-runtime's work-queue families and worker gauges.
+    workqueue: workqueue::WorkQueue,
+    /// Gauges read from the operator's state when the metrics are encoded, by name.
+    sampled: Mutex<HashMap<&'static str, (IntGauge, Sampler)>>,
 }
+
+/// Reads a gauge's value (see [`Metrics::sample_gauge`]).
+pub type Sampler = Box<dyn Fn() -> usize + Send + Sync>;
 
 /// controller-runtime's and client-go's metric names.
 struct Ecosystem {
@@ -47,6 +57,7 @@ struct Ecosystem {
     reconcile_time: HistogramVec,
     workqueue_depth: IntGaugeVec,
     rest_client_requests_total: IntCounterVec,
+    rest_client_request_duration: HistogramVec,
 }
 
 impl Ecosystem {
@@ -95,6 +106,30 @@ impl Ecosystem {
                 &["code", "method"],
             )
             .expect("valid metric"),
+            rest_client_request_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "rest_client_request_duration_seconds",
+                    "Request latency in seconds. Broken down by verb, and host",
+                )
+                .buckets(vec![
+                    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+                ]),
+                &["verb", "host"],
+            )
+            .expect("valid metric"),
+        }
+    }
+
+    /// Every series a dashboard or alert queries exists from the start (at 0), so a query
+    /// of a quiet operator returns 0 rather than nothing.
+    fn start_at_zero(&self) {
+        for controller in ["applyset", "clusterapplyset"] {
+            for result in ["success", "error"] {
+                self.reconcile_total
+                    .with_label_values(&[controller, result]);
+            }
+            self.reconcile_errors_total.with_label_values(&[controller]);
+            self.workqueue_depth.with_label_values(&[controller]);
         }
     }
 
@@ -105,6 +140,7 @@ impl Ecosystem {
             Box::new(self.reconcile_time.clone()),
             Box::new(self.workqueue_depth.clone()),
             Box::new(self.rest_client_requests_total.clone()),
+            Box::new(self.rest_client_request_duration.clone()),
         ]
     }
 }
@@ -158,64 +194,44 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "applyset_reconcile_duration_seconds",
-                "Duration of one reconcile",
-            )
-            .buckets(vec![
-                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-            ]),
-            &["kind"],
-        )
-        .expect("valid metric");
-        let reconciles_total = IntCounterVec::new(
-            Opts::new("applyset_reconciles_total", "Reconciles by result"),
+        let reconcile_duration = reconcile_histogram();
+        let reconciles_total = counter_vec(
+            "applyset_reconciles_total",
+            "Reconciles by result",
             &["result"],
-        )
-        .expect("valid metric");
-        let members_applied_total = IntCounterVec::new(
-            Opts::new("applyset_members_applied_total", "Member applies by result"),
+        );
+        let members_applied_total = counter_vec(
+            "applyset_members_applied_total",
+            "Member applies by result",
             &["result"],
-        )
-        .expect("valid metric");
+        );
         let members_pruned_total =
-            IntCounter::new("applyset_members_pruned_total", "Members deleted by prune")
-                .expect("valid metric");
-        let conflicts_total = IntCounter::new(
+            counter("applyset_members_pruned_total", "Members deleted by prune");
+        let conflicts_total = counter(
             "applyset_conflicts_total",
             "Field-manager conflicts reported",
-        )
-        .expect("valid metric");
-        let managed_members = IntGauge::new("applyset_managed_members", "Members of all ApplySets")
-            .expect("valid metric");
-        let api_requests_total = IntCounterVec::new(
-            Opts::new(
-                "applyset_api_requests_total",
-                "Requests the operator sent to the API server, by verb (WATCH apart from GET)",
-            ),
+        );
+        let managed_members = gauge("applyset_managed_members", "Members of all ApplySets");
+        let api_requests_total = counter_vec(
+            "applyset_api_requests_total",
+            "Requests the operator sent to the API server, by verb (WATCH apart from GET)",
             &["verb"],
-        )
-        .expect("valid metric");
-        let source_fetches_total = IntCounterVec::new(
-            Opts::new(
-                "applyset_source_fetches_total",
-                "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
-            ),
+        );
+        let source_fetches_total = counter_vec(
+            "applyset_source_fetches_total",
+            "Source reads by kind and result: downloaded (new content), cached (the cheap check found the revision cached), failed",
             &["kind", "result"],
-        )
-        .expect("valid metric");
-        let source_memory_bytes = IntGauge::new(
+        );
+        let source_memory_bytes = gauge(
             "applyset_source_memory_bytes",
             "Bytes of the sources' memory budget (--source-memory-mib) held now by fetches and their results",
-        )
-        .expect("valid metric");
-        let source_memory_peak_bytes = IntGauge::new(
+        );
+        let source_memory_peak_bytes = gauge(
             "applyset_source_memory_peak_bytes",
             "The most bytes of the sources' memory budget held at once since the start",
-        )
-        .expect("valid metric");
+        );
         let ecosystem = Ecosystem::new();
+        ecosystem.start_at_zero();
         let info = IntGaugeVec::new(
             Opts::new(
                 "applyset_info",
@@ -224,37 +240,8 @@ impl Metrics {
             &INFO_LABELS,
         )
         .expect("valid metric");
-        // Every series a dashboard or alert queries exists from the start (at 0), so a
-        // query of a quiet operator returns 0 rather than nothing.
-        for controller in ["applyset", "clusterapplyset"] {
-            for result in ["success", "error"] {
-                ecosystem
-                    .reconcile_total
-                    .with_label_values(&[controller, result]);
-            }
-            ecosystem
-                .reconcile_errors_total
-                .with_label_values(&[controller]);
-            ecosystem.workqueue_depth.with_label_values(&[controller]);
-        }
-        let mut collectors = ecosystem.collectors();
-        collectors.push(Box::new(info.clone()));
-        for c in collectors.into_iter().chain([
-            Box::new(api_requests_total.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(source_memory_bytes.clone()),
-            Box::new(source_memory_peak_bytes.clone()),
-            Box::new(reconcile_duration.clone()),
-            Box::new(reconciles_total.clone()),
-            Box::new(members_applied_total.clone()),
-            Box::new(members_pruned_total.clone()),
-            Box::new(conflicts_total.clone()),
-            Box::new(managed_members.clone()),
-            Box::new(source_fetches_total.clone()),
-        ]) {
-            // Registering distinct names in a fresh registry cannot fail.
-            let _ = registry.register(c);
-        }
-        Self {
+        let workqueue = workqueue::WorkQueue::new().expect("valid metrics");
+        let metrics = Self {
             registry,
             reconcile_duration,
             reconciles_total,
@@ -272,7 +259,57 @@ impl Metrics {
             ecosystem,
             info,
             info_labels: Mutex::new(HashMap::new()),
-            queued: Mutex::new(HashMap::new()),
+            workqueue,
+            sampled: Mutex::new(HashMap::new()),
+        };
+        metrics.register_all();
+        metrics
+    }
+
+    /// Registers every family, and this process's own on Linux
+    /// (process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds,
+    /// process_start_time_seconds, ..., read from /proc at each scrape).
+    fn register_all(&self) {
+        let mut collectors = self.ecosystem.collectors();
+        collectors.extend(self.workqueue.collectors());
+        collectors.extend([
+            Box::new(self.info.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(self.api_requests_total.clone()),
+            Box::new(self.source_memory_bytes.clone()),
+            Box::new(self.source_memory_peak_bytes.clone()),
+            Box::new(self.reconcile_duration.clone()),
+            Box::new(self.reconciles_total.clone()),
+            Box::new(self.members_applied_total.clone()),
+            Box::new(self.members_pruned_total.clone()),
+            Box::new(self.conflicts_total.clone()),
+            Box::new(self.managed_members.clone()),
+            Box::new(self.source_fetches_total.clone()),
+        ]);
+        #[cfg(target_os = "linux")]
+        collectors.push(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+        for c in collectors {
+            // Registering distinct names in a fresh registry cannot fail.
+            let _ = self.registry.register(c);
+        }
+    }
+
+    /// A gauge `name` whose value `read` gives when the metrics are encoded (the size of a
+    /// cache, the number of watches). Registering a name again replaces its reader.
+    pub fn sample_gauge(&self, name: &'static str, help: &str, read: Sampler) {
+        let Ok(mut sampled) = self.sampled.lock() else {
+            return;
+        };
+        if let Some(entry) = sampled.get_mut(name) {
+            entry.1 = read;
+            return;
+        }
+        let Ok(gauge) = IntGauge::new(name, help) else {
+            return;
+        };
+        if self.registry.register(Box::new(gauge.clone())).is_ok() {
+            sampled.insert(name, (gauge, read));
         }
     }
 
@@ -311,29 +348,39 @@ impl Metrics {
     /// A reconcile of `parent` (of `kind`) was requested: it waits in the queue until
     /// [`Metrics::started`].
     pub fn triggered(&self, kind: &str, parent: &str) {
-        self.queue(kind, |q| {
-            q.insert(parent.to_string());
-        });
-    }
-
-    /// A reconcile of `parent` started: it left the queue.
-    pub fn started(&self, kind: &str, parent: &str) {
-        self.queue(kind, |q| {
-            q.remove(parent);
-        });
-    }
-
-    fn queue(&self, kind: &str, change: impl FnOnce(&mut std::collections::HashSet<String>)) {
         let controller = controller_name(kind);
-        if let Ok(mut queued) = self.queued.lock() {
-            let q = queued.entry(controller.clone()).or_default();
-            change(q);
-            let depth = i64::try_from(q.len()).unwrap_or(i64::MAX);
-            self.ecosystem
-                .workqueue_depth
-                .with_label_values(&[&controller])
-                .set(depth);
-        }
+        let depth = self.workqueue.added(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
+    /// A reconcile of `parent` started: it left the queue and runs until
+    /// [`Metrics::finished`].
+    pub fn started(&self, kind: &str, parent: &str) {
+        let controller = controller_name(kind);
+        let depth = self.workqueue.started(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
+    /// A reconcile of `parent` ended (whatever its result).
+    pub fn finished(&self, kind: &str, parent: &str) {
+        self.workqueue.finished(&controller_name(kind), parent);
+    }
+
+    /// A reconcile of a parent of `kind` comes back with backoff (an error or a failure).
+    pub fn retried(&self, kind: &str) {
+        self.workqueue.retried(&controller_name(kind));
+    }
+
+    /// The most reconciles each controller runs at once (`--concurrency`).
+    pub fn set_max_concurrent_reconciles(&self, n: u16) {
+        self.workqueue.set_max_concurrent(n);
+    }
+
+    fn set_depth(&self, controller: &str, depth: usize) {
+        self.ecosystem
+            .workqueue_depth
+            .with_label_values(&[controller])
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
     /// Sets the `applyset_info` series of `parent` (replacing its earlier one), or removes it
@@ -363,12 +410,17 @@ impl Metrics {
         }
     }
 
-    /// One answer (or failure: `code` "<error>") of the API server to a request `method`.
-    pub fn answered(&self, code: &str, method: &str) {
+    /// One answer (or failure: `code` "<error>") of the API server `host` to a request
+    /// `method`, `took` after it was sent.
+    pub fn answered(&self, code: &str, method: &str, host: &str, took: Duration) {
         self.ecosystem
             .rest_client_requests_total
             .with_label_values(&[code, method])
             .inc();
+        self.ecosystem
+            .rest_client_request_duration
+            .with_label_values(&[method, host])
+            .observe(took.as_secs_f64());
     }
 
     pub fn applied(&self, result: &str, n: u64) {
@@ -430,8 +482,15 @@ impl Metrics {
         }
     }
 
+    /// Registers a metric another part of the operator owns (the kustomize builds).
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+        // Registering a name twice fails; the first registration stands.
+        let _ = self.registry.register(collector);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        self.workqueue.refresh();
         if let Ok(m) = self.source_memory.lock()
             && let Some(b) = m.as_ref()
         {
@@ -439,6 +498,11 @@ impl Metrics {
                 .set(i64::try_from(b.held_bytes()).unwrap_or(i64::MAX));
             self.source_memory_peak_bytes
                 .set(i64::try_from(b.peak_bytes()).unwrap_or(i64::MAX));
+        }
+        if let Ok(sampled) = self.sampled.lock() {
+            for (gauge, read) in sampled.values() {
+                gauge.set(i64::try_from(read()).unwrap_or(i64::MAX));
+            }
         }
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
@@ -472,15 +536,47 @@ pub fn verb<B>(req: &http::Request<B>) -> &'static str {
     }
 }
 
+/// `applyset_reconcile_duration_seconds`, by parent kind.
+fn reconcile_histogram() -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "applyset_reconcile_duration_seconds",
+            "Duration of one reconcile",
+        )
+        .buckets(vec![
+            0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+        ]),
+        &["kind"],
+    )
+    .expect("valid metric")
+}
+
+/// An `IntCounterVec` of a valid name and labels (the names here are constants).
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+/// An `IntCounter` of a valid name.
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+
+/// An `IntGauge` of a valid name.
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).expect("valid metric")
+}
+
 /// A client that counts every request it sends in `metrics`, and every answer by status
 /// code.
 pub fn counting_client(
     config: kube::Config,
     metrics: std::sync::Arc<Metrics>,
 ) -> Result<kube::Client, kube::Error> {
+    let host = config.cluster_url.host().unwrap_or_default().to_string();
     let layer = tower::layer::layer_fn(move |inner| Counted {
         inner,
         metrics: metrics.clone(),
+        host: host.clone(),
     });
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(&layer)
@@ -492,6 +588,8 @@ pub fn counting_client(
 struct Counted<S> {
     inner: S,
     metrics: std::sync::Arc<Metrics>,
+    /// The API server's host (client-go's `host` label).
+    host: String,
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for Counted<S>
@@ -515,7 +613,8 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         self.metrics.request(verb(&req));
         let method = req.method().as_str().to_owned();
-        let metrics = self.metrics.clone();
+        let (metrics, host) = (self.metrics.clone(), self.host.clone());
+        let sent = std::time::Instant::now();
         let answer = self.inner.call(req);
         Box::pin(async move {
             let answer = answer.await;
@@ -523,7 +622,7 @@ where
                 Ok(resp) => resp.status().as_u16().to_string(),
                 Err(_) => "<error>".to_string(),
             };
-            metrics.answered(&code, &method);
+            metrics.answered(&code, &method, &host, sent.elapsed());
             answer
         })
     }
@@ -584,7 +683,7 @@ mod tests {
             ..info.clone()
         };
         m.set_info("ApplySet a/x", Some(&ready));
-        m.answered("200", "PATCH");
+        m.answered("200", "PATCH", "127.0.0.1", Duration::from_millis(20));
         let text = m.encode();
         for line in [
             "controller_runtime_reconcile_total{controller=\"applyset\",result=\"success\"} 1",
@@ -593,6 +692,9 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_count{controller=\"applyset\"} 2",
             "workqueue_depth{name=\"applyset\"} 1",
             "rest_client_requests_total{code=\"200\",method=\"PATCH\"} 1",
+            "rest_client_request_duration_seconds_bucket{host=\"127.0.0.1\",verb=\"PATCH\",le=\"0.025\"} 1",
+            // a/x triggered twice while waiting is one add; a/y another.
+            "workqueue_adds_total{controller=\"applyset\",name=\"applyset\"} 2",
             "reason=\"ReconciliationSucceeded\"",
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");

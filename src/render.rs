@@ -18,6 +18,7 @@ use crate::{
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
     sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
+    substitute::{self, SubstituteError},
     tenancy::{self, Defaults, Identity, TenancyError},
 };
 
@@ -172,12 +173,17 @@ pub fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
 /// Default of `--max-members-per-set`.
 pub const DEFAULT_MAX_MEMBERS_PER_SET: usize = 10_000;
 
-/// What one set may declare (operator flags): members, and parsed YAML/JSON summed over its
-/// inline manifests and all its sources.
+/// Default of `--max-kinds-per-set`.
+pub const DEFAULT_MAX_KINDS_PER_SET: usize = 64;
+
+/// What one set may declare (operator flags): members, kinds (each may cost a watch), and
+/// parsed YAML/JSON summed over its inline manifests and all its sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SetLimits {
     /// `--max-members-per-set`.
     pub max_members: usize,
+    /// `--max-kinds-per-set`: distinct (group, kind) of the members.
+    pub max_kinds: usize,
     /// `--max-yaml-nodes-per-set` and `--max-yaml-mib-per-set`.
     pub yaml: manifest::YamlCost,
 }
@@ -186,6 +192,7 @@ impl Default for SetLimits {
     fn default() -> Self {
         SetLimits {
             max_members: DEFAULT_MAX_MEMBERS_PER_SET,
+            max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
         }
     }
@@ -211,6 +218,16 @@ pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), Li
             max: limits.max_members,
         });
     }
+    let kinds: BTreeSet<(&str, &str)> = manifests
+        .iter()
+        .map(|m| (m.group.as_str(), m.kind.as_str()))
+        .collect();
+    if kinds.len() > limits.max_kinds {
+        return Err(LimitError::Kinds {
+            declared: kinds.len(),
+            max: limits.max_kinds,
+        });
+    }
     Ok(())
 }
 
@@ -229,6 +246,11 @@ pub enum LimitError {
         "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
     )]
     Members { declared: usize, max: usize },
+    /// Members of more kinds than `--max-kinds-per-set`.
+    #[error(
+        "the set declares members of {declared} kinds, more than the {max} the operator allows per set (--max-kinds-per-set); split it into several sets or raise the flag"
+    )]
+    Kinds { declared: usize, max: usize },
 }
 
 /// Parses the inline manifests of a spec.
@@ -250,25 +272,9 @@ pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestEr
     Ok(out)
 }
 
-/// Renders the desired set of `parent` from already-parsed manifests.
-///
-/// The outer `Result` is I/O (discovery); the inner one is what the user declared. (A
-/// [`RenderError`] is large, but there is at most one per reconcile: not worth a box.)
-#[allow(clippy::result_large_err)]
-pub async fn render(
-    parent: &ParentRef,
-    spec: &ApplySetSpec,
-    manifests: Vec<Manifest>,
-    resolver: &Resolver,
-) -> Result<Result<DesiredSet, RenderError>> {
-    // Each distinct kind is resolved once, with at most one discovery refresh for all misses.
-    let served = resolver.resolve_all(&kinds_to_resolve(&manifests)).await?;
-    Ok(render_resolved(parent, spec, manifests, served))
-}
-
 /// The kinds of `manifests` that must be resolved by discovery (those not defined by a CRD
 /// declared among them), sorted, each once.
-pub fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
+fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
     let declared = declared_kinds(manifests);
     let mut gvks: Vec<Gvk> = manifests
         .iter()
@@ -283,7 +289,7 @@ pub fn kinds_to_resolve(manifests: &[Manifest]) -> Vec<Gvk> {
 /// Renders the desired set of `parent` with the kinds already resolved (`served`: how the
 /// kinds of [`kinds_to_resolve`] resolved; a kind absent from it is unknown). Pure.
 #[allow(clippy::result_large_err)]
-pub fn render_resolved(
+fn render_resolved(
     parent: &ParentRef,
     spec: &ApplySetSpec,
     manifests: Vec<Manifest>,
@@ -490,6 +496,9 @@ pub enum SetError {
     /// A SOPS-encrypted member could not be decrypted (spec.decryption).
     #[error(transparent)]
     Decryption(#[from] DecryptionError),
+    /// spec.postBuild: a variable source could not be read now, or a variable is missing.
+    #[error(transparent)]
+    Substitute(#[from] SubstituteError),
 }
 
 /// An entry of a set's spec an error is about.
@@ -505,7 +514,11 @@ impl SetError {
     /// Whether it is a source that could not be read now (SourceFailed, retried); every
     /// other error is in what the set declares (ValidationFailed).
     pub fn is_source_failure(&self) -> bool {
-        matches!(self, SetError::Source(e) if e.class() == SourceErrorClass::Failed)
+        match self {
+            SetError::Source(e) => e.class() == SourceErrorClass::Failed,
+            SetError::Substitute(e) => e.is_transient(),
+            _ => false,
+        }
     }
 
     /// The message shown for `parent` (status, events, the plugin's errors).
@@ -524,6 +537,7 @@ impl SetError {
             SetError::Limits(e) => format!("{parent}: {e}"),
             SetError::Tenancy(e) => format!("{parent}: {e}"),
             SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
+            SetError::Substitute(e) => format!("{parent}: {e}"),
         }
     }
 
@@ -538,9 +552,10 @@ impl SetError {
             SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
             SetError::Render(e) => inline(e.origin()),
             SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
-            SetError::Limits(LimitError::Members { .. })
+            SetError::Limits(LimitError::Members { .. } | LimitError::Kinds { .. })
             | SetError::Tenancy(_)
-            | SetError::Decryption(_) => None,
+            | SetError::Decryption(_)
+            | SetError::Substitute(_) => None,
         }
     }
 }
@@ -556,9 +571,10 @@ fn manifest_path(e: &ManifestError) -> Option<FieldPath> {
 }
 
 /// Renders a set: its sources validated, its inline manifests and every source read (at most
-/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), the set's limits checked,
-/// kinds resolved, namespaces set, and the members checked against what its identity may
-/// declare. The one render of the operator's reconcile and of the plugin's `build` and `diff`.
+/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), spec.postBuild's variables
+/// substituted, the set's limits checked, kinds resolved, namespaces set, and the members
+/// checked against what its identity may declare. The one render of the operator's reconcile
+/// and of the plugin's `build` and `diff`.
 ///
 /// The outer `Result` is I/O (discovery); the inner one is what the set declares.
 pub async fn render_set(
@@ -576,7 +592,9 @@ pub async fn render_set(
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }
+        // Flux's order: build (the sources above), decrypt, substitute.
         decrypt(input, &readers.keys, &mut manifests).await?;
+        let manifests = post_build(readers.client, parent, spec, manifests).await?;
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
     };
@@ -620,6 +638,20 @@ async fn decrypt(
     let count = decryption::decrypt_members(manifests, Some(keys), &limits)?;
     tracing::debug!(members = count, "decrypted");
     Ok(())
+}
+
+/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
+/// `manifests` unchanged when the set has none.
+async fn post_build(
+    client: &kube::Client,
+    parent: &ParentRef,
+    spec: &ApplySetSpec,
+    manifests: Vec<Manifest>,
+) -> std::result::Result<Vec<Manifest>, SetError> {
+    match substitute::variables(client, parent, spec).await? {
+        None => Ok(manifests),
+        Some(vars) => Ok(substitute::apply(manifests, &vars)?),
+    }
 }
 
 /// The render's pure end: members from resolved kinds, the revision, the tenancy check.
@@ -704,12 +736,36 @@ mod tests {
     }
 
     #[test]
+    fn limits_allow_up_to_the_kind_count_and_name_the_flag_beyond() {
+        let text: String = (0..3)
+            .map(|i| format!("apiVersion: example.com/v1\nkind: K{i}\nmetadata:\n  name: x\n---\n"))
+            .collect();
+        let three = parse_documents(&text, &Origin::file("inline", "x.yaml")).expect("valid");
+        let limits = SetLimits {
+            max_kinds: 3,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_limits(&three, &limits), Ok(()));
+        // Many members of one kind count once.
+        assert_eq!(check_limits(&manifests(10), &limits), Ok(()));
+        let mut four = three;
+        four.extend(manifests(1));
+        let err = check_limits(&four, &limits)
+            .expect_err("too many kinds")
+            .to_string();
+        assert!(err.contains("members of 4 kinds"), "{err}");
+        assert!(err.contains("--max-kinds-per-set"), "{err}");
+        assert_eq!(SetLimits::default().max_kinds, 64);
+    }
+
+    #[test]
     fn limits_name_the_manifest_where_the_yaml_budget_ran_out() {
         let all = manifests(3);
         let one = crate::manifest::object_cost(&all[0].object);
         let limits = |nodes: usize, bytes: usize| SetLimits {
             max_members: 100,
             yaml: YamlCost { nodes, bytes },
+            ..SetLimits::default()
         };
         assert_eq!(
             check_limits(&all, &limits(3 * one.nodes, 3 * one.bytes)),

@@ -32,6 +32,9 @@ pub enum Reason {
     HealthCheckFailed,
     /// A `dependsOn` set is not ready (retried; not stalled).
     DependencyNotReady,
+    /// Members in a namespace being terminated were not applied (retried when it is gone or
+    /// back; not stalled).
+    NamespaceTerminating,
 }
 
 impl Reason {
@@ -51,6 +54,7 @@ impl Reason {
             Reason::PlanReady => "PlanReady",
             Reason::HealthCheckFailed => "HealthCheckFailed",
             Reason::DependencyNotReady => "DependencyNotReady",
+            Reason::NamespaceTerminating => "NamespaceTerminating",
         }
     }
 

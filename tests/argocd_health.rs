@@ -3,9 +3,9 @@
 //! runs its health checks on gopher-lua, a Lua 5.1) against parents the operator wrote in
 //! each state, on the real API server.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{fmt::Write as _, path::Path, process::Command};
 

@@ -492,7 +492,19 @@ fn the_dockerfile_pins_its_base_images_by_digest() {
         .lines()
         .filter(|l| l.trim_start().starts_with("FROM "))
         .collect();
-    assert_eq!(froms.len(), 2, "{froms:?}");
+    // The builder, the kustomize build stage, the runtime.
+    assert_eq!(froms.len(), 3, "{froms:?}");
+    // The image's kustomize is the tests' (tests/testenv/build-kustomize.sh).
+    let script = fs::read_to_string(repo().join("tests/testenv/build-kustomize.sh"))
+        .expect("build-kustomize.sh");
+    let version = script
+        .lines()
+        .find_map(|l| l.strip_prefix("KUSTOMIZE_VERSION="))
+        .expect("KUSTOMIZE_VERSION");
+    assert!(
+        dockerfile.contains(&format!("ARG KUSTOMIZE_VERSION={version}")),
+        "the Dockerfile builds kustomize {version}"
+    );
     for from in froms {
         let image = from.split_whitespace().nth(1).unwrap_or_default();
         let digest = image.split_once("@sha256:").map(|(_, d)| d);

@@ -3,9 +3,9 @@
 //! needs one (`reconcile`, and the sets `diff` and `tree` look at). Also: `--help` compared
 //! with a checked-in snapshot, through kubectl's plugin mechanism too, and `build` offline.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{path::Path, process::Output};
 
@@ -13,12 +13,10 @@ use kube::api::{Patch, PatchParams};
 
 use operator::*;
 use serde_json::{Value, json};
+use support::sops as sops_tools;
 use support::{cluster, scratch};
 
 /// The plugin binary.
-#[path = "support/sops.rs"]
-mod sops_tools;
-
 const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
 
 /// The checked-in `--help` text (regenerate: `kubectl-applyset --help > tests/cli/help.txt`).

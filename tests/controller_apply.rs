@@ -2,9 +2,9 @@
 //! planning and pruning sets, the KEP-3659 parent conventions, field ownership, conflicts,
 //! ClusterApplySets with CRDs, Namespaces and cluster-scoped members.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::collections::BTreeSet;
 

@@ -1,10 +1,11 @@
 //! End to end: what happens between spec changes. Member watches correct drift at once (not
 //! at the next interval); a reconcile whose set is unchanged sends no write request; the
-//! reconcile-requested-at annotation starts a reconcile without a spec change.
+//! reconcile-requested-at annotation starts a reconcile without a spec change; a namespace
+//! being terminated is not fought (what is deleted there is not re-applied).
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{sync::Arc, time::Duration};
 
@@ -152,7 +153,9 @@ async fn each_change_is_an_event_listing_what_changed_and_a_no_op_is_none() {
     )
     .await;
 
-    // Reconciles that change nothing publish nothing.
+    // Reconciles that change nothing publish nothing. Each requested reconcile is waited for
+    // by its own effect, the echo of the request in status (written after any event of
+    // what it changed), not by the reconcile counter, which another reconcile may move.
     let before = change_events(&h, "events").await;
     for i in 0..2 {
         // The echo is written after the reconcile's change event would have been published.
@@ -253,5 +256,176 @@ async fn the_reconcile_requested_annotation_starts_a_reconcile() {
     wait_reconciles(&op, 0).await;
     // The request's own effect, not the reconcile counter (which other reconciles move).
     request_and_await_echo(&set, "2026-11-21T13:00:00Z").await;
+    stop(op).await;
+}
+
+/// The operator's answers of status 403 (forbidden), any method, from its metrics.
+fn forbidden(m: &Metrics) -> u64 {
+    m.encode()
+        .lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A ConfigMap with a finalizer of this test's own: it keeps its namespace Terminating until
+/// [`release`] removes the finalizer.
+async fn hold(client: &kube::Client, ns: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let hold = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "hold", "finalizers": ["applyset.dev/test-hold"]}});
+    cms.create(
+        &Default::default(),
+        &serde_json::from_value(hold).expect("hold"),
+    )
+    .await
+    .expect("create the hold");
+}
+
+async fn release(client: &kube::Client, ns: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.patch(
+        "hold",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release the hold");
+}
+
+async fn delete_namespace(client: &kube::Client, ns: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .delete(ns, &DeleteParams::default())
+        .await
+        .expect("delete the namespace");
+}
+
+async fn namespace_gone(client: &kube::Client, ns: &str) -> bool {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    matches!(namespaces.get_opt(ns).await, Ok(None))
+}
+
+/// Deleting a namespace of sets: the namespace controller deletes their members (each a
+/// drift event) while the sets wait for their own deletion, and ClusterApplySets with
+/// members there keep wanting to re-create them. The first refusal of a write there ("being
+/// terminated") tells the operator, which sends no more: at most the writes in flight then
+/// are refused (here at most 2, the apply concurrency), however long the namespace stays
+/// Terminating (the hold keeps it so until the test releases it).
+#[tokio::test]
+async fn deleting_a_namespace_of_sets_is_not_fought() {
+    let h = Harness::new("nsdel").await;
+    let metrics = Arc::new(Metrics::new());
+    let client =
+        applyset_operator::metrics::counting_client(cluster().config().await, metrics.clone())
+            .expect("counting client");
+    let concurrency = 2;
+    let mut config = h.config();
+    config.apply_concurrency = concurrency;
+    let op = Operator::start_with(client, config, metrics.clone());
+    let members = |i: usize| -> Vec<serde_json::Value> {
+        (0..4)
+            .map(|j| configmap_in(&h.ns, &format!("s{i}-c{j}"), json!({"k": "v"})))
+            .collect()
+    };
+    let spec = |i: usize| json!({"interval": "1h", "retryInterval": "1s", "manifests": members(i)});
+    let sets: Vec<Parent> = (0..4).map(|i| h.applyset(&format!("s{i}"))).collect();
+    let spanning: Vec<Parent> = (4..6)
+        .map(|i| h.cluster_applyset(&unique(&format!("s{i}"))))
+        .collect();
+    for (i, set) in sets.iter().chain(&spanning).enumerate() {
+        set.create(spec(i)).await;
+    }
+    for set in sets.iter().chain(&spanning) {
+        set.wait_ready().await;
+    }
+    assert_eq!(
+        forbidden(&metrics),
+        0,
+        "nothing refused before the deletion"
+    );
+    hold(&h.client, &h.ns).await;
+    delete_namespace(&h.client, &h.ns).await;
+    for set in &sets {
+        set.wait_gone(LONG_DEADLINE).await;
+    }
+    for set in &spanning {
+        set.wait_ready_reason(Some("False"), "NamespaceTerminating")
+            .await;
+    }
+    // A round of the spanning sets' retries (every 10 s): they send nothing there.
+    wait_reconciles(&op, 2).await;
+    let refused = forbidden(&metrics);
+    assert!(
+        refused <= concurrency as u64,
+        "{refused} requests refused (403) while the namespace was terminating; at most the {concurrency} writes in flight when the first refusal arrived may be"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(h.client.clone(), &h.ns);
+    let left = cms
+        .list_metadata(&kube::api::ListParams::default().labels(LABEL_PART_OF))
+        .await
+        .expect("list members");
+    assert!(left.items.is_empty(), "members left: {:?}", left.items);
+    release(&h.client, &h.ns).await;
+    for set in &spanning {
+        set.delete().await;
+        set.wait_gone(DEADLINE).await;
+    }
+    stop(op).await;
+}
+
+/// A set whose members live in another namespace that is being terminated reports
+/// Ready=False, NamespaceTerminating, naming it (no retry burst: no write is sent there), and
+/// goes on once the namespace is gone and back.
+#[tokio::test]
+async fn members_in_a_terminating_namespace_are_reported_and_applied_when_it_is_back() {
+    let h = Harness::new("nsterm").await;
+    let doomed = h.extra_namespace("doomed").await;
+    let metrics = Arc::new(Metrics::new());
+    let client =
+        applyset_operator::metrics::counting_client(cluster().config().await, metrics.clone())
+            .expect("counting client");
+    let mut config = h.config();
+    config.tenancy.allow_cross_namespace = true;
+    let op = Operator::start_with(client, config, metrics.clone());
+    let set = h.applyset("spans");
+    set.create(
+        json!({"interval": "1h", "retryInterval": "1s", "manifests": [
+        configmap("home", json!({"k": "v"})),
+        configmap_in(&doomed, "away", json!({"k": "v"}))]}),
+    )
+    .await;
+    set.wait_ready().await;
+    hold(&h.client, &doomed).await;
+    delete_namespace(&h.client, &doomed).await;
+    let st = set
+        .wait_ready_reason(Some("False"), "NamespaceTerminating")
+        .await;
+    let message = &ready(&st).message;
+    assert!(
+        message.contains(&format!("namespace {doomed}")),
+        "names the namespace: {message}"
+    );
+    // Looked at again every 10 s, without sending anything there: at most the one write
+    // that learnt it was refused.
+    wait_reconciles(&op, 2).await;
+    let refused = forbidden(&metrics);
+    assert!(refused <= 1, "{refused} writes refused");
+    release(&h.client, &doomed).await;
+    wait_for("the namespace to be gone", DEADLINE, || async {
+        namespace_gone(&h.client, &doomed).await.then_some(())
+    })
+    .await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(h.client.clone());
+    let back = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": doomed}});
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(back).expect("ns"),
+        )
+        .await
+        .expect("re-create the namespace");
+    set.wait_ready().await;
+    assert!(exists(&h.client, &configmap_ar(), Some(&doomed), "away").await);
     stop(op).await;
 }

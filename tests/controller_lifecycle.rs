@@ -1,9 +1,9 @@
 //! End to end: the life of a parent — deletion with both policies, suspend, an operator killed
 //! in the middle of a reconcile, and the no-op reconcile that writes nothing.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{
     collections::BTreeSet,

@@ -1,9 +1,9 @@
 //! End to end: the safety and ownership rules of the controller (SPEC §3.3, §4). A failed
 //! reconcile prunes nothing; objects that are not ours are never deleted or taken over.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::collections::BTreeSet;
 

@@ -6,11 +6,9 @@
 //! are refused with ValidationFailed naming the file (or account), and nothing is pruned; the
 //! plaintext is in neither status, events nor the operator's logs.
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/sops.rs"]
-mod sops_tools;
 mod support;
+
+use support::{operator, sops as sops_tools};
 
 use std::time::Duration;
 

@@ -4,9 +4,9 @@
 //! every set of the cycle; an ApplySet of custom resources waits for the ClusterApplySet of
 //! their CRD; and deleting both deletes the dependent's members first.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{
     sync::{

@@ -3,9 +3,9 @@
 //! subresource themselves, as the Deployment and Job controllers would; custom resources with
 //! conditions exercise the generic rules.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::time::{Duration, Instant};
 

@@ -4,9 +4,9 @@
 //! keeps reconciling, whether the bad parents exist before the operator starts (its first
 //! list) or are created while it runs (its watch).
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use applyset_operator::{api::ApplySetStatus, controller::MAX_OBJECT_BYTES};
 use kube::Client;
@@ -222,6 +222,7 @@ async fn sets_over_the_per_set_budgets_fail_naming_the_flag() {
             nodes: 100_000,
             bytes: 64 * 1024,
         },
+        ..SetLimits::default()
     };
     let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
 

@@ -8,9 +8,9 @@
 //! `tests/testenv/build-kstatus.sh`, or `$APPLYSET_KSTATUS`), given each parent exactly as
 //! `kubectl get -o json` returns it.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::{
     io::Write as _,

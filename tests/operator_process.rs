@@ -1,12 +1,11 @@
-//! The operator as a process: `/metrics` after reconciles, leader election between two
+//! The operator as a process: `/metrics` after reconciles (every family parsed as Prometheus
+//! text), leader election between two
 //! replicas (only the leader reconciles; a killed leader is replaced within the lease
 //! duration; a terminated one hands over at once).
 
-#[path = "support/operator.rs"]
-mod operator;
-#[path = "support/process.rs"]
-mod process;
 mod support;
+
+use support::{operator, process};
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ async fn metrics_show_the_spec_metrics_after_reconciles() {
     let selector = format!("applyset.dev/test={}", h.label);
     let op = OperatorProcess::start(
         cluster().kubeconfig(),
-        &["--label-selector", &selector],
+        &["--label-selector", &selector, "--concurrency", "3"],
         "metrics",
     );
     let ns = h.ns.as_str();
@@ -64,6 +63,7 @@ async fn metrics_show_the_spec_metrics_after_reconciles() {
             .filter(|m| sample(m, "applyset_members_pruned_total").unwrap_or(0.0) >= 1.0)
     })
     .await;
+    check_families(&text);
     for (series, at_least) in [
         ("applyset_reconciles_total{result=\"success\"}", 1.0),
         ("applyset_members_applied_total{result=\"created\"}", 2.0),
@@ -83,6 +83,97 @@ async fn metrics_show_the_spec_metrics_after_reconciles() {
             "{series} = {v}, expected at least {at_least}"
         );
     }
+}
+
+/// The samples of family `name` (a histogram's `_count`, `_sum` and buckets included) whose
+/// labels include every one of `labels`.
+fn samples<'a>(
+    scrape: &'a prometheus_parse::Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Vec<&'a prometheus_parse::Sample> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect()
+}
+
+/// The one value of a counter or gauge series.
+fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    use prometheus_parse::Value;
+    match samples(scrape, name, labels).first().map(|s| &s.value) {
+        Some(Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v)) => *v,
+        other => panic!("{name}{labels:?}: a counter or gauge expected, found {other:?}"),
+    }
+}
+
+/// The observation count of a histogram series.
+fn observations(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    match samples(scrape, name, labels).first().map(|s| &s.value) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            buckets.iter().map(|b| b.count).fold(0.0, f64::max)
+        }
+        other => panic!("{name}{labels:?}: a histogram expected, found {other:?}"),
+    }
+}
+
+/// issue 21, point 7: `/metrics`, parsed as Prometheus text, has the process family and
+/// controller-runtime's work-queue, worker and client families, with their labels, after a
+/// run with a conflict (a retry) and a prune.
+fn check_families(text: &str) {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("/metrics parses as Prometheus text");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs_f64();
+    assert!(value(&scrape, "process_resident_memory_bytes", &[]) > 1e6);
+    // The prometheus crate counts whole seconds of CPU: a young process may show 0.
+    assert!(value(&scrape, "process_cpu_seconds_total", &[]) >= 0.0);
+    assert!(value(&scrape, "process_max_fds", &[]) >= value(&scrape, "process_open_fds", &[]));
+    assert!(value(&scrape, "process_open_fds", &[]) >= 3.0);
+    let start = value(&scrape, "process_start_time_seconds", &[]);
+    assert!(start > now - 3600.0 && start <= now, "started at {start}");
+    let q = [("name", "applyset"), ("controller", "applyset")];
+    assert!(
+        value(&scrape, "workqueue_adds_total", &q) >= 3.0,
+        "a create, two changes"
+    );
+    assert!(
+        value(&scrape, "workqueue_retries_total", &q) >= 1.0,
+        "the conflict's backoff"
+    );
+    assert!(observations(&scrape, "workqueue_queue_duration_seconds", &q) >= 3.0);
+    assert!(observations(&scrape, "workqueue_work_duration_seconds", &q) >= 3.0);
+    assert!(value(&scrape, "workqueue_unfinished_work_seconds", &q) >= 0.0);
+    assert!(value(&scrape, "workqueue_longest_running_processor_seconds", &q) >= 0.0);
+    let c = [("controller", "applyset")];
+    assert!(value(&scrape, "controller_runtime_active_workers", &c) <= 3.0);
+    assert_eq!(
+        value(&scrape, "controller_runtime_max_concurrent_reconciles", &c),
+        3.0,
+        "--concurrency"
+    );
+    assert!(
+        observations(
+            &scrape,
+            "rest_client_request_duration_seconds",
+            &[("verb", "PATCH")]
+        ) >= 3.0
+    );
+    let hosts = samples(
+        &scrape,
+        "rest_client_request_duration_seconds",
+        &[("verb", "PATCH")],
+    );
+    assert!(
+        hosts
+            .iter()
+            .all(|s| s.labels.get("host").is_some_and(|h| !h.is_empty())),
+        "labelled by host"
+    );
 }
 
 async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
@@ -149,11 +240,12 @@ async fn only_the_leader_reconciles_and_a_killed_leader_is_replaced_within_the_l
     } else {
         (&b, a.as_ref().expect("a"))
     };
-    assert!(
-        reconciles(leader) >= 1.0,
-        "the leader reconciled:\n{}",
-        leader.log()
-    );
+    // The counter moves when the reconcile returns, after its status write made the set
+    // Ready: wait for it rather than read it once.
+    wait_for("the leader's reconcile counted", DEADLINE, || async {
+        (reconciles(leader) >= 1.0).then_some(())
+    })
+    .await;
     assert_eq!(
         reconciles(follower),
         0.0,
@@ -251,6 +343,7 @@ fn queried_metrics(expr: &str) -> Vec<String> {
                 "controller_runtime_",
                 "workqueue_",
                 "rest_client_",
+                "process_",
             ]
             .iter()
             .any(|p| t.starts_with(p))

@@ -2,9 +2,9 @@
 //! has a control plane of its own, without the CRDs at first, so the operator cannot sync
 //! until the test installs them.
 
-#[path = "support/process.rs"]
-mod process;
 mod support;
+
+use support::process;
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! End to end: prune under the faults that used to make it delete the wrong object or lose
 //! track of members (issue 11). Each test fails on the code before the fix.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use std::collections::{BTreeSet, HashMap};
 

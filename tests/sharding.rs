@@ -2,9 +2,9 @@
 //! (`--label-selector`), as Flux shards its controllers. Two shards split the sets without
 //! overlap: each set is reconciled by exactly one of them.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use applyset_operator::controller::{Config, Operator};
 use operator::*;

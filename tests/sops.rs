@@ -2,8 +2,9 @@
 //! key from the real `age-keygen`: each decrypts to what `sops decrypt` prints, and a tampered
 //! value, a changed unencrypted field and a file for another key are refused with typed errors.
 
-#[path = "support/sops.rs"]
-mod sops_tools;
+mod support;
+
+use support::sops as sops_tools;
 
 use applyset_operator::sops::{self, AgeKeys, Format, Limits, SopsError};
 use base64::Engine as _;

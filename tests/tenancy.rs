@@ -2,9 +2,9 @@
 //! impersonated) or stays inside its namespace, and never takes over or deletes what is not
 //! its own.
 
-#[path = "support/operator.rs"]
-mod operator;
 mod support;
+
+use support::operator;
 
 use applyset_operator::controller::Operator;
 use kube::{ResourceExt, api::PostParams};
@@ -440,4 +440,70 @@ async fn the_tenancy_example_reconciles_as_its_service_account() {
 
 fn serde_saphyr_value(doc: &str) -> Value {
     serde_saphyr::from_str(doc).expect("YAML")
+}
+
+/// The fields of `obj` that `manager` owns (its managedFields entries' fieldsV1, as text).
+fn owned_by(obj: &kube::api::DynamicObject, manager: &str) -> String {
+    obj.managed_fields()
+        .iter()
+        .filter(|e| e.manager.as_deref() == Some(manager))
+        .filter_map(|e| e.fields_v1.as_ref().map(|f| f.0.to_string()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Issue 21, point 4: adopting an object that `kubectl create` made, with a changed value,
+/// converges: the set takes the fields it declares over from kubectl (once, as Flux and Helm
+/// do), while the fields it does not declare stay kubectl's; once adopted, a conflict with
+/// another manager is reported as before.
+#[tokio::test]
+async fn adopting_what_kubectl_created_takes_over_the_declared_fields() {
+    let h = Harness::new("handover").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let out = support::cluster()
+        .kubectl()
+        .args(["create", "configmap", "made", "-n", ns])
+        .args(["--from-literal=k=old", "--from-literal=extra=kept"])
+        .output()
+        .expect("run kubectl");
+    assert!(out.status.success(), "kubectl create: {out:?}");
+    let set = h.applyset("adopter");
+    set.create(
+        json!({"adoptExisting": true, "manifests": [configmap("made", json!({"k": "new"}))]}),
+    )
+    .await;
+    set.wait_ready().await;
+    let made = must_get(&h.client, &configmap_ar(), Some(ns), "made").await;
+    assert_eq!(made.data["data"]["k"], "new", "the declared value");
+    assert_eq!(
+        made.data["data"]["extra"], "kept",
+        "an undeclared field stays"
+    );
+    assert_member_of(&made, &set.id(), &set.manager());
+    let ours = owned_by(&made, &set.manager());
+    let theirs = owned_by(&made, "kubectl-create");
+    assert!(ours.contains("f:k"), "the set owns data.k: {ours}");
+    assert!(
+        theirs.contains("f:extra") && !theirs.contains("f:k"),
+        "kubectl keeps only what the set does not declare: {theirs}"
+    );
+
+    // Adopted: another manager's change of a declared field is a conflict, reported.
+    dyn_api(&h.client, &configmap_ar(), Some(ns))
+        .patch(
+            "made",
+            &kube::api::PatchParams::apply("someone").force(),
+            &kube::api::Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "made"}, "data": {"k": "theirs"}})),
+        )
+        .await
+        .expect("someone takes data.k");
+    let st = set.wait_ready_reason(Some("False"), "Conflict").await;
+    assert!(
+        ready(&st).message.contains("someone"),
+        "{}",
+        ready(&st).message
+    );
+    stop(op).await;
 }

@@ -5,7 +5,7 @@
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
-//!                [--no-kubectl] [--impersonate] [--wait]
+//!                [--no-kubectl] [--impersonate] [--wait] [--teardown-baseline]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
@@ -13,6 +13,13 @@
 //! the operator makes every member request through impersonation: the cost of tenancy.
 //! `--wait` gives every set of the Flux shape `wait: true` (the bench makes each Deployment
 //! available, as the Deployment controller would): the cost of health waits.
+//! `--teardown-baseline` times each shape's namespace deletion again without the operator
+//! (the same objects, made directly, no finalizers): the teardown's baseline.
+//!
+//! The Flux shape is Flux's own benchmark shape: per set a ServiceAccount, a headless
+//! Service, a Deployment of 0 replicas and an Ingress. Each shape's teardown (the namespace
+//! deleted, with the operator running, until it is gone) is timed, and the operator's
+//! refused requests (403) during it counted; its peak RSS covers the teardown.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -60,6 +67,10 @@ struct Args {
     /// The Flux shape's sets wait for their members' health (`spec.wait: true`); the bench
     /// plays the Deployment controller, making each Deployment available once it exists.
     wait: bool,
+    /// After each shape's teardown with the operator running, the same objects are made
+    /// again without the operator (no finalizers) and their namespace's deletion is timed:
+    /// the baseline of the teardown.
+    teardown_baseline: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -72,6 +83,7 @@ fn parse_args() -> Res<Args> {
         kubectl: true,
         impersonate: false,
         wait: false,
+        teardown_baseline: false,
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -107,6 +119,7 @@ fn parse_args() -> Res<Args> {
             "--no-kubectl" => a.kubectl = false,
             "--impersonate" => a.impersonate = true,
             "--wait" => a.wait = true,
+            "--teardown-baseline" => a.teardown_baseline = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -149,6 +162,30 @@ fn member(i: usize, prefix: &str) -> Value {
     }
 }
 
+/// Flux's benchmark objects, `j` of 0..4: a ServiceAccount, a headless Service, a Deployment
+/// of 0 replicas, an Ingress to the Service.
+fn flux_member(j: usize, prefix: &str) -> Value {
+    let name = format!("{prefix}app");
+    match j {
+        0 => json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        1 => json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"clusterIP": "None", "selector": {"app": name}, "ports": [{"name": "http", "port": 80}]}}),
+        2 => json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"serviceAccountName": name,
+                    "containers": [{"name": "app", "image": "registry.example/app:1", "ports": [{"containerPort": 80}]}]}}}}),
+        _ => {
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name},
+            "spec": {"rules": [{"host": format!("{name}.example.com"), "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": name, "port": {"number": 80}}}}]}}]}})
+        }
+    }
+}
+
+fn flux_members(prefix: &str) -> Vec<Value> {
+    (0..4).map(|j| flux_member(j, prefix)).collect()
+}
+
 fn members(n: usize, prefix: &str) -> Vec<Value> {
     (0..n).map(|i| member(i, prefix)).collect()
 }
@@ -160,6 +197,9 @@ fn resource_of(obj: &Value) -> ApiResource {
         "Secret" => ("", "v1", "secrets".to_string()),
         "Service" => ("", "v1", "services".to_string()),
         "Deployment" => ("apps", "v1", "deployments".to_string()),
+        "ServiceAccount" => ("", "v1", "serviceaccounts".to_string()),
+        "Ingress" => ("networking.k8s.io", "v1", "ingresses".to_string()),
+        "ApplySet" => ("applyset.dev", "v1alpha1", "applysets".to_string()),
         k => (GROUP, "v1", format!("{}s", k.to_lowercase())),
     };
     ApiResource {
@@ -227,6 +267,8 @@ impl OperatorProc {
         cmd.arg("run")
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            // The periodic resync is measured with interval 2s (the default minimum is 10s).
+            .arg("--min-interval=1s")
             .env("KUBECONFIG", kubeconfig)
             .env(
                 "RUST_LOG",
@@ -289,6 +331,15 @@ impl OperatorProc {
             }
         }
         (all, writes, reconciles)
+    }
+
+    /// The API server's answers 403 (forbidden) to the operator so far.
+    fn forbidden(&self) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     fn peak_rss_mib(&self) -> f64 {
@@ -761,9 +812,17 @@ async fn run_ceiling_set(client: &Client, n: usize) -> Res<Timings> {
 struct Shape {
     sets: usize,
     all_ready: f64,
+    /// Over the whole run, the teardown included.
     peak_rss_mib: f64,
+    /// From the creation until all Ready.
     operator_requests: f64,
     apiserver_requests: f64,
+    /// The namespace's deletion until it is gone, with the operator running.
+    teardown: f64,
+    /// The operator's requests refused (403) during the teardown.
+    teardown_forbidden: f64,
+    /// The same teardown without the operator (`--teardown-baseline`), else NaN.
+    teardown_baseline: f64,
 }
 
 async fn run_shape(
@@ -800,10 +859,10 @@ async fn run_shape(
             let created = &created;
             let sa = sa.clone();
             async move {
-                let p = format!("s{i:04}-");
-                let ms: Vec<Value> = [0usize, 3, 5, 6].iter().map(|j| member(*j, &p)).collect();
+                let p = format!("s{i:05}-");
+                let ms = flux_members(&p);
                 let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-                    "metadata": {"name": format!("set-{i:04}"), "namespace": ns}, "spec": {"manifests": ms}});
+                    "metadata": {"name": format!("set-{i:05}"), "namespace": ns}, "spec": {"manifests": ms}});
                 if let Some(sa) = sa {
                     body["spec"]["serviceAccountName"] = json!(sa);
                 }
@@ -860,16 +919,51 @@ async fn run_shape(
     }
     let (op_after, _, _) = op.counters();
     let api_after = apiserver_requests(kubectl, kubeconfig);
-    let peak_rss_mib = op.peak_rss_mib();
-    // Clean up while this operator still runs: it holds the ApplySets' finalizers.
+    // The teardown, timed, while this operator still runs: it holds the ApplySets'
+    // finalizers, and must not fight the namespace controller.
+    let forbidden_before = op.forbidden();
+    let t = Instant::now();
     delete_namespace(client, &ns).await?;
+    let teardown = t.elapsed().as_secs_f64();
+    let teardown_forbidden = op.forbidden() - forbidden_before;
+    let peak_rss_mib = op.peak_rss_mib();
+    drop(op);
+    let teardown_baseline = match args.teardown_baseline {
+        true => baseline_teardown(client, k).await?,
+        false => f64::NAN,
+    };
     Ok(Shape {
         sets: k,
         all_ready,
         peak_rss_mib,
         operator_requests: op_after - op_before,
         apiserver_requests: api_after - api_before,
+        teardown,
+        teardown_forbidden,
+        teardown_baseline,
     })
+}
+
+/// The teardown's baseline: the objects of `k` sets of the Flux shape (members and
+/// ApplySets, the ApplySets without finalizers: no operator runs) made directly in a
+/// namespace of their own (not timed), then the namespace's deletion until it is gone,
+/// timed.
+async fn baseline_teardown(client: &Client, k: usize) -> Res<f64> {
+    let ns = format!("flux-{k}-bare");
+    create_namespace(client, &ns).await?;
+    let objs: Vec<Value> = (0..k)
+        .flat_map(|i| {
+            let p = format!("s{i:05}-");
+            let mut objs = flux_members(&p);
+            objs.push(json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                "metadata": {"name": format!("set-{i:05}")}, "spec": {"manifests": flux_members(&p)}}));
+            objs
+        })
+        .collect();
+    ceiling_requests(client, &ns, &objs, Request::Apply).await?;
+    let t = Instant::now();
+    delete_namespace(client, &ns).await?;
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// Plays the Deployment controller (there is none in the bench's control plane): every
@@ -905,6 +999,47 @@ async fn make_deployments_available(client: Client, ns: String) {
 
 // ------------------------------------------------------------------------------------------
 // Report
+
+/// Issue 21's targets of the Flux shape: 10,000 × 4 Ready within 120 s in 256 MiB, at most 8
+/// requests per new set; every teardown refused at most the apply concurrency (64) and within
+/// 1.5 × its baseline.
+fn shape_targets(shapes: &[Shape]) -> Vec<(String, String, bool)> {
+    let mut targets = Vec::new();
+    if let Some(s) = shapes.iter().find(|s| s.sets == 10_000) {
+        targets.push((
+            "10,000 × 4 all Ready within 120 s".to_string(),
+            format!("{:.1} s", s.all_ready),
+            s.all_ready <= 120.0,
+        ));
+        targets.push((
+            "operator peak RSS ≤ 256 MiB (10,000 × 4, teardown included)".to_string(),
+            format!("{:.1} MiB", s.peak_rss_mib),
+            s.peak_rss_mib <= 256.0,
+        ));
+    }
+    for s in shapes {
+        let per_set = s.operator_requests / s.sets as f64;
+        targets.push((
+            format!("≤ 8 requests per new set ({} × 4)", s.sets),
+            format!("{per_set:.2}"),
+            per_set <= 8.0,
+        ));
+        targets.push((
+            format!("teardown refuses ≤ 64 requests ({} × 4)", s.sets),
+            format!("{:.0}", s.teardown_forbidden),
+            s.teardown_forbidden <= 64.0,
+        ));
+        if !s.teardown_baseline.is_nan() {
+            let r = ratio(s.teardown, s.teardown_baseline);
+            targets.push((
+                format!("teardown ≤ 1.5 × without the operator ({} × 4)", s.sets),
+                format!("{r:.2} ×"),
+                r <= 1.5,
+            ));
+        }
+    }
+    targets
+}
 
 /// `a / b`; NaN when `b` was not measured (NaN), never a division by zero.
 fn ratio(a: f64, b: f64) -> f64 {
@@ -971,15 +1106,26 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
     md.push_str(&format!(
         "\n## The Flux shape: K ApplySets × 4 members, created at once{waiting}\n\n"
     ));
-    md.push_str("| ApplySets | all Ready (s) | operator peak RSS (MiB) | operator requests | API server requests (all clients) |\n|---|---|---|---|---|\n");
+    md.push_str("Per set: a ServiceAccount, a headless Service, a Deployment of 0 replicas, an Ingress (Flux's benchmark objects). Teardown: the namespace deleted, with the operator running, until it is gone; baseline: the same objects made without the operator (no finalizers), their namespace deleted.\n\n");
+    md.push_str("| ApplySets | all Ready (s) | operator peak RSS, teardown included (MiB) | operator requests | requests / set | API server requests (all clients) | teardown (s) | teardown without the operator (s) | 403s during teardown |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut json_shapes = Vec::new();
     for s in shapes {
+        let per_set = s.operator_requests / s.sets as f64;
         md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.0} | {:.0} |\n",
-            s.sets, s.all_ready, s.peak_rss_mib, s.operator_requests, s.apiserver_requests
+            "| {} | {:.1} | {:.1} | {:.0} | {per_set:.2} | {:.0} | {:.1} | {:.1} | {:.0} |\n",
+            s.sets,
+            s.all_ready,
+            s.peak_rss_mib,
+            s.operator_requests,
+            s.apiserver_requests,
+            s.teardown,
+            s.teardown_baseline,
+            s.teardown_forbidden
         ));
         json_shapes.push(json!({"applysets": s.sets, "all_ready_seconds": s.all_ready, "peak_rss_mib": s.peak_rss_mib,
-            "operator_requests": s.operator_requests, "apiserver_requests": s.apiserver_requests}));
+            "operator_requests": s.operator_requests, "requests_per_set": per_set, "apiserver_requests": s.apiserver_requests,
+            "teardown_seconds": s.teardown, "teardown_baseline_seconds": s.teardown_baseline,
+            "teardown_forbidden": s.teardown_forbidden}));
     }
     md.push_str(&format!(
         "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
@@ -1027,6 +1173,7 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
             s.peak_rss_mib <= 64.0,
         ));
     }
+    targets.extend(shape_targets(shapes));
     for (t, f, ok) in &targets {
         md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
     }
@@ -1060,39 +1207,7 @@ async fn run(args: Args) -> Res<()> {
         eprintln!("bench: {k} ApplySets × 4 members");
         shapes.push(run_shape(&client, &args, &kubectl, &kubeconfig, k, &work).await?);
     }
-    let mut sets = Vec::new();
-    let op = OperatorProc::start(
-        &args.operator,
-        &kubeconfig,
-        args.concurrency,
-        &work.join("operator-sets.log"),
-    )
-    .await?;
-    warm_up(&client).await?;
-    for &n in &args.sizes {
-        eprintln!("bench: one ApplySet of {n} members");
-        // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
-        // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
-        // must not slow down the next one's measurement.
-        let (o, extra) = run_operator_set(&client, &args, &op, n).await?;
-        delete_namespace(&client, &format!("op-{n}")).await?;
-        let k = if args.kubectl {
-            let k = run_kubectl_set(&client, &kubectl, &kubeconfig, n, &work).await?;
-            delete_namespace(&client, &format!("kubectl-{n}")).await?;
-            k
-        } else {
-            Timings {
-                create: f64::NAN,
-                noop: f64::NAN,
-                prune_half: f64::NAN,
-            }
-        };
-        let c = run_ceiling_set(&client, n).await?;
-        delete_namespace(&client, &format!("ceiling-{n}")).await?;
-        sets.push((n, o, k, c, extra));
-    }
-    let rss_sets = op.peak_rss_mib();
-    drop(op);
+    let (sets, rss_sets) = run_sets(&client, &args, &kubectl, &kubeconfig, &work).await?;
     let (md, json) = report(&args, &sets, &shapes, rss_sets);
     std::fs::write(args.out.join("report.md"), &md).map_err(|e| e.to_string())?;
     std::fs::write(
@@ -1104,6 +1219,54 @@ async fn run(args: Args) -> Res<()> {
     eprintln!("bench: operator logs in {}", work.display());
     drop(cp);
     Ok(())
+}
+
+/// The single-set runs of each size (none when `--sizes` is empty): the results and the
+/// operator's peak RSS over them.
+async fn run_sets(
+    client: &Client,
+    args: &Args,
+    kubectl: &Path,
+    kubeconfig: &Path,
+    work: &Path,
+) -> Res<(Vec<SetResult>, f64)> {
+    let mut sets = Vec::new();
+    if args.sizes.is_empty() {
+        return Ok((sets, f64::NAN));
+    }
+    let op = OperatorProc::start(
+        &args.operator,
+        kubeconfig,
+        args.concurrency,
+        &work.join("operator-sets.log"),
+    )
+    .await?;
+    warm_up(client).await?;
+    for &n in &args.sizes {
+        eprintln!("bench: one ApplySet of {n} members");
+        // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
+        // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
+        // must not slow down the next one's measurement.
+        let (o, extra) = run_operator_set(client, args, &op, n).await?;
+        delete_namespace(client, &format!("op-{n}")).await?;
+        let k = if args.kubectl {
+            let k = run_kubectl_set(client, kubectl, kubeconfig, n, work).await?;
+            delete_namespace(client, &format!("kubectl-{n}")).await?;
+            k
+        } else {
+            Timings {
+                create: f64::NAN,
+                noop: f64::NAN,
+                prune_half: f64::NAN,
+            }
+        };
+        let c = run_ceiling_set(client, n).await?;
+        delete_namespace(client, &format!("ceiling-{n}")).await?;
+        sets.push((n, o, k, c, extra));
+    }
+    let rss_sets = op.peak_rss_mib();
+    drop(op);
+    Ok((sets, rss_sets))
 }
 
 fn main() -> std::process::ExitCode {

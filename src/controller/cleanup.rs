@@ -111,6 +111,12 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         &recorded,
         Recorded::default(),
     );
+    if left_to_namespace_deletion(ctx, scope, &extent).await? {
+        tracing::info!(
+            "its namespace is being deleted, and every member with it: nothing to delete"
+        );
+        return Ok(Action::await_change());
+    }
     let (known, nothing) = (HashMap::new(), HashMap::new());
     let listed = live::list(
         scope,
@@ -146,4 +152,27 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         "deleted with its members"
     );
     Ok(Action::await_change())
+}
+
+/// Whether every member the set recorded lives in its own namespace, and that namespace is
+/// being deleted (the namespace controller deletes every member there): then the cleanup has
+/// nothing to list or delete. Only namespaced kinds in the set's own namespace qualify; the
+/// namespace is looked at (one metadata GET) unless already known to be terminating.
+async fn left_to_namespace_deletion(
+    ctx: &Context,
+    scope: &SetScope,
+    extent: &Extent,
+) -> Result<bool> {
+    let Some(home) = scope.parent.namespace.as_deref() else {
+        return Ok(false);
+    };
+    if extent.prune_namespaces.iter().any(|n| n != home) {
+        return Ok(false);
+    }
+    let kinds: Vec<_> = extent.prune_kinds.iter().cloned().collect();
+    let resolved = ctx.resolver.resolve_group_kinds(&kinds).await?;
+    if resolved.values().any(|r| !r.namespaced) {
+        return Ok(false);
+    }
+    Ok(ctx.members.terminating().confirms(home).await)
 }

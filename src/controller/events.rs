@@ -27,6 +27,22 @@ use serde_json::json;
 /// How long a published event is remembered: the same note within it is a repeat.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// The type of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
 /// What makes two events the same.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -57,7 +73,29 @@ pub struct Events {
     client: Client,
     controller: String,
     instance: String,
-    published: Mutex<HashMap<Key, Published>>,
+    published: Mutex<Remembered>,
+}
+
+/// The events published within [`REPEAT_WINDOW`], by the hash of their [`Key`] (a note is
+/// up to 1000 bytes, and a large operator publishes tens of thousands of events in the
+/// window: only 8 bytes of each is kept), and when those too old were last forgotten (at
+/// most every [`FORGET_EVERY`], not at every event: that would scan them all each time).
+#[derive(Default)]
+struct Remembered {
+    by_key: HashMap<u64, Published>,
+    forgotten: Option<Instant>,
+}
+
+/// How often events older than [`REPEAT_WINDOW`] are forgotten.
+const FORGET_EVERY: Duration = Duration::from_secs(30);
+
+impl Key {
+    fn hash64(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
 }
 
 impl Events {
@@ -66,21 +104,21 @@ impl Events {
             client,
             controller: controller.to_string(),
             instance: instance.unwrap_or_else(|| controller.to_string()),
-            published: Mutex::new(HashMap::new()),
+            published: Mutex::new(Remembered::default()),
         }
     }
 
-    /// Publishes an event about `regarding` (`warning`: type Warning, else Normal): a new
+    /// Publishes an event of `type_` about `regarding`: a new
     /// one, or a repeat of the same note raising the count of the earlier one.
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
-        warning: bool,
+        type_: EventType,
         reason: &str,
         action: &str,
         note: &str,
     ) -> Result<(), kube::Error> {
-        let type_ = if warning { "Warning" } else { "Normal" };
+        let type_ = type_.as_str();
         let key = Key {
             regarding: (
                 regarding.api_version.clone(),
@@ -111,8 +149,8 @@ impl Events {
         };
         let (name, namespace, count) = stored?;
         if let Ok(mut published) = self.published.lock() {
-            published.insert(
-                key,
+            published.by_key.insert(
+                key.hash64(),
                 Published {
                     name,
                     namespace,
@@ -166,13 +204,25 @@ impl Events {
     /// if one was published within the window; forgets those older than that.
     fn repeat_of(&self, key: &Key) -> Option<(String, String, i32)> {
         let mut published = self.published.lock().ok()?;
-        published.retain(|_, p| p.last.elapsed() < REPEAT_WINDOW);
-        published.get(key).map(|p| {
-            (
-                p.name.clone(),
-                p.namespace.clone(),
-                p.count.saturating_add(1),
-            )
-        })
+        if published
+            .forgotten
+            .is_none_or(|t| t.elapsed() >= FORGET_EVERY)
+        {
+            published
+                .by_key
+                .retain(|_, p| p.last.elapsed() < REPEAT_WINDOW);
+            published.forgotten = Some(Instant::now());
+        }
+        published
+            .by_key
+            .get(&key.hash64())
+            .filter(|p| p.last.elapsed() < REPEAT_WINDOW)
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.namespace.clone(),
+                    p.count.saturating_add(1),
+                )
+            })
     }
 }

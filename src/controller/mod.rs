@@ -60,6 +60,9 @@ pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
 /// status.members and the plan lists are capped at this many entries.
 pub const MAX_LISTED: usize = 500;
 
+/// Default of `--min-interval`.
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
+
 /// How the operator runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -84,6 +87,12 @@ pub struct Config {
     pub tenancy: tenancy::Defaults,
     /// What one set may declare: members, parsed YAML/JSON.
     pub set_limits: crate::render::SetLimits,
+    /// `--max-impersonation-clients`: impersonating clients kept (least recently used out).
+    pub max_impersonation_clients: usize,
+    /// `--max-health-watches`: objects of health checks watched at once, for all sets.
+    pub max_health_watches: usize,
+    /// `--min-interval`: shorter `spec.interval`s are raised to it (and status says so).
+    pub min_interval: Duration,
 }
 
 impl Default for Config {
@@ -98,6 +107,9 @@ impl Default for Config {
             source_policy: sources::egress::Policy::default(),
             tenancy: tenancy::Defaults::default(),
             set_limits: crate::render::SetLimits::default(),
+            max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
+            max_health_watches: crate::members::MAX_CHECKED_OBJECTS,
+            min_interval: DEFAULT_MIN_INTERVAL,
         }
     }
 }
@@ -115,9 +127,9 @@ pub struct Context {
     /// Permits for member writes in flight ([`Config::apply_concurrency`]).
     pub writes: Arc<Semaphore>,
     failures: Mutex<HashMap<String, u32>>,
-    /// Clients impersonating a ServiceAccount, by user name (they share the operator's
-    /// connections).
-    impersonated: Mutex<HashMap<String, Client>>,
+    /// Clients impersonating a ServiceAccount, by user name, at most
+    /// [`Config::max_impersonation_clients`] (they share the operator's connections).
+    impersonated: Mutex<impersonate::Clients>,
     /// The size of each parent's spec in bytes, measured once per generation.
     pub spec_sizes: report::SpecSizes,
     /// The health reporter's memory (sets that wait or have health checks).
@@ -133,13 +145,19 @@ impl Context {
         metrics: Arc<Metrics>,
         members: Arc<MemberWatches>,
     ) -> Self {
+        let resolver = Resolver::new(client.clone());
+        let invalidate = resolver.invalidator();
+        members.on_kind_gone(Arc::new(move |_| invalidate()));
+        let impersonated = Mutex::new(impersonate::Clients::new(config.max_impersonation_clients));
+        let sources = Sources::new(
+            config.source_limits.clone(),
+            config.source_policy.clone(),
+            config.source_dir.clone(),
+        );
+        metrics.register(sources.kustomize.collector());
         Self {
-            sources: Sources::new(
-                config.source_limits.clone(),
-                config.source_policy.clone(),
-                config.source_dir.clone(),
-            ),
-            resolver: Resolver::new(client.clone()),
+            sources,
+            resolver,
             writes: Arc::new(Semaphore::new(config.apply_concurrency.max(1))),
             members,
             events: events::Events::new(
@@ -151,7 +169,7 @@ impl Context {
             metrics,
             config,
             failures: Mutex::new(HashMap::new()),
-            impersonated: Mutex::new(HashMap::new()),
+            impersonated,
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
             dependencies: Dependencies::default(),
@@ -179,7 +197,8 @@ impl Context {
     fn scope(&self, parent: ParentRef, identity: Identity) -> Option<SetScope> {
         let scope = SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
             .with_writes(self.writes.clone())
-            .with_watches(self.members.clone());
+            .with_watches(self.members.clone())
+            .with_terminating(self.members.terminating());
         match identity.user() {
             None => Some(scope),
             Some(user) => {
@@ -194,17 +213,18 @@ impl Context {
         SetScope::new(parent, self.client.clone(), self.config.apply_concurrency)
     }
 
-    /// The client impersonating `user`, made once and kept.
+    /// The client impersonating `user`, kept among the most recently used.
     fn impersonating(&self, user: &str) -> Option<Client> {
-        let Ok(mut clients) = self.impersonated.lock() else {
-            return impersonate::client(&self.client, user);
-        };
-        if let Some(c) = clients.get(user) {
-            return Some(c.clone());
+        let make = || impersonate::client(&self.client, user);
+        match self.impersonated.lock() {
+            Ok(mut clients) => clients.get_or_make(user, make),
+            Err(_) => make(),
         }
-        let client = impersonate::client(&self.client, user)?;
-        clients.insert(user.to_string(), client.clone());
-        Some(client)
+    }
+
+    /// How many impersonating clients are kept (`applyset_impersonation_clients`).
+    pub fn impersonation_clients(&self) -> usize {
+        self.impersonated.lock().map(|c| c.len()).unwrap_or(0)
     }
 
     fn succeeded(&self, key: &str) {
@@ -212,6 +232,29 @@ impl Context {
             f.remove(key);
         }
     }
+}
+
+/// The gauges of what the sets make the operator hold (each bounded per set; see the
+/// README's bounds table).
+fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_member_watches",
+        "Member kinds watched now (one watch each; a kind is watched while some set declares it)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.members.watch_count())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_health_watches",
+        "Objects of spec.healthChecks watched now (one watch each; at most 2000, 64 per set)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.members.health_watch_count())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_impersonation_clients",
+        "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
+    );
 }
 
 /// Whether the caches (reflector stores) of both controllers have synced.
@@ -272,6 +315,7 @@ impl Operator {
     pub fn start_with(client: Client, config: Config, metrics: Arc<Metrics>) -> Operator {
         let (tx, rx) = watch::channel(false);
         let (members, triggers) = MemberWatches::new(client.clone());
+        members.set_check_cap(config.max_health_watches);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -280,6 +324,8 @@ impl Operator {
         ));
         let source_memory = ctx.sources.memory.clone();
         metrics.watch_source_memory(source_memory.clone());
+        metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
+        sample_bounded_resources(&metrics, &ctx);
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
@@ -300,10 +346,12 @@ impl Operator {
                     )
                 )
             };
-            // The health reporter runs as long as the controllers.
+            // The health reporter and the namespace watch run as long as the controllers.
+            let terminating = ctx.members.terminating();
             tokio::select! {
                 _ = controllers => {}
                 () = healthy::run(ctx.clone()) => {}
+                () = terminating.follow() => {}
             }
             stop_watches.stop();
         });
@@ -564,6 +612,7 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
 async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     use futures::FutureExt;
     let started = Instant::now();
+    let parent = obj.parent_ref().to_string();
     // A panic must not take both controllers down with it: it becomes this parent's error.
     let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx))
         .catch_unwind()
@@ -580,6 +629,7 @@ async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Resul
         Ok(_) => "success",
         Err(e) => e.metric_label(),
     };
+    ctx.metrics.finished(P::KIND.kind(), &parent);
     ctx.metrics
         .reconciled(P::KIND.kind(), label, started.elapsed());
     tracing::info!(
@@ -594,7 +644,9 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
     tracing::warn!(parent = %obj.parent_ref(), error = %error, "reconcile failed");
     let spec = obj.spec();
     let key = obj.parent_ref().to_string();
-    Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval()))
+    ctx.metrics.retried(P::KIND.kind());
+    let cap = spec.interval_at_least(ctx.config.min_interval);
+    Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
 }
 
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,

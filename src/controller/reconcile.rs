@@ -43,6 +43,10 @@ pub async fn reconcile_set<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
 ) -> Result<Action> {
+    if own_namespace_terminating(ctx, scope).await {
+        tracing::debug!("the set's own namespace is being terminated: nothing applied");
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
     match reported(obj.clone(), ctx, scope).await {
         Ok(action) => Ok(action),
         Err(e) => {
@@ -75,7 +79,23 @@ async fn reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Re
             outcome
         }
     };
-    report::write(ctx, scope, &*obj, outcome?).await
+    let decided = outcome?;
+    // A refusal learnt during this reconcile: the set's own deletion is coming.
+    if decided.reason == Reason::NamespaceTerminating && own_namespace_terminating(ctx, scope).await
+    {
+        return Ok(Action::requeue(report::TERMINATING_RETRY));
+    }
+    report::write(ctx, scope, &*obj, decided).await
+}
+
+/// Whether the set's own namespace is being terminated (see [`crate::terminating`]): then
+/// it applies nothing and writes no status, since its own deletion is coming (the cleanup,
+/// which deletes, still runs when it does).
+async fn own_namespace_terminating(ctx: &Context, scope: &SetScope) -> bool {
+    match &scope.parent.namespace {
+        Some(ns) => ctx.members.terminating().blocks(ns).await,
+        None => false,
+    }
 }
 
 /// `ServiceAccount ns/name does not exist: …; ` when `forbidden` and the set acts as a
@@ -336,12 +356,11 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .into())
     }
 
-    /// What of the set is live (the member watches registered first, so they cover it next
-    /// time).
+    /// What of the set is live (the set registered with the member watches first: it no
+    /// longer holds the kinds it does not declare).
     async fn observe(&self, extent: &Extent, desired: &Desired) -> Step<Live> {
         let (ctx, scope) = (self.ctx, self.scope);
         let t0 = std::time::Instant::now();
-        ctx.members.ensure_watched(&desired.known);
         ctx.members.register(
             &scope.id,
             &scope.parent,
@@ -364,6 +383,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         let planned = plan::plan(view, self.spec, &before.recorded, &self.clock, false).await?;
         let planned =
             planned.map_err(|_| self.timed_out(Run::DryRun { preview: false }, revision))?;
+        self.accepted(view.desired, &planned.members);
         if let Some(r) = report::apply_failure(&planned.members, revision) {
             return Ok(r);
         }
@@ -375,6 +395,24 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             Pruning::Undecided(e) => return Err(e.into()),
         };
         Ok(report::plan(&planned.members, prune, revision))
+    }
+
+    /// The kinds of which the API server accepted an apply (or a dry-run) for this set are
+    /// held by it: watched from now on, until no set declares them (see
+    /// [`crate::kind_refs`]). A kind never accepted (not served, or nobody may write it) is
+    /// never watched.
+    fn accepted(&self, desired: &Desired, results: &[MemberResult]) {
+        let kinds: std::collections::HashSet<crate::applyset::GroupKind> = results
+            .iter()
+            .filter(|r| r.outcome.is_applied())
+            .map(|r| {
+                crate::applyset::GroupKind::new(r.reference.group.clone(), r.reference.kind.clone())
+            })
+            .collect();
+        self.ctx.members.accepted(
+            &self.scope.id,
+            desired.known.iter().filter(|(gk, _)| kinds.contains(*gk)),
+        );
     }
 
     /// The report of an apply (or plan) that did not finish within spec.timeout.
@@ -418,6 +456,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         let results = applied
             .await?
             .map_err(|_| self.timed_out(Run::Apply, revision))?;
+        self.accepted(view.desired, &results);
         tracing::debug!(
             members = results.len(),
             ms = t0.elapsed().as_millis(),

@@ -9,7 +9,7 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{Context, MAX_LISTED, STATUS_FIELD_MANAGER};
+use super::{Context, MAX_LISTED, STATUS_FIELD_MANAGER, events::EventType};
 use crate::{
     Error, Result,
     api::{ApplySetStatus, MemberRef, Plan, Summary},
@@ -87,8 +87,12 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     let mut refused = Vec::new();
     let mut conflicts = Vec::new();
     let mut failed = Vec::new();
+    let mut terminating = std::collections::BTreeMap::<&str, usize>::new();
     for r in results {
         match &r.outcome {
+            Outcome::NamespaceTerminating { namespace } => {
+                *terminating.entry(namespace.as_str()).or_default() += 1
+            }
             Outcome::Owned { message } => owned.push(message.as_str()),
             Outcome::AdoptionRefused { message } => refused.push(message.as_str()),
             Outcome::Conflict { message, .. } => conflicts.push(message.as_str()),
@@ -106,6 +110,8 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
         (Reason::Conflict, conflicts)
     } else if !failed.is_empty() {
         (Reason::ApplyFailed, failed)
+    } else if !terminating.is_empty() {
+        return Some(namespace_terminating(&terminating).attempted(revision));
     } else {
         return None;
     };
@@ -115,6 +121,29 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
         listing(&list)
     );
     Some(Report::failed(reason, msg).attempted(revision))
+}
+
+/// How soon a set with members in a namespace being terminated looks again (whether the
+/// namespace is gone or back is looked up at most every [`crate::terminating::RECHECK`],
+/// once for all sets).
+pub const TERMINATING_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The report for members not applied because their namespace is being terminated (member
+/// count by namespace): NamespaceTerminating, naming them, looked at again after
+/// [`TERMINATING_RETRY`] (no backoff burst, no failure count).
+fn namespace_terminating(by_namespace: &std::collections::BTreeMap<&str, usize>) -> Report {
+    let named: Vec<String> = by_namespace
+        .iter()
+        .map(|(ns, n)| format!("{n} member(s) in namespace {ns}"))
+        .collect();
+    let msg = format!(
+        "{} not applied, nothing pruned: the namespace is being terminated; applied again once it is gone or back",
+        named.join(", ")
+    );
+    Report {
+        requeue_after: Some(TERMINATING_RETRY),
+        ..Report::failed(Reason::NamespaceTerminating, msg)
+    }
 }
 
 /// The report for a prune that did not finish (a delete failed, or an object changed or was
@@ -450,8 +479,12 @@ pub async fn write<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
     obj: &P,
-    r: Report,
+    mut r: Report,
 ) -> Result<Action> {
+    let min = ctx.config.min_interval;
+    if let Some(raised) = obj.spec().interval_raised(min) {
+        r.message = format!("{} ({raised})", r.message);
+    }
     let when = next(&r);
     if r.reason != Reason::Progressing {
         // Whatever stopped or ended this reconcile, it no longer waits for health.
@@ -478,14 +511,18 @@ pub async fn write<P: Parent>(
             if reset {
                 ctx.succeeded(&key);
             }
-            Action::requeue(spec.interval())
+            Action::requeue(spec.interval_at_least(min))
         }
         Next::AwaitChange => {
             ctx.succeeded(&key);
             Action::await_change()
         }
-        Next::Backoff => Action::requeue(ctx.backoff(&key, spec.retry_interval(), spec.interval())),
-        Next::After(d) => Action::requeue(d.min(spec.interval())),
+        Next::Backoff => {
+            ctx.metrics.retried(scope.parent.kind.kind());
+            let cap = spec.interval_at_least(min);
+            Action::requeue(ctx.backoff(&key, spec.retry_interval(), cap))
+        }
+        Next::After(d) => Action::requeue(d.min(spec.interval_at_least(min))),
     })
 }
 
@@ -565,20 +602,26 @@ pub async fn patch_status<P: Parent>(
 }
 
 /// Publishes one event about the parent (its note capped at 1000 bytes); a failure to
-/// publish is only logged.
+/// publish is only logged. None goes into a namespace known to be terminating (creating it
+/// would be refused).
 async fn event<P: Parent>(
     ctx: &Context,
     obj: &P,
-    warning: bool,
+    type_: EventType,
     reason: &str,
     action: &str,
     note: &str,
 ) {
+    if let Some(ns) = obj.meta().namespace.as_deref()
+        && ctx.members.terminating().contains(ns)
+    {
+        return;
+    }
     let note = status::truncate(note, 1000);
     let regarding = obj.object_ref(&());
     if let Err(e) = ctx
         .events
-        .publish(&regarding, warning, reason, action, &note)
+        .publish(&regarding, type_, reason, action, &note)
         .await
     {
         tracing::debug!(error = %e, "publishing an event failed");
@@ -591,8 +634,11 @@ async fn publish<P: Parent>(
     obj: &P,
     c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
 ) {
-    let warning = !(c.status == "True" || c.reason == Reason::PlanReady.as_str());
-    event(ctx, obj, warning, &c.reason, "Reconcile", &c.message).await;
+    let type_ = match c.status == "True" || c.reason == Reason::PlanReady.as_str() {
+        true => EventType::Normal,
+        false => EventType::Warning,
+    };
+    event(ctx, obj, type_, &c.reason, "Reconcile", &c.message).await;
 }
 
 /// Members named in the event of what a reconcile changed (the rest are counted).
@@ -605,13 +651,29 @@ pub async fn announce_changes<P: Parent>(ctx: &Context, obj: &P, results: &[Memb
         return;
     };
     tracing::info!("{note}");
-    event(ctx, obj, false, "MembersChanged", "Apply", &note).await;
+    event(
+        ctx,
+        obj,
+        EventType::Normal,
+        "MembersChanged",
+        "Apply",
+        &note,
+    )
+    .await;
 }
 
 /// A Warning event: the parent was deleted without its members being deleted, and why.
 pub async fn orphaned<P: Parent>(ctx: &Context, obj: &P, why: &str) {
     let note = format!("{why}its members were left in place");
-    event(ctx, obj, true, "MembersOrphaned", "Delete", &note).await;
+    event(
+        ctx,
+        obj,
+        EventType::Warning,
+        "MembersOrphaned",
+        "Delete",
+        &note,
+    )
+    .await;
 }
 
 /// Marks a new generation as in progress (visible while a long apply runs): Reconciling=True,

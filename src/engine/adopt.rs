@@ -35,6 +35,43 @@ pub struct Lookup {
     /// Members that could not be looked at (the read was forbidden), with why: they are not
     /// applied (in doubt, nothing is changed).
     pub unknown: HashMap<MemberRef, String>,
+    /// Of the unlabelled members, those whose fields only their makers own (see
+    /// [`made_by_makers`]): adopting one takes the declared fields over from them.
+    pub handover: HashSet<MemberRef>,
+}
+
+/// The field managers that make objects imperatively (each with operation `Update`):
+/// `kubectl create`, `kubectl apply` without `--server-side`, `kubectl replace`, `edit`,
+/// `patch`, `label`, `annotate`, `set`, older kubectl (`kubectl`), and `before-first-apply`
+/// (the server's name for fields set before any manager was recorded).
+pub const MAKERS: [&str; 10] = [
+    "kubectl-create",
+    "kubectl-client-side-apply",
+    "kubectl-replace",
+    "kubectl-edit",
+    "kubectl-patch",
+    "kubectl-label",
+    "kubectl-annotate",
+    "kubectl-set",
+    "kubectl",
+    "before-first-apply",
+];
+
+/// Whether every field of the object's main resource is owned by its makers ([`MAKERS`],
+/// with operation `Update`) or by `ours`: then the set that adopts it takes the fields it
+/// declares over from them (a forced apply, once), as Flux and Helm take over what kubectl
+/// made. Fields it does not declare stay theirs. Owners of subresources (a controller's
+/// status, an HPA's scale) do not count: a forced apply of the main resource leaves them.
+/// Any other owner (another tool's server-side apply, a controller) keeps its conflicts
+/// reported.
+pub fn made_by_makers(meta: &ObjectMeta, ours: &str) -> bool {
+    meta.managed_fields.iter().flatten().all(|e| {
+        let manager = e.manager.as_deref().unwrap_or_default();
+        let subresource = e.subresource.as_deref().unwrap_or_default();
+        !subresource.is_empty()
+            || manager == ours
+            || (e.operation.as_deref() == Some("Update") && MAKERS.contains(&manager))
+    })
 }
 
 /// Looks at the members not known to be the set's own (`owned`, which need no look).
@@ -68,6 +105,7 @@ pub async fn unlabelled(
     for l in found {
         out.unlabelled.extend(l.unlabelled);
         out.unknown.extend(l.unknown);
+        out.handover.extend(l.handover);
     }
     Ok(out)
 }
@@ -83,8 +121,14 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
         match list_names(scope, &api).await {
             Ok(foreign) => {
                 for m in group {
-                    if foreign.get(&m.reference.name).is_some_and(|f| *f) {
-                        out.unlabelled.insert(m.reference.clone());
+                    match foreign.get(&m.reference.name) {
+                        Some(Found::Foreign { made_by_makers }) => {
+                            out.unlabelled.insert(m.reference.clone());
+                            if *made_by_makers {
+                                out.handover.insert(m.reference.clone());
+                            }
+                        }
+                        Some(Found::Ours) | None => {}
                     }
                 }
             }
@@ -102,6 +146,9 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
         match api.get_metadata_opt(&m.reference.name).await {
             Ok(Some(o)) if foreign(scope, &o.metadata) => {
                 out.unlabelled.insert(m.reference.clone());
+                if made_by_makers(&o.metadata, &scope.manager) {
+                    out.handover.insert(m.reference.clone());
+                }
             }
             Ok(_) => {}
             // The kind is not served yet (its CRD is in this set): nothing exists.
@@ -126,12 +173,20 @@ fn foreign(scope: &SetScope, meta: &ObjectMeta) -> bool {
     }
 }
 
+/// What a listing says of an existing object.
+enum Found {
+    /// Not someone else's in the sense of adoption.
+    Ours,
+    /// [`foreign`], and whether only its makers own its fields ([`made_by_makers`]).
+    Foreign { made_by_makers: bool },
+}
+
 /// Names of the objects of a kind in a namespace (the scope of `api`), each with whether it
 /// is [`foreign`]; none when the kind is not served (yet).
 async fn list_names(
     scope: &SetScope,
     api: &Api<PartialObjectMeta<DynamicObject>>,
-) -> kube::Result<HashMap<String, bool>> {
+) -> kube::Result<HashMap<String, Found>> {
     let mut out = HashMap::new();
     let mut params = ListParams::default().limit(500);
     loop {
@@ -141,8 +196,13 @@ async fn list_names(
             Err(e) => return Err(e),
         };
         for o in page.items {
-            let foreign = foreign(scope, &o.metadata);
-            out.insert(o.metadata.name.unwrap_or_default(), foreign);
+            let found = match foreign(scope, &o.metadata) {
+                true => Found::Foreign {
+                    made_by_makers: made_by_makers(&o.metadata, &scope.manager),
+                },
+                false => Found::Ours,
+            };
+            out.insert(o.metadata.name.unwrap_or_default(), found);
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
@@ -200,6 +260,55 @@ mod tests {
             namespace: None,
             name: "x".into(),
         }
+    }
+
+    fn managed(entries: &[(&str, &str, &str)]) -> ObjectMeta {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        ObjectMeta {
+            managed_fields: Some(
+                entries
+                    .iter()
+                    .map(|(m, op, sub)| ManagedFieldsEntry {
+                        manager: Some(m.to_string()),
+                        operation: Some(op.to_string()),
+                        subresource: (!sub.is_empty()).then(|| sub.to_string()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_objects_made_by_their_makers_are_handed_over() {
+        let ours = "applyset.dev/ns/a/b";
+        assert!(made_by_makers(
+            &managed(&[("kubectl-create", "Update", "")]),
+            ours
+        ));
+        assert!(made_by_makers(
+            &managed(&[
+                ("kubectl-client-side-apply", "Update", ""),
+                ("before-first-apply", "Update", ""),
+                (ours, "Apply", ""),
+                // A controller's status and an HPA's scale are subresources: left to them.
+                ("kube-controller-manager", "Update", "status"),
+                ("kube-controller-manager", "Update", "scale"),
+            ]),
+            ours
+        ));
+        // Another tool's server-side apply, or a controller writing the main resource, keeps
+        // its conflicts reported.
+        assert!(!made_by_makers(
+            &managed(&[("kubectl-create", "Update", ""), ("argocd", "Apply", "")]),
+            ours
+        ));
+        assert!(!made_by_makers(&managed(&[("kubectl", "Apply", "")]), ours));
+        assert!(!made_by_makers(
+            &managed(&[("operator-x", "Update", "")]),
+            ours
+        ));
     }
 
     #[test]

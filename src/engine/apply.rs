@@ -51,6 +51,10 @@ pub struct Options<'a> {
     /// With `dry_run`: keep what the dry-run showed of each member that would change
     /// ([`MemberResult::preview`]; one more GET each), for `kubectl applyset diff`.
     pub preview: bool,
+    /// When set, the members known to be the set's own; every other member is first sent
+    /// create-only (see [`super::create`]) and looked at only if it exists (`lookup` is then
+    /// empty: nothing was looked at before). `None`: `lookup` says it all (a plan).
+    pub create_only: Option<&'a std::collections::HashSet<MemberRef>>,
 }
 
 /// Applies the members stage by stage. Every member gets a result.
@@ -158,24 +162,17 @@ async fn apply_one(
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));
     }
-    if let Some(why) = opts.lookup.unknown.get(&member.reference) {
-        // The lookup could not look at it: its identity may not get or list the kind.
-        let message = format!("{}: {why}; not applied", member.reference);
-        return (Outcome::Forbidden { message }, None);
-    }
-    let adopting = opts.lookup.unlabelled.contains(&member.reference);
-    if adopting && !(opts.adopt_existing || member.adopt) {
-        return (refuse_adoption(member), None);
-    }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
-    if adopting && let Err(refused) = mark_adopted(&api, scope, member, opts.dry_run).await {
+    // Checked once the permit is held: a refusal learnt while this write waited counts.
+    if let Some(refused) = into_terminating(scope, member).await {
         return (refused, None);
     }
-    let (mut outcome, answer) = apply_body(&api, scope, member, &body, opts).await;
-    if adopting && outcome.is_applied() {
-        outcome = Outcome::Adopted;
-    }
+    let (outcome, answer) = match create_first(&api, scope, member, &body, opts).await {
+        First::Done(outcome, answer) => (outcome, answer),
+        First::Looked(lookup) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
+        First::Apply => apply_looked(&api, scope, member, &body, opts, opts.lookup).await,
+    };
     if let (
         Some(applying),
         Some(Answer {
@@ -195,6 +192,109 @@ async fn apply_one(
         });
     }
     (outcome, answer)
+}
+
+/// What the create-only first attempt (see [`super::create`]) left to do.
+enum First {
+    /// Decided: created, or failed.
+    Done(Outcome, Option<Answer>),
+    /// It exists and was looked at: apply it as that look says.
+    Looked(adopt::Lookup),
+    /// No create-only attempt (a plan, or a member known to be the set's): apply as the
+    /// reconcile's look says.
+    Apply,
+}
+
+/// A member not known to be the set's own is first sent create-only: created if absent;
+/// if it exists, left untouched and looked at (one metadata GET, as the set's identity).
+async fn create_first(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+) -> First {
+    let Some(owned) = opts.create_only else {
+        return First::Apply;
+    };
+    if owned.contains(&member.reference) {
+        return First::Apply;
+    }
+    let create_only = super::create::body(body);
+    let request = Request {
+        api,
+        name: &member.reference.name,
+        body: &create_only,
+        manager: &scope.manager,
+        dry_run: false,
+    };
+    match request.send_settled(opts.deadline).await {
+        Ok(created) => First::Done(
+            Outcome::Created,
+            Some(answer(member, &created, opts.preview)),
+        ),
+        Err(e) if super::create::exists(&e) => {
+            match adopt::unlabelled(scope, std::slice::from_ref(member), owned).await {
+                Ok(lookup) => First::Looked(lookup),
+                Err(e) => First::Done(
+                    Outcome::Failed {
+                        message: format!(
+                            "{}: looking at the existing object: {e}",
+                            member.reference
+                        ),
+                    },
+                    None,
+                ),
+            }
+        }
+        Err(e) => First::Done(refused(scope, member, e, false), None),
+    }
+}
+
+/// Applies a member as the look at it (`lookup`) says: not at all when it could not be
+/// looked at, or is someone else's and may not be adopted; otherwise applied, adopted
+/// (marked first where needed, taking the declared fields over from its makers).
+async fn apply_looked(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+    lookup: &adopt::Lookup,
+) -> (Outcome, Option<Answer>) {
+    if let Some(why) = lookup.unknown.get(&member.reference) {
+        // The lookup could not look at it: its identity may not get or list the kind.
+        let message = format!("{}: {why}; not applied", member.reference);
+        return (Outcome::Forbidden { message }, None);
+    }
+    let adopting = lookup.unlabelled.contains(&member.reference);
+    if adopting && !(opts.adopt_existing || member.adopt) {
+        return (refuse_adoption(member), None);
+    }
+    if adopting && let Err(refused) = mark_adopted(api, scope, member, opts.dry_run).await {
+        return (refused, None);
+    }
+    // Adopting what only its makers own (kubectl create, ...) takes the declared fields
+    // over from them, once: the object is the set's afterwards.
+    let handover = adopting && lookup.handover.contains(&member.reference);
+    let (outcome, answer) = apply_body(api, scope, member, body, opts, handover).await;
+    match outcome {
+        o if adopting && o.is_applied() => (Outcome::Adopted, answer),
+        o => (o, answer),
+    }
+}
+
+/// The outcome of a member whose namespace is known to be terminating (nothing is sent), if
+/// it is.
+async fn into_terminating(scope: &SetScope, member: &Member) -> Option<Outcome> {
+    let namespace = member.reference.namespace.as_deref()?;
+    let terminating = scope.terminating()?;
+    terminating
+        .blocks(namespace)
+        .await
+        .then(|| Outcome::NamespaceTerminating {
+            namespace: namespace.to_string(),
+        })
 }
 
 /// The outcome of a member whose object exists unlabelled, when adoption is not allowed.
@@ -288,12 +388,14 @@ impl Request<'_> {
 }
 
 /// Applies one body; returns the outcome and, for a successful request, the server's answer.
+/// `handover`: a conflict is forced even without `opts.force` (an adoption from its makers).
 async fn apply_body(
     api: &Api<DynamicObject>,
     scope: &SetScope,
     member: &Member,
     body: &Value,
     opts: &Options<'_>,
+    handover: bool,
 ) -> (Outcome, Option<Answer>) {
     let request = Request {
         api,
@@ -306,7 +408,7 @@ async fn apply_body(
     if let Err(kube::Error::Api(status)) = &result
         && status.is_conflict()
     {
-        if let Some(refused) = refuse_conflict(member, status, opts.force) {
+        if let Some(refused) = refuse_conflict(member, status, opts.force || handover) {
             return (refused, None);
         }
         result = request.send(true).await;
@@ -317,23 +419,43 @@ async fn apply_body(
         if let Some(refused) = recreate_for_immutable(api, scope, member, status, opts).await {
             return (refused, None);
         }
-        result = request.send(opts.force).await;
+        result = request.send(opts.force || handover).await;
     }
     match result {
-        Ok(applied) => {
-            let answer = Answer {
-                rv: applied.metadata.resource_version.clone(),
-                uid: applied.metadata.uid.clone(),
-                shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
-                    .then(|| crate::members::shape(&applied)),
-                object: opts
-                    .preview
-                    .then(|| serde_json::to_value(&applied).ok())
-                    .flatten(),
-            };
-            (classify(api, member, &applied, opts).await, Some(answer))
+        Ok(applied) => (
+            classify(api, member, &applied, opts).await,
+            Some(answer(member, &applied, opts.preview)),
+        ),
+        Err(e) => (refused(scope, member, e, opts.dry_run), None),
+    }
+}
+
+/// What the server answered a successful apply of `member` with (the whole object too when
+/// `preview`: what a dry-run would make of it, for `kubectl applyset diff`).
+fn answer(member: &Member, applied: &DynamicObject, preview: bool) -> Answer {
+    Answer {
+        rv: applied.metadata.resource_version.clone(),
+        uid: applied.metadata.uid.clone(),
+        shape: crate::health::needs_object(&member.reference.group, &member.reference.kind)
+            .then(|| crate::members::shape(applied)),
+        object: preview
+            .then(|| serde_json::to_value(applied).ok())
+            .flatten(),
+    }
+}
+
+/// The outcome of a refused apply: a namespace being terminated is learnt (see
+/// [`crate::terminating`]); anything else failed.
+fn refused(scope: &SetScope, member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
+    match e {
+        kube::Error::Api(status) if crate::terminating::is_refusal(&status) => {
+            let namespace = member.reference.namespace.clone().unwrap_or_default();
+            if let Some(t) = scope.terminating() {
+                t.learn(&namespace);
+            }
+            Outcome::NamespaceTerminating { namespace }
         }
-        Err(e) => (failed(member, e, opts.dry_run), None),
+        e => failed(member, e, dry_run),
     }
 }
 
@@ -389,7 +511,7 @@ async fn recreate_for_immutable(
     if opts.dry_run {
         return Some(Outcome::Configured);
     }
-    match recreate(api, scope, &member.reference.name, opts.deadline).await {
+    match recreate(api, scope, &member.reference, opts.deadline).await {
         Ok(()) => None,
         Err(e) => Some(Outcome::Failed {
             message: format!(
@@ -471,14 +593,15 @@ fn comparable(o: &DynamicObject) -> Value {
 }
 
 /// Deletes the live object — only if it is this set's (its `part-of` label ours and owned
-/// by our member field manager), and only that one (UID precondition) — and waits until it
-/// is gone.
+/// by our member field manager) and the rules of deletion allow it (see
+/// [`not_deletable`]), and only that one (UID precondition) — and waits until it is gone.
 async fn recreate(
     api: &Api<DynamicObject>,
     scope: &SetScope,
-    name: &str,
+    member: &MemberRef,
     deadline: Instant,
 ) -> Result<(), String> {
+    let name = member.name.as_str();
     let Some(live) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
         return Ok(());
     };
@@ -486,6 +609,9 @@ async fn recreate(
         return Err(format!(
             "not deleted: the live object is not this set's ({why}); only objects the set created or adopted are re-created"
         ));
+    }
+    if let Some(why) = not_deletable(member, &live.metadata, scope.parent.namespace.as_deref()) {
+        return Err(format!("not deleted: {why}"));
     }
     let params = DeleteParams::foreground().preconditions(kube::api::Preconditions {
         uid: live.metadata.uid.clone(),
@@ -518,6 +644,34 @@ fn not_ours(meta: &kube::api::ObjectMeta, id: &str, manager: &str) -> Option<Str
         )),
         Some(_) => None,
     }
+}
+
+/// Why the set may never delete `member` (live metadata `meta`), whoever's it is: the same
+/// rules as prune's — an adopted Namespace or CRD (deleting it deletes what others put in it),
+/// the Namespace the parent lives in, an object another controller owns. `home`: the
+/// parent's namespace.
+pub fn not_deletable(
+    member: &MemberRef,
+    meta: &kube::api::ObjectMeta,
+    home: Option<&str>,
+) -> Option<String> {
+    let (group, kind) = (&member.group, &member.kind);
+    let container = kinds::is_namespace(group, kind) || kinds::is_crd(group, kind);
+    if container && crate::applyset::is_adopted(meta.annotations.as_ref()) {
+        return Some(format!(
+            "it was adopted (annotation {}); an adopted Namespace or CRD is never deleted",
+            crate::applyset::ANNOTATION_ADOPTED
+        ));
+    }
+    if kinds::is_namespace(group, kind) && home == Some(member.name.as_str()) {
+        return Some("it is the Namespace the set lives in".into());
+    }
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    owner.map(|o| format!("it is controlled by {} {}", o.kind, o.name))
 }
 
 fn is_immutable(status: &Status) -> bool {
@@ -715,6 +869,51 @@ fn established(crd: &CustomResourceDefinition) -> bool {
 mod tests {
     use super::*;
     use kube::core::response::{StatusCause, StatusDetails};
+
+    #[test]
+    fn a_force_recreate_never_deletes_what_prune_would_keep() {
+        let r = |group: &str, kind: &str, name: &str| MemberRef {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: None,
+            name: name.into(),
+        };
+        let meta = |v: serde_json::Value| -> kube::api::ObjectMeta {
+            serde_json::from_value(v).expect("meta")
+        };
+        let adopted = meta(serde_json::json!({"annotations": {"applyset.dev/adopted": "x"}}));
+        let plain = meta(serde_json::json!({}));
+        let crd = r(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "gadgets.example.com",
+        );
+        let ns = r("", "Namespace", "team");
+        let cm = r("", "ConfigMap", "c");
+        let why = not_deletable(&crd, &adopted, None).expect("adopted CRD");
+        assert!(why.contains("adopted"), "{why}");
+        assert!(
+            not_deletable(&ns, &adopted, None).is_some(),
+            "adopted Namespace"
+        );
+        assert!(
+            not_deletable(&crd, &plain, None).is_none(),
+            "the set's own CRD"
+        );
+        assert!(
+            not_deletable(&cm, &adopted, None).is_none(),
+            "only containers"
+        );
+        let why = not_deletable(&ns, &plain, Some("team")).expect("home");
+        assert!(why.contains("lives in"), "{why}");
+        assert!(not_deletable(&ns, &plain, Some("other")).is_none());
+        let controlled = meta(
+            serde_json::json!({"ownerReferences": [{"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]}),
+        );
+        let why = not_deletable(&cm, &controlled, None).expect("controlled");
+        assert!(why.contains("ReplicaSet rs"), "{why}");
+    }
 
     fn conflict_status(message: &str, causes: Vec<(&str, &str)>) -> Status {
         let mut s = Status::failure(message, "Conflict").with_code(409);

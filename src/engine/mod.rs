@@ -8,6 +8,7 @@
 
 pub mod adopt;
 pub mod apply;
+pub mod create;
 pub mod extent;
 pub mod live;
 pub mod outcome;

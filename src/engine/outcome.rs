@@ -25,6 +25,9 @@ pub enum Outcome {
     AdoptionRefused { message: String },
     /// Not applied: the set's identity may not (the API server answered 403 Forbidden).
     Forbidden { message: String },
+    /// Not applied: its namespace is being terminated (no write was sent, or the write was
+    /// refused for that).
+    NamespaceTerminating { namespace: String },
     /// Not applied: any other failure.
     Failed { message: String },
     /// No longer declared, and deleted.
@@ -60,6 +63,7 @@ impl Outcome {
                 | Outcome::Owned { .. }
                 | Outcome::AdoptionRefused { .. }
                 | Outcome::Forbidden { .. }
+                | Outcome::NamespaceTerminating { .. }
                 | Outcome::Failed { .. }
         )
     }
@@ -133,7 +137,7 @@ pub struct MemberResult {
     /// The live object's UID, where known: the server's answer to an apply (a dry-run one
     /// too, for an object that exists), or the watches' record of a member known unchanged.
     pub uid: Option<String>,
-    /// A dry-run's objects, when asked for ([`super::apply::Options::preview`]).
+    /// A dry-run's objects, when the apply was asked to keep them (`apply::Options::preview`).
     pub preview: Option<Box<Preview>>,
 }
 
@@ -183,6 +187,7 @@ pub fn tally(results: &[MemberResult]) -> Summary {
             Outcome::Owned { .. }
             | Outcome::AdoptionRefused { .. }
             | Outcome::Forbidden { .. }
+            | Outcome::NamespaceTerminating { .. }
             | Outcome::Failed { .. } => s.failed += 1,
             Outcome::Pruned => s.pruned += 1,
             Outcome::Retained(_) => s.retained += 1,

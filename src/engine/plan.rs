@@ -158,17 +158,24 @@ pub async fn apply_set(
     run: Run,
 ) -> Result<std::result::Result<Vec<MemberResult>, TimedOut>> {
     let members = &desired.set.members;
+    let dry_run = run != Run::Apply;
     let applying = async {
-        let lookup = adopt::unlabelled(scope, members, &live.owned).await?;
+        // A plan looks at what exists first; an apply creates what is absent without a look
+        // (see engine::create) and looks only at what exists.
+        let lookup = match dry_run {
+            true => adopt::unlabelled(scope, members, &live.owned).await?,
+            false => adopt::Lookup::default(),
+        };
         let opts = apply::Options {
             force: spec.force,
-            dry_run: run != Run::Apply,
+            dry_run,
             existing: &live.existing,
             started: clock.epoch,
             deadline: clock.deadline,
             lookup: &lookup,
             adopt_existing: spec.adopt_existing,
             preview: run == Run::DryRun { preview: true },
+            create_only: (!dry_run).then_some(&live.owned),
         };
         Ok::<_, Error>(apply::apply_staged(scope, members, &opts).await)
     };

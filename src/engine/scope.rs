@@ -10,6 +10,7 @@ use crate::{
     applyset::{LABEL_PART_OF, ParentRef},
     members::MemberWatches,
     tenancy::Identity,
+    terminating::Terminating,
 };
 
 /// One parent's identity and the means to act on its members.
@@ -34,6 +35,8 @@ pub struct SetScope {
     writes: Option<Arc<Semaphore>>,
     /// Where unchanged members are recognised and successful applies recorded, if anywhere.
     watches: Option<Arc<MemberWatches>>,
+    /// Namespaces known to be terminating (no apply is sent into them), if tracked.
+    terminating: Option<Arc<Terminating>>,
 }
 
 impl SetScope {
@@ -53,6 +56,7 @@ impl SetScope {
             concurrency: concurrency.max(1),
             writes: None,
             watches: None,
+            terminating: None,
         }
     }
 
@@ -73,6 +77,17 @@ impl SetScope {
     pub fn with_watches(mut self, watches: Arc<MemberWatches>) -> Self {
         self.watches = Some(watches);
         self
+    }
+
+    /// Sends no apply into namespaces `terminating` knows terminating, and tells it of
+    /// refusals.
+    pub fn with_terminating(mut self, terminating: Arc<Terminating>) -> Self {
+        self.terminating = Some(terminating);
+        self
+    }
+
+    pub fn terminating(&self) -> Option<&Terminating> {
+        self.terminating.as_deref()
     }
 
     pub fn watches(&self) -> Option<&MemberWatches> {

@@ -1,7 +1,8 @@
 //! Reading manifest files out of untrusted `.tar.gz` bundles (HTTP bundles, OCI layers).
 //!
-//! Nothing is ever written to disk: entries are read into memory, so an archive cannot place
-//! a file anywhere. Still, an archive that *tries* something hostile is refused as a whole
+//! Entries are read into memory, never unpacked to disk as they are, so an archive cannot
+//! place a file anywhere (a kustomize build writes the checked files, by their cleaned paths,
+//! to a private copy: [`super::kustomize`]). Still, an archive that *tries* something hostile is refused as a whole
 //! rather than read in part, because its author did not mean what it would produce:
 //!
 //! - a path that is absolute, has a `..` component, or a Windows drive/UNC prefix;
@@ -14,13 +15,14 @@
 //!
 //! Every gzip member is decompressed (a `.tar.gz` may be several concatenated members).
 //!
-//! Only regular files ending in `.yaml`, `.yml` or `.json` under the chosen directory are
-//! read; everything else is skipped. Files come back sorted by path (byte-wise), so the
-//! result does not depend on the order inside the archive.
+//! Every regular file is kept, as a [`Tree`] (a kustomize overlay under the chosen directory
+//! may read any file of the archive); [`read_tar_gz`] gives the `.yaml`, `.yml` and `.json`
+//! files under the chosen directory, sorted by path (byte-wise), so the result does not
+//! depend on the order inside the archive.
 
 use std::io::Read;
 
-use super::{Limits, SourceError, SourceFile};
+use super::{Limits, SourceError, SourceFile, tree::Tree};
 
 /// Whether `path` names a manifest file (`.yaml`, `.yml`, `.json`).
 pub fn is_manifest_file(path: &str) -> bool {
@@ -154,8 +156,8 @@ impl Budget {
 /// What [`read_tar_gz_with`] found.
 #[derive(Debug)]
 pub struct Unpacked {
-    /// The manifest files under the prefix, sorted by path.
-    pub files: Vec<SourceFile>,
+    /// Every regular file of the archive.
+    pub tree: Tree,
     /// Whether any entry (a directory or a file of any kind) lies at or under the prefix: a
     /// `path` that names nothing in the archive is an error, not an empty source.
     pub prefix_found: bool,
@@ -170,7 +172,8 @@ pub fn read_tar_gz(
     prefix: &str,
     limits: &Limits,
 ) -> Result<Vec<SourceFile>, SourceError> {
-    read_tar_gz_with(data, prefix, Budget::new(limits)).map(|u| u.files)
+    let unpacked = read_tar_gz_with(data, prefix, Budget::new(limits))?;
+    Ok(unpacked.tree.manifest_files(prefix)?)
 }
 
 /// Like [`read_tar_gz`], within what is left of `budget` (shared by the archives of a source).
@@ -233,9 +236,7 @@ struct EntryReader<'p> {
     dir: &'p str,
     /// The budget the archive started with.
     budget: Budget,
-    files: Vec<SourceFile>,
-    /// Paths of the manifest files read (a path may appear only once).
-    seen: std::collections::BTreeSet<String>,
+    tree: Tree,
     /// Whether any entry lies at or under the prefix.
     prefix_found: bool,
     /// Entries read.
@@ -248,17 +249,15 @@ impl<'p> EntryReader<'p> {
             prefix,
             dir: prefix.trim_end_matches('/'),
             budget,
-            files: Vec::new(),
-            seen: std::collections::BTreeSet::new(),
+            tree: Tree::new(),
             prefix_found: prefix.is_empty(),
             count: 0,
         }
     }
 
-    /// Takes one entry from the budget, checks it and reads it if it is a manifest file under
-    /// the prefix. An entry beyond the entry budget, with a path that is absolute or leaves
-    /// the root, a link, a special file, or a manifest file that is not UTF-8 or appears a
-    /// second time refuses the whole archive.
+    /// Takes one entry from the budget, checks it and reads it if it is a regular file. An
+    /// entry beyond the entry budget, with a path that is absolute or leaves the root, a link,
+    /// a special file, or a file that appears a second time refuses the whole archive.
     fn take<R: Read>(
         &mut self,
         mut entry: tar::Entry<'_, R>,
@@ -302,7 +301,7 @@ impl<'p> EntryReader<'p> {
                 "entry {name:?} is a special file ({kind:?}); refusing the archive"
             )));
         }
-        if path.is_empty() || !path.starts_with(self.prefix) || !is_manifest_file(&path) {
+        if path.is_empty() {
             return Ok(());
         }
         // The memory for the file is reserved before it is read (its size from the header,
@@ -313,32 +312,25 @@ impl<'p> EntryReader<'p> {
         entry
             .read_to_end(&mut content)
             .map_err(|e| read_failure(&self.budget, &e, &format!("reading entry {name:?}")))?;
-        let text = String::from_utf8(content).map_err(|_| {
-            SourceError::Failed(format!(
-                "file {path} is not UTF-8 text; manifests must be UTF-8"
-            ))
-        })?;
-        if !self.seen.insert(path.clone()) {
+        if self.tree.is_file(&path) {
             return Err(SourceError::Failed(format!(
                 "file {path} appears more than once in the archive; refusing it"
             )));
         }
-        self.files.push(SourceFile { path, text });
+        self.tree.insert(path, content);
         Ok(())
     }
 
     /// What was found, the files sorted by path, with what is left of the budget once
     /// `unpacked` bytes were decompressed.
     fn finish(self, unpacked: u64) -> Unpacked {
-        let mut files = self.files;
-        files.sort_by(|a, b| a.path.cmp(&b.path));
         let left = Budget {
             unpacked: self.budget.unpacked.saturating_sub(unpacked),
             entries: self.budget.entries.saturating_sub(self.count),
             ..self.budget
         };
         Unpacked {
-            files,
+            tree: self.tree,
             prefix_found: self.prefix_found,
             budget: left,
         }

@@ -46,15 +46,23 @@ pub const ALWAYS_DENIED: &[&str] = &[
     "fe80::/10",
     "fd00:ec2::254/128",
     "100.100.100.200/32",
+    "168.63.129.16/32",
     "0.0.0.0/8",
     "::/128",
 ];
+
+/// Ranges refused by default, unless exempted by `--source-allow-cidrs` or named as an
+/// address in `--source-allowed-hosts`: loopback (the operator's own pod: its metrics and
+/// health endpoints, any sidecar).
+pub const DEFAULT_DENIED: &[&str] = &["127.0.0.0/8", "::1/128"];
 
 /// Why an address is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Why {
     /// One of [`ALWAYS_DENIED`].
     Always(IpNet),
+    /// One of [`DEFAULT_DENIED`], not exempted.
+    Default(IpNet),
     /// A range of `--source-deny-cidrs`.
     Flag(IpNet),
 }
@@ -327,6 +335,10 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 #[derive(Clone, Debug)]
 pub struct Policy {
     always: Vec<IpNet>,
+    /// [`DEFAULT_DENIED`].
+    default_denied: Vec<IpNet>,
+    /// `--source-allow-cidrs`: exempt from [`DEFAULT_DENIED`].
+    exempt: Vec<IpNet>,
     denied: Vec<IpNet>,
     /// Empty: any host.
     allowed_hosts: Vec<HostPattern>,
@@ -335,10 +347,13 @@ pub struct Policy {
 }
 
 impl Default for Policy {
-    /// The default policy: [`ALWAYS_DENIED`] only, any host, plain http allowed.
+    /// The default policy: [`ALWAYS_DENIED`] and [`DEFAULT_DENIED`] refused, any other host,
+    /// plain http allowed.
     fn default() -> Self {
         Policy {
             always: parse_cidrs(ALWAYS_DENIED).unwrap_or_default(),
+            default_denied: parse_cidrs(DEFAULT_DENIED).unwrap_or_default(),
+            exempt: Vec::new(),
             denied: Vec::new(),
             allowed_hosts: Vec::new(),
             insecure: true,
@@ -347,6 +362,17 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The policy of a command a user runs on their own machine (the kubectl plugin): only
+    /// [`ALWAYS_DENIED`] is refused. [`DEFAULT_DENIED`] (loopback) guards the operator's own
+    /// pod; on the user's machine, loopback is the user's own (a repository served locally,
+    /// say).
+    pub fn local() -> Self {
+        Policy {
+            default_denied: Vec::new(),
+            ..Policy::default()
+        }
+    }
+
     /// The policy of the flags `--source-deny-cidrs`, `--source-allowed-hosts` and
     /// `--source-insecure`; an error names the flag and the bad entry.
     pub fn new<S: AsRef<str>>(
@@ -371,6 +397,20 @@ impl Policy {
         })
     }
 
+    /// Exempts `ranges` (`--source-allow-cidrs`) from the default refusals
+    /// ([`DEFAULT_DENIED`]); it restricts nothing else, and never exempts what is always
+    /// refused or what `--source-deny-cidrs` refuses.
+    pub fn with_allowed_cidrs<S: AsRef<str>>(
+        mut self,
+        ranges: &[S],
+    ) -> Result<Policy, PolicyError> {
+        self.exempt = parse_cidrs(ranges).map_err(|e| PolicyError::Flag {
+            flag: "--source-allow-cidrs",
+            error: Box::new(e),
+        })?;
+        Ok(self)
+    }
+
     /// Whether plain http (and OCI `insecure: true`) may be used.
     pub fn insecure_allowed(&self) -> bool {
         self.insecure
@@ -386,7 +426,20 @@ impl Policy {
                 return Some(Why::Flag(*n));
             }
         }
-        None
+        let by_default = candidates
+            .iter()
+            .find_map(|c| self.default_denied.iter().find(|n| n.contains(c)))?;
+        (!candidates.iter().any(|c| self.is_exempt(*c))).then_some(Why::Default(*by_default))
+    }
+
+    /// Whether `ip` is exempt from the default refusals: in `--source-allow-cidrs`, or
+    /// named as an address in `--source-allowed-hosts`.
+    fn is_exempt(&self, ip: IpAddr) -> bool {
+        self.exempt.iter().any(|n| n.contains(&ip))
+            || self
+                .allowed_hosts
+                .iter()
+                .any(|p| matches!(p.host, PatternHost::Ip(a) if canonical(a) == canonical(ip)))
     }
 
     /// Refuses an address in a denied range; `of` names the host it was resolved from, if
@@ -404,6 +457,9 @@ impl Policy {
                 "{n} is always refused: link-local, cloud metadata and unspecified addresses"
             ),
             Why::Flag(n) => format!("{n} is in --source-deny-cidrs"),
+            Why::Default(n) => format!(
+                "{n} is refused by default (loopback: the operator's own pod); exempt it with --source-allow-cidrs or name the address in --source-allowed-hosts"
+            ),
         };
         Err(Refused(format!("address {ip}{of} {NOT_ALLOWED}: {why}")))
     }
@@ -619,12 +675,30 @@ mod tests {
         s.parse().expect("ip")
     }
 
+    /// A policy of these flags, loopback exempt (as for a test's local servers).
     fn policy(deny: &[&str], hosts: &[&str]) -> Policy {
-        Policy::new(deny, hosts, true).expect("policy")
+        Policy::new(deny, hosts, true)
+            .and_then(|p| p.with_allowed_cidrs(&["127.0.0.0/8", "::1"]))
+            .expect("policy")
     }
 
     #[test]
-    fn default_denies_link_local_and_metadata_only() {
+    fn a_local_command_may_reach_loopback_but_never_metadata() {
+        let p = Policy::local();
+        for allowed in ["127.0.0.1", "::1", "10.0.0.1", "192.168.1.1"] {
+            assert!(p.check_ip(ip(allowed), None).is_ok(), "{allowed}");
+        }
+        for denied in ["169.254.169.254", "fe80::1", "168.63.129.16", "0.0.0.0"] {
+            assert!(p.check_ip(ip(denied), None).is_err(), "{denied}");
+        }
+        assert!(
+            Policy::default().check_ip(ip("127.0.0.1"), None).is_err(),
+            "the operator's default still refuses loopback"
+        );
+    }
+
+    #[test]
+    fn default_denies_link_local_metadata_and_loopback() {
         let p = Policy::default();
         for denied in [
             "169.254.169.254",
@@ -634,6 +708,7 @@ mod tests {
             "febf:ffff::1",
             "fd00:ec2::254",
             "100.100.100.200",
+            "168.63.129.16",
             "0.0.0.0",
             "0.1.2.3",
             "::",
@@ -643,16 +718,25 @@ mod tests {
             "::169.254.169.254",
             "64:ff9b::169.254.169.254",
             "::ffff:100.100.100.200",
+            "::ffff:168.63.129.16",
         ] {
             let e = p.check_ip(ip(denied), None).expect_err(denied);
             assert!(e.0.starts_with(&format!("address {} ", ip(denied))), "{e}");
             assert!(e.0.contains(NOT_ALLOWED), "{e}");
             assert!(e.0.contains("always refused"), "{e}");
         }
-        for allowed in [
+        for denied in [
             "127.0.0.1",
             "127.0.0.2",
+            "127.255.255.254",
             "::1",
+            "::ffff:127.0.0.1",
+        ] {
+            let e = p.check_ip(ip(denied), None).expect_err(denied);
+            assert!(e.0.contains("refused by default"), "{e}");
+            assert!(e.0.contains("--source-allow-cidrs"), "{e}");
+        }
+        for allowed in [
             "10.0.0.1",
             "192.168.1.1",
             "172.16.0.1",
@@ -661,15 +745,54 @@ mod tests {
             "169.255.0.0",
             "100.100.100.199",
             "100.100.100.201",
+            "168.63.129.15",
+            "168.63.129.17",
+            "128.0.0.1",
+            "126.255.255.255",
             "fec0::1",
             "fd00:ec2::253",
             "fd00:ec2::255",
             "2001:db8::1",
-            "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
         ] {
             assert!(p.check_ip(ip(allowed), None).is_ok(), "{allowed}");
         }
+    }
+
+    #[test]
+    fn the_default_refusals_are_exempted_by_allow_cidrs_and_allowed_addresses_only() {
+        // --source-allow-cidrs: loopback exempt; other hosts not restricted; what is always
+        // refused, and what --source-deny-cidrs refuses, stay refused.
+        let p = Policy::new(&["127.0.0.2/32"], &[], true)
+            .and_then(|p| p.with_allowed_cidrs(&["127.0.0.0/8", "169.254.0.0/16", "168.63.129.16"]))
+            .expect("valid");
+        for allowed in ["127.0.0.1", "::ffff:127.0.0.1", "8.8.8.8"] {
+            assert!(p.check_ip(ip(allowed), None).is_ok(), "{allowed}");
+        }
+        for denied in ["127.0.0.2", "169.254.169.254", "168.63.129.16", "::1"] {
+            assert!(p.check_ip(ip(denied), None).is_err(), "{denied}");
+        }
+        assert!(p.check_url_str("https://example.com/x").is_ok());
+        // An address named in --source-allowed-hosts is exempt (with or without a port);
+        // a name that resolves to loopback is not.
+        let p = Policy::new(
+            &[],
+            &["127.0.0.1:8443", "[::1]", "localhost", "169.254.169.254"],
+            true,
+        )
+        .expect("valid");
+        assert!(p.check_ip(ip("127.0.0.1"), Some("localhost")).is_ok());
+        assert!(p.check_ip(ip("::1"), None).is_ok());
+        assert!(p.check_ip(ip("127.0.0.3"), Some("localhost")).is_err());
+        assert!(
+            p.check_ip(ip("169.254.169.254"), None).is_err(),
+            "never exempt"
+        );
+        let e = Policy::default()
+            .with_allowed_cidrs(&["10.0.0.0/33"])
+            .expect_err("bad range")
+            .to_string();
+        assert!(e.starts_with("--source-allow-cidrs: "), "{e}");
     }
 
     #[test]
@@ -694,11 +817,6 @@ mod tests {
         }
         // The defaults stay.
         assert!(p.check_ip(ip("169.254.169.254"), None).is_err());
-        // Loopback can be denied.
-        let p = policy(&["127.0.0.0/8", "::1"], &[]);
-        for denied in ["127.0.0.1", "127.255.0.1", "::1", "::ffff:127.0.0.1"] {
-            assert!(p.check_ip(ip(denied), None).is_err(), "{denied}");
-        }
     }
 
     #[test]
@@ -853,7 +971,7 @@ mod tests {
         assert!(strict.check_insecure_flag(true).is_err());
         assert!(strict.check_insecure_flag(false).is_ok());
         assert!(strict.check_url_str("http://127.0.0.1/x").is_err());
-        assert!(strict.check_url_str("https://127.0.0.1/x").is_ok());
+        assert!(strict.check_url_str("https://10.0.0.1/x").is_ok());
     }
 
     #[test]
@@ -996,10 +1114,10 @@ mod tests {
             "{msg}"
         );
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
-        // The same name under the default policy resolves and connects.
+        // The same name with loopback exempt resolves and connects.
         let client = reqwest::Client::builder()
             .no_proxy()
-            .dns_resolver(Resolver(Arc::new(Policy::default())))
+            .dns_resolver(Resolver(Arc::new(policy(&[], &[]))))
             .build()
             .expect("client");
         let resp = client

@@ -34,11 +34,11 @@ use std::{
 use kube::Client;
 
 use super::{
-    Cached, Fetched, Limits, Naming, SourceError, SourceFile, Sources, archive, egress,
-    parse_blocking, read_secret, redact, secret_text, under_path,
+    Cached, Fetched, Limits, SourceError, Sources, archive, directory, egress, read_secret, redact,
+    secret_text, tree::Tree, under_path,
 };
 use crate::{
-    api::{GitReference, GitSource},
+    api::{GitReference, GitSource, KustomizeOverrides},
     applyset::ParentRef,
 };
 
@@ -134,7 +134,7 @@ enum Outcome {
     Unchanged,
     Fetched {
         commit: String,
-        files: Vec<SourceFile>,
+        tree: Tree,
     },
 }
 
@@ -151,6 +151,7 @@ pub async fn fetch(
     client: &Client,
     parent: &ParentRef,
     g: &GitSource,
+    overrides: Option<&KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(g)?;
     let prefix = archive::directory_prefix(g.path.as_deref())?;
@@ -158,7 +159,11 @@ pub async fn fetch(
     let (secret_id, creds) = secret_creds(client, parent, g, &dest).await?;
     let name = ref_name(&g.reference);
     let desc = format!("git {}@{name}", redact(&g.url));
-    let identity = format!("git {} {name} path={prefix} secret={secret_id}", g.url);
+    let identity = format!(
+        "git {} {name} path={prefix} secret={secret_id}{}",
+        g.url,
+        directory::build_identity(overrides)
+    );
     let cached = s.cache.get(&identity);
     if let (Some(commit), Some(c)) = (&g.reference.commit, &cached)
         && c.revision == revision_of(&g.reference, &name, commit)
@@ -169,22 +174,26 @@ pub async fn fetch(
         .as_ref()
         .and_then(|c| c.revision.rsplit_once("sha1:").map(|(_, c)| c.to_string()));
     let mut lease = s.memory.lease();
-    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &prefix, &mut lease).await?;
+    let scope = Scope {
+        prefix: prefix.clone(),
+        build: overrides.is_some(),
+    };
+    let outcome = fetch_on_blocking_thread(s, g, creds, cached_commit, &scope, &mut lease).await?;
     match (outcome, cached) {
         (Outcome::Unchanged, Some(c)) => Ok(from_cache(&c)),
         (Outcome::Unchanged, None) => Err(SourceError::Failed(
             "internal: unchanged without a cached revision".into(),
         )),
-        (Outcome::Fetched { commit, files }, _) => {
+        (Outcome::Fetched { commit, tree }, _) => {
             let where_ = format!("{} at commit {commit}", under_path(&prefix));
-            let parsed = parse_blocking(
+            let dir = directory::Directory {
                 desc,
-                files,
-                Naming::Files,
-                where_.trim_start().to_string(),
-                &mut lease,
-            )
-            .await?;
+                tree,
+                prefix: &prefix,
+                where_: where_.trim_start().to_string(),
+                overrides,
+            };
+            let parsed = directory::read(s, dir, &mut lease).await?;
             let cached = Cached {
                 revision: revision_of(&g.reference, &name, &commit),
                 manifests: parsed.manifests,
@@ -277,7 +286,7 @@ async fn fetch_on_blocking_thread(
     g: &GitSource,
     creds: Creds,
     cached_commit: Option<String>,
-    prefix: &str,
+    scope: &Scope,
     lease: &mut super::memory::Lease,
 ) -> Result<Outcome, SourceError> {
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -288,7 +297,7 @@ async fn fetch_on_blocking_thread(
         reference: g.reference.clone(),
         creds,
         cached_commit,
-        prefix: prefix.to_string(),
+        scope: scope.clone(),
         limits: s.limits.clone(),
         policy: s.policy.clone(),
         interrupt,
@@ -486,8 +495,9 @@ impl gix::progress::NestedProgress for PackCap {
     }
 }
 
-/// What the tree walk may still read: bytes of inflated objects (trees and manifest blobs)
-/// and tree entries.
+/// What the tree walk may still read: bytes of inflated objects (trees and blobs) and tree
+/// entries.
+#[derive(Clone)]
 struct TreeBudget {
     bytes: u64,
     entries: usize,
@@ -530,6 +540,15 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// What a fetch reads from the commit: the manifest files under `prefix`, or (when a
+/// kustomization lies under it, or the set has `spec.kustomize`: `build`) every file of the
+/// commit, for a kustomize build.
+#[derive(Clone, Debug)]
+struct Scope {
+    prefix: String,
+    build: bool,
+}
+
 /// What the blocking part of a fetch works with (owned: it runs on a blocking thread).
 struct Job {
     /// Where its scratch repository is made.
@@ -539,8 +558,8 @@ struct Job {
     creds: Creds,
     /// The commit the cache holds for this source, if any.
     cached_commit: Option<String>,
-    /// The directory filter (see [`archive::directory_prefix`]).
-    prefix: String,
+    /// What is read from the commit.
+    scope: Scope,
     limits: Limits,
     policy: Arc<egress::Policy>,
     /// Set when the fetch is no longer wanted.
@@ -548,8 +567,8 @@ struct Job {
 }
 
 /// The blocking part of a fetch: lists the ref from a scratch bare repository and, unless a
-/// branch or tag still points at the cached commit, receives its pack and reads the manifest
-/// files under the prefix from the commit, `reserve`ing memory for each before it is read.
+/// branch or tag still points at the cached commit, receives its pack and reads the files of
+/// the job's scope from the commit, `reserve`ing memory for each before it is read.
 fn fetch_blocking(
     job: &Job,
     reserve: &mut dyn FnMut(u64) -> Result<(), String>,
@@ -561,7 +580,7 @@ fn fetch_blocking(
         reference,
         creds,
         cached_commit,
-        prefix,
+        scope,
         limits,
         policy,
         interrupt,
@@ -609,7 +628,7 @@ fn fetch_blocking(
     }
     receive_pack(prepare, keys, reference, limits, interrupt)?;
     let walk = Walk { interrupt, reserve };
-    let outcome = read_commit(&repo, wanted, prefix, limits, walk)?;
+    let outcome = read_commit(&repo, wanted, scope, limits, walk)?;
     // The scratch directory goes when `scratch` drops (after `repo`, declared later).
     Ok(outcome)
 }
@@ -832,12 +851,12 @@ struct Walk<'a> {
     reserve: &'a mut dyn FnMut(u64) -> Result<(), String>,
 }
 
-/// The manifest files under `prefix` of the fetched commit `wanted`, read from the object
-/// database within the unpacked-size and entry limits.
+/// The files of `scope` of the fetched commit `wanted`, read from the object database within
+/// the unpacked-size and entry limits.
 fn read_commit(
     repo: &gix::Repository,
     wanted: gix::ObjectId,
-    prefix: &str,
+    scope: &Scope,
     limits: &Limits,
     mut walk: Walk<'_>,
 ) -> Result<Outcome, String> {
@@ -856,10 +875,10 @@ fn read_commit(
         entries: limits.max_entries,
         limits: limits.clone(),
     };
-    let files = read_tree(repo, root, prefix, &commit_id, &mut budget, &mut walk)?;
+    let tree = read_tree(repo, root, scope, &commit_id, &mut budget, &mut walk)?;
     Ok(Outcome::Fetched {
         commit: commit_id,
-        files,
+        tree,
     })
 }
 
@@ -878,45 +897,47 @@ fn load_tree<'r>(
         .map_err(|e| format!("reading the tree {what}: {}", chain(&e)))
 }
 
-/// The manifest files under `prefix` in tree `root`: walks down to the directory, then only
-/// that subtree, counting every entry (of any kind) and the size of every object read against
-/// the budget, each blob's size checked from its header before it is inflated. A `prefix`
-/// that does not exist (or is not a directory) is an error.
+/// The files of `scope` in tree `root`: walks down to the directory at the prefix; when a
+/// kustomization lies under it (or `scope.build`), every file of the commit, else the
+/// manifest files under the prefix and the root's `.sourceignore`. Every entry (of any kind)
+/// and the size of every object read count against the budget, each blob's size checked from
+/// its header before it is inflated. A prefix that does not exist (or is not a directory) is
+/// an error. A symbolic link to a manifest under the prefix is refused; other links, and
+/// submodules, are left out.
 fn read_tree(
     repo: &gix::Repository,
     root: gix::ObjectId,
-    prefix: &str,
+    scope: &Scope,
     commit: &str,
     budget: &mut TreeBudget,
     walk: &mut Walk<'_>,
-) -> Result<Vec<SourceFile>, String> {
+) -> Result<Tree, String> {
+    let prefix = scope.prefix.as_str();
     let dir = prefix.trim_end_matches('/');
     let id = find_directory(repo, root, dir, commit, budget)?;
-    let mut files = Vec::new();
-    let mut queue = std::collections::VecDeque::from([(id, dir.to_string())]);
+    let whole = scope.build || has_kustomization(repo, id, dir, budget, walk.interrupt)?;
+    let (start, start_dir) = if whole { (root, "") } else { (id, dir) };
+    let mut tree = Tree::new();
+    let mut queue = std::collections::VecDeque::from([(start, start_dir.to_string())]);
     while let Some((id, dir)) = queue.pop_front() {
         if walk.interrupt.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
-        let tree = load_tree(repo, id, &format!("{dir:?}"), budget)?;
-        for entry in tree.iter() {
+        let loaded = load_tree(repo, id, &format!("{dir:?}"), budget)?;
+        for entry in loaded.iter() {
             let entry = entry.map_err(|e| format!("reading the tree {dir:?}: {}", chain(&e)))?;
             budget.take_entry()?;
-            let name = String::from_utf8_lossy(entry.filename());
-            let path = if dir.is_empty() {
-                name.into_owned()
-            } else {
-                format!("{dir}/{name}")
-            };
+            let path = super::tree::join(&dir, &String::from_utf8_lossy(entry.filename()));
             let mode = entry.mode();
             if mode.is_tree() {
                 queue.push_back((entry.object_id(), path));
                 continue;
             }
-            if !archive::is_manifest_file(&path) {
+            let manifest = archive::is_manifest_file(&path) && path.starts_with(prefix);
+            if !whole && !manifest {
                 continue;
             }
-            if mode.is_link() {
+            if mode.is_link() && manifest {
                 return Err(format!(
                     "{path} is a symbolic link; links are not followed, declare the manifest as a file"
                 ));
@@ -924,12 +945,56 @@ fn read_tree(
             if !mode.is_blob() {
                 continue;
             }
-            let text = read_blob(repo, entry.object_id(), &path, budget, walk.reserve)?;
-            files.push(SourceFile { path, text });
+            let data = read_blob(repo, entry.object_id(), &path, budget, walk.reserve)?;
+            tree.insert(path, data);
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    if !whole {
+        let top = load_tree(repo, root, "of the root", budget)?;
+        if let Some(e) = top.find_entry(super::tree::SOURCEIGNORE)
+            && e.mode().is_blob()
+        {
+            let data = read_blob(
+                repo,
+                e.object_id(),
+                super::tree::SOURCEIGNORE,
+                budget,
+                walk.reserve,
+            )?;
+            tree.insert(super::tree::SOURCEIGNORE.into(), data);
+        }
+    }
+    Ok(tree)
+}
+
+/// Whether a kustomization file lies in tree `id` (directory `dir`) or below; the walk
+/// counts against a copy of the budget (it bounds this walk without being charged twice).
+fn has_kustomization(
+    repo: &gix::Repository,
+    id: gix::ObjectId,
+    dir: &str,
+    budget: &TreeBudget,
+    interrupt: &AtomicBool,
+) -> Result<bool, String> {
+    let mut budget = budget.clone();
+    let mut queue = std::collections::VecDeque::from([(id, dir.to_string())]);
+    while let Some((id, dir)) = queue.pop_front() {
+        if interrupt.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        let loaded = load_tree(repo, id, &format!("{dir:?}"), &mut budget)?;
+        for entry in loaded.iter() {
+            let entry = entry.map_err(|e| format!("reading the tree {dir:?}: {}", chain(&e)))?;
+            budget.take_entry()?;
+            let name = String::from_utf8_lossy(entry.filename()).into_owned();
+            if entry.mode().is_tree() {
+                queue.push_back((entry.object_id(), super::tree::join(&dir, &name)));
+            } else if super::tree::KUSTOMIZATION_NAMES.contains(&name.as_str()) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// The id of the tree of directory `dir` (no trailing `/`; `""` for the root) under tree
@@ -974,16 +1039,15 @@ fn find_directory(
     Ok(id)
 }
 
-/// The text of blob `oid` (the file at `path`), its size taken from the budget and reserved
-/// with `reserve` (the memory budget; from the header, before it is inflated). A blob that
-/// is not UTF-8 is an error.
+/// The content of blob `oid` (the file at `path`), its size taken from the budget and
+/// reserved with `reserve` (the memory budget; from the header, before it is inflated).
 fn read_blob(
     repo: &gix::Repository,
     oid: gix::ObjectId,
     path: &str,
     budget: &mut TreeBudget,
     reserve: &mut dyn FnMut(u64) -> Result<(), String>,
-) -> Result<String, String> {
+) -> Result<Vec<u8>, String> {
     let header = repo
         .find_header(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
@@ -992,9 +1056,7 @@ fn read_blob(
     let mut blob = repo
         .find_object(oid)
         .map_err(|e| format!("reading {path}: {}", chain(&e)))?;
-    let data = std::mem::take(&mut blob.data);
-    String::from_utf8(data)
-        .map_err(|_| format!("{path} is not UTF-8 text; manifests must be UTF-8"))
+    Ok(std::mem::take(&mut blob.data))
 }
 
 #[cfg(test)]

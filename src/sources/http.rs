@@ -84,29 +84,52 @@ impl Auth {
     }
 }
 
-/// Reads a response body, failing beyond `max` bytes. The memory the body takes is taken
-/// from `lease` before it is allocated: all of it at once when the response declares its
-/// length, else as the buffer grows.
+/// How long room reserved ahead for a body (from its declared length) is kept while the
+/// body has not arrived: then only what arrived is held, and the rest is taken as it comes.
+pub const RESERVED_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads a response body, failing beyond `max` bytes (at once when the response declares a
+/// larger length). The memory the body takes is taken from `lease` as the bytes arrive,
+/// before the buffer grows, from what the caller reserved ahead first. Room reserved ahead
+/// (for a declared length) and not used after [`RESERVED_FOR`] is given back: a server that
+/// announces a large body and sends it slowly holds no more than it sent. (A quick download
+/// keeps its reservation, so that fetches do not hold part of what they need while waiting
+/// for each other.)
 pub async fn read_capped(
     mut resp: reqwest::Response,
     max: u64,
     lease: &mut Lease,
 ) -> Result<Vec<u8>, SourceError> {
     let mut body = Vec::new();
-    if let Some(len) = resp.content_length() {
-        if len > max {
-            return Err(SourceError::Failed(format!(
-                "the response is {len} bytes, more than the limit of {max}"
-            )));
-        }
-        lease.grow(len).await?;
-        body.reserve_exact(usize::try_from(len).map_err(|e| SourceError::Failed(e.to_string()))?);
-    }
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| SourceError::Failed(format!("reading the response: {e}")))?
+    if let Some(len) = resp.content_length()
+        && len > max
     {
+        return Err(SourceError::Failed(format!(
+            "the response is {len} bytes, more than the limit of {max}"
+        )));
+    }
+    let declared = resp.content_length();
+    let reserved_until = tokio::time::Instant::now() + RESERVED_FOR;
+    let mut reserved = true;
+    loop {
+        let next = if reserved {
+            match tokio::time::timeout_at(reserved_until, resp.chunk()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    // Slow: keep only what is used.
+                    lease.hold(lease.bytes()).await?;
+                    reserved = false;
+                    continue;
+                }
+            }
+        } else {
+            resp.chunk().await
+        };
+        let Some(chunk) =
+            next.map_err(|e| SourceError::Failed(format!("reading the response: {e}")))?
+        else {
+            break;
+        };
         let need = body.len() as u64 + chunk.len() as u64;
         if need > max {
             return Err(SourceError::Failed(format!(
@@ -114,8 +137,13 @@ pub async fn read_capped(
             )));
         }
         if need > body.capacity() as u64 {
-            // Grow the buffer as Vec does (doubling, within the limit), the memory first.
-            let cap = need.max(body.capacity() as u64 * 2).min(max);
+            // Grow the buffer as Vec does (doubling, within the limit and the declared
+            // length, so that a body takes no more than was reserved for it), the memory
+            // first.
+            let mut cap = need.max(body.capacity() as u64 * 2).min(max);
+            if let Some(len) = declared {
+                cap = cap.min(len.max(need));
+            }
             lease.grow(cap - body.capacity() as u64).await?;
             let cap = usize::try_from(cap).map_err(|e| SourceError::Failed(e.to_string()))?;
             body.reserve_exact(cap - body.len());
@@ -148,6 +176,7 @@ pub async fn fetch(
     client: &Client,
     parent: &ParentRef,
     h: &HttpSource,
+    overrides: Option<&crate::api::KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(h)?;
     let prefix = archive::directory_prefix(h.path.as_deref())?;
@@ -156,9 +185,10 @@ pub async fn fetch(
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
     let identity = format!(
-        "http {} path={prefix} secret={}",
+        "http {} path={prefix} secret={}{}",
         h.url,
-        auth.secret.as_deref().unwrap_or("")
+        auth.secret.as_deref().unwrap_or(""),
+        super::directory::build_identity(overrides)
     );
     let cached = s.cache.get(&identity);
     let pinned = h
@@ -202,7 +232,13 @@ pub async fn fetch(
             (c.manifests, c.bytes)
         }
         None => {
-            let p = decode(&desc, body, &prefix, &s.limits, &mut lease).await?;
+            let content = Content {
+                desc: &desc,
+                body,
+                prefix: &prefix,
+                overrides,
+            };
+            let p = decode(s, content, &mut lease).await?;
             (p.manifests, p.bytes)
         }
     };
@@ -229,6 +265,8 @@ async fn download(
         .content_length()
         .filter(|l| *l <= s.limits.max_download)
     {
+        // The body, and about as much again for parsing it (or for the files of a bundle),
+        // at once; kept only while the body arrives quickly (see `read_capped`).
         lease
             .reserve_ahead(len.saturating_mul(2))
             .await
@@ -296,18 +334,26 @@ fn check_pin(h: &HttpSource, digest: &str) -> Result<(), SourceError> {
     Ok(())
 }
 
+/// A downloaded body: the source it came from, and how to read it.
+struct Content<'a> {
+    desc: &'a str,
+    body: Vec<u8>,
+    prefix: &'a str,
+    overrides: Option<&'a crate::api::KustomizeOverrides>,
+}
+
 /// A tar.gz bundle (by content) or a single text document; unpacked and parsed on blocking
 /// threads. A `path` that is not in the bundle, and a bundle or document without manifests,
 /// are errors (an empty source would prune its members).
-async fn decode(
-    desc: &str,
-    body: Vec<u8>,
-    prefix: &str,
-    limits: &super::Limits,
-    lease: &mut Lease,
-) -> Result<Parsed, SourceError> {
+async fn decode(s: &Sources, c: Content<'_>, lease: &mut Lease) -> Result<Parsed, SourceError> {
+    let Content {
+        desc,
+        body,
+        prefix,
+        overrides,
+    } = c;
     if archive::is_gzip(&body) {
-        let budget = archive::Budget::new(limits);
+        let budget = archive::Budget::new(&s.limits);
         let pfx = prefix.to_string();
         let body_bytes = body.capacity() as u64;
         let unpacked = unpack_reserving(lease, move |reserve| {
@@ -322,14 +368,14 @@ async fn decode(
                 prefix.trim_end_matches('/')
             )));
         }
-        parse_blocking(
-            desc.to_string(),
-            unpacked.files,
-            Naming::Files,
-            format!("in the bundle{}", under_path(prefix)),
-            lease,
-        )
-        .await
+        let dir = super::directory::Directory {
+            desc: desc.to_string(),
+            tree: unpacked.tree,
+            prefix,
+            where_: format!("in the bundle{}", under_path(prefix)),
+            overrides,
+        };
+        super::directory::read(s, dir, lease).await
     } else {
         let text = String::from_utf8(body).map_err(|_| {
             SourceError::Failed(

@@ -9,6 +9,10 @@
 //! [`MemoryBudget::wait`] (a share of the sources' deadline) with a message naming the flag;
 //! a single request larger than the whole budget fails at once. The content cache is bounded
 //! on its own (see [`super::Cache`]); a cached source costs the budget nothing.
+//!
+//! Each set has a share of the budget besides (`--source-memory-per-set`, a [`SetShare`]):
+//! the leases made while its sources are read ([`within_share`]) take from both, so one set
+//! cannot hold more than its share, and a set over its share waits or fails alone.
 
 use std::{
     sync::{
@@ -21,6 +25,36 @@ use std::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 const KIB: u64 = 1024;
+
+tokio::task_local! {
+    /// The share of the set whose sources the current task reads.
+    static SET_SHARE: SetShare;
+}
+
+/// One set's share of the budget (`--source-memory-per-set`), for one read of its sources.
+#[derive(Clone, Debug)]
+pub struct SetShare {
+    sem: Arc<Semaphore>,
+    total_kib: u64,
+}
+
+impl SetShare {
+    /// A share of `bytes` (at least 1 MiB).
+    pub fn new(bytes: u64) -> Self {
+        let total_kib = (bytes / KIB)
+            .max(1024)
+            .min(Semaphore::MAX_PERMITS as u64 / 2);
+        SetShare {
+            sem: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+        }
+    }
+}
+
+/// Runs `read` with every lease made within it (on this task) also taken from `share`.
+pub async fn within_share<F: std::future::Future>(share: SetShare, read: F) -> F::Output {
+    SET_SHARE.scope(share, read).await
+}
 
 /// The budget (see the module documentation).
 #[derive(Clone, Debug)]
@@ -46,11 +80,18 @@ impl MemoryBudget {
         }
     }
 
-    /// An empty lease on this budget.
+    /// An empty lease on this budget (and on the share of the set whose sources the current
+    /// task reads, if any: see [`within_share`]).
     pub fn lease(&self) -> Lease {
+        let share = SET_SHARE.try_with(SetShare::clone).ok();
+        self.lease_in(share)
+    }
+
+    fn lease_in(&self, share: Option<SetShare>) -> Lease {
         Lease {
             budget: self.clone(),
             permit: None,
+            share: share.map(|s| (s, None)),
             bytes: 0,
         }
     }
@@ -86,6 +127,8 @@ impl MemoryBudget {
 pub struct Lease {
     budget: MemoryBudget,
     permit: Option<OwnedSemaphorePermit>,
+    /// The set's share and what this lease holds of it (as many KiB as `permit`).
+    share: Option<(SetShare, Option<OwnedSemaphorePermit>)>,
     /// The bytes the holder said it uses (the permits cover them, rounded up to KiB).
     bytes: u64,
 }
@@ -96,9 +139,10 @@ fn kib_of(bytes: u64) -> u64 {
 }
 
 impl Lease {
-    /// An empty lease on the same budget.
+    /// An empty lease on the same budget (and set share).
     pub fn empty(&self) -> Lease {
-        self.budget.lease()
+        self.budget
+            .lease_in(self.share.as_ref().map(|(s, _)| s.clone()))
     }
 
     /// The bytes this lease holds.
@@ -165,12 +209,20 @@ impl Lease {
             });
         }
         let need = want - held;
+        // The set's share first: a set over it waits (or fails) without taking from others.
+        let from_share = self.acquire_share(need, bytes).await?;
         let acquire = self.budget.sem.clone().acquire_many_owned(need as u32);
         match tokio::time::timeout(self.budget.wait, acquire).await {
             Ok(Ok(p)) => {
                 match &mut self.permit {
                     Some(held) => held.merge(p),
                     None => self.permit = Some(p),
+                }
+                if let (Some((_, held)), Some(p)) = (&mut self.share, from_share) {
+                    match held {
+                        Some(h) => h.merge(p),
+                        None => *held = Some(p),
+                    }
                 }
                 let held = self.budget.total_kib - self.budget.sem.available_permits() as u64;
                 self.budget.peak_kib.fetch_max(held, Ordering::Relaxed);
@@ -185,8 +237,49 @@ impl Lease {
         }
     }
 
+    /// Takes `need` KiB of the set's share (none without a share); an error naming
+    /// `--source-memory-per-set` when the share is too small for the lease's `bytes` or has no
+    /// room in time.
+    async fn acquire_share(
+        &self,
+        need: u64,
+        bytes: u64,
+    ) -> Result<Option<OwnedSemaphorePermit>, MemoryError> {
+        let Some((share, held)) = &self.share else {
+            return Ok(None);
+        };
+        let held = held.as_ref().map_or(0, |p| p.num_permits() as u64);
+        if held + need > share.total_kib {
+            return Err(MemoryError::OverShare {
+                mib: bytes >> 20,
+                share_mib: share.total_kib / 1024,
+            });
+        }
+        let acquire = share.sem.clone().acquire_many_owned(need as u32);
+        match tokio::time::timeout(self.budget.wait, acquire).await {
+            Ok(Ok(p)) => Ok(Some(p)),
+            Ok(Err(_)) => Err(MemoryError::Closed),
+            Err(_) => Err(MemoryError::NoRoomInShare {
+                share_mib: share.total_kib / 1024,
+                kib: need,
+                wait: self.budget.wait,
+            }),
+        }
+    }
+
     /// Gives back all but `kib` KiB.
     fn shrink_kib(&mut self, kib: u64) {
+        if let Some((_, Some(p))) = &mut self.share {
+            let extra = (p.num_permits() as u64).saturating_sub(kib);
+            if extra > 0 {
+                drop(p.split(extra as usize));
+            }
+        }
+        if kib == 0
+            && let Some((_, held)) = &mut self.share
+        {
+            *held = None;
+        }
         let Some(p) = &mut self.permit else {
             return;
         };
@@ -227,6 +320,20 @@ pub enum MemoryError {
     )]
     NoRoom {
         budget_mib: u64,
+        kib: u64,
+        wait: Duration,
+    },
+    /// More than the set's share at once.
+    #[error(
+        "the set's sources need more than {mib} MiB in memory at once, more than a set's share of the memory budget for sources (--source-memory-per-set={share_mib}); raise it or make the sources smaller"
+    )]
+    OverShare { mib: u64, share_mib: u64 },
+    /// No room in the set's share within the wait.
+    #[error(
+        "the set's share of the memory budget for sources (--source-memory-per-set={share_mib}) had no room for {kib} KiB more within {wait:?}: its other sources hold it; retrying"
+    )]
+    NoRoomInShare {
+        share_mib: u64,
         kib: u64,
         wait: Duration,
     },
@@ -336,5 +443,34 @@ mod tests {
         })
         .expect("grown");
         assert_eq!(b.available_bytes(), (1 << 20) - 4096);
+    }
+
+    #[tokio::test]
+    async fn a_set_takes_no_more_than_its_share_and_others_are_unaffected() {
+        let b = budget(8, 100);
+        let share = SetShare::new(2 << 20);
+        let (mut a, mut c) = within_share(share.clone(), async { (b.lease(), b.lease()) }).await;
+        a.grow(1 << 20).await.expect("within the share");
+        c.grow(1 << 20).await.expect("the rest of the share");
+        let e = c.grow(1).await.expect_err("the share is full").to_string();
+        assert!(e.contains("--source-memory-per-set=2"), "{e}");
+        assert!(e.contains("had no room"), "{e}");
+        // The failed attempt took nothing from the budget.
+        assert_eq!(b.held_bytes(), 2 << 20);
+        let mut big = a.empty();
+        let e = big
+            .grow(3 << 20)
+            .await
+            .expect_err("more than the share")
+            .to_string();
+        assert!(e.contains("more than a set's share"), "{e}");
+        // Another set (or none) still has room.
+        let mut other = b.lease();
+        other.grow(4 << 20).await.expect("another set's room");
+        // Given back: the share has room again.
+        c.hold(0).await.expect("shrink");
+        a.grow(1 << 20).await.expect("room in the share again");
+        drop((a, c, other, big));
+        assert_eq!(b.held_bytes(), 0);
     }
 }

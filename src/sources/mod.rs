@@ -13,9 +13,12 @@
 //!
 //! Content is cached by revision ([`Cache`], bounded by entries and by the estimated memory of
 //! the parsed manifests): an unchanged source is not downloaded or parsed again. Untrusted
-//! content goes through [`archive`] (tar.gz) with its defences; only `.yaml`, `.yml` and
-//! `.json` files are read, sorted by path, and parsed on blocking threads (never on the async
-//! workers).
+//! content goes through [`archive`] (tar.gz) with its defences; plain manifests are the
+//! `.yaml`, `.yml` and `.json` files, sorted by path, parsed on blocking threads (never on the
+//! async workers). A directory source whose `path` holds or contains a kustomization keeps
+//! every file of its revision ([`tree`]) and is built with kustomize ([`kustomize`],
+//! [`directory`]); the cache then holds the built output, keyed by the set's
+//! `spec.kustomize` too.
 //!
 //! The sources of one parent are read concurrently (at most [`FETCH_CONCURRENCY`] at once)
 //! under one deadline for all of them ([`Limits::timeout`]).
@@ -40,12 +43,16 @@
 //! as SourceFailed and retried with backoff).
 
 pub mod archive;
+pub mod directory;
 pub mod egress;
 pub mod git;
 pub mod http;
+pub mod kustomization;
+pub mod kustomize;
 pub mod memory;
 pub mod objects;
 pub mod oci;
+pub mod tree;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -86,6 +93,10 @@ pub struct Limits {
     /// The operator-wide memory budget for source content being fetched and parsed, in bytes
     /// (`--source-memory-mib`; see [`memory`]).
     pub memory: u64,
+    /// Each set's share of `memory`, in bytes (`--source-memory-per-set`).
+    pub memory_per_set: u64,
+    /// How kustomize builds run ([`kustomize`]).
+    pub kustomize: kustomize::Settings,
 }
 
 impl Default for Limits {
@@ -97,6 +108,8 @@ impl Default for Limits {
             timeout: Duration::from_secs(120),
             max_cached: 128 << 20,
             memory: 256 << 20,
+            memory_per_set: 128 << 20,
+            kustomize: kustomize::Settings::default(),
         }
     }
 }
@@ -143,6 +156,16 @@ pub enum SourceError {
     /// The operator's memory budget for sources had no room.
     #[error(transparent)]
     Memory(#[from] memory::MemoryError),
+    /// A revision's files that cannot be read as plain manifests.
+    #[error(transparent)]
+    Tree(#[from] tree::TreeError),
+    /// A kustomize build of the source `description` refused or failed (a transient failure
+    /// is retried; any other is the content's).
+    #[error("{description}: {error}")]
+    Kustomize {
+        description: String,
+        error: kustomize::KustomizeError,
+    },
     /// An error of the entry `spec.sources[index]`, which reads `description`.
     #[error("spec.sources[{index}] ({description}): {error}")]
     At {
@@ -195,9 +218,14 @@ impl SourceError {
         match self {
             SourceError::Invalid(_) => SourceErrorClass::Invalid,
             SourceError::Manifest(_) | SourceError::Content { .. } => SourceErrorClass::Manifest,
-            SourceError::Failed(_) | SourceError::Memory(_) | SourceError::TimedOut { .. } => {
+            SourceError::Failed(_)
+            | SourceError::Memory(_)
+            | SourceError::Tree(_)
+            | SourceError::TimedOut { .. } => SourceErrorClass::Failed,
+            SourceError::Kustomize { error, .. } if error.is_transient() => {
                 SourceErrorClass::Failed
             }
+            SourceError::Kustomize { .. } => SourceErrorClass::Invalid,
             SourceError::At { error, .. } => error.class(),
         }
     }
@@ -470,6 +498,8 @@ pub struct Sources {
     pub policy: Arc<egress::Policy>,
     pub cache: Cache,
     pub index: Index,
+    /// Kustomize builds of directory sources ([`kustomize`]).
+    pub kustomize: kustomize::Builder,
     work_dir: WorkDir,
     default_client: Mutex<Option<reqwest::Client>>,
 }
@@ -590,6 +620,7 @@ impl Sources {
             memory: memory::MemoryBudget::new(limits.memory, limits.timeout / 2),
             policy: Arc::new(policy),
             cache: Cache::new(256, limits.max_cached),
+            kustomize: kustomize::Builder::new(limits.kustomize.clone()),
             limits,
             index: Index::default(),
             work_dir: WorkDir::prepare(base),
@@ -654,7 +685,9 @@ impl Sources {
             .iter()
             .enumerate()
             .map(|(i, source)| async move {
-                let r = self.fetch(client, parent, i, source).await;
+                let r = self
+                    .fetch(client, parent, i, source, spec.kustomize.as_ref())
+                    .await;
                 if let Ok(mut d) = done_ref.lock()
                     && let Some(slot) = d.get_mut(i)
                 {
@@ -663,9 +696,14 @@ impl Sources {
                 r
             })
             .collect();
-        let all = futures::stream::iter(reads)
-            .buffered(FETCH_CONCURRENCY)
-            .try_collect::<Vec<_>>();
+        // Every lease the set's reads make is counted against its share of the budget too.
+        let share = memory::SetShare::new(self.limits.memory_per_set);
+        let all = memory::within_share(
+            share,
+            futures::stream::iter(reads)
+                .buffered(FETCH_CONCURRENCY)
+                .try_collect::<Vec<_>>(),
+        );
         match tokio::time::timeout(self.limits.timeout, all).await {
             Ok(r) => r,
             Err(_) => {
@@ -686,13 +724,15 @@ impl Sources {
         }
     }
 
-    /// Reads source `index` of `parent`.
+    /// Reads source `index` of `parent`; a directory source is built with the set's
+    /// `spec.kustomize` `overrides` (see [`directory`]).
     pub async fn fetch(
         &self,
         client: &Client,
         parent: &ParentRef,
         index: usize,
         source: &Source,
+        overrides: Option<&crate::api::KustomizeOverrides>,
     ) -> Result<Fetched, SourceError> {
         let at = |e: SourceError| SourceError::at(index, source, e);
         let result = match kind_of(source) {
@@ -719,9 +759,9 @@ impl Sources {
                 )
                 .await
             }
-            Ok(Kind::Http(h)) => http::fetch(self, client, parent, h).await,
-            Ok(Kind::Git(g)) => git::fetch(self, client, parent, g).await,
-            Ok(Kind::Oci(o)) => oci::fetch(self, client, parent, o).await,
+            Ok(Kind::Http(h)) => http::fetch(self, client, parent, h, overrides).await,
+            Ok(Kind::Git(g)) => git::fetch(self, client, parent, g, overrides).await,
+            Ok(Kind::Oci(o)) => oci::fetch(self, client, parent, o, overrides).await,
         };
         result.map_err(at)
     }
@@ -760,10 +800,18 @@ impl Sources {
         if let Some(r) = crate::decryption::secret_ref(spec) {
             add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
         }
+        // spec.postBuild.substituteFrom: a change is applied at once too.
+        for (kind, ns, name) in crate::substitute::references(parent, spec.post_build.as_ref()) {
+            let kind = match kind {
+                crate::api::SubstituteKind::ConfigMap => ObjectKind::ConfigMap,
+                crate::api::SubstituteKind::Secret => ObjectKind::Secret,
+            };
+            add(kind, &name, Some(&ns));
+        }
         out
     }
 
-    fn work_dir(&self) -> &std::path::Path {
+    pub(crate) fn work_dir(&self) -> &std::path::Path {
         &self.work_dir.path
     }
 }
@@ -1079,23 +1127,6 @@ pub struct Parsed {
     pub bytes: u64,
 }
 
-/// The path of a kustomize overlay's `kustomization.yaml` (or `.yml`) among `files`, if any.
-pub fn kustomization(files: &[SourceFile]) -> Option<&str> {
-    files.iter().map(|f| f.path.as_str()).find(|p| {
-        matches!(
-            p.rsplit('/').next(),
-            Some("kustomization.yaml" | "kustomization.yml")
-        )
-    })
-}
-
-/// Why a directory holding `kustomization` is refused, and what to do instead.
-pub fn kustomize_overlay(desc: &str, kustomization: &str) -> String {
-    format!(
-        "{desc}: {kustomization} makes this a kustomize overlay, and overlays are not built (its files are not plain manifests); render it with `kustomize build` (or `kubectl kustomize`) and serve the output as a source: an OCI artifact, an HTTP .tar.gz bundle or a ConfigMap (`kubectl create configmap NAME --from-file=rendered.yaml`), or point the source's path at a directory of plain manifests"
-    )
-}
-
 /// What an empty source is told to do.
 const EMPTY_HINT: &str = "a source that yields nothing is refused rather than read as empty (which would prune its members); fix the path or the content, or remove the source from spec.sources";
 
@@ -1118,11 +1149,6 @@ pub async fn parse_blocking(
         return Err(SourceError::Failed(format!(
             "no manifest files (.yaml, .yml, .json) {where_}; {EMPTY_HINT}"
         )));
-    }
-    if naming == Naming::Files
-        && let Some(k) = kustomization(&files)
-    {
-        return Err(SourceError::Invalid(kustomize_overlay(&desc, k)));
     }
     let text: u64 = files.iter().map(|f| f.text.len() as u64).sum();
     lease.grow(text).await?;
@@ -1419,35 +1445,6 @@ mod tests {
             assert!(resolve_namespace(&parent, Some("team-b")).is_err());
             // A ClusterApplySet may name any namespace.
             assert!(validate(&ParentRef::cluster("c"), &spec).is_ok(), "{field}");
-        }
-    }
-
-    #[test]
-    fn a_kustomize_overlay_is_named_as_such() {
-        let file = |p: &str| SourceFile {
-            path: p.into(),
-            text: String::new(),
-        };
-        assert_eq!(kustomization(&[file("a.yaml"), file("b.yml")]), None);
-        assert_eq!(
-            kustomization(&[file("deploy/a.yaml"), file("deploy/kustomization.yaml")]),
-            Some("deploy/kustomization.yaml")
-        );
-        assert_eq!(
-            kustomization(&[file("kustomization.yml")]),
-            Some("kustomization.yml")
-        );
-        assert_eq!(kustomization(&[file("not-a-kustomization.yaml")]), None);
-        let msg = kustomize_overlay("git https://x/repo", "overlays/prod/kustomization.yaml");
-        for part in [
-            "git https://x/repo: overlays/prod/kustomization.yaml",
-            "kustomize overlay",
-            "not built",
-            "kustomize build",
-            "OCI artifact",
-            "ConfigMap",
-        ] {
-            assert!(msg.contains(part), "{part} in {msg}");
         }
     }
 

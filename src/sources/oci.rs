@@ -31,8 +31,8 @@ use reqwest::{Method, StatusCode, header};
 use serde_json::Value;
 
 use super::{
-    Cached, Fetched, Naming, SourceError, SourceFile, Sources, archive, egress, http::read_capped,
-    http::request_error, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
+    Cached, Fetched, SourceError, Sources, archive, egress, http::read_capped, http::request_error,
+    read_secret, redact, secret_text, sha256_hex, tree::Tree, under_path,
 };
 use crate::{api::OciSource, applyset::ParentRef};
 
@@ -406,6 +406,7 @@ pub async fn fetch(
     client: &Client,
     parent: &ParentRef,
     o: &OciSource,
+    overrides: Option<&crate::api::KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(o)?;
     let repo = parse_url(&o.url)?;
@@ -425,8 +426,11 @@ pub async fn fetch(
         .or_else(|| o.tag.clone())
         .unwrap_or_default();
     let identity = format!(
-        "oci {} path={prefix} insecure={} secret={}",
-        o.url, o.insecure, secret.id
+        "oci {} path={prefix} insecure={} secret={}{}",
+        o.url,
+        o.insecure,
+        secret.id,
+        super::directory::build_identity(overrides)
     );
     let cached = |digest: &str| {
         let revision = revision_of(o, digest);
@@ -456,9 +460,16 @@ pub async fn fetch(
     let layers = artifact.layers_of(&body)?;
     artifact.read_layers(&layers).await?;
     let mut lease = std::mem::replace(&mut artifact.session.lease, s.memory.lease());
-    let (files, prefix) = artifact.into_files(&digest)?;
+    let (tree, prefix) = artifact.into_tree(&digest)?;
     let where_ = format!("in the artifact's layers{}", under_path(&prefix));
-    let parsed = parse_blocking(desc, files, Naming::Files, where_, &mut lease).await?;
+    let dir = super::directory::Directory {
+        desc,
+        tree,
+        prefix: &prefix,
+        where_,
+        overrides,
+    };
+    let parsed = super::directory::read(s, dir, &mut lease).await?;
     let cached = Cached {
         revision: revision_of(o, &digest),
         manifests: parsed.manifests,
@@ -560,7 +571,7 @@ struct Artifact {
     budget: archive::Budget,
     /// Whether anything lies at or under `prefix`.
     prefix_found: bool,
-    files: Vec<SourceFile>,
+    tree: Tree,
 }
 
 impl Artifact {
@@ -573,13 +584,13 @@ impl Artifact {
             max_download: limits.max_download,
             download_left: limits.max_download,
             budget: archive::Budget::new(limits),
-            files: Vec::new(),
+            tree: Tree::new(),
         }
     }
 
-    /// The manifest files found, sorted by path, and the prefix; an error when nothing lies
+    /// Every file found (the layers together) and the prefix; an error when nothing lies
     /// at or under the prefix in the artifact (whose manifest has `digest`).
-    fn into_files(self, digest: &str) -> Result<(Vec<SourceFile>, String), SourceError> {
+    fn into_tree(self, digest: &str) -> Result<(Tree, String), SourceError> {
         if !self.prefix_found {
             return Err(SourceError::Failed(format!(
                 "path {} does not exist in the artifact {} ({digest}); fix path",
@@ -587,9 +598,7 @@ impl Artifact {
                 self.reference
             )));
         }
-        let mut files = self.files;
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok((files, self.prefix))
+        Ok((self.tree, self.prefix))
     }
 
     /// The error of an artifact beyond the download limit.
@@ -724,7 +733,8 @@ impl Artifact {
         if declared > self.download_left {
             return Err(self.over_budget());
         }
-        // The layers, and about as much again for their files, at once.
+        // The layers, and about as much again for their files, at once; kept only while
+        // they arrive quickly (see `read_capped`).
         self.session
             .lease
             .reserve_ahead(declared.saturating_mul(2))
@@ -802,7 +812,9 @@ impl Artifact {
         self.session.lease.release(blob_bytes);
         self.budget = unpacked.budget;
         self.prefix_found |= unpacked.prefix_found;
-        self.files.extend(unpacked.files);
+        for (path, data) in unpacked.tree.files() {
+            self.tree.insert(path.to_string(), data.to_vec());
+        }
         Ok(())
     }
 
@@ -819,16 +831,12 @@ impl Artifact {
         if path.starts_with(&self.prefix) {
             self.prefix_found = true;
         }
-        if path.starts_with(&self.prefix) && archive::is_manifest_file(&path) {
-            self.budget.take_file(blob.len() as u64).map_err(|e| {
-                failed(format!(
-                    "layer {i}: {e} (the limits count all layers of the artifact together)"
-                ))
-            })?;
-            let text =
-                String::from_utf8(blob).map_err(|_| failed(format!("{path} is not UTF-8 text")))?;
-            self.files.push(SourceFile { path, text });
-        }
+        self.budget.take_file(blob.len() as u64).map_err(|e| {
+            failed(format!(
+                "layer {i}: {e} (the limits count all layers of the artifact together)"
+            ))
+        })?;
+        self.tree.insert(path, blob);
         Ok(())
     }
 }

@@ -29,12 +29,11 @@
 //! with `--allow-cross-namespace-sets`) and never declare an object someone else created, so
 //! the tenancy rules (tests/tenancy.rs) do not change what the model expects.
 
-#[path = "../support/operator.rs"]
-mod operator;
-#[path = "../support/process.rs"]
-mod process;
+// The one #[path]: the walk is a test target one directory down from tests/support.
 #[path = "../support/mod.rs"]
 mod support;
+
+use support::{operator, process};
 
 mod bugs;
 mod check;

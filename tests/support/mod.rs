@@ -1,6 +1,15 @@
 //! Shared support for the integration tests: one real control plane per test binary, a
-//! namespace per test, impersonating clients, and polling with a deadline.
+//! namespace per test, impersonating clients, and polling with a deadline; the in-process
+//! operator and its handles ([`operator`]), the operator binary as a process ([`process`])
+//! the source tests' servers ([`servers`]) and the real sops and age-keygen
+//! ([`sops`]). A test file declares it with `mod support;`
+//! (tests/model, one directory down, with a `#[path]`).
 #![allow(dead_code)] // each test binary uses its own subset
+
+pub mod operator;
+pub mod process;
+pub mod servers;
+pub mod sops;
 
 use std::{
     future::Future,

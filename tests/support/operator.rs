@@ -3,8 +3,7 @@
 //! handles built from `serde_json` specs, waits that print the parent's status when they time
 //! out, and small builders for member manifests.
 //!
-//! Declared from a test file with `#[path = "support/operator.rs"] mod operator;` next to
-//! `mod support;`.
+//! Used from a test file as `use support::operator::*;` after `mod support;`.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::{
@@ -17,6 +16,7 @@ use std::{
 use applyset_operator::{
     api::{ApplySet, ApplySetStatus, ClusterApplySet},
     controller::{Config, Operator},
+    sources::egress::Policy,
 };
 use base64::Engine as _;
 use k8s_openapi::{
@@ -34,7 +34,7 @@ use kube::{
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use crate::support::{cluster, test_namespace, wait_for};
+use super::{cluster, test_namespace, wait_for};
 
 /// Typical deadline of a wait.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -150,13 +150,18 @@ impl Harness {
         test_namespace(&self.client, prefix).await
     }
 
-    /// The operator configuration isolating this test.
+    /// The operator configuration isolating this test. Loopback, refused to sources by
+    /// default, is exempt (`--source-allow-cidrs 127.0.0.0/8,::1`): the tests' servers
+    /// listen there.
     pub fn config(&self) -> Config {
         Config {
             concurrency: 4,
             apply_concurrency: 8,
             watch_namespace: Some(self.ns.clone()),
             label_selector: Some(format!("{TEST_LABEL}={}", self.label)),
+            source_policy: loopback_exempt(Policy::default()),
+            // The tests' sets reconcile every few seconds (--min-interval lowered).
+            min_interval: Duration::from_secs(1),
             ..Default::default()
         }
     }
@@ -203,6 +208,14 @@ impl Harness {
             label: self.label.clone(),
         }
     }
+}
+
+/// `policy` with loopback exempt from the default refusals (`--source-allow-cidrs`), for
+/// sources served by the tests' own loopback servers.
+pub fn loopback_exempt(policy: Policy) -> Policy {
+    policy
+        .with_allowed_cidrs(&["127.0.0.0/8", "::1"])
+        .expect("valid ranges")
 }
 
 /// Shuts the operator down gracefully; a shutdown that does not finish in 30 s fails the test.

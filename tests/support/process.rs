@@ -62,6 +62,8 @@ impl OperatorProcess {
             .arg("run")
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            // The tests' sets reconcile every few seconds (the default minimum is 10 s).
+            .arg("--min-interval=1s")
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env(

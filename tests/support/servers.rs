@@ -8,7 +8,7 @@
 //! - [`Registry`]: the CNCF distribution registry (built by `tests/testenv/build-registry.sh`),
 //!   with [`push_artifact`] pushing a Flux-style OCI artifact through the distribution API.
 //!
-//! Declared from a test file with `#[path = "support/servers.rs"] mod servers;`.
+//! Used from a test file as `use support::servers;` after `mod support;`.
 #![allow(dead_code)]
 
 use std::{

@@ -1,7 +1,6 @@
 //! The real `sops` and `age-keygen` (built by tests/testenv/build-sops.sh; `make test` passes
 //! their paths in APPLYSET_SOPS and APPLYSET_AGE_KEYGEN): fixtures are encrypted at test time.
 
-#![allow(dead_code)] // each test binary uses its own subset
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;

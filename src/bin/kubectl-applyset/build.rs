@@ -5,14 +5,14 @@ use std::path::Path;
 
 use applyset_operator::{render::DesiredSet, tenancy::Defaults};
 
-use crate::{Global, conn, file, output::applied_object, render_file::Renderer};
+use crate::{Global, conn, error::CliError, file, output::applied_object, render_file::Renderer};
 
 pub async fn run(
     g: &Global,
     path: &Path,
     cluster: bool,
     allow_cross_namespace: bool,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     // Offline, ApplySets without a namespace are in -n's namespace, else "default"; with
     // --cluster, in the context's as kubectl would put them.
     let (client, namespace) = if cluster {
@@ -29,8 +29,11 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, client, defaults)
-        .with_age_keys(crate::age_keys::local_keys(g.sops_age_key_file.as_deref())?);
+    let renderer = Renderer::new(&file, client, defaults, g.kustomize_binary.clone())
+        .with_age_keys(
+            crate::age_keys::local_keys(g.sops_age_key_file.as_deref())
+                .map_err(CliError::AgeKey)?,
+        );
     let mut out = String::new();
     let mut errors = 0;
     for doc in &file.sets {
@@ -72,7 +75,7 @@ pub async fn run(
 }
 
 /// The members of `set`, in apply order, as YAML documents each starting with `---`.
-fn yaml_stream(set: &DesiredSet, id: &str) -> Result<String, String> {
+fn yaml_stream(set: &DesiredSet, id: &str) -> Result<String, CliError> {
     let mut out = String::new();
     for m in &set.members {
         out.push_str("---\n");

@@ -7,7 +7,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use crate::Global;
+use crate::{Global, error::CliError};
 
 /// A client of the cluster and the namespace commands default to.
 pub struct Conn {
@@ -18,15 +18,16 @@ pub struct Conn {
 
 /// The kube configuration `g` selects: `--kubeconfig` (else `$KUBECONFIG`, `~/.kube/config`,
 /// in-cluster) with `--context`.
-pub async fn config(g: &Global) -> Result<Config, String> {
+pub async fn config(g: &Global) -> Result<Config, CliError> {
     let options = KubeConfigOptions {
         context: g.context.clone(),
         ..KubeConfigOptions::default()
     };
     let config = match &g.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                CliError::Cluster(format!("reading the kubeconfig {}: {e}", path.display()))
+            })?;
             Config::from_custom_kubeconfig(kc, &options)
                 .await
                 .map_err(|e| e.to_string())
@@ -36,24 +37,25 @@ pub async fn config(g: &Global) -> Result<Config, String> {
             .map_err(|e| e.to_string()),
         None => Config::infer().await.map_err(|e| e.to_string()),
     };
-    config.map_err(|e| format!("no usable cluster configuration: {e}"))
+    config.map_err(|e| CliError::Cluster(format!("no usable cluster configuration: {e}")))
 }
 
 /// Connects as `g` says.
-pub async fn connect(g: &Global) -> Result<Conn, String> {
+pub async fn connect(g: &Global) -> Result<Conn, CliError> {
     let config = config(g).await?;
     let namespace = g
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = Client::try_from(config).map_err(|e| format!("connecting to the cluster: {e}"))?;
+    let client = Client::try_from(config)
+        .map_err(|e| CliError::Cluster(format!("connecting to the cluster: {e}")))?;
     Ok(Conn { client, namespace })
 }
 
 /// The set `name` names: `NAME`, `applyset/NAME` or `aset/NAME` (an ApplySet in
 /// `namespace`), `clusterapplyset/NAME` or `caset/NAME` (a ClusterApplySet). Kinds are
 /// case-insensitive and may carry the group (`clusterapplyset.applyset.dev/NAME`).
-pub fn parse_set(name: &str, namespace: &str) -> Result<ParentRef, String> {
+pub fn parse_set(name: &str, namespace: &str) -> Result<ParentRef, CliError> {
     let (kind, name) = match name.split_once('/') {
         None => (ParentKind::ApplySet, name),
         Some((kind, name)) => {
@@ -65,17 +67,17 @@ pub fn parse_set(name: &str, namespace: &str) -> Result<ParentRef, String> {
                     (ParentKind::ClusterApplySet, name)
                 }
                 other => {
-                    return Err(format!(
+                    return Err(CliError::Usage(format!(
                         "{other:?} is not a set kind: name a set NAME, applyset/NAME or clusterapplyset/NAME"
-                    ));
+                    )));
                 }
             }
         }
     };
     if name.is_empty() || name.contains('/') {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "{name:?} is not a set name: name a set NAME, applyset/NAME or clusterapplyset/NAME"
-        ));
+        )));
     }
     Ok(match kind {
         ParentKind::ApplySet => ParentRef::applyset(namespace, name),

@@ -31,7 +31,9 @@ use kube::{
 use serde_json::Value;
 
 use crate::{
-    Global, conn, file,
+    Global, conn,
+    error::CliError,
+    file,
     output::{file_name, shown, unified},
     progress::Progress,
     render_file::Renderer,
@@ -74,17 +76,24 @@ pub async fn run(
     path: &Path,
     concurrency: usize,
     allow_cross_namespace: bool,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let file = file::read_sets(path, &c.namespace)?;
     let defaults = Defaults {
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, Some(c.client.clone()), defaults)
-        .with_age_keys(crate::age_keys::local_keys(g.sops_age_key_file.as_deref())?);
+    let renderer = Renderer::new(
+        &file,
+        Some(c.client.clone()),
+        defaults,
+        g.kustomize_binary.clone(),
+    )
+    .with_age_keys(
+        crate::age_keys::local_keys(g.sops_age_key_file.as_deref()).map_err(CliError::AgeKey)?,
+    );
     let Some(resolver) = renderer.resolver().cloned() else {
-        return Err("no cluster".into());
+        return Err(CliError::Cluster("no cluster".into()));
     };
     let mut code = 0;
     for doc in &file.sets {
@@ -188,10 +197,11 @@ async fn diff_set(
             changes.extend(prune_changes(&scope, selection.delete).await);
         }
     }
-    let (body, counts) = present(
+    let presented = present(
         &changes,
         notes.iter().filter(|n| n.starts_with("# conflict")).count(),
-    )?;
+    );
+    let (body, counts) = presented.map_err(|e| e.to_string())?;
     let mut text = header(set.parent, set.spec, set.identity, &scope, &counts);
     for n in &notes {
         text.push_str(n);
@@ -336,7 +346,7 @@ async fn prune_changes(
 fn present(
     changes: &[(String, MemberRef, Change)],
     conflicts: usize,
-) -> Result<(String, Counts), String> {
+) -> Result<(String, Counts), CliError> {
     let mut counts = Counts {
         conflicts,
         ..Counts::default()

@@ -11,6 +11,8 @@ use applyset_operator::{
     manifest::{self, Manifest, Origin},
 };
 use serde::Deserialize;
+
+use crate::error::CliError;
 use serde_json::Value;
 
 /// One set declared in the file.
@@ -67,20 +69,24 @@ impl File {
 }
 
 /// [`read`], and an error when the file declares no set.
-pub fn read_sets(path: &Path, namespace: &str) -> Result<File, String> {
+pub fn read_sets(path: &Path, namespace: &str) -> Result<File, CliError> {
     let file = read(path, namespace)?;
     if file.sets.is_empty() {
-        return Err(format!(
+        return Err(CliError::File(format!(
             "{}: declares no ApplySet or ClusterApplySet (apiVersion applyset.dev/v1alpha1)",
             file.path
-        ));
+        )));
     }
     Ok(file)
 }
 
 /// Reads and parses `path` (`-`: standard input). ApplySets without a namespace get
 /// `namespace`. Errors name the file and line.
-pub fn read(path: &Path, namespace: &str) -> Result<File, String> {
+pub fn read(path: &Path, namespace: &str) -> Result<File, CliError> {
+    read_text(path, namespace).map_err(CliError::File)
+}
+
+fn read_text(path: &Path, namespace: &str) -> Result<File, String> {
     let display = path.display().to_string();
     let text = if display == "-" {
         std::io::read_to_string(std::io::stdin())
@@ -91,8 +97,8 @@ pub fn read(path: &Path, namespace: &str) -> Result<File, String> {
     parse(&display, &text, namespace)
 }
 
-/// Parses the text of a file named `path`.
-pub fn parse(path: &str, text: &str, namespace: &str) -> Result<File, String> {
+/// Parses the text of a file named `path`; the error names the file and line.
+fn parse(path: &str, text: &str, namespace: &str) -> Result<File, String> {
     let file = File {
         path: path.to_string(),
         sets: Vec::new(),
@@ -249,7 +255,8 @@ metadata:
     fn yaml_errors_name_the_file_and_line() {
         let err = parse("bad.yaml", "apiVersion: v1\nkind: [\n", "team")
             .err()
-            .expect("an error");
+            .expect("an error")
+            .to_string();
         assert!(err.starts_with("bad.yaml:"), "{err}");
     }
 }

@@ -10,6 +10,7 @@ mod age_keys;
 mod build;
 mod conn;
 mod diff;
+mod error;
 mod file;
 mod known_kinds;
 mod output;
@@ -61,6 +62,15 @@ pub struct Global {
     /// finds them.
     #[arg(long, global = true, value_name = "FILE")]
     pub sops_age_key_file: Option<PathBuf>,
+    /// The kustomize binary that builds overlays of directory sources (default: `kustomize`
+    /// beside this plugin, else on PATH).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "APPLYSET_KUSTOMIZE_BINARY"
+    )]
+    pub kustomize_binary: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -180,8 +190,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs one command; `Ok` carries the exit code, `Err` an error message (exit 2).
-async fn run(cli: Cli) -> Result<u8, String> {
+/// Runs one command; `Ok` carries the exit code, `Err` what stopped it (exit 2).
+async fn run(cli: Cli) -> Result<u8, error::CliError> {
     let g = &cli.global;
     match cli.command {
         Command::Build {

@@ -8,6 +8,8 @@ use applyset_operator::{api::MemberRef, render::Member};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::error::CliError;
+
 /// The body the operator applies for `member`: its object with the `part-of` label.
 pub fn applied_object(member: &Member, id: &str) -> Value {
     applyset_operator::engine::apply::body(member, id)
@@ -111,8 +113,8 @@ pub fn mask(before: Option<&mut Value>, after: Option<&mut Value>) {
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A YAML document of `v`.
-pub fn to_yaml(v: &Value) -> Result<String, String> {
-    serde_saphyr::to_string(v).map_err(|e| format!("writing YAML: {e}"))
+pub fn to_yaml(v: &Value) -> Result<String, CliError> {
+    serde_saphyr::to_string(v).map_err(|e| CliError::Yaml(e.to_string()))
 }
 
 /// The unified diff of two versions of an object (`None`: it does not exist on that side),
@@ -122,7 +124,7 @@ pub fn unified(
     new_name: &str,
     before: Option<&Value>,
     after: Option<&Value>,
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     let (mut before, mut after) = (before.cloned(), after.cloned());
     mask(before.as_mut(), after.as_mut());
     let old = before

@@ -3,7 +3,7 @@
 //! manifests, every source, limits, kinds, namespaces and tenancy — with the operator's
 //! messages, placed at the file's line of the entry they are about. Offline (no client),
 //! kinds come from [`crate::known_kinds`] and configMap/secret sources are refused with a message
-//! that says they need a cluster.
+//! that says they need a cluster (so is spec.postBuild.substituteFrom: its read fails).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -19,7 +19,10 @@ use applyset_operator::{
 };
 use kube::Client;
 
-use crate::file::{Entry, File, SetDoc};
+use crate::{
+    error::CliError,
+    file::{Entry, File, SetDoc},
+};
 
 /// What rendering needs besides the set.
 pub struct Renderer {
@@ -49,17 +52,27 @@ pub struct Rendered {
 }
 
 impl Renderer {
-    /// A renderer for the sets of `file`, with the cluster of `client` if given.
-    pub fn new(file: &File, client: Option<Client>, defaults: Defaults) -> Renderer {
+    /// A renderer for the sets of `file`, with the cluster of `client` if given; kustomize
+    /// overlays are built with `kustomize` (the binary; default: beside this plugin, else on
+    /// PATH).
+    pub fn new(
+        file: &File,
+        client: Option<Client>,
+        defaults: Defaults,
+        kustomize: Option<std::path::PathBuf>,
+    ) -> Renderer {
         let file_crds: HashMap<Gvk, Resolved> =
             render::declared_kinds(&file.crds).into_iter().collect();
         let mut table = crate::known_kinds::builtin();
         table.extend(file_crds.clone());
-        let sources = Sources::new(
-            sources::Limits::default(),
-            sources::egress::Policy::default(),
-            None,
-        );
+        let limits = sources::Limits {
+            kustomize: sources::kustomize::Settings {
+                binary: kustomize,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sources = Sources::new(limits, sources::egress::Policy::local(), None);
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,
@@ -83,9 +96,11 @@ impl Renderer {
     }
 
     /// Renders one set as the operator does; an error names the file and line.
-    pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, String> {
+    pub async fn render(&self, file: &File, doc: &SetDoc) -> Result<Rendered, CliError> {
         let parent = &doc.parent;
-        let fail = |entry: Option<Entry>, message: String| file.at(doc.line_at(entry), message);
+        let fail = |entry: Option<Entry>, message: String| {
+            CliError::File(file.at(doc.line_at(entry), message))
+        };
         let identity = tenancy::identity(parent, &doc.spec, &self.defaults)
             .map_err(|e| fail(None, format!("{parent}: {e}")))?;
         let beside = |k: &Gvk| crate::known_kinds::resolve(&self.file_crds, k);

@@ -15,7 +15,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::{Global, conn, progress::Progress};
+use crate::{Global, conn, error::CliError, progress::Progress};
 
 /// The field manager of the plugin's own writes (annotations, spec.suspend).
 pub const FIELD_MANAGER: &str = "kubectl-applyset";
@@ -77,7 +77,7 @@ pub fn age(now: Timestamp, then: Timestamp) -> String {
 
 /// `get`: the sets (ApplySets of the namespace, or of all with `-A`, and ClusterApplySets)
 /// as a table with the CRDs' printer columns and the Ready message.
-pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, String> {
+pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let now = Timestamp::now();
     let mut rows = Vec::new();
@@ -92,7 +92,7 @@ pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, String
                     .await?
                     .map(|p| row(&p, now)),
             };
-            rows.push(r.ok_or_else(|| format!("{parent} not found"))?);
+            rows.push(r.ok_or(CliError::NotFound(parent))?);
         }
         None => {
             let sets: Api<ApplySet> = if all {
@@ -103,13 +103,19 @@ pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, String
             match sets.list(&ListParams::default()).await {
                 Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
                 Err(e) if missing_crds(&e) => {}
-                Err(e) => return Err(format!("listing ApplySets: {e}")),
+                Err(error) => {
+                    let doing = "listing ApplySets".to_string();
+                    return Err(CliError::Api { doing, error });
+                }
             }
             let cluster: Api<ClusterApplySet> = Api::all(c.client.clone());
             match cluster.list(&ListParams::default()).await {
                 Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
                 Err(e) if missing_crds(&e) => {}
-                Err(e) => return Err(format!("listing ClusterApplySets: {e}")),
+                Err(error) => {
+                    let doing = "listing ClusterApplySets".to_string();
+                    return Err(CliError::Api { doing, error });
+                }
             }
         }
     }
@@ -173,19 +179,22 @@ fn table(rows: &[Row], namespaces: bool) -> String {
 }
 
 /// The set `parent`, if it exists.
-pub async fn fetch<P: Parent>(client: &Client, parent: &ParentRef) -> Result<Option<P>, String> {
+pub async fn fetch<P: Parent>(client: &Client, parent: &ParentRef) -> Result<Option<P>, CliError> {
     match P::api(client.clone(), parent.namespace.as_deref())
         .get_opt(&parent.name)
         .await
     {
         Ok(p) => Ok(p),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(format!("reading {parent}: {e}")),
+        Err(error) => Err(CliError::Api {
+            doing: format!("reading {parent}"),
+            error,
+        }),
     }
 }
 
 /// `suspend` / `resume`: sets spec.suspend.
-pub async fn suspend(g: &Global, name: &str, suspend: bool) -> Result<u8, String> {
+pub async fn suspend(g: &Global, name: &str, suspend: bool) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let parent = conn::parse_set(name, &c.namespace)?;
     let patch = json!({"spec": {"suspend": suspend}});
@@ -204,7 +213,7 @@ async fn merge<P: Parent>(
     client: &Client,
     parent: &ParentRef,
     patch: &serde_json::Value,
-) -> Result<P, String> {
+) -> Result<P, CliError> {
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
@@ -213,14 +222,17 @@ async fn merge<P: Parent>(
         .patch(&parent.name, &params, &Patch::Merge(patch))
         .await
         .map_err(|e| match e {
-            kube::Error::Api(s) if s.code == 404 => format!("{parent} not found"),
-            e => format!("updating {parent}: {e}"),
+            kube::Error::Api(s) if s.is_not_found() => CliError::NotFound(parent.clone()),
+            error => CliError::Api {
+                doing: format!("updating {parent}"),
+                error,
+            },
         })
 }
 
 /// `reconcile`: requests a reconcile (the annotation, a new value) and waits, by watching the
 /// set, until its status echoes that value in lastHandledReconcileAt; then prints the outcome.
-pub async fn reconcile(g: &Global, name: &str, timeout: Duration) -> Result<u8, String> {
+pub async fn reconcile(g: &Global, name: &str, timeout: Duration) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let parent = conn::parse_set(name, &c.namespace)?;
     match parent.kind {
@@ -235,7 +247,7 @@ async fn reconcile_as<P: Parent>(
     client: &Client,
     parent: &ParentRef,
     timeout: Duration,
-) -> Result<u8, String> {
+) -> Result<u8, CliError> {
     let requested = Timestamp::now().to_string();
     let patch =
         json!({"metadata": {"annotations": {ANNOTATION_RECONCILE_REQUESTED_AT: requested}}});
@@ -269,12 +281,12 @@ async fn reconcile_as<P: Parent>(
                 println!("{parent}: Ready={} {}: {}", c.status, c.reason, c.message);
                 return Ok(1);
             }
-            return Err(format!(
+            return Err(CliError::Reconcile(format!(
                 "{parent}: the operator did not handle the request within {timeout:?} (is it running, and does it watch this set?)"
-            ));
+            )));
         }
-        Ok(Err(e)) => return Err(format!("watching {parent}: {e}")),
-        Ok(Ok(None)) => return Err(format!("{parent} was deleted")),
+        Ok(Err(e)) => return Err(CliError::Reconcile(format!("watching {parent}: {e}"))),
+        Ok(Ok(None)) => return Err(CliError::Reconcile(format!("{parent} was deleted"))),
         Ok(Ok(Some(set))) => set,
     };
     let status = set.status();

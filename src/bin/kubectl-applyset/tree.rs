@@ -21,7 +21,7 @@ use kube::{
 };
 use serde::Serialize;
 
-use crate::{Global, Output, conn, sets};
+use crate::{Global, Output, conn, error::CliError, sets};
 
 /// How deep nested sets are expanded.
 const MAX_DEPTH: usize = 8;
@@ -58,17 +58,19 @@ pub struct Health {
     pub message: String,
 }
 
-pub async fn run(g: &Global, name: &str, output: Output) -> Result<u8, String> {
+pub async fn run(g: &Global, name: &str, output: Output) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let parent = conn::parse_set(name, &c.namespace)?;
     let resolver = Resolver::new(c.client.clone());
     let mut seen = BTreeSet::new();
     let root = set_node(&c.client, &resolver, &parent, 0, &mut seen)
-        .await?
-        .ok_or_else(|| format!("{parent} not found"))?;
+        .await
+        .map_err(CliError::Set)?
+        .ok_or(CliError::NotFound(parent))?;
     match output {
         Output::Json => {
-            let text = serde_json::to_string_pretty(&root).map_err(|e| e.to_string())?;
+            let text =
+                serde_json::to_string_pretty(&root).map_err(|e| CliError::Set(e.to_string()))?;
             println!("{text}");
         }
         Output::Text => print!("{}", render(&root)),
@@ -86,13 +88,15 @@ async fn set_node(
 ) -> Result<Option<Node>, String> {
     match parent.kind {
         ParentKind::ApplySet => {
-            let Some(p) = sets::fetch::<ApplySet>(client, parent).await? else {
+            let fetched = sets::fetch::<ApplySet>(client, parent).await;
+            let Some(p) = fetched.map_err(|e| e.to_string())? else {
                 return Ok(None);
             };
             node_of(client, resolver, &p, depth, seen).await.map(Some)
         }
         ParentKind::ClusterApplySet => {
-            let Some(p) = sets::fetch::<ClusterApplySet>(client, parent).await? else {
+            let fetched = sets::fetch::<ClusterApplySet>(client, parent).await;
+            let Some(p) = fetched.map_err(|e| e.to_string())? else {
                 return Ok(None);
             };
             node_of(client, resolver, &p, depth, seen).await.map(Some)

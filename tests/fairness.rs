@@ -1,0 +1,502 @@
+//! One tenant cannot starve the shared operator (issue 25): the operator runs as a process
+//! (its metrics are real) against the real API server; an attacker's sets in one namespace
+//! try to make it hold resources, and a victim set in another namespace must stay prompt.
+//! After the attacker's sets are gone, what the operator holds returns to where it was.
+
+mod support;
+
+use support::{operator, process};
+
+use std::time::{Duration, Instant};
+
+use operator::{Harness, Parent, configmap, create_rbac, secret, unique};
+use process::{OperatorProcess, sample};
+use serde_json::{Value, json};
+use support::{cluster, wait_for};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+/// How long the victim's create-to-Ready and an edit's effect may take under attack.
+const PROMPT: Duration = Duration::from_secs(5);
+
+/// A ServiceAccount `name` in `ns` that may manage ConfigMaps and Secrets there, and nothing
+/// else (no CustomResourceDefinitions).
+async fn deployer(h: &Harness, ns: &str, name: &str) {
+    let rule = json!({"apiGroups": [""], "resources": ["configmaps", "secrets"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]});
+    create_rbac(
+        h,
+        ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": name}, "rules": [rule]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+        ],
+    )
+    .await;
+}
+
+/// A CRD of an invented kind `kind` in group `group`, and one object of it.
+fn invented_kind(group: &str, kind: &str) -> [Value; 2] {
+    let plural = format!("{}s", kind.to_ascii_lowercase());
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_ascii_lowercase()},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let obj = json!({"apiVersion": format!("{group}/v1"), "kind": kind,
+        "metadata": {"name": "x"}, "spec": {}});
+    [crd, obj]
+}
+
+/// A handle of ApplySet `name` in namespace `ns` (labelled for this test's operator).
+fn set_in(h: &Harness, ns: &str, name: &str) -> Parent {
+    Parent {
+        namespace: Some(ns.to_string()),
+        ..h.applyset(name)
+    }
+}
+
+fn gauge(op: &OperatorProcess, name: &str) -> Option<f64> {
+    op.metrics().and_then(|m| sample(&m, name))
+}
+
+/// Requests the operator sent that the API server answered with 404, by any method.
+fn not_found_answers(op: &OperatorProcess) -> f64 {
+    op.metrics()
+        .map(|m| {
+            m.lines()
+                .filter(|l| l.starts_with("rest_client_requests_total{code=\"404\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+/// Finding 1: a set that declares kinds of its own (CRDs its account may not create) and
+/// members of them makes the operator start no watch for them (on main, one watch per
+/// invented kind LISTed a resource that does not exist, answered 404, for ever); the kinds
+/// a victim declares are watched while it declares them and no longer after; once the
+/// attacker's set is deleted, the operator sends no request at all for its kinds.
+#[tokio::test]
+async fn watches_start_only_for_accepted_kinds_and_end_when_no_set_declares_them() {
+    let h = Harness::new("fair-watch").await;
+    let victim_ns = h.extra_namespace("fair-victim").await;
+    deployer(&h, &h.ns, "deployer").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector],
+        "fair-watches",
+    );
+
+    // The attacker: 8 invented kinds, and a ConfigMap it may write.
+    let group = format!("{}.attack.example.com", unique("g"));
+    let mut manifests: Vec<Value> = (0..8)
+        .flat_map(|i| invented_kind(&group, &format!("Invented{i}")))
+        .collect();
+    manifests.push(configmap("allowed", json!({"k": "1"})));
+    let attacker = h.applyset("attacker");
+    attacker
+        .create(json!({"serviceAccountName": "deployer", "manifests": manifests}))
+        .await;
+    attacker
+        .wait_ready_reason(Some("False"), "ApplyFailed")
+        .await;
+
+    // The victim, in another namespace: prompt while the attack goes on.
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"})), secret("s")]}))
+        .await;
+    victim.wait_ready().await;
+    let took = t0.elapsed();
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+
+    // Watched: the ConfigMap kind and Secret kind (accepted applies), none of the invented
+    // ones (their CRDs were refused, their objects never accepted).
+    wait_for("two member watches", DEADLINE, || async {
+        (gauge(&op, "applyset_member_watches") == Some(2.0)).then_some(())
+    })
+    .await;
+
+    // An edit drops the Secret kind: its watch ends after the grace period.
+    let t0 = Instant::now();
+    victim
+        .patch_spec(json!({"manifests": [configmap("v", json!({"k": "2"}))]}))
+        .await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(h.client.clone(), &victim_ns);
+    wait_for("the victim's edit", PROMPT, || async {
+        let cm = cms.get("v").await.ok()?;
+        (cm.data?.get("k")? == "2").then_some(())
+    })
+    .await;
+    assert!(t0.elapsed() <= PROMPT);
+    wait_for("the Secret kind's watch to end", DEADLINE, || async {
+        (gauge(&op, "applyset_member_watches") == Some(1.0)).then_some(())
+    })
+    .await;
+
+    // The attacker's set deleted: nothing the operator sends is about its kinds. (On main,
+    // each invented kind's watch went on LISTing, answered 404, several times a second.)
+    attacker.delete().await;
+    attacker.wait_gone(DEADLINE).await;
+    let before = not_found_answers(&op);
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    let after = not_found_answers(&op);
+    assert_eq!(
+        after,
+        before,
+        "404 answers in {window:?} after the attacker's set was deleted: {}",
+        after - before
+    );
+    assert_eq!(gauge(&op, "applyset_member_watches"), Some(1.0));
+}
+
+/// Finding 5: a set that cycles `serviceAccountName` through fresh names makes the operator
+/// keep at most `--max-impersonation-clients` impersonating clients (on main, one per name
+/// for ever).
+#[tokio::test]
+async fn impersonating_clients_are_bounded_whatever_names_a_set_cycles_through() {
+    let h = Harness::new("fair-imp").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &[
+            "--label-selector",
+            &selector,
+            "--max-impersonation-clients",
+            "3",
+        ],
+        "fair-impersonation",
+    );
+    let attacker = h.applyset("cycler");
+    attacker
+        .create(
+            json!({"serviceAccountName": "sa-0", "manifests": [configmap("a", json!({"k": "1"}))]}),
+        )
+        .await;
+    for i in 0..8 {
+        let name = format!("sa-{i}");
+        attacker
+            .patch_spec(json!({"serviceAccountName": name}))
+            .await;
+        attacker
+            .wait_until(&format!("the reconcile as {name}"), DEADLINE, |_, st| {
+                let msg = &operator::condition(st?, "Ready")?.message;
+                msg.contains(&format!(":{name}")).then_some(())
+            })
+            .await;
+    }
+    assert_eq!(gauge(&op, "applyset_impersonation_clients"), Some(3.0));
+}
+
+/// Finding 9: a member annotated `applyset.dev/force: enabled` whose immutable field changes
+/// is deleted and re-created only if prune could delete it: an adopted CRD (which would take
+/// every object of its kind with it) is not, and the member fails saying why. On main it was
+/// deleted (the check was only that the set owns the object, which adoption makes true).
+#[tokio::test]
+async fn a_force_recreate_never_deletes_an_adopted_crd() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let h = Harness::new("fair-force").await;
+    let op = h.start_operator();
+    let group = format!("{}.force.example.com", unique("g"));
+    let [crd, _] = invented_kind(&group, "Gadget");
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(h.client.clone());
+    let existing: CustomResourceDefinition = serde_json::from_value(crd.clone()).expect("a CRD");
+    let uid = crds
+        .create(&kube::api::PostParams::default(), &existing)
+        .await
+        .expect("someone else's CRD")
+        .metadata
+        .uid;
+    let name = format!("gadgets.{group}");
+
+    let mut declared = crd.clone();
+    declared["metadata"]["annotations"] =
+        json!({"applyset.dev/adopt": "enabled", "applyset.dev/force": "enabled"});
+    let set = h.cluster_applyset(&unique("force"));
+    // spec.force: the CRD's creator owns its fields (a conflict otherwise).
+    set.create(json!({"force": true, "manifests": [declared.clone()]}))
+        .await;
+    set.wait_ready().await;
+    // The scope of a CRD is immutable: the change needs a delete and re-create.
+    declared["spec"]["scope"] = json!("Cluster");
+    set.patch_spec(json!({"force": true, "manifests": [declared]}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "ApplyFailed").await;
+    let msg = operator::ready(&st).message.clone();
+    assert!(
+        msg.contains("not deleted") && msg.contains("adopted"),
+        "says why: {msg}"
+    );
+    let live = crds
+        .get(&name)
+        .await
+        .expect("the adopted CRD is still there");
+    assert_eq!(live.metadata.uid, uid, "and was never re-created");
+    set.patch_spec(json!({"deletionPolicy": "Orphan"})).await;
+    set.delete().await;
+    set.wait_gone(DEADLINE).await;
+    operator::stop(op).await;
+    let _ = crds.delete(&name, &Default::default()).await;
+}
+
+/// Finding 8: the deletion order (a set being deleted waits for its dependents being deleted
+/// to delete their members first) counts only dependencies the gate allows. A tenant's set
+/// that names another namespace's set in `dependsOn` (refused: its account may not read it)
+/// and whose own deletion hangs (its account may not delete its members) does not hold up
+/// that set's deletion. On main the victim waited for it, up to its spec.timeout (5 min).
+#[tokio::test]
+async fn a_refused_dependency_does_not_hold_another_namespaces_deletion() {
+    let h = Harness::new("fair-del").await;
+    let victim_ns = h.extra_namespace("fair-delv").await;
+    // The attacker's account may write ConfigMaps but not delete them.
+    let rule = json!({"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch", "update"]});
+    create_rbac(
+        &h,
+        &h.ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nodelete"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "nodelete"}, "rules": [rule]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "nodelete"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nodelete"},
+                "subjects": [{"kind": "ServiceAccount", "name": "nodelete", "namespace": h.ns}]}),
+        ],
+    )
+    .await;
+    let mut config = h.config();
+    config.watch_namespace = None;
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"}))]}))
+        .await;
+    victim.wait_ready().await;
+    let attacker = h.applyset("holder");
+    attacker
+        .create(json!({"serviceAccountName": "nodelete",
+            "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    attacker.wait_ready().await;
+    attacker
+        .patch_spec(json!({"dependsOn": [{"name": "victim", "namespace": victim_ns}]}))
+        .await;
+    attacker
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    // The attacker's deletion hangs: its cleanup may not delete its ConfigMap.
+    attacker.delete().await;
+    attacker
+        .wait_ready_reason(Some("False"), "PruneFailed")
+        .await;
+
+    let t0 = Instant::now();
+    victim.delete().await;
+    victim.wait_gone(Duration::from_secs(30)).await;
+    eprintln!("the victim was deleted in {:?}", t0.elapsed());
+
+    attacker
+        .patch_spec(json!({"deletionPolicy": "Orphan"}))
+        .await;
+    attacker.wait_gone(DEADLINE).await;
+    operator::stop(op).await;
+}
+
+/// A loopback HTTP server for the source attack: `/slow…` announces a 60 MB body and sends
+/// one byte every half second (a tarpit within `--source-timeout`); anything else answers a
+/// small ConfigMap at once. Counts the slow requests it received.
+async fn tarpit() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::{Arc, atomic::AtomicUsize};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let slow = Arc::new(AtomicUsize::new(0));
+    let counted = slow.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&req);
+                if head
+                    .split_whitespace()
+                    .nth(1)
+                    .is_some_and(|p| p.starts_with("/slow"))
+                {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 60000000\r\n\r\n")
+                        .await;
+                    while conn.write_all(b"#").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                } else {
+                    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\ndata:\n  k: v\n";
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(resp.as_bytes()).await;
+                }
+            });
+        }
+    });
+    (addr, slow)
+}
+
+/// Finding 3: sources that announce large bodies and send them slowly hold no more of the
+/// sources' memory budget than they sent once their reservation lapses (5 s), and another
+/// namespace's set reading a small source stays prompt. On main, each announced body kept
+/// twice its length reserved (120 MB of the 256 MiB budget) for as long as it trickled in
+/// (up to --source-timeout).
+#[tokio::test]
+async fn slow_sources_announcing_large_bodies_hold_no_budget_they_did_not_use() {
+    let h = Harness::new("fair-budget").await;
+    let victim_ns = h.extra_namespace("fair-budgetv").await;
+    let (addr, slow) = tarpit().await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &[
+            "--label-selector",
+            &selector,
+            "--source-allow-cidrs",
+            "127.0.0.0/8",
+        ],
+        "fair-budget",
+    );
+    for s in 0..2 {
+        let sources: Vec<Value> = (0..4)
+            .map(|i| json!({"http": {"url": format!("http://{addr}/slow-{s}-{i}.yaml")}}))
+            .collect();
+        h.applyset(&format!("tarpit-{s}"))
+            .create(json!({"sources": sources}))
+            .await;
+    }
+    wait_for("the slow sources to be read", DEADLINE, || async {
+        (slow.load(std::sync::atomic::Ordering::SeqCst) >= 4).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"sources": [{"http": {"url": format!("http://{addr}/fast.yaml")}}]}))
+        .await;
+    victim.wait_ready().await;
+    let took = t0.elapsed();
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+    // Room reserved for the announced bodies is given back once they do not arrive (5 s):
+    // the slow sources hold what they sent.
+    wait_for(
+        "the slow sources to hold only what they sent",
+        Duration::from_secs(20),
+        || async {
+            let held = gauge(&op, "applyset_source_memory_bytes")?;
+            (held < f64::from(16u32 << 20)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Finding 4: health-check watches refused because the operator watches as many as it will
+/// are watched as soon as room frees, and until then the set's Healthy condition says why. On
+/// main a refused check stayed "not watched" for ever (until the operator restarted).
+#[tokio::test]
+async fn health_checks_refused_for_room_are_watched_once_room_frees() {
+    let h = Harness::new("fair-health").await;
+    let victim_ns = h.extra_namespace("fair-healthv").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector, "--max-health-watches", "3"],
+        "fair-health",
+    );
+    let missing =
+        |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": format!("missing-{i}")});
+    let attacker = h.applyset("checker");
+    attacker
+        .create(json!({"healthChecks": [missing(0), missing(1), missing(2)],
+            "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    wait_for("the attacker's three check watches", DEADLINE, || async {
+        (gauge(&op, "applyset_health_watches") == Some(3.0)).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    victim
+        .create(
+            json!({"healthChecks": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "v"}],
+            "manifests": [configmap("v", json!({"k": "1"}))]}),
+        )
+        .await;
+    victim
+        .wait_until(
+            "Healthy to say its check waits for room",
+            DEADLINE,
+            |_, st| {
+                let c = operator::condition(st?, "Healthy")?;
+                (c.status == "Unknown" && c.message.contains("not watched yet")).then_some(())
+            },
+        )
+        .await;
+
+    attacker.delete().await;
+    attacker.wait_gone(DEADLINE).await;
+    victim
+        .wait_until("Healthy=True once room freed", DEADLINE, |_, st| {
+            let c = operator::condition(st?, "Healthy")?;
+            (c.status == "True").then_some(())
+        })
+        .await;
+    wait_for("one check watch left", DEADLINE, || async {
+        (gauge(&op, "applyset_health_watches") == Some(1.0)).then_some(())
+    })
+    .await;
+}
+
+/// Finding 6 (part): `spec.interval` has a minimum (`--min-interval`, 10 s by default): a
+/// shorter one is raised, and status says so.
+#[tokio::test]
+async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
+    let h = Harness::new("fair-interval").await;
+    let mut config = h.config();
+    config.min_interval = Duration::from_secs(10);
+    let op = applyset_operator::controller::Operator::start(h.client.clone(), config);
+    let set = h.applyset("eager");
+    set.create(json!({"interval": "1s", "manifests": [configmap("a", json!({"k": "1"}))]}))
+        .await;
+    let st = set.wait_ready().await;
+    let msg = operator::ready(&st).message.clone();
+    assert!(
+        msg.contains("spec.interval 1s is raised to the operator's minimum, 10s (--min-interval)"),
+        "{msg}"
+    );
+    operator::stop(op).await;
+}
