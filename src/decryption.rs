@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use crate::api::{ApplySetSpec, SecretReference};
 use crate::applyset::ParentRef;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, Origin};
 use crate::sops::{self, AgeKeys, IdentityError, SopsError};
+use crate::sources::directory::Deferred;
 use crate::sources::resolve_namespace;
 use crate::tenancy::Identity;
 
@@ -257,6 +258,74 @@ fn verify_source_files(
     Ok(())
 }
 
+/// Whether a deferred build needs the set's keys: a SOPS file it reads is not opted out.
+pub fn build_needs_keys(d: &Deferred) -> bool {
+    d.sops_files()
+        .any(|(path, data, _)| !file_opted_out(&d.desc, path, data))
+}
+
+/// Verifies every SOPS file a deferred build reads, as committed: the MAC over the file and
+/// each value's tag (a changed unencrypted field, a flipped byte, a file for another key fail
+/// here, before anything is built). Returns the plaintext of the build's inputs (patch files,
+/// generator `envs` and `files`), to be written into the private copy in place of the tree's;
+/// the plaintext of the other files is dropped at once (they are decrypted again as built
+/// members). Without keys (no spec.decryption), an encrypted input is refused; an encrypted
+/// resource is left to the members' check after the build. A file annotated
+/// `decrypt: disabled` is left as is.
+pub fn decrypt_build_inputs(
+    d: &Deferred,
+    keys: Option<&AgeKeys>,
+    limits: &sops::Limits,
+) -> Result<BTreeMap<String, Vec<u8>>, DecryptionError> {
+    let mut out = BTreeMap::new();
+    for (path, data, input) in d.sops_files() {
+        if file_opted_out(&d.desc, path, data) {
+            continue;
+        }
+        let name = Origin::file(&d.desc, path).to_string();
+        let Some(keys) = keys else {
+            if input {
+                return Err(DecryptionError::NotConfigured { member: name });
+            }
+            continue;
+        };
+        let format = sops::Format::from_path(path);
+        let mut plain = sops::decrypt(&name, data, format, keys, limits).map_err(|source| {
+            DecryptionError::Sops {
+                member: name.clone(),
+                source,
+            }
+        })?;
+        if input {
+            out.insert(path.to_string(), plain);
+        } else {
+            zeroize::Zeroize::zeroize(&mut plain);
+        }
+    }
+    Ok(out)
+}
+
+/// Overwrites the plaintext of decrypted build inputs before it is freed.
+pub fn wipe(inputs: &mut BTreeMap<String, Vec<u8>>) {
+    for value in inputs.values_mut() {
+        zeroize::Zeroize::zeroize(value);
+    }
+    inputs.clear();
+}
+
+/// Whether a YAML or JSON SOPS file declares objects annotated `decrypt: disabled`.
+fn file_opted_out(desc: &str, path: &str, data: &[u8]) -> bool {
+    let format = sops::Format::from_path(path);
+    if !matches!(format, sops::Format::Yaml | sops::Format::Json) {
+        return false;
+    }
+    let Ok(text) = std::str::from_utf8(data) else {
+        return false;
+    };
+    crate::manifest::parse_documents(text, &Origin::file(desc, path))
+        .is_ok_and(|ms| !ms.is_empty() && ms.iter().all(opted_out))
+}
+
 /// The member read again from its decrypted object, so that its kind, name and namespace are
 /// the decrypted ones.
 fn reparsed(manifest: &Manifest) -> Result<Manifest, DecryptionError> {
@@ -283,7 +352,7 @@ pub fn secret_ref(spec: &ApplySetSpec) -> Option<&SecretReference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Origin;
+    use crate::sources::kustomization::Reads;
     use serde_json::json;
 
     fn member(value: Value) -> Manifest {
@@ -324,6 +393,73 @@ mod tests {
             "{err}"
         );
         assert!(!err.retry());
+    }
+
+    fn deferred(files: &[(&str, &str)], reads: Reads) -> Deferred {
+        let mut tree = crate::sources::tree::Tree::new();
+        for (path, text) in files {
+            tree.insert(path.to_string(), text.as_bytes().to_vec());
+        }
+        Deferred {
+            desc: "git https://host/r.git@main".into(),
+            tree,
+            dir: "ov".into(),
+            where_: String::new(),
+            overrides: None,
+            reads,
+        }
+    }
+
+    fn paths(v: &[&str]) -> std::collections::BTreeSet<String> {
+        v.iter().map(|p| p.to_string()).collect()
+    }
+
+    const ENV: &str = "A=ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]\nsops_mac=m\n";
+
+    #[test]
+    fn without_keys_an_encrypted_build_input_is_refused_naming_the_file() {
+        let d = deferred(
+            &[("ov/s.env", ENV), ("ov/plain.env", "A=b\n")],
+            Reads {
+                resources: paths(&[]),
+                inputs: paths(&["ov/s.env", "ov/plain.env"]),
+            },
+        );
+        assert!(build_needs_keys(&d));
+        let err = decrypt_build_inputs(&d, None, &sops::Limits::default()).unwrap_err();
+        assert!(matches!(err, DecryptionError::NotConfigured { .. }));
+        assert!(
+            err.to_string()
+                .starts_with("git https://host/r.git@main file ov/s.env: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn encrypted_resources_wait_for_the_members_check_and_opted_out_files_are_left() {
+        let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  p: ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]\nsops:\n  mac: m\n";
+        let d = deferred(
+            &[("base/s.yaml", secret)],
+            Reads {
+                resources: paths(&["base/s.yaml"]),
+                inputs: paths(&[]),
+            },
+        );
+        assert!(build_needs_keys(&d));
+        let plain = decrypt_build_inputs(&d, None, &sops::Limits::default()).expect("left");
+        assert!(plain.is_empty());
+        let opted = secret.replace(
+            "  name: s\n",
+            "  name: s\n  annotations: {kustomize.toolkit.fluxcd.io/decrypt: disabled}\n",
+        );
+        let d = deferred(
+            &[("base/s.yaml", &opted)],
+            Reads {
+                resources: paths(&["base/s.yaml"]),
+                inputs: paths(&[]),
+            },
+        );
+        assert!(!build_needs_keys(&d));
     }
 
     #[test]

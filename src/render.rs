@@ -589,11 +589,22 @@ pub async fn render_set(
             .sources
             .fetch_all(readers.client, parent, spec)
             .await?;
-        for f in &fetched {
-            manifests.extend(f.manifests.iter().cloned());
+        let mut keys = SetKeys {
+            input,
+            source: &readers.keys,
+            read: None,
+        };
+        for (index, f) in fetched.iter().enumerate() {
+            match &f.deferred {
+                None => manifests.extend(f.manifests.iter().cloned()),
+                Some(d) => {
+                    let built = build_deferred(readers.sources, index, d, &mut keys).await?;
+                    manifests.extend(built);
+                }
+            }
         }
         // Flux's order: build (the sources above), decrypt, substitute.
-        decrypt(input, &readers.keys, &mut manifests).await?;
+        decrypt(&mut keys, &mut manifests).await?;
         let manifests = post_build(readers.client, parent, spec, manifests).await?;
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
@@ -612,30 +623,72 @@ pub async fn render_set(
     )
 }
 
+/// The set's age keys (spec.decryption), read at most once per render and only when a member
+/// or a build input needs them.
+struct SetKeys<'r, 'a> {
+    input: &'r RenderInput<'a>,
+    source: &'r KeySource<'a>,
+    read: Option<crate::sops::AgeKeys>,
+}
+
+impl SetKeys<'_, '_> {
+    /// `None` when the set has no spec.decryption.
+    async fn get(&mut self) -> std::result::Result<Option<&crate::sops::AgeKeys>, DecryptionError> {
+        let Some(secret_ref) = decryption::secret_ref(self.input.spec) else {
+            return Ok(None);
+        };
+        match self.source {
+            KeySource::Local(Some(keys)) => Ok(Some(*keys)),
+            KeySource::Local(None) => Err(DecryptionError::NoLocalKey),
+            KeySource::Cluster { client } => {
+                if self.read.is_none() {
+                    let (parent, identity) = (self.input.parent, self.input.identity);
+                    let keys = decryption::read_keys(client, parent, identity, secret_ref).await?;
+                    self.read = Some(keys);
+                }
+                Ok(self.read.as_ref())
+            }
+        }
+    }
+}
+
+/// Builds a directory source whose build reads SOPS files (see
+/// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
+/// with the set's keys, its inputs decrypted into the private copy (wiped from memory once the
+/// build ends), the output kept for this render only.
+async fn build_deferred(
+    sources: &sources::Sources,
+    index: usize,
+    d: &sources::directory::Deferred,
+    keys: &mut SetKeys<'_, '_>,
+) -> std::result::Result<Vec<Manifest>, SetError> {
+    let limits = crate::sops::Limits::default();
+    let spec = keys.input.spec;
+    let keys = match decryption::build_needs_keys(d) {
+        true => keys.get().await?,
+        false => None,
+    };
+    let mut inputs = decryption::decrypt_build_inputs(d, keys, &limits)?;
+    let built = sources::directory::build_deferred(sources, d, &inputs).await;
+    decryption::wipe(&mut inputs);
+    built.map_err(|e| match spec.sources.get(index) {
+        Some(source) => SetError::Source(SourceError::at(index, source, e)),
+        None => SetError::Source(e),
+    })
+}
+
 /// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
 /// reading the keys only when a member needs them.
 async fn decrypt(
-    input: &RenderInput<'_>,
-    keys: &KeySource<'_>,
+    keys: &mut SetKeys<'_, '_>,
     manifests: &mut [Manifest],
 ) -> std::result::Result<(), DecryptionError> {
     if !decryption::needs_keys(manifests) {
         return Ok(());
     }
     let limits = crate::sops::Limits::default();
-    let Some(secret_ref) = decryption::secret_ref(input.spec) else {
-        return decryption::decrypt_members(manifests, None, &limits).map(|_| ());
-    };
-    let read;
-    let keys = match keys {
-        KeySource::Cluster { client } => {
-            read = decryption::read_keys(client, input.parent, input.identity, secret_ref).await?;
-            &read
-        }
-        KeySource::Local(Some(keys)) => *keys,
-        KeySource::Local(None) => return Err(DecryptionError::NoLocalKey),
-    };
-    let count = decryption::decrypt_members(manifests, Some(keys), &limits)?;
+    let keys = keys.get().await?;
+    let count = decryption::decrypt_members(manifests, keys, &limits)?;
     tracing::debug!(members = count, "decrypted");
     Ok(())
 }

@@ -12,6 +12,8 @@ use support::{operator, sops as sops_tools};
 
 use std::time::Duration;
 
+use applyset_operator::controller::Operator;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
@@ -410,5 +412,250 @@ async fn an_apply_error_of_a_decrypted_member_withholds_the_values() {
     let msg = wait_message(&set, "ApplyFailed", "<redacted>").await;
     assert!(!msg.contains(bad) && msg.contains("ConfigMap"), "{msg}");
     assert_no_plaintext(&h, &set, bad).await;
+    stop(op).await;
+}
+
+/// The files of the kustomize test repository, encrypted at test time with `k`'s key: a base
+/// with a YAML Secret, a JSON Secret and a ConfigMap (encrypted_regex ^data$) as resources, a
+/// secretGenerator over an encrypted dotenv file (`envs`) and an encrypted binary file
+/// (`files`), a plain ConfigMap changed by an encrypted patch; an overlay over it with
+/// namePrefix and labels.
+fn kustomize_repo(k: &Keys, secret_yaml_text: &str) -> Vec<(String, String)> {
+    let f = |p: &str, t: &str| (p.to_string(), t.to_string());
+    let json_secret = r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"dbjson"},"stringData":{"password":"json-pw-e2e"}}"#;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  url: https://db.internal\n";
+    let patch = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  api-key: patched-key-e2e\n";
+    let token = k.encrypt("token.txt", "token-e2e", &[]);
+    vec![
+        f(
+            "base/kustomization.yaml",
+            "resources: [secret.yaml, secret.json, cm.yaml, app.yaml]\nsecretGenerator:\n- name: gen\n  envs: [db.env]\n  files: [token.txt]\ngeneratorOptions: {disableNameSuffixHash: true}\npatches:\n- path: patch.yaml\n",
+        ),
+        f("base/secret.yaml", secret_yaml_text),
+        f(
+            "base/secret.json",
+            &k.encrypt("secret.json", json_secret, &REGEX),
+        ),
+        f(
+            "base/cm.yaml",
+            &k.encrypt("cm.yaml", cm, &["--encrypted-regex", "^data$"]),
+        ),
+        f(
+            "base/app.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata:\n  mode: base\n",
+        ),
+        f(
+            "base/db.env",
+            &k.encrypt(
+                "db.env",
+                &format!("# the database\nUSER=admin\nPASSWORD={PASSWORD}\n"),
+                &[],
+            ),
+        ),
+        f("base/token.txt", &token),
+        f(
+            "base/patch.yaml",
+            &k.encrypt("patch.yaml", patch, &["--encrypted-regex", "^data$"]),
+        ),
+        f(
+            "prod/kustomization.yaml",
+            "resources: [../base]\nnamePrefix: prod-\nlabels:\n- pairs: {env: prod}\n",
+        ),
+    ]
+}
+
+fn commit_files(repo: &support::servers::GitRepo, files: &[(String, String)], message: &str) {
+    let refs: Vec<(&str, Option<&str>)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), Some(t.as_str())))
+        .collect();
+    repo.commit(&refs, message);
+}
+
+/// `files` with the file at `path` replaced by `text`.
+fn with_file(files: &[(String, String)], path: &str, text: &str) -> Vec<(String, String)> {
+    files
+        .iter()
+        .map(|(p, t)| match p == path {
+            true => (p.clone(), text.to_string()),
+            false => (p.clone(), t.clone()),
+        })
+        .collect()
+}
+
+async fn cm_value(h: &Harness, name: &str, key: &str) -> Option<String> {
+    let cm = get_obj(&h.client, &configmap_ar(), Some(&h.ns), name).await?;
+    cm.data["data"][key].as_str().map(str::to_string)
+}
+
+/// Kustomize overlays of a git source with SOPS files: the encrypted resources (YAML and JSON
+/// Secrets, a ConfigMap with encrypted_regex), a dotenv file and a binary file of a
+/// secretGenerator and an encrypted patch are applied with their decrypted values, from the
+/// base and through an overlay with namePrefix and labels. Every SOPS file the build reads is
+/// verified as committed: a flipped byte in an encrypted value, a changed unencrypted field and
+/// an input for another key are refused naming the file, nothing pruned; without
+/// spec.decryption an encrypted input is refused; a ServiceAccount that may not get the key
+/// Secret is named; the plaintext is in neither status, events nor logs.
+#[tokio::test]
+async fn kustomize_builds_decrypt_inputs_before_and_members_after_the_build() {
+    init();
+    let h = Harness::new("sops-kz").await;
+    let k = keys();
+    put_key_secret(&h, "sops-age", &k.key).await;
+    let mut config = h.config();
+    config.source_limits.kustomize.binary = Some(support::kustomize_binary());
+    let op = Operator::start(h.client.clone(), config);
+    let server = support::servers::GitServer::start(None, None).await;
+    let repo = server.repo("apps");
+    let secret = k.encrypt("secret.yaml", &secret_yaml("db", PASSWORD), &REGEX);
+    let files = kustomize_repo(&k, &secret);
+    commit_files(&repo, &files, "first");
+    let source = |path: &str| json!({"git": {"url": server.url("apps"), "ref": {"branch": "main"}, "path": path}});
+    let decryption = json!({"provider": "sops", "secretRef": {"name": "sops-age"}});
+
+    let base = h.applyset("base");
+    base.create(json!({"interval": "1s", "retryInterval": "1s",
+        "sources": [source("base")], "decryption": decryption}))
+        .await;
+    let prod = h.applyset("prod");
+    prod.create(json!({"interval": "1s", "retryInterval": "1s",
+        "sources": [source("prod")], "decryption": decryption}))
+        .await;
+    for (set, prefix) in [(&base, ""), (&prod, "prod-")] {
+        let st = set.wait_ready().await;
+        assert_eq!(summary(&st).members, 5, "{}", status_json(&st));
+        let name = |n: &str| format!("{prefix}{n}");
+        assert_eq!(
+            secret_data(&h, &name("db"), "password").await.as_deref(),
+            Some(PASSWORD.as_bytes())
+        );
+        assert_eq!(
+            secret_data(&h, &name("dbjson"), "password")
+                .await
+                .as_deref(),
+            Some(&b"json-pw-e2e"[..])
+        );
+        assert_eq!(
+            secret_data(&h, &name("gen"), "PASSWORD").await.as_deref(),
+            Some(PASSWORD.as_bytes())
+        );
+        assert_eq!(
+            secret_data(&h, &name("gen"), "token.txt").await.as_deref(),
+            Some(&b"token-e2e"[..])
+        );
+        assert_eq!(
+            cm_value(&h, &name("cfg"), "url").await.as_deref(),
+            Some("https://db.internal")
+        );
+        assert_eq!(
+            cm_value(&h, &name("app"), "api-key").await.as_deref(),
+            Some("patched-key-e2e")
+        );
+        assert_eq!(
+            cm_value(&h, &name("app"), "mode").await.as_deref(),
+            Some("base")
+        );
+        let db = get_obj(&h.client, &secret_ar(), Some(&h.ns), &name("db"))
+            .await
+            .expect("db");
+        assert!(db.data.get("sops").is_none(), "{:?}", db.data);
+        if !prefix.is_empty() {
+            assert_eq!(db.metadata.labels.as_ref().expect("labels")["env"], "prod");
+        }
+    }
+    assert_no_plaintext(&h, &prod, PASSWORD).await;
+    let db_rv = rv(&h.client, &secret_ar(), Some(&h.ns), "prod-db").await;
+
+    // A flipped byte in an encrypted value of a resource: refused naming the file.
+    let start =
+        secret.find("ENC[AES256_GCM,data:").expect("a value") + "ENC[AES256_GCM,data:".len();
+    let mut flipped = secret.clone().into_bytes();
+    flipped[start] = if flipped[start] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).expect("utf-8");
+    commit_files(
+        &repo,
+        &with_file(&files, "base/secret.yaml", &flipped),
+        "flipped",
+    );
+    let msg = wait_message(&prod, "ValidationFailed", "failed authentication").await;
+    assert!(msg.contains("file base/secret.yaml"), "{msg}");
+
+    // A changed unencrypted field (a label) of a resource: the MAC, verified over the file as
+    // committed before the build (kustomize changes names and labels after), fails.
+    let relabelled = secret.replacen("app: web", "app: wet", 1);
+    commit_files(
+        &repo,
+        &with_file(&files, "base/secret.yaml", &relabelled),
+        "label",
+    );
+    let msg = wait_message(&prod, "ValidationFailed", "MAC mismatch").await;
+    assert!(msg.contains("file base/secret.yaml"), "{msg}");
+
+    // A generator input encrypted for another key.
+    let other = age_keygen(k.dir.path(), "other.txt");
+    let foreign = String::from_utf8(sops_encrypt(
+        k.dir.path(),
+        "db.env",
+        b"USER=admin\nPASSWORD=other\n",
+        &other.recipient,
+        &[],
+    ))
+    .expect("utf-8");
+    commit_files(
+        &repo,
+        &with_file(&files, "base/db.env", &foreign),
+        "other key",
+    );
+    let msg = wait_message(&prod, "ValidationFailed", "none of the age keys").await;
+    assert!(msg.contains("file base/db.env"), "{msg}");
+
+    // Nothing was pruned or changed by the refused reconciles.
+    for name in ["prod-db", "prod-dbjson", "prod-gen"] {
+        assert!(
+            exists(&h.client, &secret_ar(), Some(&h.ns), name).await,
+            "{name}"
+        );
+    }
+    assert!(exists(&h.client, &configmap_ar(), Some(&h.ns), "prod-app").await);
+    assert_eq!(
+        rv(&h.client, &secret_ar(), Some(&h.ns), "prod-db").await,
+        db_rv
+    );
+
+    // Without spec.decryption an encrypted generator input is refused, naming the file.
+    commit_files(&repo, &files, "fixed");
+    let bare = h.applyset("bare");
+    bare.create(json!({"retryInterval": "1s", "sources": [source("prod")],
+        "kustomize": {"namePrefix": "bare-"}}))
+        .await;
+    let msg = wait_message(&bare, "ValidationFailed", "has no spec.decryption").await;
+    assert!(msg.contains("file base/db.env"), "{msg}");
+
+    // A set acting as a ServiceAccount that may not get the key Secret.
+    create_rbac(
+        &h,
+        &h.ns,
+        &[json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}})],
+    )
+    .await;
+    let tenant = h.applyset("tenant");
+    tenant
+        .create(
+            json!({"retryInterval": "1s", "serviceAccountName": "deployer",
+            "sources": [source("prod")], "kustomize": {"namePrefix": "tenant-"},
+            "decryption": decryption}),
+        )
+        .await;
+    let msg = wait_message(&tenant, "ValidationFailed", "may not get Secret").await;
+    assert!(
+        msg.contains(&format!("ServiceAccount {}/deployer", h.ns)) && msg.contains("sops-age"),
+        "{msg}"
+    );
+    prod.wait_ready().await;
+    for set in [&base, &prod, &bare, &tenant] {
+        assert_no_plaintext(&h, set, PASSWORD).await;
+        assert_no_plaintext(&h, set, "patched-key-e2e").await;
+        assert_no_plaintext(&h, set, "token-e2e").await;
+    }
     stop(op).await;
 }

@@ -224,12 +224,12 @@ pub async fn fetch(
     let digest = sha256_hex(&body);
     check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
-    let (manifests, bytes) = match cached.filter(|c| c.revision == revision) {
+    let (manifests, bytes, deferred) = match cached.filter(|c| c.revision == revision) {
         Some(c) => {
             // The cached manifests are the content: nothing more is held.
             drop(body);
             lease.hold(0).await?;
-            (c.manifests, c.bytes)
+            (c.manifests, c.bytes, c.deferred)
         }
         None => {
             let content = Content {
@@ -239,7 +239,7 @@ pub async fn fetch(
                 overrides,
             };
             let p = decode(s, content, &mut lease).await?;
-            (p.manifests, p.bytes)
+            (p.manifests, p.bytes, p.deferred)
         }
     };
     let cached = Cached {
@@ -248,6 +248,7 @@ pub async fn fetch(
         etag,
         last_modified,
         bytes,
+        deferred,
     };
     Ok(s.cache.store(&identity, "http", cached, lease))
 }
@@ -286,6 +287,7 @@ fn from_cache(c: &Cached) -> Fetched {
         kind: "http",
         downloaded: false,
         memory: None,
+        deferred: c.deferred.clone(),
     }
 }
 

@@ -239,13 +239,15 @@ impl Builder {
                 dir: shown.clone(),
                 cause: e.to_string(),
             })?;
-        let copy = private_copy(job.work_dir, job.tree, written.as_ref()).map_err(|e| match e {
-            CopyError::Unclean { path } => KustomizeError::Unclean { path },
-            io => KustomizeError::Copy {
-                dir: shown.clone(),
-                cause: io.to_string(),
+        let copy = private_copy(job.work_dir, job.tree, written.as_ref(), job.replace).map_err(
+            |e| match e {
+                CopyError::Unclean { path } => KustomizeError::Unclean { path },
+                io => KustomizeError::Copy {
+                    dir: shown.clone(),
+                    cause: io.to_string(),
+                },
             },
-        })?;
+        )?;
         let run = Run {
             binary: self.binary(),
             root: copy.path().join(COPY_SOURCE),
@@ -285,6 +287,9 @@ pub struct Job<'a> {
     pub work_dir: &'a Path,
     pub timeout: Duration,
     pub max_output: u64,
+    /// Files written into the private copy in place of the tree's (the decrypted SOPS inputs
+    /// of a set with spec.decryption); removed with the copy when the build ends.
+    pub replace: Option<&'a std::collections::BTreeMap<String, Vec<u8>>>,
 }
 
 /// The private copy's directory of the source's files.
@@ -292,12 +297,14 @@ const COPY_SOURCE: &str = "src";
 /// The private copy's empty directory for the child's HOME and TMPDIR.
 const COPY_HOME: &str = "home";
 
-/// Writes `tree` (with `written` replacing or adding its kustomization) into `src/` of a fresh
-/// private directory under `work_dir`, removed when the returned value drops.
+/// Writes `tree` (with `written` replacing or adding its kustomization, and the files of
+/// `replace` in place of the tree's) into `src/` of a fresh private directory (mode 0700) under
+/// `work_dir`, removed when the returned value drops.
 fn private_copy(
     work_dir: &Path,
     tree: &Tree,
     written: Option<&Written>,
+    replace: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
 ) -> Result<tempfile::TempDir, CopyError> {
     let io = |path: &Path| {
         let path = path.display().to_string();
@@ -327,7 +334,10 @@ fn private_copy(
         std::fs::write(&target, data).map_err(io(&target))
     };
     for (path, data) in tree.files() {
-        write(path, data)?;
+        match replace.and_then(|r| r.get(path)) {
+            Some(replaced) => write(path, replaced)?,
+            None => write(path, data)?,
+        }
     }
     if let Some(w) = written {
         // The generated one replaces whichever kustomization file the directory had.
@@ -615,7 +625,7 @@ mod tests {
         for bad in ["../x.yaml", "a/../../x.yaml", "/etc/x", "a//b", "./a"] {
             let mut t = Tree::new();
             t.insert(bad.into(), b"x".to_vec());
-            let err = private_copy(work.path(), &t, None).expect_err(bad);
+            let err = private_copy(work.path(), &t, None, None).expect_err(bad);
             assert!(
                 matches!(&err, CopyError::Unclean { path } if path == bad),
                 "{bad}: {err}"
@@ -631,7 +641,7 @@ mod tests {
         );
         let mut t = Tree::new();
         t.insert("a/b.yaml".into(), b"x".to_vec());
-        let copy = private_copy(work.path(), &t, None).expect("copy");
+        let copy = private_copy(work.path(), &t, None, None).expect("copy");
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(copy.path())
             .expect("meta")

@@ -135,6 +135,9 @@ pub struct Fetched {
     /// The share of the memory budget the manifests hold until this result is dropped (none
     /// for content served from the cache, which is bounded on its own).
     pub memory: Option<Arc<memory::Lease>>,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 /// Why a source could not be used.
@@ -317,6 +320,7 @@ struct Entry {
     last_modified: Option<String>,
     /// Estimated memory of `manifests` ([`estimate_bytes`]).
     bytes: u64,
+    deferred: Option<Arc<directory::Deferred>>,
     used: Instant,
 }
 
@@ -345,6 +349,9 @@ pub struct Cached {
     pub last_modified: Option<String>,
     /// Estimated memory of `manifests` ([`estimate_bytes`]).
     pub bytes: u64,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 impl Cache {
@@ -366,14 +373,13 @@ impl Cache {
             etag: e.etag.clone(),
             last_modified: e.last_modified.clone(),
             bytes: e.bytes,
+            deferred: e.deferred.clone(),
         })
     }
 
     /// The cached content of `identity` if it has `revision`.
-    pub fn get_revision(&self, identity: &str, revision: &str) -> Option<Arc<Vec<Manifest>>> {
-        self.get(identity)
-            .filter(|c| c.revision == revision)
-            .map(|c| c.manifests)
+    pub fn get_revision(&self, identity: &str, revision: &str) -> Option<Cached> {
+        self.get(identity).filter(|c| c.revision == revision)
     }
 
     /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
@@ -394,6 +400,7 @@ impl Cache {
             kind,
             downloaded: true,
             memory: Some(Arc::new(lease)),
+            deferred: c.deferred.clone(),
         };
         self.put(identity, c);
         fetched
@@ -435,6 +442,7 @@ impl Cache {
                 etag: c.etag,
                 last_modified: c.last_modified,
                 bytes: c.bytes,
+                deferred: c.deferred,
                 used: Instant::now(),
             },
         );
@@ -1125,6 +1133,9 @@ pub enum Naming {
 pub struct Parsed {
     pub manifests: Arc<Vec<Manifest>>,
     pub bytes: u64,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 /// What an empty source is told to do.
@@ -1173,6 +1184,7 @@ pub async fn parse_blocking(
         Ok(Parsed {
             manifests: Arc::new(manifests),
             bytes,
+            deferred: None,
         })
     })
     .await
@@ -1305,6 +1317,7 @@ mod tests {
             etag: None,
             last_modified: None,
             bytes,
+            deferred: None,
         }
     }
 
@@ -1608,6 +1621,7 @@ mod tests {
             kind: "git",
             downloaded: false,
             memory: None,
+            deferred: None,
         };
         assert_eq!(combined_revision("sha256:x", &[]), "sha256:x");
         assert_eq!(

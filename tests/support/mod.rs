@@ -152,3 +152,20 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The kustomize binary: `$APPLYSET_KUSTOMIZE`, else whatever
+/// `tests/testenv/build-kustomize.sh` builds (or finds in its cache).
+pub fn kustomize_binary() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("APPLYSET_KUSTOMIZE").filter(|p| !p.is_empty()) {
+        return std::path::PathBuf::from(p);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/build-kustomize.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run build-kustomize.sh");
+    assert!(out.status.success(), "build-kustomize.sh failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    std::path::PathBuf::from(stdout.lines().last().unwrap_or_default().trim()).join("kustomize")
+}
