@@ -571,7 +571,8 @@ fn manifest_path(e: &ManifestError) -> Option<FieldPath> {
 }
 
 /// Renders a set: its sources validated, its inline manifests and every source read (at most
-/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), spec.postBuild's variables
+/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all; a build that reads SOPS files
+/// run now with the set's keys), SOPS-encrypted members decrypted, spec.postBuild's variables
 /// substituted, the set's limits checked, kinds resolved, namespaces set, and the members
 /// checked against what its identity may declare. The one render of the operator's reconcile
 /// and of the plugin's `build` and `diff`.
