@@ -104,9 +104,10 @@ pub async fn read_capped(
     if let Some(len) = resp.content_length()
         && len > max
     {
-        return Err(SourceError::Failed(format!(
-            "the response is {len} bytes, more than the limit of {max}"
-        )));
+        return Err(SourceError::TooLarge {
+            limit: max,
+            declared: Some(len),
+        });
     }
     let declared = resp.content_length();
     let reserved_until = tokio::time::Instant::now() + RESERVED_FOR;
@@ -132,9 +133,10 @@ pub async fn read_capped(
         };
         let need = body.len() as u64 + chunk.len() as u64;
         if need > max {
-            return Err(SourceError::Failed(format!(
-                "the response is more than the limit of {max} bytes"
-            )));
+            return Err(SourceError::TooLarge {
+                limit: max,
+                declared: None,
+            });
         }
         if need > body.capacity() as u64 {
             // Grow the buffer as Vec does (doubling, within the limit and the declared

@@ -380,22 +380,28 @@ impl Session {
         digest: &str,
         what: &str,
         max: u64,
-    ) -> Result<Vec<u8>, String> {
-        let resp = self.request(Method::GET, path, accept).await?;
+    ) -> Result<Vec<u8>, SourceError> {
+        let resp = self
+            .request(Method::GET, path, accept)
+            .await
+            .map_err(SourceError::Failed)?;
         if !resp.status().is_success() {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "GET {what}: the registry answered {}",
                 resp.status()
-            ));
+            )));
         }
         let body = read_capped(resp, max, &mut self.lease)
             .await
-            .map_err(|e| format!("GET {what}: {e}"))?;
+            .map_err(|e| match e {
+                e @ SourceError::TooLarge { .. } => e,
+                e => SourceError::Failed(format!("GET {what}: {e}")),
+            })?;
         let got = format!("sha256:{}", sha256_hex(&body));
         if got != digest {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "{what}: digest mismatch: expected {digest}, downloaded content has {got}; refusing it"
-            ));
+            )));
         }
         Ok(body)
     }
@@ -773,12 +779,9 @@ impl Artifact {
                 self.download_left,
             )
             .await
-            .map_err(|e| {
-                if e.contains("more than the limit") {
-                    self.over_budget()
-                } else {
-                    failed(e)
-                }
+            .map_err(|e| match e {
+                SourceError::TooLarge { .. } => self.over_budget(),
+                e => e,
             })?;
         self.download_left = self.download_left.saturating_sub(blob.len() as u64);
         if archive::is_gzip(&blob) {
