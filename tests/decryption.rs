@@ -659,3 +659,74 @@ async fn kustomize_builds_decrypt_inputs_before_and_members_after_the_build() {
     }
     stop(op).await;
 }
+
+/// `kubectl applyset build` of a set whose git source is an overlay with SOPS files decrypts
+/// them with a local key as the operator does (inputs before the build, members after); without
+/// a key it says how to give one.
+#[tokio::test]
+async fn plugin_build_of_an_overlay_decrypts_with_a_local_key() {
+    let k = keys();
+    let server = support::servers::GitServer::start(None, None).await;
+    let repo = server.repo("cli");
+    let secret = k.encrypt("secret.yaml", &secret_yaml("db", PASSWORD), &REGEX);
+    commit_files(&repo, &kustomize_repo(&k, &secret), "first");
+    let set = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "cli", "namespace": "team"},
+        "spec": {"sources": [{"git": {"url": server.url("cli"), "ref": {"branch": "main"}, "path": "prod"}}],
+            "decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}}});
+    let file = k.dir.path().join("set.yaml");
+    std::fs::write(&file, serde_json::to_string(&set).expect("json")).expect("write");
+    let home = k.dir.path().join("home");
+    let run = |key: Option<&std::path::Path>| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-applyset"));
+        cmd.arg("build")
+            .arg("-f")
+            .arg(&file)
+            .arg("--kustomize-binary")
+            .arg(support::kustomize_binary())
+            .env_remove("KUBECONFIG")
+            .env_remove("SOPS_AGE_KEY_FILE")
+            .env_remove("SOPS_AGE_KEY")
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .stdin(std::process::Stdio::null());
+        if let Some(key) = key {
+            cmd.arg("--sops-age-key-file").arg(key);
+        }
+        cmd.output()
+    };
+    let out = run(Some(&k.dir.path().join("key.txt"))).await.expect("run");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{text}{err}");
+    let printed: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    let find = |kind: &str, name: &str| {
+        printed
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} not printed:\n{text}"))
+            .clone()
+    };
+    assert_eq!(
+        find("Secret", "prod-db")["stringData"]["password"],
+        PASSWORD
+    );
+    assert_eq!(
+        find("Secret", "prod-db")["metadata"]["labels"]["env"],
+        "prod"
+    );
+    assert_eq!(
+        find("Secret", "prod-gen")["data"]["PASSWORD"],
+        STANDARD.encode(PASSWORD)
+    );
+    assert_eq!(
+        find("ConfigMap", "prod-app")["data"]["api-key"],
+        "patched-key-e2e"
+    );
+    assert!(!text.contains("ENC[") && !text.contains("sops:"), "{text}");
+
+    let out = run(None).await.expect("run");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("no local age key was found"), "{err}");
+}
