@@ -658,6 +658,28 @@ mod tests {
     }
 
     #[test]
+    fn replaced_files_are_written_in_place_of_the_trees_and_go_with_the_copy() {
+        let work = tempfile::tempdir().expect("tempdir");
+        let mut t = Tree::new();
+        t.insert("ov/s.env".into(), b"A=ENC[...]\nsops_mac=m\n".to_vec());
+        t.insert("ov/plain.env".into(), b"B=c\n".to_vec());
+        let replace = [("ov/s.env".to_string(), b"A=secret\n".to_vec())].into();
+        let copy = private_copy(work.path(), &t, None, Some(&replace)).expect("copy");
+        let src = copy.path().join("src/ov");
+        assert_eq!(
+            std::fs::read(src.join("s.env")).expect("file"),
+            b"A=secret\n"
+        );
+        assert_eq!(
+            std::fs::read(src.join("plain.env")).expect("file"),
+            b"B=c\n"
+        );
+        let path = copy.path().to_path_buf();
+        drop(copy);
+        assert!(!path.exists(), "the plaintext goes with the copy");
+    }
+
+    #[test]
     fn failure_messages_name_files_relative_to_the_root() {
         use std::os::unix::process::ExitStatusExt as _;
         let msg = failure_message(
