@@ -267,7 +267,7 @@ impl Builder {
 fn builds_counter() -> prometheus::IntCounterVec {
     let opts = prometheus::Opts::new(
         "applyset_kustomize_builds_total",
-        "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again",
+        "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again, except a build that reads SOPS files (per set, each reconcile)",
     );
     // A constant name and label set: creating it cannot fail.
     let c = prometheus::IntCounterVec::new(opts, &["result"]).expect("valid metric");
