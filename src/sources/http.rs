@@ -19,7 +19,7 @@ use crate::{api::HttpSource, applyset::ParentRef};
 /// Checks an http source's spec without any I/O (`Invalid`, naming the field).
 pub fn validate(h: &HttpSource) -> Result<(), SourceError> {
     check(h).map_err(SourceError::Invalid)?;
-    archive::directory_prefix(h.path.as_deref())?;
+    super::paths::directory_prefix(h.path.as_deref())?;
     Ok(())
 }
 
@@ -181,7 +181,7 @@ pub async fn fetch(
     overrides: Option<&crate::api::KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(h)?;
-    let prefix = archive::directory_prefix(h.path.as_deref())?;
+    let prefix = super::paths::directory_prefix(h.path.as_deref())?;
     let url = redact(&h.url);
     let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;

@@ -49,9 +49,11 @@ pub mod git;
 pub mod http;
 pub mod kustomization;
 pub mod kustomize;
+pub mod kustomize_error;
 pub mod memory;
 pub mod objects;
 pub mod oci;
+pub mod paths;
 pub mod tree;
 
 use std::{

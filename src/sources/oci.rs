@@ -87,7 +87,7 @@ fn is_sha256_digest(d: &str) -> bool {
 /// Checks an oci source's spec without any I/O (`Invalid`, naming the field).
 pub fn validate(o: &OciSource) -> Result<(), SourceError> {
     check(o).map_err(SourceError::Invalid)?;
-    archive::directory_prefix(o.path.as_deref())?;
+    super::paths::directory_prefix(o.path.as_deref())?;
     Ok(())
 }
 
@@ -416,7 +416,7 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(o)?;
     let repo = parse_url(&o.url)?;
-    let prefix = archive::directory_prefix(o.path.as_deref())?;
+    let prefix = super::paths::directory_prefix(o.path.as_deref())?;
     s.policy
         .check_insecure_flag(o.insecure)
         .map_err(|e| SourceError::Failed(e.0))?;
@@ -566,7 +566,7 @@ struct Artifact {
     session: Session,
     /// The tag or digest asked for.
     reference: String,
-    /// The directory filter (see [`archive::directory_prefix`]).
+    /// The directory filter (see [`super::paths::directory_prefix`]).
     prefix: String,
     /// The download limit, for messages.
     max_download: u64,
@@ -825,7 +825,7 @@ impl Artifact {
     /// the root is refused.
     fn take_titled_layer(&mut self, i: usize, t: &str, blob: Vec<u8>) -> Result<(), SourceError> {
         let failed = SourceError::Failed;
-        let Some(path) = archive::clean_relative(t) else {
+        let Some(path) = super::paths::clean_relative(t) else {
             return Err(failed(format!(
                 "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
             )));
