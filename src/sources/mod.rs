@@ -819,7 +819,7 @@ impl Sources {
             }
         }
         // The key Secret of spec.decryption: a new or changed key is applied at once.
-        if let Some(r) = crate::decryption::secret_ref(spec) {
+        if let Some(r) = spec.decryption.as_ref().map(|d| &d.secret_ref) {
             add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
         }
         // spec.postBuild.substituteFrom: a change is applied at once too.
