@@ -46,10 +46,10 @@ pub fn load(text: &str, file: &str, max_values: usize) -> Result<Dotenv, SopsErr
         None
     } else {
         Some(
-            flatten::unflatten(metadata).map_err(|problem| SopsError::BadMetadata {
+            flatten::unflatten(metadata).map_err(|e| SopsError::BadMetadata {
                 file: file.to_string(),
                 field: "sops_*".to_string(),
-                problem,
+                problem: e.to_string(),
             })?,
         )
     };

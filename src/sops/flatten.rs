@@ -55,14 +55,35 @@ fn tokenize(key: &str) -> Option<Vec<Token>> {
 
 /// Rebuilds the tree of flattened `entries` (keys without the `sops_` prefix). The error says
 /// which key does not fit.
-pub fn unflatten(entries: Vec<(String, Node)>) -> Result<Node, String> {
+pub fn unflatten(entries: Vec<(String, Node)>) -> Result<Node, UnflattenError> {
     let mut root = Slot::Map(Vec::new());
     for (key, value) in entries {
-        let tokens =
-            tokenize(&key).ok_or_else(|| format!("`{key}`: a list position is not a number"))?;
-        place(&mut root, &tokens, value).map_err(|problem| format!("`{key}`: {problem}"))?;
+        let Some(tokens) = tokenize(&key) else {
+            return Err(UnflattenError {
+                key,
+                problem: "a list position is not a number".to_string(),
+            });
+        };
+        if let Err(problem) = place(&mut root, &tokens, value) {
+            return Err(UnflattenError {
+                key,
+                problem: problem.to_string(),
+            });
+        }
     }
-    convert(root)
+    convert(root).map_err(|problem| UnflattenError {
+        key: String::new(),
+        problem,
+    })
+}
+
+/// A flattened key that does not fit the tree the others make (`key` empty: the tree as a
+/// whole), and why.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{problem}", if key.is_empty() { String::new() } else { format!("`{key}`: ") })]
+pub struct UnflattenError {
+    pub key: String,
+    pub problem: String,
 }
 
 fn place(slot: &mut Slot, tokens: &[Token], value: Node) -> Result<(), &'static str> {

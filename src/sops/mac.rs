@@ -4,7 +4,7 @@
 
 use sha2::{Digest, Sha512};
 
-use super::tree::Node;
+use super::tree::{Node, go_float};
 
 /// SHA-256 of `sops`: the first bytes hashed when `mac_only_encrypted` is set, so that the two
 /// kinds of MAC never agree (SOPS's `MACOnlyEncryptedInitialization`).
@@ -48,18 +48,6 @@ pub fn scalar_bytes(node: &Node) -> Option<Vec<u8>> {
         Node::Bool(true) => Some(b"True".to_vec()),
         Node::Bool(false) => Some(b"False".to_vec()),
         Node::Null | Node::Seq(_) | Node::Map(_) => None,
-    }
-}
-
-/// Go's `strconv.FormatFloat(f, 'f', -1, 64)`: the shortest digits that read back as `f`, in
-/// positional notation (Rust's `Display` for f64 is the same, but for the special values).
-pub fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        "NaN".to_string()
-    } else if f.is_infinite() {
-        if f > 0.0 { "+Inf" } else { "-Inf" }.to_string()
-    } else {
-        format!("{f}")
     }
 }
 

@@ -185,13 +185,25 @@ impl Serialize for Node {
     }
 }
 
+/// Go's `strconv.FormatFloat(f, 'f', -1, 64)`: the shortest digits that read back as `f`, in
+/// positional notation (Rust's `Display` for f64 is the same, but for the special values).
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".to_string()
+    } else if f.is_infinite() {
+        if f > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else {
+        format!("{f}")
+    }
+}
+
 /// A float as Go's `encoding/json` writes it, which is what `sops decrypt` prints: a whole
 /// number below 1e21 without a fraction (`12`, not `12.0`), so that an integer field reads back
 /// as one.
 fn serialize_float<S: Serializer>(f: f64, s: S) -> Result<S::Ok, S::Error> {
     if f.fract() == 0.0 && f.abs() < 1e21 {
         // Go's shortest digits, zero-padded (12345678901234567000, not …168).
-        let digits = super::mac::go_float(f);
+        let digits = go_float(f);
         if let Ok(i) = digits.parse::<i64>() {
             return s.serialize_i64(i);
         }

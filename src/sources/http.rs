@@ -186,12 +186,7 @@ pub async fn fetch(
     let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
-    let identity = format!(
-        "http {} path={prefix} secret={}{}",
-        h.url,
-        auth.secret.as_deref().unwrap_or(""),
-        super::directory::build_identity(overrides)
-    );
+    let identity = cache_identity(h, &prefix, &auth, overrides);
     let cached = s.cache.get(&identity);
     let pinned = h
         .sha256
@@ -253,6 +248,22 @@ pub async fn fetch(
         deferred,
     };
     Ok(s.cache.store(&identity, "http", cached, lease))
+}
+
+/// What the source's cached content is kept under: the URL, the directory, the credentials'
+/// Secret and the build's overrides.
+fn cache_identity(
+    h: &HttpSource,
+    prefix: &str,
+    auth: &Auth,
+    overrides: Option<&crate::api::KustomizeOverrides>,
+) -> String {
+    format!(
+        "http {} path={prefix} secret={}{}",
+        h.url,
+        auth.secret.as_deref().unwrap_or(""),
+        super::directory::build_identity(overrides)
+    )
 }
 
 /// The body of `resp` (from `url`, redacted), within the download cap; its memory is taken

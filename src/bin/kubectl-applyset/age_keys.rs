@@ -7,35 +7,46 @@ use std::path::{Path, PathBuf};
 
 use applyset_operator::sops::AgeKeys;
 
+/// Why local age identities could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AgeKeyError {
+    /// A key file that is named or present could not be read.
+    #[error("SOPS age key file {}: {source}", .path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An identity that does not parse (the error names where it came from).
+    #[error("SOPS age key: {0}")]
+    Identity(#[from] applyset_operator::sops::IdentityError),
+}
+
 /// The identities found, `None` when there are none; a key file named but unreadable, or an
 /// identity that does not parse, is an error naming where it came from.
-pub fn local_keys(flag: Option<&Path>) -> Result<Option<AgeKeys>, String> {
+pub fn local_keys(flag: Option<&Path>) -> Result<Option<AgeKeys>, AgeKeyError> {
     let mut keys = AgeKeys::new();
-    let mut add = |name: &str, text: &str| {
-        keys.add_text(name, text)
-            .map(|_| ())
-            .map_err(|e| format!("SOPS age key: {e}"))
-    };
     let named = flag.map(Path::to_path_buf).or_else(|| {
         std::env::var_os("SOPS_AGE_KEY_FILE")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     });
+    let read = |path: PathBuf| match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((path.display().to_string(), text)),
+        Err(source) => Err(AgeKeyError::File { path, source }),
+    };
     if let Some(path) = named {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("SOPS age key file {}: {e}", path.display()))?;
-        add(&path.display().to_string(), &text)?;
+        let (name, text) = read(path)?;
+        keys.add_text(&name, &text)?;
     }
     if let Some(text) = std::env::var("SOPS_AGE_KEY")
         .ok()
         .filter(|t| !t.trim().is_empty())
     {
-        add("$SOPS_AGE_KEY", &text)?;
+        keys.add_text("$SOPS_AGE_KEY", &text)?;
     }
     if let Some(path) = default_key_file().filter(|p| p.is_file()) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("SOPS age key file {}: {e}", path.display()))?;
-        add(&path.display().to_string(), &text)?;
+        let (name, text) = read(path)?;
+        keys.add_text(&name, &text)?;
     }
     Ok((!keys.is_empty()).then_some(keys))
 }

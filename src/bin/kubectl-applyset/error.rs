@@ -32,8 +32,8 @@ pub enum CliError {
     Set(String),
     /// A local SOPS age key (`--sops-age-key-file`, `$SOPS_AGE_KEY_FILE`, `$SOPS_AGE_KEY`,
     /// keys.txt) could not be read or parsed: where it came from, and why.
-    #[error("{0}")]
-    AgeKey(String),
+    #[error(transparent)]
+    AgeKey(#[from] crate::age_keys::AgeKeyError),
     /// Output could not be written.
     #[error("writing YAML: {0}")]
     Yaml(String),
