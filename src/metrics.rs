@@ -371,6 +371,12 @@ impl Metrics {
         self.workqueue.retried(&controller_name(kind));
     }
 
+    /// `read` tells how many workers the controller of `kind` holds now
+    /// (`controller_runtime_active_workers`).
+    pub fn sample_workers(&self, kind: &str, read: Sampler) {
+        self.workqueue.sample_workers(&controller_name(kind), read);
+    }
+
     /// The most reconciles each controller runs at once (`--concurrency`).
     pub fn set_max_concurrent_reconciles(&self, n: u16) {
         self.workqueue.set_max_concurrent(n);

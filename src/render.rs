@@ -427,6 +427,8 @@ pub struct Readers<'a> {
     /// The client sources are read with (ConfigMaps, Secrets, secretRefs).
     pub client: &'a kube::Client,
     pub kinds: KindLookup<'a>,
+    /// The reconcile's worker, given back while the sources are read (None: no workers).
+    pub worker: Option<&'a crate::fair::Worker>,
 }
 
 /// The set to render and the operator's rules for it.
@@ -557,10 +559,11 @@ pub async fn render_set(
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         let mut manifests = inline_manifests(spec)?;
-        let fetched = readers
-            .sources
-            .fetch_all(readers.client, parent, spec)
-            .await?;
+        let fetch = readers.sources.fetch_all(readers.client, parent, spec);
+        let fetched = match readers.worker {
+            Some(worker) if !spec.sources.is_empty() => worker.away(fetch).await?,
+            _ => fetch.await?,
+        };
         for f in &fetched {
             manifests.extend(f.manifests.iter().cloned());
         }

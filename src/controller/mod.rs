@@ -45,6 +45,7 @@ use crate::{
     dependencies::Dependencies,
     discovery::Resolver,
     engine::SetScope,
+    fair,
     members::MemberWatches,
     metrics::Metrics,
     parent::{self, Parent},
@@ -66,7 +67,9 @@ pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// How the operator runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Parents reconciled at once.
+    /// Workers of each controller: reconciles doing their work at once (a reconcile reading
+    /// its sources gives its worker back meanwhile), shared round robin between namespaces
+    /// (see [`crate::fair`]); also how many sets of one namespace read sources at once.
     pub concurrency: u16,
     /// Member writes (applies and deletes) in flight, across all parents at once: one large
     /// set may use them all, many small ones share them.
@@ -136,6 +139,46 @@ pub struct Context {
     health: healthy::Reporter,
     /// `spec.dependsOn`: the index from dependencies to dependents, the parent caches.
     pub dependencies: Dependencies,
+    /// The controllers' workers ([`Config::concurrency`]).
+    pub workers: Workers,
+}
+
+/// The workers of both controllers, each shared round robin between namespaces, and the
+/// per-namespace bound on sets reading their sources (which they do without a worker).
+#[derive(Clone)]
+pub struct Workers {
+    applysets: fair::Gate,
+    cluster_applysets: fair::Gate,
+    away: fair::Slots,
+}
+
+impl Workers {
+    pub fn new(per_controller: usize) -> Self {
+        Workers {
+            applysets: fair::Gate::new(per_controller),
+            cluster_applysets: fair::Gate::new(per_controller),
+            away: fair::Slots::new(per_controller),
+        }
+    }
+
+    fn gate(&self, kind: applyset::ParentKind) -> &fair::Gate {
+        match kind {
+            applyset::ParentKind::ApplySet => &self.applysets,
+            applyset::ParentKind::ClusterApplySet => &self.cluster_applysets,
+        }
+    }
+
+    /// A worker of `kind`'s controller for a parent in `namespace` (`""`: cluster-scoped),
+    /// in the namespace's turn; None once the operator is stopping.
+    async fn start(&self, kind: applyset::ParentKind, namespace: &str) -> Option<fair::Worker> {
+        fair::Worker::start(self.gate(kind), namespace, &self.away).await
+    }
+
+    /// Stops handing out workers: reconciles still waiting for one end at once.
+    fn close(&self) {
+        self.applysets.close();
+        self.cluster_applysets.close();
+    }
 }
 
 impl Context {
@@ -155,6 +198,7 @@ impl Context {
             config.source_dir.clone(),
         );
         metrics.register(sources.kustomize.collector());
+        let workers = Workers::new(usize::from(config.concurrency));
         Self {
             sources,
             resolver,
@@ -173,6 +217,7 @@ impl Context {
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
             dependencies: Dependencies::default(),
+            workers,
         }
     }
 
@@ -251,6 +296,22 @@ fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
     );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
+        "applyset_fetching_namespaces",
+        "Namespaces with sets reading their sources now (each at most --concurrency sets at once)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.workers.away.keys())),
+    );
+    for kind in [
+        applyset::ParentKind::ApplySet,
+        applyset::ParentKind::ClusterApplySet,
+    ] {
+        let c = Arc::downgrade(ctx);
+        metrics.sample_workers(
+            kind.kind(),
+            Box::new(move || c.upgrade().map_or(0, |c| c.workers.gate(kind).in_use())),
+        );
+    }
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
         "applyset_impersonation_clients",
         "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
         Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
@@ -301,6 +362,7 @@ pub struct Operator {
     source_memory: sources::memory::MemoryBudget,
     readiness: Arc<Readiness>,
     members: Arc<MemberWatches>,
+    workers: Workers,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -323,6 +385,7 @@ impl Operator {
             members.clone(),
         ));
         let source_memory = ctx.sources.memory.clone();
+        let workers = ctx.workers.clone();
         metrics.watch_source_memory(source_memory.clone());
         metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
         sample_bounded_resources(&metrics, &ctx);
@@ -360,6 +423,7 @@ impl Operator {
             source_memory,
             readiness,
             members,
+            workers,
             shutdown: tx,
             task,
         }
@@ -379,8 +443,10 @@ impl Operator {
         self.readiness.clone()
     }
 
-    /// Stops taking new work, lets in-flight reconciles finish, and returns.
+    /// Stops taking new work, lets in-flight reconciles finish (those still waiting for a
+    /// worker end at once: the next operator reconciles every set), and returns.
     pub async fn shutdown(self) {
+        self.workers.close();
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
     }
@@ -502,7 +568,9 @@ async fn run_controller<P: Parent>(
             referenced_watch::<Secret>(&ctx),
             referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
         )
-        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        // Every due reconcile starts at once and waits for a worker of its own namespace's
+        // turn ([`Workers`]): the bound on work is the workers, not kube-runtime's.
+        .with_config(controller::Config::default().concurrency(0))
         // Each trigger stream backs off by itself; a wait here would pause them all.
         .trigger_backoff(crate::watch::NoWait)
         .graceful_shutdown_on(stop)
@@ -602,19 +670,30 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 
 /// One reconcile of one parent, in a span that carries the parent (every log line of the
 /// reconcile, engine and sources included, is tied to it).
+/// It waits (in the queue) for a worker of its namespace's turn first.
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics
-        .started(P::KIND.kind(), &obj.parent_ref().to_string());
-    let span = tracing::info_span!("reconcile", parent = %obj.parent_ref());
-    reconcile_contained(obj, ctx).instrument(span).await
+    let parent = obj.parent_ref();
+    let namespace = parent.namespace.clone().unwrap_or_default();
+    let Some(worker) = ctx.workers.start(P::KIND, &namespace).await else {
+        // The operator is stopping: the next one reconciles every set when it starts.
+        return Ok(Action::await_change());
+    };
+    ctx.metrics.started(P::KIND.kind(), &parent.to_string());
+    let span = tracing::info_span!("reconcile", parent = %parent);
+    // Boxed: a reconcile waiting for a worker holds only the small future above.
+    Box::pin(reconcile_contained(obj, ctx, Arc::new(worker)).instrument(span)).await
 }
 
-async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile_contained<P: Parent>(
+    obj: Arc<P>,
+    ctx: Arc<Context>,
+    worker: Arc<fair::Worker>,
+) -> Result<Action> {
     use futures::FutureExt;
     let started = Instant::now();
     let parent = obj.parent_ref().to_string();
     // A panic must not take both controllers down with it: it becomes this parent's error.
-    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx))
+    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx, worker))
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| {
@@ -650,8 +729,12 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 }
 
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,
-/// cleans up behind the finalizer.
-async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+/// cleans up behind the finalizer. `worker` is given back while sources are read.
+async fn reconcile_parent<P: Parent>(
+    obj: Arc<P>,
+    ctx: &Context,
+    worker: Arc<fair::Worker>,
+) -> Result<Action> {
     let parent = obj.parent_ref();
     let scope = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
         Err(e) => Err(e.to_string()),
@@ -662,7 +745,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
         }
     };
     let scope = match scope {
-        Ok(scope) => scope,
+        Ok(scope) => scope.with_worker(worker),
         Err(e) => {
             // Nothing is done as anyone: the refusal is only reported.
             let scope = ctx.operator_scope(parent);

@@ -294,6 +294,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
                 resolver: &ctx.resolver,
                 beside: &|_| None,
             },
+            worker: self.scope.worker(),
         };
         let rendered = match render::render_set(&input, &readers).await? {
             Ok(rendered) => rendered,

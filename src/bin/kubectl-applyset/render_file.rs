@@ -123,6 +123,7 @@ impl Renderer {
             sources: &self.sources,
             client,
             kinds,
+            worker: None,
         };
         let rendered = render::render_set(&input, &readers)
             .await
