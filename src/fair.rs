@@ -11,9 +11,11 @@
 //!   its queue; a namespace that starts waiting is served after at most one worker given
 //!   back per namespace ahead of it,
 //! - a wait on the network (reading a set's sources) holds no worker: [`Worker::away`] gives
-//!   the worker back for the wait and takes one again, in turn, after. Those waits are
-//!   bounded per namespace instead ([`Slots`]: at most N sets of one namespace read their
-//!   sources at once), so a namespace's slow sources queue only its own sets.
+//!   the worker back for the wait and takes one again, in turn, after. What a namespace has
+//!   in progress is bounded per namespace instead ([`Slots`]: at most N reconciles of one
+//!   namespace between their start and their end, waits included), so a namespace's slow
+//!   sources queue only its own sets, and what the reconciles in progress hold (their state,
+//!   what their sources returned) is bounded per namespace, as it was with N workers.
 //!
 //! [`RoundRobin`] is the scheduling rule, pure; [`Gate`] hands out its permits to async
 //! waiters ([`Permit`]s go back when dropped, a waiter that goes away stops waiting).
@@ -343,37 +345,36 @@ impl Drop for Slot {
     }
 }
 
-/// The worker of one reconcile: a permit of its controller's [`Gate`] under the parent's
-/// namespace, which it gives back for its waits on the network ([`Worker::away`]).
+/// The worker of one reconcile: one of its namespace's [`Slots`] for the whole reconcile,
+/// and a permit of its controller's [`Gate`], which it gives back for its waits on the
+/// network ([`Worker::away`]).
 pub struct Worker {
     gate: Gate,
     key: Arc<str>,
     permit: Mutex<Option<Permit>>,
-    away_slots: Slots,
+    _in_progress: Slot,
 }
 
 impl Worker {
-    /// Waits for a worker of `gate`, in `key`'s turn; None once the gate is closed.
-    /// `away_slots` bounds the key's waits on the network.
-    pub async fn start(gate: &Gate, key: &str, away_slots: &Slots) -> Option<Worker> {
+    /// Waits for one of `key`'s slots, then for a worker of `gate` in `key`'s turn; None
+    /// once the gate is closed.
+    pub async fn start(gate: &Gate, key: &str, in_progress: &Slots) -> Option<Worker> {
+        let slot = in_progress.acquire(key).await;
         let permit = gate.acquire(key).await?;
         Some(Worker {
             gate: gate.clone(),
             key: Arc::from(key),
             permit: Mutex::new(Some(permit)),
-            away_slots: away_slots.clone(),
+            _in_progress: slot,
         })
     }
 
-    /// Runs `wait` without holding the worker: the permit is given back, `wait` runs in one
-    /// of the key's slots, and then a permit is taken again in turn (none once the gate is
-    /// closed: the reconcile ends without one).
+    /// Runs `wait` without holding the worker: the permit is given back, and taken again in
+    /// turn once `wait` is over (none once the gate is closed: the reconcile ends without
+    /// one). The reconcile keeps its namespace's slot.
     pub async fn away<F: Future>(&self, wait: F) -> F::Output {
         drop(self.take());
-        let out = {
-            let _slot = self.away_slots.acquire(&self.key).await;
-            wait.await
-        };
+        let out = wait.await;
         let permit = self.gate.acquire(&self.key).await;
         *self.permit.lock().unwrap_or_else(PoisonError::into_inner) = permit;
         out

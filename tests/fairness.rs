@@ -510,7 +510,7 @@ async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
 /// within --source-timeout) does not hold up another namespace's set: its create-to-Ready
 /// and an edit's effect each stay within 5 s. On main the victim waited for a worker until
 /// the tarpits timed out. Once the attacker's sets are gone, the workers, the queue and the
-/// namespaces' fetch slots are all given back, and the tarpit hears no more requests.
+/// namespaces' slots are all given back, and the tarpit hears no more requests.
 #[tokio::test]
 async fn a_namespace_of_slow_sets_does_not_hold_up_another_namespace() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -582,13 +582,13 @@ async fn a_namespace_of_slow_sets_does_not_hold_up_another_namespace() {
         [
             "controller_runtime_active_workers{controller=\"applyset\"}",
             "workqueue_depth{name=\"applyset\"}",
-            "applyset_fetching_namespaces",
+            "applyset_reconciling_namespaces",
         ]
         .iter()
         .all(|series| sample(m, series) == Some(0.0))
     };
     wait_for(
-        "workers, queue and fetch slots given back",
+        "workers, queue and namespace slots given back",
         DEADLINE,
         || async { op.metrics().filter(|m| idle(m)).map(|_| ()) },
     )

@@ -69,7 +69,8 @@ pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
 pub struct Config {
     /// Workers of each controller: reconciles doing their work at once (a reconcile reading
     /// its sources gives its worker back meanwhile), shared round robin between namespaces
-    /// (see [`crate::fair`]); also how many sets of one namespace read sources at once.
+    /// (see [`crate::fair`]); also how many reconciles of one namespace are in progress at
+    /// once (their source reads included).
     pub concurrency: u16,
     /// Member writes (applies and deletes) in flight, across all parents at once: one large
     /// set may use them all, many small ones share them.
@@ -144,12 +145,13 @@ pub struct Context {
 }
 
 /// The workers of both controllers, each shared round robin between namespaces, and the
-/// per-namespace bound on sets reading their sources (which they do without a worker).
+/// per-namespace bound on reconciles in progress (reading sources, which they do without a
+/// worker, included).
 #[derive(Clone)]
 pub struct Workers {
     applysets: fair::Gate,
     cluster_applysets: fair::Gate,
-    away: fair::Slots,
+    in_progress: fair::Slots,
 }
 
 impl Workers {
@@ -157,7 +159,7 @@ impl Workers {
         Workers {
             applysets: fair::Gate::new(per_controller),
             cluster_applysets: fair::Gate::new(per_controller),
-            away: fair::Slots::new(per_controller),
+            in_progress: fair::Slots::new(per_controller),
         }
     }
 
@@ -169,9 +171,10 @@ impl Workers {
     }
 
     /// A worker of `kind`'s controller for a parent in `namespace` (`""`: cluster-scoped),
-    /// in the namespace's turn; None once the operator is stopping.
+    /// once the namespace has fewer reconciles in progress than its bound, in the
+    /// namespace's turn; None once the operator is stopping.
     async fn start(&self, kind: applyset::ParentKind, namespace: &str) -> Option<fair::Worker> {
-        fair::Worker::start(self.gate(kind), namespace, &self.away).await
+        fair::Worker::start(self.gate(kind), namespace, &self.in_progress).await
     }
 
     /// Stops handing out workers: reconciles still waiting for one end at once.
@@ -296,9 +299,9 @@ fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
     );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
-        "applyset_fetching_namespaces",
-        "Namespaces with sets reading their sources now (each at most --concurrency sets at once)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.workers.away.keys())),
+        "applyset_reconciling_namespaces",
+        "Namespaces with reconciles in progress or waiting to start (each at most --concurrency in progress)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.workers.in_progress.keys())),
     );
     for kind in [
         applyset::ParentKind::ApplySet,
@@ -785,4 +788,28 @@ async fn reconcile_parent<P: Parent>(
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, R>(_: impl Fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    fn returned_size3<A, B, C, R>(_: impl Fn(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every due reconcile starts at once and waits for a worker: what it holds meanwhile is
+    /// its small outer future (the reconcile proper is boxed once it has a worker).
+    #[test]
+    fn a_reconcile_waiting_for_a_worker_holds_a_small_future() {
+        let waiting = returned_size(reconcile::<ApplySet>);
+        let proper = returned_size3(reconcile_contained::<ApplySet>);
+        eprintln!("waiting: {waiting} bytes, the reconcile proper: {proper} bytes");
+        assert!(waiting <= 512, "{waiting} bytes");
+    }
 }

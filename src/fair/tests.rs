@@ -259,6 +259,12 @@ async fn a_worker_away_holds_no_permit_and_takes_one_again_in_turn() {
     let gate = Gate::new(1);
     let slots = Slots::new(1);
     let worker = Worker::start(&gate, "slow", &slots).await.expect("free");
+    // The namespace's one slot is the worker's: its next reconcile waits for it.
+    let next = tokio::time::timeout(Duration::from_millis(20), slots.acquire("slow")).await;
+    assert!(
+        next.is_err(),
+        "one reconcile of the namespace in progress at most"
+    );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     {
         let away = worker.away(async {
@@ -268,7 +274,6 @@ async fn a_worker_away_holds_no_permit_and_takes_one_again_in_turn() {
         tokio::pin!(away);
         assert!(futures::poll!(&mut away).is_pending());
         assert_eq!(gate.in_use(), 0, "the worker was given back for the wait");
-        assert_eq!(slots.keys(), 1);
         // Another namespace works meanwhile.
         let other = gate.acquire("other").await.expect("free while slow waits");
         let _ = tx.send(());
@@ -280,9 +285,10 @@ async fn a_worker_away_holds_no_permit_and_takes_one_again_in_turn() {
         assert_eq!(away.await, 7);
     }
     assert_eq!(gate.in_use(), 1, "the worker holds a permit again");
-    assert_eq!(slots.keys(), 0);
+    assert_eq!(slots.keys(), 1, "and its slot");
     drop(worker);
     assert_eq!(gate.in_use(), 0);
+    assert_eq!(slots.keys(), 0);
 }
 
 /// Polls `check` until it holds (a few seconds at most).
