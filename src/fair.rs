@@ -73,21 +73,25 @@ impl<K: Eq + Hash + Clone> RoundRobin<K> {
     /// A permit is given back: the ticket it goes to (the first waiter of the next key in
     /// turn, which then goes to the back of the ring), or None when nobody waits.
     pub fn release(&mut self) -> Option<Ticket> {
-        let Some(key) = self.ring.pop_front() else {
-            self.free += 1;
-            return None;
-        };
-        let queue = self.queues.get_mut(&key)?;
-        let ticket = queue.pop_front();
-        if queue.is_empty() {
-            self.queues.remove(&key);
-        } else {
-            self.ring.push_back(key);
+        while let Some(key) = self.ring.pop_front() {
+            // A key in the ring always has waiters; one without is skipped all the same.
+            let Some(queue) = self.queues.get_mut(&key) else {
+                continue;
+            };
+            let Some(ticket) = queue.pop_front() else {
+                self.queues.remove(&key);
+                continue;
+            };
+            if queue.is_empty() {
+                self.queues.remove(&key);
+            } else {
+                self.ring.push_back(key);
+            }
+            self.keys.remove(&ticket);
+            return Some(ticket);
         }
-        if let Some(t) = ticket {
-            self.keys.remove(&t);
-        }
-        ticket
+        self.free += 1;
+        None
     }
 
     /// `ticket` stops waiting; false when it was not waiting (it has its permit already).
@@ -196,14 +200,15 @@ impl Gate {
                     Some(ticket) => s.senders.remove(&ticket),
                 }
             };
-            // A waiter gone meanwhile: the permit goes to the next one.
-            if let Some(tx) = sender
-                && let Err(mut unused) = tx.send(Permit::of(self))
-            {
-                unused.gate = None;
+            // A waiter gone meanwhile (or none to tell, which cannot be): the permit goes
+            // to the next one.
+            let Some(tx) = sender else {
                 continue;
+            };
+            match tx.send(Permit::of(self)) {
+                Ok(()) => return,
+                Err(mut unused) => unused.gate = None,
             }
-            return;
         }
     }
 
