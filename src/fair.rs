@@ -13,9 +13,10 @@
 //! - a wait on the network (reading a set's sources) holds no worker: [`Worker::away`] gives
 //!   the worker back for the wait and takes one again, in turn, after. What a namespace has
 //!   in progress is bounded per namespace instead ([`Slots`]: at most N reconciles of one
-//!   namespace between their start and their end, waits included), so a namespace's slow
-//!   sources queue only its own sets, and what the reconciles in progress hold (their state,
-//!   what their sources returned) is bounded per namespace, as it was with N workers.
+//!   namespace between their start and their end, waits included; the others are parked,
+//!   holding nothing, and woken one by one as slots free), so a namespace's slow sources
+//!   queue only its own sets, and what the reconciles in progress hold (their state, what
+//!   their sources returned) is bounded per namespace, as it was with N workers.
 //!
 //! [`RoundRobin`] is the scheduling rule, pure; [`Gate`] hands out its permits to async
 //! waiters ([`Permit`]s go back when dropped, a waiter that goes away stops waiting).
@@ -26,7 +27,10 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
+
+mod slots;
+pub use slots::{Slot, Slots};
 
 /// One request for a permit.
 pub type Ticket = u64;
@@ -276,80 +280,6 @@ impl Drop for Permit {
     }
 }
 
-/// At most `per_key` holders at once per key, with no bound across keys: a key's holders
-/// queue only each other. A key's entry exists while someone holds or waits for it.
-#[derive(Clone)]
-pub struct Slots {
-    per_key: usize,
-    keys: Arc<Mutex<HashMap<Arc<str>, Arc<Semaphore>>>>,
-}
-
-impl Slots {
-    pub fn new(per_key: usize) -> Self {
-        Slots {
-            per_key: per_key.max(1),
-            keys: Arc::default(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<Semaphore>>> {
-        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// One of `key`'s slots, once one is free (dropping the future stops the wait).
-    pub async fn acquire(&self, key: &str) -> Slot {
-        let semaphore = self
-            .lock()
-            .entry(Arc::from(key))
-            .or_insert_with(|| Arc::new(Semaphore::new(self.per_key)))
-            .clone();
-        // The slot exists before the wait, so that a wait dropped midway cleans up too.
-        let mut slot = Slot {
-            slots: self.clone(),
-            key: Arc::from(key),
-            semaphore: Some(semaphore),
-            held: false,
-        };
-        if let Some(s) = &slot.semaphore {
-            // Nothing closes the semaphore; a closed one would only lift the bound.
-            if let Ok(p) = s.acquire().await {
-                p.forget();
-                slot.held = true;
-            }
-        }
-        slot
-    }
-
-    /// Keys with a slot held or waited for.
-    pub fn keys(&self) -> usize {
-        self.lock().len()
-    }
-}
-
-/// A slot of [`Slots`], given back when dropped.
-pub struct Slot {
-    slots: Slots,
-    key: Arc<str>,
-    semaphore: Option<Arc<Semaphore>>,
-    held: bool,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut keys = self.slots.lock();
-        let Some(semaphore) = self.semaphore.take() else {
-            return;
-        };
-        if self.held {
-            semaphore.add_permits(1);
-        }
-        // The map's reference and this one: nobody else holds or waits for the key.
-        if Arc::strong_count(&semaphore) == 2 {
-            keys.remove(&self.key);
-        }
-    }
-}
-
 /// The worker of one reconcile: one of its namespace's [`Slots`] for the whole reconcile,
 /// and a permit of its controller's [`Gate`], which it gives back for its waits on the
 /// network ([`Worker::away`]).
@@ -360,18 +290,38 @@ pub struct Worker {
     _in_progress: Slot,
 }
 
+/// How a reconcile's start went.
+pub enum Start {
+    /// It has its namespace's slot and a worker.
+    Working(Worker),
+    /// Its namespace has as many reconciles in progress as it may: it is parked, and
+    /// reconciled again (woken) when one of them ends.
+    Parked,
+    /// The gate is closed (the operator is stopping).
+    Closed,
+}
+
 impl Worker {
-    /// Waits for one of `key`'s slots, then for a worker of `gate` in `key`'s turn; None
-    /// once the gate is closed.
-    pub async fn start(gate: &Gate, key: &str, in_progress: &Slots) -> Option<Worker> {
-        let slot = in_progress.acquire(key).await;
-        let permit = gate.acquire(key).await?;
-        Some(Worker {
-            gate: gate.clone(),
-            key: Arc::from(key),
-            permit: Mutex::new(Some(permit)),
-            _in_progress: slot,
-        })
+    /// Takes one of `key`'s slots for `parent` (or parks it), then waits for a worker of
+    /// `gate` in `key`'s turn.
+    pub async fn start<P: Hash + Eq + Clone + Send + 'static>(
+        gate: &Gate,
+        key: &str,
+        in_progress: &Slots<P>,
+        parent: P,
+    ) -> Start {
+        let Some(slot) = in_progress.try_acquire(key, parent) else {
+            return Start::Parked;
+        };
+        match gate.acquire(key).await {
+            None => Start::Closed,
+            Some(permit) => Start::Working(Worker {
+                gate: gate.clone(),
+                key: Arc::from(key),
+                permit: Mutex::new(Some(permit)),
+                _in_progress: slot,
+            }),
+        }
     }
 
     /// Runs `wait` without holding the worker: the permit is given back, and taken again in

@@ -353,6 +353,13 @@ impl Metrics {
         self.set_depth(&controller, depth);
     }
 
+    /// `parent` is gone before its reconcile started: it leaves the queue.
+    pub fn gone(&self, kind: &str, parent: &str) {
+        let controller = controller_name(kind);
+        let depth = self.workqueue.gone(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
     /// A reconcile of `parent` started: it left the queue and runs until
     /// [`Metrics::finished`].
     pub fn started(&self, kind: &str, parent: &str) {

@@ -151,15 +151,19 @@ pub struct Context {
 pub struct Workers {
     applysets: fair::Gate,
     cluster_applysets: fair::Gate,
-    in_progress: fair::Slots,
+    in_progress: fair::Slots<ParentRef>,
 }
 
 impl Workers {
-    pub fn new(per_controller: usize) -> Self {
+    /// `per_controller` workers each; a parked parent is reconciled again through `members`'
+    /// triggers.
+    pub fn new(per_controller: usize, members: Arc<MemberWatches>) -> Self {
         Workers {
             applysets: fair::Gate::new(per_controller),
             cluster_applysets: fair::Gate::new(per_controller),
-            in_progress: fair::Slots::new(per_controller),
+            in_progress: fair::Slots::new(per_controller, move |p| {
+                members.trigger_parents(vec![p]);
+            }),
         }
     }
 
@@ -170,11 +174,18 @@ impl Workers {
         }
     }
 
-    /// A worker of `kind`'s controller for a parent in `namespace` (`""`: cluster-scoped),
-    /// once the namespace has fewer reconciles in progress than its bound, in the
-    /// namespace's turn; None once the operator is stopping.
-    async fn start(&self, kind: applyset::ParentKind, namespace: &str) -> Option<fair::Worker> {
-        fair::Worker::start(self.gate(kind), namespace, &self.in_progress).await
+    /// A worker of `parent`'s controller, in its namespace's turn, if its namespace (`""`:
+    /// cluster-scoped) has fewer reconciles in progress than its bound; else it is parked.
+    async fn start(&self, parent: &ParentRef) -> fair::Start {
+        let key = parent.namespace.as_deref().unwrap_or_default();
+        let gate = self.gate(parent.kind);
+        fair::Worker::start(gate, key, &self.in_progress, parent.clone()).await
+    }
+
+    /// `parent` is gone: it is no longer parked, nor a slot kept for it.
+    fn forget(&self, parent: &ParentRef) {
+        let key = parent.namespace.as_deref().unwrap_or_default();
+        self.in_progress.forget(key, parent);
     }
 
     /// Stops handing out workers: reconciles still waiting for one end at once.
@@ -201,7 +212,7 @@ impl Context {
             config.source_dir.clone(),
         );
         metrics.register(sources.kustomize.collector());
-        let workers = Workers::new(usize::from(config.concurrency));
+        let workers = Workers::new(usize::from(config.concurrency), members.clone());
         Self {
             sources,
             resolver,
@@ -510,8 +521,10 @@ fn parent_stream<P: Parent>(
             if let Ok(watcher::Event::Delete(o)) = e {
                 let parent = o.parent_ref();
                 gone.metrics.set_info(&parent.to_string(), None);
+                gone.metrics.gone(P::KIND.kind(), &parent.to_string());
                 gone.members.forget(&parent.id());
                 gone.health.forget(&parent.id());
+                gone.workers.forget(&parent);
             }
         })
         // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
@@ -673,13 +686,16 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 
 /// One reconcile of one parent, in a span that carries the parent (every log line of the
 /// reconcile, engine and sources included, is tied to it).
-/// It waits (in the queue) for a worker of its namespace's turn first.
+/// It waits (in the queue) for a worker of its namespace's turn first, or is parked (it
+/// returns at once, and is triggered again when one of its namespace's reconciles ends).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     let parent = obj.parent_ref();
-    let namespace = parent.namespace.clone().unwrap_or_default();
-    let Some(worker) = ctx.workers.start(P::KIND, &namespace).await else {
+    let worker = match ctx.workers.start(&parent).await {
+        fair::Start::Working(worker) => worker,
+        // Reconciled again (woken) when one of its namespace's reconciles ends.
+        fair::Start::Parked => return Ok(Action::await_change()),
         // The operator is stopping: the next one reconciles every set when it starts.
-        return Ok(Action::await_change());
+        fair::Start::Closed => return Ok(Action::await_change()),
     };
     ctx.metrics.started(P::KIND.kind(), &parent.to_string());
     let span = tracing::info_span!("reconcile", parent = %parent);

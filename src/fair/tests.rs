@@ -235,36 +235,79 @@ async fn a_closed_gate_answers_its_waiters_and_hands_out_nothing() {
     assert_eq!(gate.in_use(), 0);
 }
 
-#[tokio::test]
-async fn slots_bound_each_key_alone_and_are_forgotten_when_idle() {
-    let slots = Slots::new(2);
-    let a1 = slots.acquire("a").await;
-    let a2 = slots.acquire("a").await;
-    // a is full: its third waits, b does not.
-    let third = tokio::time::timeout(Duration::from_millis(20), slots.acquire("a")).await;
-    assert!(third.is_err(), "a's third slot waits");
-    let b = tokio::time::timeout(Duration::from_millis(20), slots.acquire("b")).await;
-    assert!(b.is_ok(), "b is not queued behind a");
+/// Slots whose woken parents are recorded in `woken`.
+fn recorded_slots(per_key: usize) -> (Slots<u32>, Arc<Mutex<Vec<u32>>>) {
+    let woken = Arc::new(Mutex::new(Vec::new()));
+    let record = woken.clone();
+    let slots = Slots::new(per_key, move |p| record.lock().expect("woken").push(p));
+    (slots, woken)
+}
+
+#[test]
+fn slots_bound_each_key_alone_park_the_rest_and_wake_them_in_order() {
+    let (slots, woken) = recorded_slots(2);
+    let a1 = slots.try_acquire("a", 1).expect("free");
+    let a2 = slots.try_acquire("a", 2).expect("free");
+    assert!(slots.try_acquire("a", 3).is_none(), "a is full: 3 parked");
+    assert!(slots.try_acquire("a", 4).is_none(), "4 parked");
+    assert!(slots.try_acquire("a", 3).is_none(), "3 again: parked once");
+    assert_eq!(slots.parked(), 2);
+    let b = slots
+        .try_acquire("b", 10)
+        .expect("b is not queued behind a");
     drop(b);
-    assert_eq!(slots.keys(), 1, "b forgotten, including its cancelled wait");
+    assert_eq!(slots.keys(), 1, "b forgotten once idle");
+    // A slot frees: the first parked is woken, and the slot kept for it.
     drop(a1);
-    let a3 = slots.acquire("a").await;
-    drop(a3);
+    assert_eq!(*woken.lock().expect("woken"), [3]);
+    assert!(
+        slots.try_acquire("a", 5).is_none(),
+        "kept for 3, not taken by 5"
+    );
+    let a3 = slots.try_acquire("a", 3).expect("kept for 3");
     drop(a2);
+    assert_eq!(*woken.lock().expect("woken"), [3, 4]);
+    let a4 = slots.try_acquire("a", 4).expect("kept for 4");
+    drop((a3, a4));
+    assert_eq!(*woken.lock().expect("woken"), [3, 4, 5]);
+    // 5 never comes back (deleted): forgetting it frees its slot.
+    slots.forget("a", &5);
+    assert_eq!(slots.keys(), 0, "nothing held, kept or parked");
+}
+
+#[test]
+fn a_parked_parent_that_comes_by_itself_is_no_longer_parked() {
+    let (slots, woken) = recorded_slots(1);
+    let held = slots.try_acquire("a", 1).expect("free");
+    assert!(slots.try_acquire("a", 2).is_none());
+    assert!(slots.try_acquire("a", 3).is_none());
+    drop(held);
+    assert_eq!(*woken.lock().expect("woken"), [2]);
+    // 3 is forgotten while parked; 2 is forgotten while woken: its slot is free again.
+    slots.forget("a", &3);
+    slots.forget("a", &2);
     assert_eq!(slots.keys(), 0);
+    let again = slots.try_acquire("a", 3).expect("free");
+    drop(again);
+    assert_eq!(
+        *woken.lock().expect("woken"),
+        [2],
+        "3 was not parked any more"
+    );
 }
 
 #[tokio::test]
 async fn a_worker_away_holds_no_permit_and_takes_one_again_in_turn() {
     let gate = Gate::new(1);
-    let slots = Slots::new(1);
-    let worker = Worker::start(&gate, "slow", &slots).await.expect("free");
-    // The namespace's one slot is the worker's: its next reconcile waits for it.
-    let next = tokio::time::timeout(Duration::from_millis(20), slots.acquire("slow")).await;
-    assert!(
-        next.is_err(),
-        "one reconcile of the namespace in progress at most"
-    );
+    let (slots, _) = recorded_slots(1);
+    let Start::Working(worker) = Worker::start(&gate, "slow", &slots, 1).await else {
+        panic!("a worker is free");
+    };
+    // The namespace's one slot is the worker's: its next reconcile is parked.
+    assert!(matches!(
+        Worker::start(&gate, "slow", &slots, 2).await,
+        Start::Parked
+    ));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     {
         let away = worker.away(async {
@@ -285,10 +328,14 @@ async fn a_worker_away_holds_no_permit_and_takes_one_again_in_turn() {
         assert_eq!(away.await, 7);
     }
     assert_eq!(gate.in_use(), 1, "the worker holds a permit again");
-    assert_eq!(slots.keys(), 1, "and its slot");
     drop(worker);
     assert_eq!(gate.in_use(), 0);
-    assert_eq!(slots.keys(), 0);
+    assert_eq!(slots.keys(), 1, "the slot is kept for 2, woken");
+    gate.close();
+    assert!(matches!(
+        Worker::start(&gate, "slow", &slots, 2).await,
+        Start::Closed
+    ));
 }
 
 /// Polls `check` until it holds (a few seconds at most).

@@ -176,6 +176,17 @@ impl WorkQueue {
         .unwrap_or_default()
     }
 
+    /// `parent` is gone (deleted, or no longer selected) before its reconcile started (a
+    /// reconcile parked for its namespace's turn, say): it leaves the queue. Returns the
+    /// queue's depth.
+    pub fn gone(&self, controller: &str, parent: &str) -> usize {
+        self.with(controller, |q| {
+            q.waiting.remove(parent);
+            q.waiting.len()
+        })
+        .unwrap_or_default()
+    }
+
     /// `parent`'s reconcile ended.
     pub fn finished(&self, controller: &str, parent: &str) {
         self.with(controller, |q| {
@@ -278,6 +289,11 @@ mod tests {
             1
         );
         q.finished("applyset", "a");
+        assert_eq!(
+            q.gone("applyset", "b"),
+            0,
+            "b left the queue without starting"
+        );
         assert_eq!(
             q.work_duration
                 .with_label_values(&["applyset", "applyset"])
