@@ -584,8 +584,9 @@ async fn run_controller<P: Parent>(
             referenced_watch::<Secret>(&ctx),
             referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
         )
-        // Every due reconcile starts at once and waits for a worker of its own namespace's
-        // turn ([`Workers`]): the bound on work is the workers, not kube-runtime's.
+        // Every due reconcile starts at once: it is parked when its namespace has as many in
+        // progress as it may, else it waits for a worker in its namespace's turn
+        // ([`Workers`]). The bounds on work are those, not kube-runtime's.
         .with_config(controller::Config::default().concurrency(0))
         // Each trigger stream backs off by itself; a wait here would pause them all.
         .trigger_backoff(crate::watch::NoWait)
@@ -685,9 +686,9 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 }
 
 /// One reconcile of one parent, in a span that carries the parent (every log line of the
-/// reconcile, engine and sources included, is tied to it).
-/// It waits (in the queue) for a worker of its namespace's turn first, or is parked (it
-/// returns at once, and is triggered again when one of its namespace's reconciles ends).
+/// reconcile, engine and sources included, is tied to it). It first waits (in the queue)
+/// for a worker in its namespace's turn, or is parked (it returns at once, and is
+/// triggered again when one of its namespace's reconciles ends).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     let parent = obj.parent_ref();
     let worker = match ctx.workers.start(&parent).await {
