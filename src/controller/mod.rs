@@ -594,12 +594,23 @@ async fn run_controller<P: Parent>(
         // Each trigger stream backs off by itself; a wait here would pause them all.
         .trigger_backoff(crate::watch::NoWait)
         .graceful_shutdown_on(stop)
-        .run(reconcile::<P>, error_policy::<P>, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                match e {
-                    controller::Error::ObjectNotFound(_) => {}
-                    e => tracing::warn!(error = %e, "controller"),
+        .run(reconcile::<P>, error_policy::<P>, ctx.clone())
+        .for_each(|r| {
+            // A parent triggered but gone (a parked one woken after a deletion the watch
+            // did not see): nothing is kept for it.
+            if let Err(controller::Error::ObjectNotFound(gone)) = &r {
+                ctx.workers.forget(&ParentRef {
+                    kind: P::KIND,
+                    name: gone.name.clone(),
+                    namespace: gone.namespace.clone(),
+                });
+            }
+            async move {
+                if let Err(e) = r {
+                    match e {
+                        controller::Error::ObjectNotFound(_) => {}
+                        e => tracing::warn!(error = %e, "controller"),
+                    }
                 }
             }
         });
