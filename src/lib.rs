@@ -24,6 +24,8 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
 //!   and the index from dependencies to dependents.
+//! - [`fair`]: the reconcile workers shared round robin between namespaces (a wait on the
+//!   network holds none).
 //! - [`controller`]: the controllers and the reconcile, SPEC §4 as a line of named steps that
 //!   orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
@@ -36,6 +38,7 @@ pub mod decryption;
 pub mod dependencies;
 pub mod discovery;
 pub mod engine;
+pub mod fair;
 pub mod health;
 pub mod kind_refs;
 pub mod kinds;

@@ -37,7 +37,9 @@ enum LogFormat {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// ApplySets reconciled at once.
+    /// Workers per controller: reconciles doing their work at once, shared round robin
+    /// between namespaces (a reconcile reading its sources gives its worker back meanwhile);
+    /// also the reconciles of one namespace in progress at once.
     #[arg(long, env = "APPLYSET_CONCURRENCY", default_value_t = 8)]
     concurrency: u16,
     /// Member writes (applies, deletes) in flight across all ApplySets; one large set may

@@ -442,6 +442,8 @@ pub struct Readers<'a> {
     pub kinds: KindLookup<'a>,
     /// Where the age keys of SOPS-encrypted members come from.
     pub keys: KeySource<'a>,
+    /// The reconcile's worker, given back while the sources are read (None: no workers).
+    pub worker: Option<&'a crate::fair::Worker>,
 }
 
 /// Where the age keys of a set's SOPS-encrypted members come from (spec.decryption).
@@ -586,10 +588,11 @@ pub async fn render_set(
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         let mut manifests = inline_manifests(spec)?;
-        let fetched = readers
-            .sources
-            .fetch_all(readers.client, parent, spec)
-            .await?;
+        let fetch = readers.sources.fetch_all(readers.client, parent, spec);
+        let fetched = match readers.worker {
+            Some(worker) if !spec.sources.is_empty() => worker.away(fetch).await?,
+            _ => fetch.await?,
+        };
         let mut keys = SetKeys {
             input,
             source: &readers.keys,

@@ -315,9 +315,10 @@ async fn a_refused_dependency_does_not_hold_another_namespaces_deletion() {
     operator::stop(op).await;
 }
 
-/// A loopback HTTP server for the source attack: `/slow…` announces a 60 MB body and sends
-/// one byte every half second (a tarpit within `--source-timeout`); anything else answers a
-/// small ConfigMap at once. Counts the slow requests it received.
+/// A loopback HTTP server for the source attacks: `/slow…` announces a 60 MB body and sends
+/// one byte every half second, `/drip…` announces 100 kB and sends one byte a second (tarpits
+/// within `--source-timeout`); anything else answers a small ConfigMap at once. Counts the
+/// slow requests (both tarpits) it received.
 async fn tarpit() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -343,17 +344,20 @@ async fn tarpit() -> (
                     }
                 }
                 let head = String::from_utf8_lossy(&req);
-                if head
-                    .split_whitespace()
-                    .nth(1)
-                    .is_some_and(|p| p.starts_with("/slow"))
-                {
+                let path = head.split_whitespace().nth(1).unwrap_or_default();
+                let trickle = if path.starts_with("/slow") {
+                    Some((60_000_000, Duration::from_millis(500)))
+                } else if path.starts_with("/drip") {
+                    Some((100_000, Duration::from_secs(1)))
+                } else {
+                    None
+                };
+                if let Some((length, every)) = trickle {
                     counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let _ = conn
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 60000000\r\n\r\n")
-                        .await;
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n");
+                    let _ = conn.write_all(head.as_bytes()).await;
                     while conn.write_all(b"#").await.is_ok() {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(every).await;
                     }
                 } else {
                     let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\ndata:\n  k: v\n";
@@ -499,4 +503,101 @@ async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
         "{msg}"
     );
     operator::stop(op).await;
+}
+
+/// Finding 6: a namespace whose sets keep every worker busy (12 sets, more than the 8
+/// workers, reconciled every second, each reading a source that sends one byte a second
+/// within --source-timeout) does not hold up another namespace's set: its create-to-Ready
+/// and an edit's effect each stay within 5 s. On main the victim waited for a worker until
+/// the tarpits timed out. Once the attacker's sets are gone, the workers, the queue and the
+/// namespaces' slots are all given back, and the tarpit hears no more requests.
+#[tokio::test]
+async fn a_namespace_of_slow_sets_does_not_hold_up_another_namespace() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::new("fair-work").await;
+    let victim_ns = h.extra_namespace("fair-workv").await;
+    let (addr, slow) = tarpit().await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &[
+            "--label-selector",
+            &selector,
+            "--source-allow-cidrs",
+            "127.0.0.0/8",
+            "--source-timeout",
+            "40",
+        ],
+        "fair-workers",
+    );
+    let attackers: Vec<Parent> = (0..12).map(|i| h.applyset(&format!("drip-{i}"))).collect();
+    for (i, set) in attackers.iter().enumerate() {
+        let url = format!("http://{addr}/drip-{i}.yaml");
+        set.create(json!({"interval": "1s", "sources": [{"http": {"url": url}}]}))
+            .await;
+    }
+    wait_for("the tarpit to hold 8 fetches", DEADLINE, || async {
+        (slow.load(SeqCst) >= 8).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"})), secret("s")]}))
+        .await;
+    // A deadline longer than the tarpits' timeout, so that a slow victim is measured.
+    victim
+        .wait_until("the victim Ready", Duration::from_secs(180), |_, st| {
+            (operator::condition(st?, "Ready")?.status == "True").then_some(())
+        })
+        .await;
+    let took = t0.elapsed();
+    eprintln!("the victim became Ready in {took:?}");
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+
+    let t0 = Instant::now();
+    victim
+        .patch_spec(json!({"manifests": [configmap("v", json!({"k": "2"})), secret("s")]}))
+        .await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(h.client.clone(), &victim_ns);
+    wait_for("the victim's edit", Duration::from_secs(180), || async {
+        let cm = cms.get("v").await.ok()?;
+        (cm.data?.get("k")? == "2").then_some(())
+    })
+    .await;
+    let took = t0.elapsed();
+    eprintln!("the victim's edit took effect in {took:?}");
+    assert!(took <= PROMPT, "the victim's edit took effect in {took:?}");
+
+    for set in &attackers {
+        set.delete().await;
+    }
+    for set in &attackers {
+        set.wait_gone(DEADLINE).await;
+    }
+    // The attacker's reconciles end by the tarpits' timeout (40 s): then nothing is held.
+    let idle = |m: &str| {
+        [
+            "controller_runtime_active_workers{controller=\"applyset\"}",
+            "workqueue_depth{name=\"applyset\"}",
+            "applyset_reconciling_namespaces",
+        ]
+        .iter()
+        .all(|series| sample(m, series) == Some(0.0))
+    };
+    wait_for(
+        "workers, queue and namespace slots given back",
+        DEADLINE,
+        || async { op.metrics().filter(|m| idle(m)).map(|_| ()) },
+    )
+    .await;
+    let heard = slow.load(SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        slow.load(SeqCst),
+        heard,
+        "the tarpit heard from deleted sets"
+    );
 }

@@ -297,6 +297,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             keys: KeySource::Cluster {
                 client: &self.scope.client,
             },
+            worker: self.scope.worker(),
         };
         let rendered = match render::render_set(&input, &readers).await? {
             Ok(rendered) => rendered,

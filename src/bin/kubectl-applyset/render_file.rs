@@ -137,6 +137,7 @@ impl Renderer {
             client,
             kinds,
             keys: KeySource::Local(self.age_keys.as_ref()),
+            worker: None,
         };
         let rendered = render::render_set(&input, &readers)
             .await
