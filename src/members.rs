@@ -1157,6 +1157,24 @@ impl MemberWatches {
     pub fn trigger_parents(&self, parents: Vec<ParentRef>) {
         self.send(parents);
     }
+
+    /// Reconciles every ApplySet registered in `namespace`: it has just been learnt
+    /// terminating, and each may let its deletion go at once (see
+    /// `controller::cleanup::release_to_namespace_deletion`).
+    pub fn trigger_namespace(&self, namespace: &str) {
+        let parents: Vec<ParentRef> = match self.state.lock() {
+            Ok(s) => s
+                .parents
+                .values()
+                .filter(|p| {
+                    p.kind == ParentKind::ApplySet && p.namespace.as_deref() == Some(namespace)
+                })
+                .cloned()
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        self.send(parents);
+    }
 }
 
 /// Whether a watch error says the kind is not served (its LIST answered 404).

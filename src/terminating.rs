@@ -107,22 +107,29 @@ impl Terminating {
         }
     }
 
-    /// Records that `namespace` refused a write because it is being terminated.
-    pub fn learn(&self, namespace: &str) {
+    /// Records that `namespace` is being terminated (a refused write, the watch, a look);
+    /// whether it was not known so before.
+    pub fn learn(&self, namespace: &str) -> bool {
         let now = Instant::now();
-        if let Ok(mut known) = self.known.lock() {
-            known.entry(namespace.to_string()).or_insert_with(|| {
-                tracing::info!(
-                    namespace,
-                    "namespace is being terminated: no more applies into it"
-                );
-                Entry {
-                    learnt: now,
-                    checked: now,
-                    looking: false,
-                }
-            });
+        let Ok(mut known) = self.known.lock() else {
+            return false;
+        };
+        if known.contains_key(namespace) {
+            return false;
         }
+        tracing::info!(
+            namespace,
+            "namespace is being terminated: no more applies into it"
+        );
+        known.insert(
+            namespace.to_string(),
+            Entry {
+                learnt: now,
+                checked: now,
+                looking: false,
+            },
+        );
+        true
     }
 
     /// Forgets `namespace` (gone, or not being deleted).
@@ -141,14 +148,18 @@ impl Terminating {
     /// one being deleted is known at once, before any write into it is refused; one gone or
     /// back is forgotten. Never returns. Without the permission to list namespaces (a
     /// namespaced install) it stops following and the refusals alone teach.
-    pub async fn follow(&self) {
+    pub async fn follow(&self, on_learnt: impl Fn(&str)) {
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let mut events = watcher(api, watcher::Config::default().any_semantic())
             .backoff(crate::watch::backoff())
             .boxed();
         while let Some(event) = events.next().await {
             match event {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => self.seen(&n),
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    if let Some(name) = self.seen(&n) {
+                        on_learnt(name);
+                    }
+                }
                 Ok(watcher::Event::Delete(n)) => {
                     self.forget(n.metadata.name.as_deref().unwrap_or_default())
                 }
@@ -165,14 +176,15 @@ impl Terminating {
         std::future::pending::<()>().await;
     }
 
-    /// A namespace as the watch sees it.
-    fn seen(&self, n: &PartialObjectMeta<Namespace>) {
-        let Some(name) = n.metadata.name.as_deref() else {
-            return;
-        };
+    /// A namespace as the watch sees it; its name when it is newly learnt terminating.
+    fn seen<'a>(&self, n: &'a PartialObjectMeta<Namespace>) -> Option<&'a str> {
+        let name = n.metadata.name.as_deref()?;
         match n.metadata.deletion_timestamp {
-            Some(_) => self.learn(name),
-            None => self.forget(name),
+            Some(_) => self.learn(name).then_some(name),
+            None => {
+                self.forget(name);
+                None
+            }
         }
     }
 

@@ -306,6 +306,123 @@ async fn namespace_gone(client: &kube::Client, ns: &str) -> bool {
     matches!(namespaces.get_opt(ns).await, Ok(None))
 }
 
+/// A policy of the API server's own (ValidatingAdmissionPolicy, no webhook) refusing the
+/// deletion of ApplySets in `ns`: the namespace controller cannot delete them while it holds.
+async fn refuse_set_deletion(client: &kube::Client, ns: &str) -> String {
+    let name = format!("keep-sets-{ns}");
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "resourceRules": [{"apiGroups": ["applyset.dev"], "apiVersions": ["*"],
+                    "operations": ["DELETE"], "resources": ["applysets"]}]},
+            "validations": [{"expression": "false", "message": "held by the test"}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]}});
+    let ar =
+        |kind: &str, plural: &str| gvk_resource("admissionregistration.k8s.io", "v1", kind, plural);
+    ssa(
+        client,
+        &ar("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+        None,
+        "test",
+        policy,
+    )
+    .await;
+    let binding_ar = ar(
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    );
+    ssa(client, &binding_ar, None, "test", binding).await;
+    name
+}
+
+async fn allow_set_deletion(client: &kube::Client, name: &str) {
+    for (kind, plural) in [
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        ),
+        ("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+    ] {
+        let ar = gvk_resource("admissionregistration.k8s.io", "v1", kind, plural);
+        dyn_api(client, &ar, None)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting {kind} {name}: {e}"));
+    }
+}
+
+/// A namespace being deleted takes every member of a set that lives only there: the set's
+/// finalizer would make the namespace controller wait and look again seconds later, so the
+/// operator removes it as soon as it learns the namespace is terminating, before the set is
+/// deleted. (The set's deletion is refused by an admission policy here, so that only the
+/// operator can have removed the finalizer.) A set with a member elsewhere keeps it.
+#[tokio::test]
+async fn a_terminating_namespace_gets_its_sets_without_waiting_for_their_finalizer() {
+    let h = Harness::new("nsfin").await;
+    let op = Operator::start(h.client.clone(), h.config());
+    let elsewhere = Harness::new("nsfin-other").await;
+    let local = h.applyset("local");
+    local
+        .create(json!({"manifests": [configmap_in(&h.ns, "a", json!({"k": "v"}))]}))
+        .await;
+    let spanning = h.applyset("spanning");
+    spanning
+        .create(json!({"manifests": [configmap_in(&h.ns, "b", json!({"k": "v"}))]}))
+        .await;
+    local.wait_ready().await;
+    spanning.wait_ready().await;
+    // The spanning set recorded a namespace other than its own (as one that applied there
+    // would): its deletion has something to delete outside, so it keeps its finalizer.
+    spanning
+        .patch_metadata(json!({"annotations": {
+            "applyset.kubernetes.io/additional-namespaces": elsewhere.ns}}))
+        .await;
+    let finalizers = |set: &Parent| {
+        let set = set.clone();
+        async move {
+            let obj = set.get().await?;
+            Some(obj.metadata.finalizers.unwrap_or_default())
+        }
+    };
+    assert!(
+        finalizers(&local)
+            .await
+            .expect("local")
+            .iter()
+            .any(|f| f == applyset_operator::applyset::FINALIZER),
+        "the set has the operator's finalizer before"
+    );
+    let policy = refuse_set_deletion(&h.client, &h.ns).await;
+    delete_namespace(&h.client, &h.ns).await;
+    wait_for(
+        "the local set's finalizer removed",
+        LONG_DEADLINE,
+        || async {
+            let f = finalizers(&local).await?;
+            (!f.iter()
+                .any(|f| f == applyset_operator::applyset::FINALIZER))
+            .then_some(())
+        },
+    )
+    .await;
+    let kept = finalizers(&spanning).await.expect("spanning set");
+    assert!(
+        kept.iter()
+            .any(|f| f == applyset_operator::applyset::FINALIZER),
+        "a set with members outside the namespace keeps its finalizer: {kept:?}"
+    );
+    allow_set_deletion(&h.client, &policy).await;
+    wait_for("the namespace gone", LONG_DEADLINE, || async {
+        namespace_gone(&h.client, &h.ns).await.then_some(())
+    })
+    .await;
+    stop(op).await;
+}
+
 /// Deleting a namespace of sets: the namespace controller deletes their members (each a
 /// drift event) while the sets wait for their own deletion, and ClusterApplySets with
 /// members there keep wanting to re-create them. The first refusal of a write there ("being

@@ -14,7 +14,7 @@ use applyset_operator::{
     api::{self, ApplySetSpec, InlineManifest, MAX_MANIFEST_DEPTH},
     applyset::{self, GroupKind},
     manifest::{self, ManifestError, Origin},
-    sources::{Limits, archive},
+    sources::{Limits, archive, paths},
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -334,8 +334,8 @@ proptest! {
         match archive::read_tar_gz(&bundle, "", &small_limits()).map_err(|e| e.to_string()) {
             Ok(files) => {
                 for f in &files {
-                    prop_assert!(archive::clean_relative(&f.path).as_deref() == Some(f.path.as_str()), "{}", f.path);
-                    prop_assert!(archive::is_manifest_file(&f.path));
+                    prop_assert!(paths::clean_relative(&f.path).as_deref() == Some(f.path.as_str()), "{}", f.path);
+                    prop_assert!(paths::is_manifest_file(&f.path));
                 }
             }
             Err(e) => prop_assert!(e.contains("refusing") || e.contains("archive") || e.contains("UTF-8"), "{}", e),

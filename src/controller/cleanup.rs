@@ -3,7 +3,11 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use kube::runtime::controller::Action;
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::controller::Action,
+};
 
 use super::{
     Context,
@@ -12,6 +16,7 @@ use super::{
 use crate::{
     Error, PruneError, Result,
     api::DeletionPolicy,
+    applyset::FINALIZER,
     dependencies::Waiting,
     engine::{
         Extent, SetScope, live,
@@ -99,18 +104,7 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         report::orphaned(ctx, obj, &missing).await;
         return Ok(Action::await_change());
     }
-    // The record: the annotations, completed with what status says was applied last (in
-    // case the annotations were replaced or edited).
-    let recorded = parent::recorded(obj.meta(), &ctx.resolver)
-        .await?
-        .map_err(|e| Error::Prune(PruneError::MalformedRecord(e.to_string())))?
-        .union(&parent::last_applied(obj.status()));
-    // Nothing is declared any more: every recorded member is a candidate.
-    let extent = Extent::new(
-        scope.parent.namespace.as_deref(),
-        &recorded,
-        Recorded::default(),
-    );
+    let extent = deletion_extent(obj, ctx, scope).await?;
     if left_to_namespace_deletion(ctx, scope, &extent).await? {
         tracing::info!(
             "its namespace is being deleted, and every member with it: nothing to delete"
@@ -152,6 +146,73 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         "deleted with its members"
     );
     Ok(Action::await_change())
+}
+
+/// What the set's deletion may delete: every member it recorded (the annotations, completed
+/// with what status says was applied last, in case the annotations were replaced or edited),
+/// since nothing is declared any more.
+async fn deletion_extent<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Extent> {
+    let recorded = parent::recorded(obj.meta(), &ctx.resolver)
+        .await?
+        .map_err(|e| Error::Prune(PruneError::MalformedRecord(e.to_string())))?
+        .union(&parent::last_applied(obj.status()));
+    Ok(Extent::new(
+        scope.parent.namespace.as_deref(),
+        &recorded,
+        Recorded::default(),
+    ))
+}
+
+/// Removes our finalizer from a set not yet deleted whose namespace is known to be
+/// terminating (nothing is looked up otherwise), when its deletion would have nothing to do: every member it recorded lives in that
+/// namespace (the namespace controller deletes them), or its policy is `Orphan`. The
+/// namespace controller then deletes the set at once instead of waiting for the finalizer
+/// (it looks again only some seconds later). The merge patch carries the parent's
+/// resourceVersion, so a parent changed meanwhile keeps its finalizer (its deletion then
+/// cleans up as usual).
+pub async fn release_to_namespace_deletion<P: Parent>(
+    obj: &P,
+    ctx: &Context,
+    scope: &SetScope,
+) -> Result<()> {
+    let terminating = match scope.parent.namespace.as_deref() {
+        Some(ns) => ctx.members.terminating().contains(ns),
+        None => false,
+    };
+    if !terminating || !obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    if obj.spec().deletion_policy == DeletionPolicy::Delete {
+        let extent = deletion_extent(obj, ctx, scope).await?;
+        if !left_to_namespace_deletion(ctx, scope, &extent).await? {
+            return Ok(());
+        }
+    }
+    let others: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": others,
+        "resourceVersion": obj.meta().resource_version,
+    }});
+    let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    match api
+        .patch_metadata(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(
+                "its namespace is being deleted, and every member with it: finalizer removed"
+            );
+            Ok(())
+        }
+        // Gone, or changed since read: the deletion, if any, cleans up.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.is_conflict() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether every member the set recorded lives in its own namespace, and that namespace is

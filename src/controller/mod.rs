@@ -347,11 +347,14 @@ impl Operator {
                 )
             };
             // The health reporter and the namespace watch run as long as the controllers.
+            // A namespace learnt terminating reconciles its sets, which may let their
+            // deletion go before the namespace controller reaches them.
             let terminating = ctx.members.terminating();
+            let sets = ctx.members.clone();
             tokio::select! {
                 _ = controllers => {}
                 () = healthy::run(ctx.clone()) => {}
-                () = terminating.follow() => {}
+                () = terminating.follow(|ns| sets.trigger_namespace(ns)) => {}
             }
             stop_watches.stop();
         });
@@ -682,6 +685,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
     // in its first reconcile.
     if !deleting {
+        cleanup::release_to_namespace_deletion(&*obj, ctx, &scope).await?;
         return reconcile::reconcile_set(obj, ctx, &scope).await;
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being

@@ -451,7 +451,7 @@ fn refused(scope: &SetScope, member: &Member, e: kube::Error, dry_run: bool) -> 
         kube::Error::Api(status) if crate::terminating::is_refusal(&status) => {
             let namespace = member.reference.namespace.clone().unwrap_or_default();
             if let Some(t) = scope.terminating() {
-                t.learn(&namespace);
+                let _newly = t.learn(&namespace);
             }
             Outcome::NamespaceTerminating { namespace }
         }
@@ -470,6 +470,16 @@ fn refuse_conflict(member: &Member, status: &Status, force: bool) -> Option<Outc
             conflict.managers.join(", ")
         );
         return Some(Outcome::Owned { message });
+    }
+    if !conflict.fields_known() {
+        let message = format!(
+            "{}: the API server reported a conflict without naming its fields ({}); nothing is forced, since the {LABEL_PART_OF} label may be among them",
+            member.reference, status.message
+        );
+        return Some(Outcome::Conflict {
+            message,
+            managers: conflict.managers,
+        });
     }
     if force {
         return None;
@@ -674,20 +684,34 @@ pub fn not_deletable(
     owner.map(|o| format!("it is controlled by {} {}", o.kind, o.name))
 }
 
+/// The text Kubernetes gives a change to a field that cannot change: apimachinery's exported
+/// `validation.FieldImmutableErrorMsg`, also the start of the `immutable: true` ConfigMap and
+/// Secret refusal. The API has no reason or cause type of its own for it (a cause is
+/// `FieldValueInvalid` or `FieldValueForbidden` like any bad value), so this constant, in a
+/// field cause of an `Invalid` (422) status, is the one signal it gives.
+const FIELD_IMMUTABLE: &str = "field is immutable";
+
+/// Whether an apply was refused because it changes an immutable field: a 422 `Invalid` whose
+/// field causes (the API server always lists them for `Invalid`) carry [`FIELD_IMMUTABLE`].
 fn is_immutable(status: &Status) -> bool {
+    let causes = status.details.as_ref().map(|d| d.causes.as_slice());
     status.is_invalid()
-        && (status.message.contains("immutable")
-            || status
-                .details
-                .as_ref()
-                .is_some_and(|d| d.causes.iter().any(|c| c.message.contains("immutable"))))
+        && causes.unwrap_or_default().iter().any(|c| {
+            matches!(
+                c.reason.as_str(),
+                "FieldValueInvalid" | "FieldValueForbidden"
+            ) && c.message.contains(FIELD_IMMUTABLE)
+        })
 }
 
-/// The managers and fields of a server-side apply conflict.
+/// The managers and fields of a server-side apply conflict, from the status's
+/// `FieldManagerConflict` causes (one per field; the API server always lists them).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Conflict {
+    /// For the message only: the managers quoted in the causes.
     pub managers: Vec<String>,
     pub fields: Vec<String>,
+    /// The `part-of` label is among the fields: the object is another set's.
     pub on_part_of: bool,
 }
 
@@ -705,18 +729,17 @@ impl Conflict {
                 c.fields.push(cause.field.clone());
             }
         }
-        if c.managers.is_empty() {
-            c.managers.extend(quoted(&status.message));
-        }
         c.managers.sort();
         c.managers.dedup();
         let part_of_field = format!(".metadata.labels.{LABEL_PART_OF}");
-        c.on_part_of =
-            c.fields.iter().any(|f| f == &part_of_field) || status.message.contains(&part_of_field);
-        if c.fields.is_empty() {
-            c.fields.push(status.message.clone());
-        }
+        c.on_part_of = c.fields.iter().any(|f| f == &part_of_field);
         c
+    }
+
+    /// Whether the conflicting fields are known: without them nothing can show that the
+    /// `part-of` label is not among them, so nothing is forced.
+    pub fn fields_known(&self) -> bool {
+        !self.fields.is_empty()
     }
 }
 
@@ -994,14 +1017,15 @@ mod tests {
     }
 
     #[test]
-    fn conflict_from_message_only() {
+    fn a_conflict_without_causes_names_no_field() {
         let s = conflict_status(
             "Apply failed with 1 conflict: conflict with \"kubectl\" using v1: .metadata.labels.applyset.kubernetes.io/part-of",
             vec![],
         );
         let c = Conflict::from_status(&s);
-        assert_eq!(c.managers, ["kubectl"]);
-        assert!(c.on_part_of);
+        assert!(!c.fields_known());
+        assert!(!c.on_part_of);
+        assert!(c.managers.is_empty());
     }
 
     #[test]
@@ -1018,15 +1042,53 @@ mod tests {
         assert_eq!(c.managers, ["applyset.dev/ns/a/b"]);
     }
 
+    fn invalid(causes: Vec<(&str, &str)>) -> Status {
+        let mut s = Status::failure("Job.batch \"x\" is invalid", "Invalid").with_code(422);
+        s.details = Some(StatusDetails {
+            causes: causes
+                .into_iter()
+                .map(|(reason, message)| StatusCause {
+                    reason: reason.into(),
+                    message: message.into(),
+                    field: "spec.selector".into(),
+                })
+                .collect(),
+            name: "x".into(),
+            group: "batch".into(),
+            kind: "Job".into(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        s
+    }
+
     #[test]
     fn immutable_detection() {
-        let s = Status::failure(
-            "Job.batch \"x\" is invalid: spec.selector: Invalid value: field is immutable",
-            "Invalid",
-        )
-        .with_code(422);
-        assert!(is_immutable(&s));
-        let s = Status::failure("something else", "Invalid").with_code(422);
+        let immutable = "Invalid value: {\"matchLabels\":{\"a\":\"b\"}}: field is immutable";
+        assert!(is_immutable(&invalid(vec![(
+            "FieldValueInvalid",
+            immutable
+        )])));
+        let configmap = "Forbidden: field is immutable when `immutable` is set";
+        assert!(is_immutable(&invalid(vec![(
+            "FieldValueForbidden",
+            configmap
+        )])));
+        // Another invalid value, the text in another kind of cause, no causes, another code.
+        assert!(!is_immutable(&invalid(vec![(
+            "FieldValueInvalid",
+            "Invalid value: \"-\""
+        )])));
+        assert!(!is_immutable(&invalid(vec![(
+            "FieldValueRequired",
+            immutable
+        )])));
+        assert!(!is_immutable(&invalid(vec![])));
+        let s = Status::failure("field is immutable", "Invalid").with_code(422);
         assert!(!is_immutable(&s));
+        let mut conflict = invalid(vec![("FieldValueInvalid", immutable)]);
+        conflict.code = 409;
+        conflict.reason = "Conflict".into();
+        assert!(!is_immutable(&conflict));
     }
 }

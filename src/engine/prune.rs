@@ -289,11 +289,35 @@ pub async fn delete_if_unchanged(
     match api.delete(name, &params).await {
         Ok(_) => Ok(Deleted::Deleted),
         Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => Ok(Deleted::Gone),
-        Err(kube::Error::Api(s)) if s.is_conflict() && s.message.contains("UID") => {
-            Ok(Deleted::UidMismatch)
-        }
-        Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Deleted::Changed),
+        Err(kube::Error::Api(s)) if s.is_conflict() => match resource_version {
+            // Only the UID was a precondition: it is the one that failed.
+            None => Ok(Deleted::UidMismatch),
+            // The 409 does not say which precondition failed: the object's UID now does.
+            Some(_) => failed_precondition(&api, name, uid).await,
+        },
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Which precondition a refused delete failed, from the object as it is now: another UID
+/// (or none, the object gone) means it was re-created; the same UID means it changed.
+async fn failed_precondition(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+) -> Result<Deleted, Error> {
+    Ok(match api.get_metadata_opt(name).await? {
+        None => Deleted::Gone,
+        Some(live) => precondition_verdict(live.metadata.uid.as_deref(), uid),
+    })
+}
+
+/// `Changed` when the live object is still the one decided on (same UID), else `UidMismatch`.
+fn precondition_verdict(live_uid: Option<&str>, decided_uid: &str) -> Deleted {
+    if live_uid == Some(decided_uid) {
+        Deleted::Changed
+    } else {
+        Deleted::UidMismatch
     }
 }
 
@@ -358,6 +382,13 @@ mod tests {
     use std::collections::BTreeSet;
 
     const MANAGER: &str = "applyset.dev/ns/team/web";
+
+    #[test]
+    fn a_refused_delete_is_judged_by_the_live_uid() {
+        assert_eq!(precondition_verdict(Some("u1"), "u1"), Deleted::Changed);
+        assert_eq!(precondition_verdict(Some("u2"), "u1"), Deleted::UidMismatch);
+        assert_eq!(precondition_verdict(None, "u1"), Deleted::UidMismatch);
+    }
 
     fn live(kind: &str, name: &str, manager: Option<&str>) -> LiveMember {
         let managed = manager.map(|m| {

@@ -218,9 +218,9 @@ pub fn parse_documents_within(
             exceeded(BudgetExceeded::Bytes)
         }
         Some(serde_saphyr::budget::BudgetBreach::Depth { .. }) => too_deep(origin),
-        // The scanner's own bound on flow collections (`[[[…`, 255 levels) says so in a
-        // message of its own.
-        _ if error.to_string().contains("recursion limit exceeded") => too_deep(origin),
+        // The scanner's own bound on flow collections (`[[[…`, 255 levels), reported as the
+        // scanner's error kind.
+        _ if scanner_recursion_limit(&error) => too_deep(origin),
         // Another of the parser's bounds (aliases, anchors, merge keys, …).
         Some(breach) => ManifestError::Budget {
             origin: Box::new(origin.clone()),
@@ -260,14 +260,33 @@ fn too_deep(origin: &Origin) -> ManifestError {
 
 /// The budget breach behind a parser error, if that is what stopped it.
 fn budget_breach(error: &serde_saphyr::Error) -> Option<serde_saphyr::budget::BudgetBreach> {
-    let mut error = error;
-    loop {
-        match error {
-            serde_saphyr::Error::Budget { breach, .. } => return Some(breach.clone()),
-            serde_saphyr::Error::WithSnippet { error: inner, .. }
-            | serde_saphyr::Error::AliasError { error: inner, .. } => error = inner,
-            _ => return None,
-        }
+    match innermost(error) {
+        serde_saphyr::Error::Budget { breach, .. } => Some(breach.clone()),
+        _ => None,
+    }
+}
+
+/// The error without the wrappers the parser adds around it (snippets, alias context).
+fn innermost(mut error: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    while let serde_saphyr::Error::WithSnippet { error: inner, .. }
+    | serde_saphyr::Error::AliasError { error: inner, .. } = error
+    {
+        error = inner;
+    }
+    error
+}
+
+/// Whether the scanner stopped at its own nesting bound (its error kind
+/// `RecursionLimitExceeded`, carried as the structured source of the parser's message).
+fn scanner_recursion_limit(error: &serde_saphyr::Error) -> bool {
+    use serde_saphyr::{granit_parser::ErrorKind, localizer::ExternalMessageSource};
+    match innermost(error) {
+        serde_saphyr::Error::ExternalMessage { source, .. } => matches!(
+            source.as_ref(),
+            ExternalMessageSource::Parser(scan)
+                if matches!(scan.kind(), ErrorKind::RecursionLimitExceeded)
+        ),
+        _ => false,
     }
 }
 

@@ -34,7 +34,7 @@ use std::{
 use kube::Client;
 
 use super::{
-    Cached, Fetched, Limits, SourceError, Sources, archive, directory, egress, read_secret, redact,
+    Cached, Fetched, Limits, SourceError, Sources, directory, egress, read_secret, redact,
     secret_text, tree::Tree, under_path,
 };
 use crate::{
@@ -92,7 +92,7 @@ fn scheme_of(url: &str) -> Result<&'static str, String> {
 /// Checks a git source's spec without any I/O (`Invalid`, naming the field).
 pub fn validate(g: &GitSource) -> Result<(), SourceError> {
     check(g).map_err(SourceError::Invalid)?;
-    archive::directory_prefix(g.path.as_deref())?;
+    super::paths::directory_prefix(g.path.as_deref())?;
     Ok(())
 }
 
@@ -154,7 +154,7 @@ pub async fn fetch(
     overrides: Option<&KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(g)?;
-    let prefix = archive::directory_prefix(g.path.as_deref())?;
+    let prefix = super::paths::directory_prefix(g.path.as_deref())?;
     let dest = checked_destination(s, &g.url).await?;
     let (secret_id, creds) = secret_creds(client, parent, g, &dest).await?;
     let name = ref_name(&g.reference);
@@ -933,7 +933,7 @@ fn read_tree(
                 queue.push_back((entry.object_id(), path));
                 continue;
             }
-            let manifest = archive::is_manifest_file(&path) && path.starts_with(prefix);
+            let manifest = super::paths::is_manifest_file(&path) && path.starts_with(prefix);
             if !whole && !manifest {
                 continue;
             }

@@ -19,7 +19,7 @@ use crate::{api::HttpSource, applyset::ParentRef};
 /// Checks an http source's spec without any I/O (`Invalid`, naming the field).
 pub fn validate(h: &HttpSource) -> Result<(), SourceError> {
     check(h).map_err(SourceError::Invalid)?;
-    archive::directory_prefix(h.path.as_deref())?;
+    super::paths::directory_prefix(h.path.as_deref())?;
     Ok(())
 }
 
@@ -104,9 +104,10 @@ pub async fn read_capped(
     if let Some(len) = resp.content_length()
         && len > max
     {
-        return Err(SourceError::Failed(format!(
-            "the response is {len} bytes, more than the limit of {max}"
-        )));
+        return Err(SourceError::TooLarge {
+            limit: max,
+            declared: Some(len),
+        });
     }
     let declared = resp.content_length();
     let reserved_until = tokio::time::Instant::now() + RESERVED_FOR;
@@ -132,9 +133,10 @@ pub async fn read_capped(
         };
         let need = body.len() as u64 + chunk.len() as u64;
         if need > max {
-            return Err(SourceError::Failed(format!(
-                "the response is more than the limit of {max} bytes"
-            )));
+            return Err(SourceError::TooLarge {
+                limit: max,
+                declared: None,
+            });
         }
         if need > body.capacity() as u64 {
             // Grow the buffer as Vec does (doubling, within the limit and the declared
@@ -179,7 +181,7 @@ pub async fn fetch(
     overrides: Option<&crate::api::KustomizeOverrides>,
 ) -> Result<Fetched, SourceError> {
     validate(h)?;
-    let prefix = archive::directory_prefix(h.path.as_deref())?;
+    let prefix = super::paths::directory_prefix(h.path.as_deref())?;
     let url = redact(&h.url);
     let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;

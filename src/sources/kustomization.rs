@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::{kustomize::KustomizeError, tree::Tree};
+use super::{kustomize_error::KustomizeError, tree::Tree};
 use crate::api::KustomizeOverrides;
 
 /// A kustomization file to write into the copy: its path and text.

@@ -31,9 +31,11 @@ use std::{
 
 use tokio::io::AsyncReadExt as _;
 
+pub use super::kustomize_error::KustomizeError;
 use super::{
     kustomization::{Written, kustomization_for, precheck},
     memory,
+    paths::clean_relative,
     tree::Tree,
 };
 use crate::api::KustomizeOverrides;
@@ -67,71 +69,6 @@ impl Default for Settings {
     }
 }
 
-/// Why a build was refused or failed. Each names the file (relative to the source's root).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KustomizeError {
-    #[error(
-        "{file}: {field} entry {entry:?} is remote; remote bases and resources are not fetched (the build sends nothing to the network): vendor it into the source"
-    )]
-    Remote {
-        file: String,
-        field: String,
-        entry: String,
-    },
-    #[error(
-        "{file}: {field} entry {entry:?} is outside the source's root; a build may read only files of its source"
-    )]
-    OutsideRoot {
-        file: String,
-        field: String,
-        entry: String,
-    },
-    #[error(
-        "{file}: {field} is not supported: helm charts are not inflated by the build (render the chart into the source, or use a helm tool)"
-    )]
-    Helm { file: String, field: String },
-    #[error(
-        "{file}: {field} entry {entry:?} is a kustomize plugin ({what}); plugins and KRM functions are not run, only kustomize's built-in generators and transformers"
-    )]
-    Plugin {
-        file: String,
-        field: String,
-        entry: String,
-        what: String,
-    },
-    #[error("{file}: not a valid kustomization: {cause}")]
-    Invalid { file: String, cause: String },
-    #[error(
-        "spec.kustomize.components entry {entry:?} must be a local path relative to the source's path"
-    )]
-    Component { entry: String },
-    #[error("kustomize build of {dir} failed: {message}")]
-    Build { dir: String, message: String },
-    #[error(
-        "kustomize build of {dir} did not finish within {after:?} (the build's share of --source-timeout); simplify the overlay"
-    )]
-    TimedOut { dir: String, after: Duration },
-    #[error(
-        "kustomize build of {dir} printed more than {limit} bytes (the limit, --source-max-unpacked-mib); refusing it"
-    )]
-    TooLarge { dir: String, limit: u64 },
-    #[error("kustomize build of {dir}: its output exceeds the memory budget: {cause}")]
-    Memory {
-        dir: String,
-        cause: memory::MemoryError,
-    },
-    #[error("kustomize build of {dir}: cannot run {binary}: {cause} (set --kustomize-binary)")]
-    Binary {
-        dir: String,
-        binary: String,
-        cause: String,
-    },
-    #[error("kustomize build of {dir}: preparing its private copy: {cause}")]
-    Copy { dir: String, cause: String },
-    #[error("{path:?} is not a clean relative path; refusing the source's tree")]
-    Unclean { path: String },
-}
-
 /// Why the private copy could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
@@ -145,17 +82,6 @@ pub enum CopyError {
     /// name an entry `..`).
     #[error("{path:?} is not a clean relative path")]
     Unclean { path: String },
-}
-
-impl KustomizeError {
-    /// Whether the error may go away by itself (retried as SourceFailed), rather than being
-    /// the content's (ValidationFailed).
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::TimedOut { .. } | Self::Memory { .. } | Self::Binary { .. } | Self::Copy { .. }
-        )
-    }
 }
 
 /// Runs builds: the settings, the permits and the count of builds.
@@ -317,7 +243,7 @@ fn private_copy(
     let write = |path: &str, data: &[u8]| -> Result<(), CopyError> {
         // Every path is relative and stays inside the copy: anything else is refused, never
         // written.
-        if super::archive::clean_relative(path).as_deref() != Some(path) || path.is_empty() {
+        if clean_relative(path).as_deref() != Some(path) || path.is_empty() {
             return Err(CopyError::Unclean { path: path.into() });
         }
         let target = src.join(path);

@@ -49,9 +49,11 @@ pub mod git;
 pub mod http;
 pub mod kustomization;
 pub mod kustomize;
+pub mod kustomize_error;
 pub mod memory;
 pub mod objects;
 pub mod oci;
+pub mod paths;
 pub mod tree;
 
 use std::{
@@ -153,6 +155,10 @@ pub enum SourceError {
     /// error, which names the source and the file).
     #[error("{error}")]
     Content { index: usize, error: ManifestError },
+    /// A response longer than the `limit` in bytes (`declared`: the length it announced, when
+    /// that alone was too long).
+    #[error("{}", too_large(*.limit, *.declared))]
+    TooLarge { limit: u64, declared: Option<u64> },
     /// The operator's memory budget for sources had no room.
     #[error(transparent)]
     Memory(#[from] memory::MemoryError),
@@ -196,6 +202,13 @@ pub enum SourceErrorClass {
     Failed,
 }
 
+fn too_large(limit: u64, declared: Option<u64>) -> String {
+    match declared {
+        Some(len) => format!("the response is {len} bytes, more than the limit of {limit}"),
+        None => format!("the response is more than the limit of {limit} bytes"),
+    }
+}
+
 impl SourceError {
     /// `error` as the error of the entry `spec.sources[index]` (`source`). A manifest error
     /// already names its source and file (only its entry is noted).
@@ -219,6 +232,7 @@ impl SourceError {
             SourceError::Invalid(_) => SourceErrorClass::Invalid,
             SourceError::Manifest(_) | SourceError::Content { .. } => SourceErrorClass::Manifest,
             SourceError::Failed(_)
+            | SourceError::TooLarge { .. }
             | SourceError::Memory(_)
             | SourceError::Tree(_)
             | SourceError::TimedOut { .. } => SourceErrorClass::Failed,

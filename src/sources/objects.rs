@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
-use super::{Fetched, Limits, ObjectKind, SourceError, SourceFile, archive, resolve_namespace};
+use super::{Fetched, Limits, ObjectKind, SourceError, SourceFile, resolve_namespace};
 use crate::{api::ObjectSource, applyset::ParentRef};
 
 pub async fn fetch(
@@ -97,7 +97,7 @@ fn select_keys(
     let mut chosen: Vec<&(String, Vec<u8>)> = if keys.is_empty() {
         let mut all: Vec<_> = data
             .iter()
-            .filter(|(k, _)| archive::is_manifest_file(k))
+            .filter(|(k, _)| super::paths::is_manifest_file(k))
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all

@@ -87,7 +87,7 @@ fn is_sha256_digest(d: &str) -> bool {
 /// Checks an oci source's spec without any I/O (`Invalid`, naming the field).
 pub fn validate(o: &OciSource) -> Result<(), SourceError> {
     check(o).map_err(SourceError::Invalid)?;
-    archive::directory_prefix(o.path.as_deref())?;
+    super::paths::directory_prefix(o.path.as_deref())?;
     Ok(())
 }
 
@@ -380,22 +380,28 @@ impl Session {
         digest: &str,
         what: &str,
         max: u64,
-    ) -> Result<Vec<u8>, String> {
-        let resp = self.request(Method::GET, path, accept).await?;
+    ) -> Result<Vec<u8>, SourceError> {
+        let resp = self
+            .request(Method::GET, path, accept)
+            .await
+            .map_err(SourceError::Failed)?;
         if !resp.status().is_success() {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "GET {what}: the registry answered {}",
                 resp.status()
-            ));
+            )));
         }
         let body = read_capped(resp, max, &mut self.lease)
             .await
-            .map_err(|e| format!("GET {what}: {e}"))?;
+            .map_err(|e| match e {
+                e @ SourceError::TooLarge { .. } => e,
+                e => SourceError::Failed(format!("GET {what}: {e}")),
+            })?;
         let got = format!("sha256:{}", sha256_hex(&body));
         if got != digest {
-            return Err(format!(
+            return Err(SourceError::Failed(format!(
                 "{what}: digest mismatch: expected {digest}, downloaded content has {got}; refusing it"
-            ));
+            )));
         }
         Ok(body)
     }
@@ -410,7 +416,7 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(o)?;
     let repo = parse_url(&o.url)?;
-    let prefix = archive::directory_prefix(o.path.as_deref())?;
+    let prefix = super::paths::directory_prefix(o.path.as_deref())?;
     s.policy
         .check_insecure_flag(o.insecure)
         .map_err(|e| SourceError::Failed(e.0))?;
@@ -561,7 +567,7 @@ struct Artifact {
     session: Session,
     /// The tag or digest asked for.
     reference: String,
-    /// The directory filter (see [`archive::directory_prefix`]).
+    /// The directory filter (see [`super::paths::directory_prefix`]).
     prefix: String,
     /// The download limit, for messages.
     max_download: u64,
@@ -774,12 +780,9 @@ impl Artifact {
                 self.download_left,
             )
             .await
-            .map_err(|e| {
-                if e.contains("more than the limit") {
-                    self.over_budget()
-                } else {
-                    failed(e)
-                }
+            .map_err(|e| match e {
+                SourceError::TooLarge { .. } => self.over_budget(),
+                e => e,
             })?;
         self.download_left = self.download_left.saturating_sub(blob.len() as u64);
         if archive::is_gzip(&blob) {
@@ -823,7 +826,7 @@ impl Artifact {
     /// the root is refused.
     fn take_titled_layer(&mut self, i: usize, t: &str, blob: Vec<u8>) -> Result<(), SourceError> {
         let failed = SourceError::Failed;
-        let Some(path) = archive::clean_relative(t) else {
+        let Some(path) = super::paths::clean_relative(t) else {
             return Err(failed(format!(
                 "layer {i}: title {t:?} is an absolute path or leaves the root; refusing it"
             )));

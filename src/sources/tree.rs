@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{SourceFile, archive};
+use super::SourceFile;
 
 /// The file names kustomize recognises as a kustomization, in its order of preference.
 pub const KUSTOMIZATION_NAMES: [&str; 3] =
@@ -126,7 +126,7 @@ impl Tree {
             .find(|p| self.files.contains_key(p))
     }
 
-    /// How directory `prefix` (see [`archive::directory_prefix`]: `""` or `dir/`) is read;
+    /// How directory `prefix` (see [`super::paths::directory_prefix`]: `""` or `dir/`) is read;
     /// `overrides` says whether the set has `spec.kustomize` (which always builds).
     pub fn plan(&self, prefix: &str, overrides: bool) -> Result<Plan, TreeError> {
         let dir = prefix.trim_end_matches('/');
@@ -153,7 +153,7 @@ impl Tree {
             if !path.starts_with(prefix) {
                 break;
             }
-            if !archive::is_manifest_file(path) {
+            if !super::paths::is_manifest_file(path) {
                 continue;
             }
             let text = String::from_utf8(data.clone())
@@ -200,7 +200,7 @@ impl Tree {
                 continue;
             };
             let inside = dirs.iter().any(|d| path.starts_with(&format!("{d}/")));
-            if inside || !archive::is_manifest_file(path) || rest.starts_with('.') {
+            if inside || !super::paths::is_manifest_file(path) || rest.starts_with('.') {
                 continue;
             }
             out.push(format!("./{rest}"));
