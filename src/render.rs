@@ -176,6 +176,13 @@ pub const DEFAULT_MAX_MEMBERS_PER_SET: usize = 10_000;
 /// Default of `--max-kinds-per-set`.
 pub const DEFAULT_MAX_KINDS_PER_SET: usize = 64;
 
+/// Default of `--max-inline-manifests-kib`: the JSON text of a set's `spec.manifests`, in KiB.
+/// A reconcile reads them into values, up to 16 times their text (a list of small numbers),
+/// and the operator renders `--concurrency` sets at once: 8 sets at 512 KiB stay within the
+/// chart's 512 MiB (measured in tests/fairness.rs; 1 MiB did not). Larger sets of members
+/// belong in a source.
+pub const DEFAULT_MAX_INLINE_MANIFESTS_KIB: usize = 512;
+
 /// What one set may declare (operator flags): members, kinds (each may cost a watch), and
 /// parsed YAML/JSON summed over its inline manifests and all its sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +193,9 @@ pub struct SetLimits {
     pub max_kinds: usize,
     /// `--max-yaml-nodes-per-set` and `--max-yaml-mib-per-set`.
     pub yaml: manifest::YamlCost,
+    /// `--max-inline-manifests-kib`, in bytes: the JSON text of `spec.manifests`, checked
+    /// before any of it is read into values ([`check_inline_size`]).
+    pub max_inline_bytes: usize,
 }
 
 impl Default for SetLimits {
@@ -194,8 +204,23 @@ impl Default for SetLimits {
             max_members: DEFAULT_MAX_MEMBERS_PER_SET,
             max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
+            max_inline_bytes: DEFAULT_MAX_INLINE_MANIFESTS_KIB << 10,
         }
     }
+}
+
+/// Checks the size of `spec.manifests` as the API server sent it (the entries' JSON text,
+/// kept as text by the parent: see [`InlineManifest`]) against `limits`, before any entry is
+/// read into a value, so a set's parse costs at most what the limit allows.
+pub fn check_inline_size(spec: &ApplySetSpec, limits: &SetLimits) -> Result<(), LimitError> {
+    let size: usize = spec.manifests.iter().map(InlineManifest::text_len).sum();
+    if size > limits.max_inline_bytes {
+        return Err(LimitError::InlineBytes {
+            size,
+            max_kib: limits.max_inline_bytes >> 10,
+        });
+    }
+    Ok(())
 }
 
 /// Checks the declared objects of one set (inline first, then the sources in order) against
@@ -246,6 +271,11 @@ pub enum LimitError {
         "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
     )]
     Members { declared: usize, max: usize },
+    /// `spec.manifests` longer (as JSON text) than `--max-inline-manifests-kib`.
+    #[error(
+        "its inline manifests (spec.manifests) hold {size} bytes of JSON, more than the {max_kib} KiB the operator allows per set (--max-inline-manifests-kib); move them into a source (configMap, git, oci) or raise the flag"
+    )]
+    InlineBytes { size: usize, max_kib: usize },
     /// Members of more kinds than `--max-kinds-per-set`.
     #[error(
         "the set declares members of {declared} kinds, more than the {max} the operator allows per set (--max-kinds-per-set); split it into several sets or raise the flag"
@@ -253,18 +283,17 @@ pub enum LimitError {
     Kinds { declared: usize, max: usize },
 }
 
-/// Parses the inline manifests of a spec.
+/// Parses the inline manifests of a spec (each entry read from its JSON text here: the
+/// parent keeps them as text). Check their size first ([`check_inline_size`]).
 pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestError> {
     let mut out = Vec::new();
     for (i, entry) in spec.manifests.iter().enumerate() {
-        match entry {
-            InlineManifest::Value(value) => {
-                out.extend(Manifest::from_value(value.clone(), Origin::inline(i))?);
-            }
-            InlineManifest::Unreadable { problem, .. } => {
+        match entry.value() {
+            Ok(value) => out.extend(Manifest::from_value(value, Origin::inline(i))?),
+            Err(problem) => {
                 return Err(ManifestError::Unreadable {
                     origin: Box::new(Origin::inline(i)),
-                    problem: problem.clone(),
+                    problem,
                 });
             }
         }
@@ -554,7 +583,11 @@ impl SetError {
             SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
             SetError::Render(e) => inline(e.origin()),
             SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
-            SetError::Limits(LimitError::Members { .. } | LimitError::Kinds { .. })
+            SetError::Limits(
+                LimitError::Members { .. }
+                | LimitError::Kinds { .. }
+                | LimitError::InlineBytes { .. },
+            )
             | SetError::Tenancy(_)
             | SetError::Decryption(_)
             | SetError::Substitute(_) => None,
@@ -587,6 +620,7 @@ pub async fn render_set(
     let (parent, spec) = (input.parent, input.spec);
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
+        check_inline_size(spec, input.limits)?;
         let mut manifests = inline_manifests(spec)?;
         let fetch = readers.sources.fetch_all(readers.client, parent, spec);
         let fetched = match readers.worker {
@@ -774,6 +808,42 @@ mod tests {
             &Origin::file("git https://example.com/r.git@main", "all.yaml"),
         )
         .expect("valid")
+    }
+
+    #[test]
+    fn inline_manifests_are_bounded_by_their_text_before_they_are_read() {
+        let entry = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a"}, "data": {"k": "v"}});
+        let len = entry.to_string().len();
+        let spec = ApplySetSpec {
+            manifests: vec![entry.clone().into(), entry.into()],
+            ..serde_json::from_value(serde_json::json!({})).expect("an empty spec")
+        };
+        let limits = |bytes: usize| SetLimits {
+            max_inline_bytes: bytes,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_inline_size(&spec, &limits(2 * len)), Ok(()));
+        assert_eq!(check_inline_size(&spec, &limits(2048)), Ok(()));
+        let err = check_inline_size(&spec, &limits(2 * len - 1)).expect_err("one byte over");
+        assert_eq!(
+            err,
+            LimitError::InlineBytes {
+                size: 2 * len,
+                max_kib: 0
+            }
+        );
+        let msg = err.to_string();
+        for part in [&format!("{} bytes", 2 * len), "--max-inline-manifests-kib"] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        // The parent's name comes first in the set's message.
+        let parent = ParentRef::applyset("team", "big");
+        let msg = SetError::Limits(err).message(&parent);
+        assert!(
+            msg.starts_with("ApplySet team/big: its inline manifests"),
+            "{msg}"
+        );
     }
 
     #[test]
