@@ -58,6 +58,10 @@ helm-binary: deps ## build (or reuse from the cache) helm, from the Go module he
 kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tests/testenv/kstatus), for tests/kstatus.rs
 	@tests/testenv/build-kstatus.sh >/dev/null
 
+.PHONY: sops-binaries
+sops-binaries: deps ## build (or reuse from the cache) sops and age-keygen, which the SOPS tests encrypt their fixtures with
+	@tests/testenv/build-sops.sh >/dev/null
+
 .PHONY: kustomize-binary
 kustomize-binary: deps ## build (or reuse from the cache) kustomize, from the Go module sigs.k8s.io/kustomize/kustomize/v5
 	@tests/testenv/build-kustomize.sh >/dev/null
@@ -75,7 +79,7 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary krew-binary ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(MAKE) -s bench-smoke APT_ALWAYS=
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
@@ -84,6 +88,8 @@ test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-bi
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
 	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize \
 	APPLYSET_KREW=$$(tests/testenv/build-krew.sh)/krew \
+	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \
+	APPLYSET_AGE_KEYGEN=$$(tests/testenv/build-sops.sh)/age-keygen \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
 
 .PHONY: fuzz

@@ -34,7 +34,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct ApplySetSpec {
     /// Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name.
-    /// A `kind: List` is flattened into its items.
+    /// A `kind: List` is flattened into its items. At most 512 KiB of JSON in all (the
+    /// operator's --max-inline-manifests-kib): more belongs in a source.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "manifests_schema")]
     pub manifests: Vec<InlineManifest>,
@@ -166,6 +167,36 @@ pub struct ApplySetSpec {
     /// literal. A variable without a value and without a default is an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_build: Option<PostBuild>,
+
+    /// Decryption of SOPS-encrypted members (provider sops, age keys): a member that carries
+    /// SOPS metadata (a top-level sops entry) is decrypted in memory before it is applied,
+    /// each value authenticated by its AES-GCM tag; a Secret whose data entries are SOPS files
+    /// has them decrypted (file MAC verified). The keys are the age identities in the entries
+    /// ending in .agekey of the Secret secretRef names, read as the set's identity. A member
+    /// annotated applyset.dev/decrypt: disabled (or kustomize.toolkit.fluxcd.io/decrypt:
+    /// disabled) is left as it is. Without decryption, a SOPS-encrypted member is refused
+    /// (ValidationFailed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+}
+
+/// How a set decrypts its members (spec.decryption).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The decryption provider: sops (the only one).
+    pub provider: DecryptionProvider,
+    /// The Secret with the age identities (entries ending in .agekey). An ApplySet's is in its
+    /// own namespace; a ClusterApplySet must set namespace.
+    pub secret_ref: SecretReference,
+}
+
+/// A decryption provider.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DecryptionProvider {
+    /// SOPS with age keys.
+    #[serde(rename = "sops")]
+    Sops,
 }
 
 /// An object whose health a set assesses (spec.healthChecks).
@@ -263,11 +294,22 @@ fn default_timeout() -> String {
     "5m".into()
 }
 
+/// Most entries `spec.manifests` may have (the CRD's `maxItems`, enforced by the API server):
+/// the operator's default bound on members per set. Their size in all is bounded by the
+/// operator (`--max-inline-manifests-kib`), since a schema can bound lists, strings and
+/// mappings but not the size of an object whose fields it does not know.
+pub const MAX_INLINE_MANIFESTS: usize = 10_000;
+
+/// Most top-level fields an entry of `spec.manifests` may have (the CRD's `maxProperties`):
+/// an object has a handful (apiVersion, kind, metadata, spec, data, ...).
+pub const MAX_MANIFEST_FIELDS: usize = 64;
+
 fn manifests_schema(_: &mut schemars::generate::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
-        "description": "Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name. A `kind: List` is flattened into its items.",
-        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+        "description": "Inline Kubernetes objects, each a full object with apiVersion, kind and metadata.name. A `kind: List` is flattened into its items. At most 512 KiB of JSON in all (the operator's --max-inline-manifests-kib): more belongs in a source.",
+        "maxItems": MAX_INLINE_MANIFESTS,
+        "items": {"type": "object", "maxProperties": MAX_MANIFEST_FIELDS, "x-kubernetes-preserve-unknown-fields": true}
     })
 }
 
@@ -281,15 +323,21 @@ pub const MAX_MANIFEST_DEPTH: usize = 64;
 ///
 /// Reading a parent must never fail because of what a tenant declared: a parent that cannot
 /// be read breaks the list and watch of every parent (the typed watcher fails the whole
-/// list). So each entry is first taken as raw JSON text (serde_json skips it without
-/// recursion), then read into a value; an entry that cannot be read (nested deeper than
-/// [`MAX_MANIFEST_DEPTH`], or anything else a JSON reader refuses) is kept as
-/// [`InlineManifest::Unreadable`], written back unchanged, and reported by the reconcile of
-/// its own parent only.
+/// list). So each entry is taken as raw JSON text (serde_json skips it without recursion) and
+/// checked (its depth, and that it reads as JSON, without building a value); an entry that
+/// cannot be read (nested deeper than [`MAX_MANIFEST_DEPTH`], or anything else a JSON reader
+/// refuses) is kept as [`InlineManifest::Unreadable`], written back unchanged, and reported
+/// by the reconcile of its own parent only.
+///
+/// A readable entry is kept as its text too ([`InlineManifest::Json`]) and read into a value
+/// only when a reconcile renders the set ([`InlineManifest::value`]): the reflector keeps
+/// every parent, and text costs one byte per byte the API server sent, where a parsed value
+/// costs up to 16 (a list of small numbers: 32 bytes of `serde_json::Value` for every two
+/// bytes of text) and a B-tree node per mapping.
 #[derive(Clone, Debug)]
 pub enum InlineManifest {
-    /// The entry as a JSON value.
-    Value(serde_json::Value),
+    /// The entry's JSON text, as read.
+    Json(Box<serde_json::value::RawValue>),
     /// The entry could not be read: its raw JSON text and why.
     Unreadable {
         raw: Box<serde_json::value::RawValue>,
@@ -298,7 +346,8 @@ pub enum InlineManifest {
 }
 
 impl InlineManifest {
-    /// Reads one entry from its raw JSON text: a value, or why it cannot be one.
+    /// Reads one entry from its raw JSON text: kept as text when it reads as a value, or why
+    /// it cannot be one. Builds no value.
     pub fn from_raw(raw: Box<serde_json::value::RawValue>) -> Self {
         let depth = json_depth(raw.get());
         if depth > MAX_MANIFEST_DEPTH {
@@ -307,26 +356,59 @@ impl InlineManifest {
             );
             return InlineManifest::Unreadable { raw, problem };
         }
-        match serde_json::from_str(raw.get()) {
-            Ok(value) => InlineManifest::Value(value),
+        match serde_json::from_str::<serde::de::IgnoredAny>(raw.get()) {
+            Ok(_) => InlineManifest::Json(raw),
             Err(e) => InlineManifest::Unreadable {
-                problem: format!("it cannot be read as JSON ({e}); fix it or remove it"),
+                problem: unreadable_problem(&e),
                 raw,
+            },
+        }
+    }
+
+    /// The entry as a JSON value (read from its text at each call), or why it cannot be one.
+    pub fn value(&self) -> Result<serde_json::Value, String> {
+        match self {
+            InlineManifest::Json(raw) => {
+                serde_json::from_str(raw.get()).map_err(|e| unreadable_problem(&e))
+            }
+            InlineManifest::Unreadable { problem, .. } => Err(problem.clone()),
+        }
+    }
+
+    /// The length of the entry's JSON text in bytes.
+    pub fn text_len(&self) -> usize {
+        match self {
+            InlineManifest::Json(raw) | InlineManifest::Unreadable { raw, .. } => raw.get().len(),
+        }
+    }
+}
+
+fn unreadable_problem(e: &serde_json::Error) -> String {
+    format!("it cannot be read as JSON ({e}); fix it or remove it")
+}
+
+impl From<serde_json::Value> for InlineManifest {
+    fn from(value: serde_json::Value) -> Self {
+        // A `Value` always serializes (its keys are strings, its numbers finite).
+        match serde_json::value::to_raw_value(&value) {
+            Ok(raw) => InlineManifest::Json(raw),
+            Err(e) => InlineManifest::Unreadable {
+                raw: serde_json::value::RawValue::NULL.to_owned(),
+                problem: unreadable_problem(&e),
             },
         }
     }
 }
 
-impl From<serde_json::Value> for InlineManifest {
-    fn from(value: serde_json::Value) -> Self {
-        InlineManifest::Value(value)
-    }
-}
-
 impl PartialEq for InlineManifest {
+    /// Entries are equal when they read as equal values (texts may differ in spacing and the
+    /// order of keys); unreadable ones when their texts are equal.
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (InlineManifest::Value(a), InlineManifest::Value(b)) => a == b,
+            (InlineManifest::Json(a), InlineManifest::Json(b)) => {
+                a.get() == b.get()
+                    || matches!((self.value(), other.value()), (Ok(x), Ok(y)) if x == y)
+            }
             (
                 InlineManifest::Unreadable { raw: a, .. },
                 InlineManifest::Unreadable { raw: b, .. },
@@ -339,8 +421,9 @@ impl PartialEq for InlineManifest {
 impl Serialize for InlineManifest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            InlineManifest::Value(value) => value.serialize(serializer),
-            InlineManifest::Unreadable { raw, .. } => raw.serialize(serializer),
+            InlineManifest::Json(raw) | InlineManifest::Unreadable { raw, .. } => {
+                raw.serialize(serializer)
+            }
         }
     }
 }
@@ -887,6 +970,7 @@ impl Default for ApplySetSpec {
             depends_on: Vec::new(),
             kustomize: None,
             post_build: None,
+            decryption: None,
         }
     }
 }
@@ -1190,7 +1274,7 @@ mod tests {
         let spec: ApplySetSpec = serde_json::from_str(&spec).expect("the parent reads");
         assert_eq!(
             spec.manifests[0],
-            InlineManifest::Value(serde_json::json!({"kind": "A"}))
+            InlineManifest::from(serde_json::json!({"kind": "A"}))
         );
         let InlineManifest::Unreadable { problem, .. } = &spec.manifests[1] else {
             panic!("unreadable expected: {:?}", spec.manifests[1]);
@@ -1211,7 +1295,7 @@ mod tests {
         let value: serde_json::Value =
             serde_json::from_str(&format!(r#"{{"manifests":[{at_limit}]}}"#)).expect("json");
         let spec: ApplySetSpec = serde_json::from_value(value).expect("from a value");
-        assert!(matches!(spec.manifests[0], InlineManifest::Value(_)));
+        assert!(matches!(spec.manifests[0], InlineManifest::Json(_)));
     }
 
     #[test]

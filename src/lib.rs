@@ -28,6 +28,8 @@
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
 //!   and the index from dependencies to dependents.
+//! - [`fair`]: the reconcile workers shared round robin between namespaces (a wait on the
+//!   network holds none).
 //! - [`controller`]: the controllers and the reconcile, docs/design.md §4 as a line of named
 //!   steps that orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
@@ -36,9 +38,11 @@
 pub mod api;
 pub mod applyset;
 pub mod controller;
+pub mod decryption;
 pub mod dependencies;
 pub mod discovery;
 pub mod engine;
+pub mod fair;
 pub mod health;
 pub mod kind_refs;
 pub mod kinds;
@@ -49,6 +53,7 @@ pub mod metrics;
 pub mod parent;
 pub mod render;
 pub mod server;
+pub mod sops;
 pub mod sources;
 pub mod status;
 pub mod substitute;

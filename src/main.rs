@@ -40,7 +40,9 @@ enum LogFormat {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// ApplySets reconciled at once.
+    /// Workers per controller: reconciles doing their work at once, shared round robin
+    /// between namespaces (a reconcile reading its sources gives its worker back meanwhile);
+    /// also the reconciles of one namespace in progress at once.
     #[arg(long, env = "APPLYSET_CONCURRENCY", default_value_t = 8)]
     concurrency: u16,
     /// Member writes (applies, deletes) in flight across all ApplySets; one large set may
@@ -168,6 +170,10 @@ struct RunArgs {
     /// Most YAML/JSON text of one set's manifests, summed like the nodes, in MiB.
     #[arg(long, env = "APPLYSET_MAX_YAML_MIB_PER_SET", default_value_t = 64)]
     max_yaml_mib_per_set: usize,
+    /// Most JSON text of one set's inline manifests (spec.manifests, as the API server sends
+    /// it), in KiB: checked before any of it is parsed. Larger sets fail with ValidationFailed.
+    #[arg(long, env = "APPLYSET_MAX_INLINE_MANIFESTS_KIB", default_value_t = applyset_operator::render::DEFAULT_MAX_INLINE_MANIFESTS_KIB)]
+    max_inline_manifests_kib: usize,
 }
 
 /// A duration of `--min-interval`, in the form of spec.interval (`10s`, `1m30s`).
@@ -304,6 +310,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             nodes: args.max_yaml_nodes_per_set,
             bytes: args.max_yaml_mib_per_set.saturating_mul(1 << 20),
         },
+        max_inline_bytes: args.max_inline_manifests_kib.saturating_mul(1 << 10),
     };
     // Every parse of a source is bounded by the per-set budget too (see manifest.rs).
     applyset_operator::manifest::set_parse_limit(set_limits.yaml);

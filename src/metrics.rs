@@ -353,6 +353,13 @@ impl Metrics {
         self.set_depth(&controller, depth);
     }
 
+    /// `parent` is gone before its reconcile started: it leaves the queue.
+    pub fn gone(&self, kind: &str, parent: &str) {
+        let controller = controller_name(kind);
+        let depth = self.workqueue.gone(&controller, parent);
+        self.set_depth(&controller, depth);
+    }
+
     /// A reconcile of `parent` started: it left the queue and runs until
     /// [`Metrics::finished`].
     pub fn started(&self, kind: &str, parent: &str) {
@@ -369,6 +376,12 @@ impl Metrics {
     /// A reconcile of a parent of `kind` comes back with backoff (an error or a failure).
     pub fn retried(&self, kind: &str) {
         self.workqueue.retried(&controller_name(kind));
+    }
+
+    /// `read` tells how many workers the controller of `kind` holds now
+    /// (`controller_runtime_active_workers`).
+    pub fn sample_workers(&self, kind: &str, read: Sampler) {
+        self.workqueue.sample_workers(&controller_name(kind), read);
     }
 
     /// The most reconciles each controller runs at once (`--concurrency`).

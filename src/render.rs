@@ -13,6 +13,7 @@ use crate::{
     Result,
     api::{ApplySetSpec, InlineManifest, MemberRef},
     applyset::{self, GroupKind, ParentRef, ScopeError},
+    decryption::{self, DecryptionError},
     discovery::{Resolved, Resolver},
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
@@ -35,9 +36,20 @@ pub struct Member {
     pub force_recreate: bool,
     /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
     pub adopt: bool,
+    /// Decrypted values withheld from messages about this member (`None`: not decrypted).
+    pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
 }
 
 impl Member {
+    /// `message` without the decrypted values of this member (an API server's message may
+    /// echo them).
+    pub fn redact(&self, message: String) -> String {
+        match &self.redaction {
+            Some(r) if !r.is_empty() => r.apply(&message),
+            _ => message,
+        }
+    }
+
     pub fn group_kind(&self) -> GroupKind {
         GroupKind::new(self.reference.group.clone(), self.reference.kind.clone())
     }
@@ -164,6 +176,13 @@ pub const DEFAULT_MAX_MEMBERS_PER_SET: usize = 10_000;
 /// Default of `--max-kinds-per-set`.
 pub const DEFAULT_MAX_KINDS_PER_SET: usize = 64;
 
+/// Default of `--max-inline-manifests-kib`: the JSON text of a set's `spec.manifests`, in KiB.
+/// A reconcile reads them into values, up to 16 times their text (a list of small numbers),
+/// and the operator renders `--concurrency` sets at once: 8 sets at 512 KiB stay within the
+/// chart's 512 MiB (measured in tests/fairness.rs; 1 MiB did not). Larger sets of members
+/// belong in a source.
+pub const DEFAULT_MAX_INLINE_MANIFESTS_KIB: usize = 512;
+
 /// What one set may declare (operator flags): members, kinds (each may cost a watch), and
 /// parsed YAML/JSON summed over its inline manifests and all its sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,6 +193,9 @@ pub struct SetLimits {
     pub max_kinds: usize,
     /// `--max-yaml-nodes-per-set` and `--max-yaml-mib-per-set`.
     pub yaml: manifest::YamlCost,
+    /// `--max-inline-manifests-kib`, in bytes: the JSON text of `spec.manifests`, checked
+    /// before any of it is read into values ([`check_inline_size`]).
+    pub max_inline_bytes: usize,
 }
 
 impl Default for SetLimits {
@@ -182,8 +204,23 @@ impl Default for SetLimits {
             max_members: DEFAULT_MAX_MEMBERS_PER_SET,
             max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
+            max_inline_bytes: DEFAULT_MAX_INLINE_MANIFESTS_KIB << 10,
         }
     }
+}
+
+/// Checks the size of `spec.manifests` as the API server sent it (the entries' JSON text,
+/// kept as text by the parent: see [`InlineManifest`]) against `limits`, before any entry is
+/// read into a value, so a set's parse costs at most what the limit allows.
+pub fn check_inline_size(spec: &ApplySetSpec, limits: &SetLimits) -> Result<(), LimitError> {
+    let size: usize = spec.manifests.iter().map(InlineManifest::text_len).sum();
+    if size > limits.max_inline_bytes {
+        return Err(LimitError::InlineBytes {
+            size,
+            max_kib: limits.max_inline_bytes >> 10,
+        });
+    }
+    Ok(())
 }
 
 /// Checks the declared objects of one set (inline first, then the sources in order) against
@@ -234,6 +271,11 @@ pub enum LimitError {
         "the set declares {declared} members, more than the {max} the operator allows per set (--max-members-per-set); split it into several sets or raise the flag"
     )]
     Members { declared: usize, max: usize },
+    /// `spec.manifests` longer (as JSON text) than `--max-inline-manifests-kib`.
+    #[error(
+        "its inline manifests (spec.manifests) hold {size} bytes of JSON, more than the {max_kib} KiB the operator allows per set (--max-inline-manifests-kib); move them into a source (configMap, git, oci) or raise the flag"
+    )]
+    InlineBytes { size: usize, max_kib: usize },
     /// Members of more kinds than `--max-kinds-per-set`.
     #[error(
         "the set declares members of {declared} kinds, more than the {max} the operator allows per set (--max-kinds-per-set); split it into several sets or raise the flag"
@@ -241,18 +283,17 @@ pub enum LimitError {
     Kinds { declared: usize, max: usize },
 }
 
-/// Parses the inline manifests of a spec.
+/// Parses the inline manifests of a spec (each entry read from its JSON text here: the
+/// parent keeps them as text). Check their size first ([`check_inline_size`]).
 pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestError> {
     let mut out = Vec::new();
     for (i, entry) in spec.manifests.iter().enumerate() {
-        match entry {
-            InlineManifest::Value(value) => {
-                out.extend(Manifest::from_value(value.clone(), Origin::inline(i))?);
-            }
-            InlineManifest::Unreadable { problem, .. } => {
+        match entry.value() {
+            Ok(value) => out.extend(Manifest::from_value(value, Origin::inline(i))?),
+            Err(problem) => {
                 return Err(ManifestError::Unreadable {
                     origin: Box::new(Origin::inline(i)),
-                    problem: problem.clone(),
+                    problem,
                 });
             }
         }
@@ -364,6 +405,7 @@ fn member(
         namespaced: resolved.namespaced,
         force_recreate,
         adopt,
+        redaction: m.redaction,
     })
 }
 
@@ -427,6 +469,18 @@ pub struct Readers<'a> {
     /// The client sources are read with (ConfigMaps, Secrets, secretRefs).
     pub client: &'a kube::Client,
     pub kinds: KindLookup<'a>,
+    /// Where the age keys of SOPS-encrypted members come from.
+    pub keys: KeySource<'a>,
+    /// The reconcile's worker, given back while the sources are read (None: no workers).
+    pub worker: Option<&'a crate::fair::Worker>,
+}
+
+/// Where the age keys of a set's SOPS-encrypted members come from (spec.decryption).
+pub enum KeySource<'a> {
+    /// The operator: the set's key Secret, read with `client`, the set's identity.
+    Cluster { client: &'a kube::Client },
+    /// The plugin: identities found locally (`None`: none were found).
+    Local(Option<&'a crate::sops::AgeKeys>),
 }
 
 /// The set to render and the operator's rules for it.
@@ -470,6 +524,9 @@ pub enum SetError {
     /// A member is outside what the set's identity may declare.
     #[error(transparent)]
     Tenancy(#[from] TenancyError),
+    /// A SOPS-encrypted member could not be decrypted (spec.decryption).
+    #[error(transparent)]
+    Decryption(#[from] DecryptionError),
     /// spec.postBuild: a variable source could not be read now, or a variable is missing.
     #[error(transparent)]
     Substitute(#[from] SubstituteError),
@@ -510,6 +567,7 @@ impl SetError {
             SetError::Render(e) => e.to_string(),
             SetError::Limits(e) => format!("{parent}: {e}"),
             SetError::Tenancy(e) => format!("{parent}: {e}"),
+            SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
             SetError::Substitute(e) => format!("{parent}: {e}"),
         }
     }
@@ -525,8 +583,13 @@ impl SetError {
             SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
             SetError::Render(e) => inline(e.origin()),
             SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
-            SetError::Limits(LimitError::Members { .. } | LimitError::Kinds { .. })
+            SetError::Limits(
+                LimitError::Members { .. }
+                | LimitError::Kinds { .. }
+                | LimitError::InlineBytes { .. },
+            )
             | SetError::Tenancy(_)
+            | SetError::Decryption(_)
             | SetError::Substitute(_) => None,
         }
     }
@@ -543,7 +606,8 @@ fn manifest_path(e: &ManifestError) -> Option<FieldPath> {
 }
 
 /// Renders a set: its sources validated, its inline manifests and every source read (at most
-/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all), spec.postBuild's variables
+/// [`sources::FETCH_CONCURRENCY`] at once, one deadline for all; a build that reads SOPS files
+/// run now with the set's keys), SOPS-encrypted members decrypted, spec.postBuild's variables
 /// substituted, the set's limits checked, kinds resolved, namespaces set, and the members
 /// checked against what its identity may declare. The one render of the operator's reconcile
 /// and of the plugin's `build` and `diff`.
@@ -556,14 +620,29 @@ pub async fn render_set(
     let (parent, spec) = (input.parent, input.spec);
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
+        check_inline_size(spec, input.limits)?;
         let mut manifests = inline_manifests(spec)?;
-        let fetched = readers
-            .sources
-            .fetch_all(readers.client, parent, spec)
-            .await?;
-        for f in &fetched {
-            manifests.extend(f.manifests.iter().cloned());
+        let fetch = readers.sources.fetch_all(readers.client, parent, spec);
+        let fetched = match readers.worker {
+            Some(worker) if !spec.sources.is_empty() => worker.away(fetch).await?,
+            _ => fetch.await?,
+        };
+        let mut keys = SetKeys {
+            input,
+            source: &readers.keys,
+            read: None,
+        };
+        for (index, f) in fetched.iter().enumerate() {
+            match &f.deferred {
+                None => manifests.extend(f.manifests.iter().cloned()),
+                Some(d) => {
+                    let built = build_deferred(readers.sources, index, d, &mut keys).await?;
+                    manifests.extend(built);
+                }
+            }
         }
+        // Flux's order: build (the sources above), decrypt, substitute.
+        decrypt(&mut keys, &mut manifests).await?;
         let manifests = post_build(readers.client, parent, spec, manifests).await?;
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
@@ -580,6 +659,76 @@ pub async fn render_set(
             assumed,
         }),
     )
+}
+
+/// The set's age keys (spec.decryption), read at most once per render and only when a member
+/// or a build input needs them.
+struct SetKeys<'r, 'a> {
+    input: &'r RenderInput<'a>,
+    source: &'r KeySource<'a>,
+    read: Option<crate::sops::AgeKeys>,
+}
+
+impl SetKeys<'_, '_> {
+    /// `None` when the set has no spec.decryption.
+    async fn get(&mut self) -> std::result::Result<Option<&crate::sops::AgeKeys>, DecryptionError> {
+        let Some(secret_ref) = decryption::secret_ref(self.input.spec) else {
+            return Ok(None);
+        };
+        match self.source {
+            KeySource::Local(Some(keys)) => Ok(Some(*keys)),
+            KeySource::Local(None) => Err(DecryptionError::NoLocalKey),
+            KeySource::Cluster { client } => {
+                if self.read.is_none() {
+                    let (parent, identity) = (self.input.parent, self.input.identity);
+                    let keys = decryption::read_keys(client, parent, identity, secret_ref).await?;
+                    self.read = Some(keys);
+                }
+                Ok(self.read.as_ref())
+            }
+        }
+    }
+}
+
+/// Builds a directory source whose build reads SOPS files (see
+/// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
+/// with the set's keys, its inputs decrypted into the private copy (wiped from memory once the
+/// build ends), the output kept for this render only.
+async fn build_deferred(
+    sources: &sources::Sources,
+    index: usize,
+    d: &sources::directory::Deferred,
+    keys: &mut SetKeys<'_, '_>,
+) -> std::result::Result<Vec<Manifest>, SetError> {
+    let limits = crate::sops::Limits::default();
+    let spec = keys.input.spec;
+    let keys = match decryption::build_needs_keys(d) {
+        true => keys.get().await?,
+        false => None,
+    };
+    let mut inputs = decryption::decrypt_build_inputs(d, keys, &limits)?;
+    let built = sources::directory::build_deferred(sources, d, &inputs).await;
+    decryption::wipe(&mut inputs);
+    built.map_err(|e| match spec.sources.get(index) {
+        Some(source) => SetError::Source(SourceError::at(index, source, e)),
+        None => SetError::Source(e),
+    })
+}
+
+/// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
+/// reading the keys only when a member needs them.
+async fn decrypt(
+    keys: &mut SetKeys<'_, '_>,
+    manifests: &mut [Manifest],
+) -> std::result::Result<(), DecryptionError> {
+    if !decryption::needs_keys(manifests) {
+        return Ok(());
+    }
+    let limits = crate::sops::Limits::default();
+    let keys = keys.get().await?;
+    let count = decryption::decrypt_members(manifests, keys, &limits)?;
+    tracing::debug!(members = count, "decrypted");
+    Ok(())
 }
 
 /// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
@@ -659,6 +808,42 @@ mod tests {
             &Origin::file("git https://example.com/r.git@main", "all.yaml"),
         )
         .expect("valid")
+    }
+
+    #[test]
+    fn inline_manifests_are_bounded_by_their_text_before_they_are_read() {
+        let entry = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a"}, "data": {"k": "v"}});
+        let len = entry.to_string().len();
+        let spec = ApplySetSpec {
+            manifests: vec![entry.clone().into(), entry.into()],
+            ..serde_json::from_value(serde_json::json!({})).expect("an empty spec")
+        };
+        let limits = |bytes: usize| SetLimits {
+            max_inline_bytes: bytes,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_inline_size(&spec, &limits(2 * len)), Ok(()));
+        assert_eq!(check_inline_size(&spec, &limits(2048)), Ok(()));
+        let err = check_inline_size(&spec, &limits(2 * len - 1)).expect_err("one byte over");
+        assert_eq!(
+            err,
+            LimitError::InlineBytes {
+                size: 2 * len,
+                max_kib: 0
+            }
+        );
+        let msg = err.to_string();
+        for part in [&format!("{} bytes", 2 * len), "--max-inline-manifests-kib"] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        // The parent's name comes first in the set's message.
+        let parent = ParentRef::applyset("team", "big");
+        let msg = SetError::Limits(err).message(&parent);
+        assert!(
+            msg.starts_with("ApplySet team/big: its inline manifests"),
+            "{msg}"
+        );
     }
 
     #[test]

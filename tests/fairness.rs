@@ -315,9 +315,10 @@ async fn a_refused_dependency_does_not_hold_another_namespaces_deletion() {
     operator::stop(op).await;
 }
 
-/// A loopback HTTP server for the source attack: `/slow…` announces a 60 MB body and sends
-/// one byte every half second (a tarpit within `--source-timeout`); anything else answers a
-/// small ConfigMap at once. Counts the slow requests it received.
+/// A loopback HTTP server for the source attacks: `/slow…` announces a 60 MB body and sends
+/// one byte every half second, `/drip…` announces 100 kB and sends one byte a second (tarpits
+/// within `--source-timeout`); anything else answers a small ConfigMap at once. Counts the
+/// slow requests (both tarpits) it received.
 async fn tarpit() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -343,17 +344,20 @@ async fn tarpit() -> (
                     }
                 }
                 let head = String::from_utf8_lossy(&req);
-                if head
-                    .split_whitespace()
-                    .nth(1)
-                    .is_some_and(|p| p.starts_with("/slow"))
-                {
+                let path = head.split_whitespace().nth(1).unwrap_or_default();
+                let trickle = if path.starts_with("/slow") {
+                    Some((60_000_000, Duration::from_millis(500)))
+                } else if path.starts_with("/drip") {
+                    Some((100_000, Duration::from_secs(1)))
+                } else {
+                    None
+                };
+                if let Some((length, every)) = trickle {
                     counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let _ = conn
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 60000000\r\n\r\n")
-                        .await;
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n");
+                    let _ = conn.write_all(head.as_bytes()).await;
                     while conn.write_all(b"#").await.is_ok() {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(every).await;
                     }
                 } else {
                     let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\ndata:\n  k: v\n";
@@ -499,4 +503,213 @@ async fn a_short_interval_is_raised_to_the_minimum_and_status_says_so() {
         "{msg}"
     );
     operator::stop(op).await;
+}
+
+/// Finding 6: a namespace whose sets keep every worker busy (12 sets, more than the 8
+/// workers, reconciled every second, each reading a source that sends one byte a second
+/// within --source-timeout) does not hold up another namespace's set: its create-to-Ready
+/// and an edit's effect each stay within 5 s. On main the victim waited for a worker until
+/// the tarpits timed out. Once the attacker's sets are gone, the workers, the queue and the
+/// namespaces' slots are all given back, and the tarpit hears no more requests.
+#[tokio::test]
+async fn a_namespace_of_slow_sets_does_not_hold_up_another_namespace() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let h = Harness::new("fair-work").await;
+    let victim_ns = h.extra_namespace("fair-workv").await;
+    let (addr, slow) = tarpit().await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &[
+            "--label-selector",
+            &selector,
+            "--source-allow-cidrs",
+            "127.0.0.0/8",
+            "--source-timeout",
+            "40",
+        ],
+        "fair-workers",
+    );
+    let attackers: Vec<Parent> = (0..12).map(|i| h.applyset(&format!("drip-{i}"))).collect();
+    for (i, set) in attackers.iter().enumerate() {
+        let url = format!("http://{addr}/drip-{i}.yaml");
+        set.create(json!({"interval": "1s", "sources": [{"http": {"url": url}}]}))
+            .await;
+    }
+    wait_for("the tarpit to hold 8 fetches", DEADLINE, || async {
+        (slow.load(SeqCst) >= 8).then_some(())
+    })
+    .await;
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"})), secret("s")]}))
+        .await;
+    // A deadline longer than the tarpits' timeout, so that a slow victim is measured.
+    victim
+        .wait_until("the victim Ready", Duration::from_secs(180), |_, st| {
+            (operator::condition(st?, "Ready")?.status == "True").then_some(())
+        })
+        .await;
+    let took = t0.elapsed();
+    eprintln!("the victim became Ready in {took:?}");
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+
+    let t0 = Instant::now();
+    victim
+        .patch_spec(json!({"manifests": [configmap("v", json!({"k": "2"})), secret("s")]}))
+        .await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(h.client.clone(), &victim_ns);
+    wait_for("the victim's edit", Duration::from_secs(180), || async {
+        let cm = cms.get("v").await.ok()?;
+        (cm.data?.get("k")? == "2").then_some(())
+    })
+    .await;
+    let took = t0.elapsed();
+    eprintln!("the victim's edit took effect in {took:?}");
+    assert!(took <= PROMPT, "the victim's edit took effect in {took:?}");
+
+    for set in &attackers {
+        set.delete().await;
+    }
+    for set in &attackers {
+        set.wait_gone(DEADLINE).await;
+    }
+    // The attacker's reconciles end by the tarpits' timeout (40 s): then nothing is held.
+    let idle = |m: &str| {
+        [
+            "controller_runtime_active_workers{controller=\"applyset\"}",
+            "workqueue_depth{name=\"applyset\"}",
+            "applyset_reconciling_namespaces",
+        ]
+        .iter()
+        .all(|series| sample(m, series) == Some(0.0))
+    };
+    wait_for(
+        "workers, queue and namespace slots given back",
+        DEADLINE,
+        || async { op.metrics().filter(|m| idle(m)).map(|_| ()) },
+    )
+    .await;
+    let heard = slow.load(SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        slow.load(SeqCst),
+        heard,
+        "the tarpit heard from deleted sets"
+    );
+}
+
+/// The chart's memory limit (charts/applyset-operator/values.yaml, `resources.limits.memory`).
+const CHART_MEMORY_LIMIT_MIB: u64 = 512;
+
+/// A field of `/proc/<pid>/status` in MiB (`VmRSS`: resident now; `VmHWM`: the peak).
+fn proc_mib(op: &OperatorProcess, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", op.pid())).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
+
+/// One inline manifest whose JSON text is exactly `bytes` long: a ConfigMap carrying a long
+/// array of zeros, the shape that costs a parser most per byte (on main, 32 bytes of
+/// `serde_json::Value` for each two bytes of text).
+fn zeros_manifest(name: &str, bytes: usize) -> Value {
+    let mut m = configmap(name, json!({"k": "1"}));
+    m["zeros"] = json!([]);
+    let base = serde_json::to_string(&m).expect("json").len();
+    // `[]` becomes `[0,0,…,0]`: one byte for the first zero, two for each further one.
+    let zeros = (bytes - base).div_ceil(2);
+    m["zeros"] = Value::Array(vec![json!(0); zeros]);
+    if (bytes - base).is_multiple_of(2) {
+        m["data"]["k"] = json!("12");
+    }
+    assert_eq!(serde_json::to_string(&m).expect("json").len(), bytes);
+    m
+}
+
+/// Finding 2: 100 sets whose inline manifests are at the operator's size limit
+/// (`--max-inline-manifests-kib`, 512 KiB) keep the operator within the chart's memory limit
+/// (on main, 30 sets of about 1.3 MiB each took it from 31 to 852 MiB: every parent was kept
+/// parsed), a set over the limit fails alone naming the set, its size and the limit, and a
+/// victim set in another namespace is Ready within 5 s.
+#[tokio::test]
+async fn sets_at_the_manifest_size_limit_stay_within_the_charts_memory_limit() {
+    const SETS: usize = 100;
+    const LIMIT_KIB: usize = applyset_operator::render::DEFAULT_MAX_INLINE_MANIFESTS_KIB;
+    const LIMIT: usize = LIMIT_KIB << 10;
+    let h = Harness::new("fair-size").await;
+    let victim_ns = h.extra_namespace("fair-sizev").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector],
+        "fair-size",
+    );
+    let entry = zeros_manifest("big", LIMIT);
+    // Each set is rendered once here (an hour's interval): what is measured is the memory of
+    // holding them and of reconciling them 8 at a time (the chart's --concurrency), not how
+    // often; the minimum interval bounds that.
+    let spec = json!({"interval": "1h", "retryInterval": "1h", "manifests": [entry]});
+    for i in 0..SETS {
+        h.applyset(&format!("big-{i:03}"))
+            .create(spec.clone())
+            .await;
+        let rss = proc_mib(&op, "VmRSS");
+        assert!(
+            rss < CHART_MEMORY_LIMIT_MIB,
+            "{rss} MiB resident after {} sets at the size limit",
+            i + 1
+        );
+    }
+    // Every set was read (its reconcile got past the size check and rendered).
+    for i in 0..SETS {
+        h.applyset(&format!("big-{i:03}"))
+            .wait_until("a reconcile past the size check", DEADLINE, |_, st| {
+                let c = operator::condition(st?, "Ready")?;
+                (c.reason != "ValidationFailed" && c.reason != "Progressing").then_some(())
+            })
+            .await;
+    }
+    let settled = proc_mib(&op, "VmRSS");
+
+    // One byte more is refused before it is parsed, naming the set, its size and the limit.
+    let over = h.applyset("over");
+    over.create(json!({"manifests": [zeros_manifest("big", LIMIT + 1)]}))
+        .await;
+    let st = over
+        .wait_ready_reason(Some("False"), "ValidationFailed")
+        .await;
+    let msg = &operator::ready(&st).message;
+    let parts = [
+        format!("ApplySet {}/over", h.ns),
+        format!("{} bytes", LIMIT + 1),
+        format!("{LIMIT_KIB} KiB"),
+        "--max-inline-manifests-kib".to_string(),
+    ];
+    for part in &parts {
+        assert!(msg.contains(part.as_str()), "{part:?} not in {msg}");
+    }
+
+    let victim = set_in(&h, &victim_ns, "victim");
+    let t0 = Instant::now();
+    victim
+        .create(json!({"manifests": [configmap("v", json!({"k": "1"}))]}))
+        .await;
+    victim.wait_ready().await;
+    let took = t0.elapsed();
+    assert!(took <= PROMPT, "the victim became Ready in {took:?}");
+
+    let peak = proc_mib(&op, "VmHWM");
+    eprintln!(
+        "{SETS} sets at {LIMIT} bytes: peak RSS {peak} MiB, {settled} MiB once all were reconciled"
+    );
+    assert!(
+        peak < CHART_MEMORY_LIMIT_MIB,
+        "peak RSS {peak} MiB, over the chart's limit"
+    );
 }

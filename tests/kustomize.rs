@@ -7,7 +7,7 @@ mod support;
 
 use support::{operator, servers};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use applyset_operator::{api::ApplySetStatus, controller::Operator};
 use kube::{
@@ -17,7 +17,7 @@ use kube::{
 use operator::*;
 use serde_json::{Value, json};
 use servers::*;
-use support::wait_for;
+use support::{kustomize_binary, wait_for};
 
 fn init() {
     applyset_operator::sources::install_crypto_provider();
@@ -27,23 +27,6 @@ fn init() {
             .with_test_writer()
             .try_init();
     }
-}
-
-/// The kustomize binary: `$APPLYSET_KUSTOMIZE`, else whatever
-/// `tests/testenv/build-kustomize.sh` builds (or finds in its cache).
-pub fn kustomize_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("APPLYSET_KUSTOMIZE").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/build-kustomize.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run build-kustomize.sh");
-    assert!(out.status.success(), "build-kustomize.sh failed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    PathBuf::from(stdout.lines().last().unwrap_or_default().trim()).join("kustomize")
 }
 
 /// An operator for `h` that builds with the pinned kustomize and may reach beyond the
@@ -920,6 +903,7 @@ async fn kustomize_build_cost() {
                     work_dir: &work,
                     timeout: std::time::Duration::from_secs(60),
                     max_output: 64 << 20,
+                    replace: None,
                 };
                 builder
                     .build(job, &mut budget.lease())
@@ -997,6 +981,7 @@ async fn a_build_beyond_its_memory_cap_fails_naming_the_cap() {
         work_dir: work.path(),
         timeout: std::time::Duration::from_secs(120),
         max_output: 256 << 20,
+        replace: None,
     };
     let capped = Builder::new(Settings {
         binary: Some(kustomize_binary()),

@@ -224,7 +224,20 @@ struct OperatorProc {
 }
 
 impl Drop for OperatorProc {
+    /// SIGTERM first, so that an operator built with `--features dhat-heap` writes its heap
+    /// profile (dhat-heap.json) as it exits; killed after 30 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -269,6 +282,9 @@ impl OperatorProc {
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
             // The periodic resync is measured with interval 2s (the default minimum is 10s).
             .arg("--min-interval=1s")
+            // The single set of 5000 members is inline: about 590 KiB of JSON, over the
+            // default 512 KiB (a user would put so many in a source).
+            .arg("--max-inline-manifests-kib=1024")
             .env("KUBECONFIG", kubeconfig)
             .env(
                 "RUST_LOG",

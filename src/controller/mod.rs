@@ -45,6 +45,7 @@ use crate::{
     dependencies::Dependencies,
     discovery::Resolver,
     engine::SetScope,
+    fair,
     members::MemberWatches,
     metrics::Metrics,
     parent::{self, Parent},
@@ -66,7 +67,10 @@ pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// How the operator runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Parents reconciled at once.
+    /// Workers of each controller: reconciles doing their work at once (a reconcile reading
+    /// its sources gives its worker back meanwhile), shared round robin between namespaces
+    /// (see [`crate::fair`]); also how many reconciles of one namespace are in progress at
+    /// once (their source reads included).
     pub concurrency: u16,
     /// Member writes (applies and deletes) in flight, across all parents at once: one large
     /// set may use them all, many small ones share them.
@@ -136,6 +140,59 @@ pub struct Context {
     health: healthy::Reporter,
     /// `spec.dependsOn`: the index from dependencies to dependents, the parent caches.
     pub dependencies: Dependencies,
+    /// The controllers' workers ([`Config::concurrency`]).
+    pub workers: Workers,
+}
+
+/// The workers of both controllers, each shared round robin between namespaces, and the
+/// per-namespace bound on reconciles in progress (reading sources, which they do without a
+/// worker, included).
+#[derive(Clone)]
+pub struct Workers {
+    applysets: fair::Gate,
+    cluster_applysets: fair::Gate,
+    in_progress: fair::Slots<ParentRef>,
+}
+
+impl Workers {
+    /// `per_controller` workers each; a parked parent is reconciled again through `members`'
+    /// triggers.
+    pub fn new(per_controller: usize, members: Arc<MemberWatches>) -> Self {
+        Workers {
+            applysets: fair::Gate::new(per_controller),
+            cluster_applysets: fair::Gate::new(per_controller),
+            in_progress: fair::Slots::new(per_controller, move |p| {
+                members.trigger_parents(vec![p]);
+            }),
+        }
+    }
+
+    fn gate(&self, kind: applyset::ParentKind) -> &fair::Gate {
+        match kind {
+            applyset::ParentKind::ApplySet => &self.applysets,
+            applyset::ParentKind::ClusterApplySet => &self.cluster_applysets,
+        }
+    }
+
+    /// A worker of `parent`'s controller, in its namespace's turn, if its namespace (`""`:
+    /// cluster-scoped) has fewer reconciles in progress than its bound; else it is parked.
+    async fn start(&self, parent: &ParentRef) -> fair::Start {
+        let key = parent.namespace.as_deref().unwrap_or_default();
+        let gate = self.gate(parent.kind);
+        fair::Worker::start(gate, key, &self.in_progress, parent.clone()).await
+    }
+
+    /// `parent` is gone: it is no longer parked, nor a slot kept for it.
+    fn forget(&self, parent: &ParentRef) {
+        let key = parent.namespace.as_deref().unwrap_or_default();
+        self.in_progress.forget(key, parent);
+    }
+
+    /// Stops handing out workers: reconciles still waiting for one end at once.
+    fn close(&self) {
+        self.applysets.close();
+        self.cluster_applysets.close();
+    }
 }
 
 impl Context {
@@ -155,6 +212,7 @@ impl Context {
             config.source_dir.clone(),
         );
         metrics.register(sources.kustomize.collector());
+        let workers = Workers::new(usize::from(config.concurrency), members.clone());
         Self {
             sources,
             resolver,
@@ -173,6 +231,7 @@ impl Context {
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
             dependencies: Dependencies::default(),
+            workers,
         }
     }
 
@@ -251,6 +310,22 @@ fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
     );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
+        "applyset_reconciling_namespaces",
+        "Namespaces with reconciles in progress or waiting to start (each at most --concurrency in progress)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.workers.in_progress.keys())),
+    );
+    for kind in [
+        applyset::ParentKind::ApplySet,
+        applyset::ParentKind::ClusterApplySet,
+    ] {
+        let c = Arc::downgrade(ctx);
+        metrics.sample_workers(
+            kind.kind(),
+            Box::new(move || c.upgrade().map_or(0, |c| c.workers.gate(kind).in_use())),
+        );
+    }
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
         "applyset_impersonation_clients",
         "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
         Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
@@ -301,6 +376,7 @@ pub struct Operator {
     source_memory: sources::memory::MemoryBudget,
     readiness: Arc<Readiness>,
     members: Arc<MemberWatches>,
+    workers: Workers,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -323,6 +399,7 @@ impl Operator {
             members.clone(),
         ));
         let source_memory = ctx.sources.memory.clone();
+        let workers = ctx.workers.clone();
         metrics.watch_source_memory(source_memory.clone());
         metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
         sample_bounded_resources(&metrics, &ctx);
@@ -363,6 +440,7 @@ impl Operator {
             source_memory,
             readiness,
             members,
+            workers,
             shutdown: tx,
             task,
         }
@@ -382,8 +460,10 @@ impl Operator {
         self.readiness.clone()
     }
 
-    /// Stops taking new work, lets in-flight reconciles finish, and returns.
+    /// Stops taking new work, lets in-flight reconciles finish (those still waiting for a
+    /// worker end at once: the next operator reconciles every set), and returns.
     pub async fn shutdown(self) {
+        self.workers.close();
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
     }
@@ -444,8 +524,10 @@ fn parent_stream<P: Parent>(
             if let Ok(watcher::Event::Delete(o)) = e {
                 let parent = o.parent_ref();
                 gone.metrics.set_info(&parent.to_string(), None);
+                gone.metrics.gone(P::KIND.kind(), &parent.to_string());
                 gone.members.forget(&parent.id());
                 gone.health.forget(&parent.id());
+                gone.workers.forget(&parent);
             }
         })
         // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
@@ -505,18 +587,17 @@ async fn run_controller<P: Parent>(
             referenced_watch::<Secret>(&ctx),
             referenced_mapper::<P, Secret>(ctx.clone(), ObjectKind::Secret),
         )
-        .with_config(controller::Config::default().concurrency(ctx.config.concurrency))
+        // Every due reconcile starts at once: it is parked when its namespace has as many in
+        // progress as it may, else it waits for a worker in its namespace's turn
+        // ([`Workers`]). The bounds on work are those, not kube-runtime's.
+        .with_config(controller::Config::default().concurrency(0))
         // Each trigger stream backs off by itself; a wait here would pause them all.
         .trigger_backoff(crate::watch::NoWait)
         .graceful_shutdown_on(stop)
-        .run(reconcile::<P>, error_policy::<P>, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                match e {
-                    controller::Error::ObjectNotFound(_) => {}
-                    e => tracing::warn!(error = %e, "controller"),
-                }
-            }
+        .run(reconcile::<P>, error_policy::<P>, ctx.clone())
+        .for_each(|r| {
+            ended::<P>(&ctx, r);
+            std::future::ready(())
         });
     // The sync watcher ends with the controller (it never outlives it). A shutdown before
     // the cache synced ends the controller at once: kube-runtime does not reconcile before
@@ -532,6 +613,27 @@ async fn run_controller<P: Parent>(
         _ = controller => {}
         _ = async { synced.await; std::future::pending::<()>().await } => {}
         _ = unsynced_shutdown => tracing::info!(kind = P::KIND.kind(), "stopped before the cache synced"),
+    }
+}
+
+/// What the controller says of a reconcile that ended: a parent triggered but gone (a
+/// parked one woken after a deletion the watch did not see) is forgotten by the workers;
+/// another error is logged.
+fn ended<P: Parent>(
+    ctx: &Context,
+    r: std::result::Result<
+        (kube::runtime::reflector::ObjectRef<P>, Action),
+        controller::Error<Error, watcher::Error>,
+    >,
+) {
+    match r {
+        Ok(_) => {}
+        Err(controller::Error::ObjectNotFound(gone)) => ctx.workers.forget(&ParentRef {
+            kind: P::KIND,
+            name: gone.name.clone(),
+            namespace: gone.namespace.clone(),
+        }),
+        Err(e) => tracing::warn!(error = %e, "controller"),
     }
 }
 
@@ -604,20 +706,34 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 }
 
 /// One reconcile of one parent, in a span that carries the parent (every log line of the
-/// reconcile, engine and sources included, is tied to it).
+/// reconcile, engine and sources included, is tied to it). It first waits (in the queue)
+/// for a worker in its namespace's turn, or is parked (it returns at once, and is
+/// triggered again when one of its namespace's reconciles ends).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics
-        .started(P::KIND.kind(), &obj.parent_ref().to_string());
-    let span = tracing::info_span!("reconcile", parent = %obj.parent_ref());
-    reconcile_contained(obj, ctx).instrument(span).await
+    let parent = obj.parent_ref();
+    let worker = match ctx.workers.start(&parent).await {
+        fair::Start::Working(worker) => worker,
+        // Reconciled again (woken) when one of its namespace's reconciles ends.
+        fair::Start::Parked => return Ok(Action::await_change()),
+        // The operator is stopping: the next one reconciles every set when it starts.
+        fair::Start::Closed => return Ok(Action::await_change()),
+    };
+    ctx.metrics.started(P::KIND.kind(), &parent.to_string());
+    let span = tracing::info_span!("reconcile", parent = %parent);
+    // Boxed: a reconcile waiting for a worker holds only the small future above.
+    Box::pin(reconcile_contained(obj, ctx, Arc::new(worker)).instrument(span)).await
 }
 
-async fn reconcile_contained<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile_contained<P: Parent>(
+    obj: Arc<P>,
+    ctx: Arc<Context>,
+    worker: Arc<fair::Worker>,
+) -> Result<Action> {
     use futures::FutureExt;
     let started = Instant::now();
     let parent = obj.parent_ref().to_string();
     // A panic must not take both controllers down with it: it becomes this parent's error.
-    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx))
+    let result = std::panic::AssertUnwindSafe(reconcile_parent(obj, &ctx, worker))
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| {
@@ -653,8 +769,12 @@ fn error_policy<P: Parent>(obj: Arc<P>, error: &Error, ctx: Arc<Context>) -> Act
 }
 
 /// Refuses a parent that is not ours; otherwise applies it, or, when it is being deleted,
-/// cleans up behind the finalizer.
-async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Action> {
+/// cleans up behind the finalizer. `worker` is given back while sources are read.
+async fn reconcile_parent<P: Parent>(
+    obj: Arc<P>,
+    ctx: &Context,
+    worker: Arc<fair::Worker>,
+) -> Result<Action> {
     let parent = obj.parent_ref();
     let scope = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
         Err(e) => Err(e.to_string()),
@@ -665,7 +785,7 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
         }
     };
     let scope = match scope {
-        Ok(scope) => scope,
+        Ok(scope) => scope.with_worker(worker),
         Err(e) => {
             // Nothing is done as anyone: the refusal is only reported.
             let scope = ctx.operator_scope(parent);
@@ -706,4 +826,28 @@ async fn reconcile_parent<P: Parent>(obj: Arc<P>, ctx: &Context) -> Result<Actio
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, R>(_: impl Fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    fn returned_size3<A, B, C, R>(_: impl Fn(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every due reconcile starts at once and waits for a worker: what it holds meanwhile is
+    /// its small outer future (the reconcile proper is boxed once it has a worker).
+    #[test]
+    fn a_reconcile_waiting_for_a_worker_holds_a_small_future() {
+        let waiting = returned_size(reconcile::<ApplySet>);
+        let proper = returned_size3(reconcile_contained::<ApplySet>);
+        eprintln!("waiting: {waiting} bytes, the reconcile proper: {proper} bytes");
+        assert!(waiting <= 512, "{waiting} bytes");
+    }
 }

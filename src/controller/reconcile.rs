@@ -27,7 +27,7 @@ use crate::{
     },
     members::{CheckTarget, Targets},
     parent::{self, Parent, Shrink},
-    render::{self, KindLookup, Readers, RenderError, RenderInput, SetError},
+    render::{self, KeySource, KindLookup, Readers, RenderError, RenderInput, SetError},
     sources::Sources,
     status::Reason,
     tenancy::Identity,
@@ -294,6 +294,10 @@ impl<'a, P: Parent> Reconcile<'a, P> {
                 resolver: &ctx.resolver,
                 beside: &|_| None,
             },
+            keys: KeySource::Cluster {
+                client: &self.scope.client,
+            },
+            worker: self.scope.worker(),
         };
         let rendered = match render::render_set(&input, &readers).await? {
             Ok(rendered) => rendered,
@@ -577,7 +581,11 @@ fn render_report(e: &SetError, parent: &crate::applyset::ParentRef) -> Report {
         return Report::failed(Reason::SourceFailed, msg);
     }
     Report {
-        retry: matches!(e, SetError::Render(RenderError::UnknownKind { .. })),
+        retry: match e {
+            SetError::Render(RenderError::UnknownKind { .. }) => true,
+            SetError::Decryption(d) => d.retry(),
+            _ => false,
+        },
         ..Report::failed(Reason::ValidationFailed, e.message(parent))
     }
 }

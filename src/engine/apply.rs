@@ -512,10 +512,10 @@ async fn recreate_for_immutable(
     opts: &Options<'_>,
 ) -> Option<Outcome> {
     if !member.force_recreate {
-        let message = format!(
+        let message = member.redact(format!(
             "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
             member.reference, status.message
-        );
+        ));
         return Some(Outcome::Failed { message });
     }
     if opts.dry_run {
@@ -541,10 +541,10 @@ fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
             message: format!("{}: {}", member.reference, status.message),
         },
         kube::Error::Api(status) => Outcome::Failed {
-            message: format!("{}: {}", member.reference, status.message),
+            message: member.redact(format!("{}: {}", member.reference, status.message)),
         },
         e => Outcome::Failed {
-            message: format!("{}: {e}", member.reference),
+            message: member.redact(format!("{}: {e}", member.reference)),
         },
     }
 }
@@ -684,15 +684,27 @@ pub fn not_deletable(
     owner.map(|o| format!("it is controlled by {} {}", o.kind, o.name))
 }
 
-/// The text Kubernetes gives a change to a field that cannot change: apimachinery's exported
-/// `validation.FieldImmutableErrorMsg`, also the start of the `immutable: true` ConfigMap and
-/// Secret refusal. The API has no reason or cause type of its own for it (a cause is
-/// `FieldValueInvalid` or `FieldValueForbidden` like any bad value), so this constant, in a
-/// field cause of an `Invalid` (422) status, is the one signal it gives.
-const FIELD_IMMUTABLE: &str = "field is immutable";
+/// The details Kubernetes gives a change to a field that cannot change: apimachinery's
+/// exported `validation.FieldImmutableErrorMsg` (Jobs' selector, Services' clusterIP, a CRD's
+/// scope, …) and the refusal of a change to an `immutable: true` ConfigMap or Secret. The API
+/// has no reason or cause type of its own for it (a cause is `FieldValueInvalid` or
+/// `FieldValueForbidden` like any bad value), so the detail is the one signal it gives.
+const IMMUTABLE_DETAILS: [&str; 2] = [
+    "field is immutable",
+    "field is immutable when `immutable` is set",
+];
 
-/// Whether an apply was refused because it changes an immutable field: a 422 `Invalid` whose
-/// field causes (the API server always lists them for `Invalid`) carry [`FIELD_IMMUTABLE`].
+/// The detail of a field cause: its message after the type and the value (apimachinery's
+/// `field.Error` renders `Invalid value: <value>: <detail>`, `Forbidden: <detail>`).
+fn cause_detail(message: &str) -> &str {
+    message
+        .rsplit_once(": ")
+        .map_or(message, |(_, detail)| detail)
+}
+
+/// Whether an apply was refused because it changes an immutable field: a 422 `Invalid` with a
+/// field cause (the API server always lists them for `Invalid`) whose detail is exactly one
+/// of [`IMMUTABLE_DETAILS`] (a value that merely mentions "immutable" is not).
 fn is_immutable(status: &Status) -> bool {
     let causes = status.details.as_ref().map(|d| d.causes.as_slice());
     status.is_invalid()
@@ -700,7 +712,7 @@ fn is_immutable(status: &Status) -> bool {
             matches!(
                 c.reason.as_str(),
                 "FieldValueInvalid" | "FieldValueForbidden"
-            ) && c.message.contains(FIELD_IMMUTABLE)
+            ) && IMMUTABLE_DETAILS.contains(&cause_detail(&c.message))
         })
 }
 
@@ -1073,6 +1085,12 @@ mod tests {
         assert!(is_immutable(&invalid(vec![(
             "FieldValueForbidden",
             configmap
+        )])));
+        // A value that mentions immutability is not the detail.
+        let mentions = "Invalid value: \"field is immutable\": must be no more than 5 characters";
+        assert!(!is_immutable(&invalid(vec![(
+            "FieldValueInvalid",
+            mentions
         )])));
         // Another invalid value, the text in another kind of cause, no causes, another code.
         assert!(!is_immutable(&invalid(vec![(

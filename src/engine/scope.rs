@@ -8,6 +8,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::{
     applyset::{LABEL_PART_OF, ParentRef},
+    fair::Worker,
     members::MemberWatches,
     tenancy::Identity,
     terminating::Terminating,
@@ -37,6 +38,8 @@ pub struct SetScope {
     watches: Option<Arc<MemberWatches>>,
     /// Namespaces known to be terminating (no apply is sent into them), if tracked.
     terminating: Option<Arc<Terminating>>,
+    /// The reconcile's worker, given back while sources are read, if workers are shared.
+    worker: Option<Arc<Worker>>,
 }
 
 impl SetScope {
@@ -57,6 +60,7 @@ impl SetScope {
             writes: None,
             watches: None,
             terminating: None,
+            worker: None,
         }
     }
 
@@ -84,6 +88,16 @@ impl SetScope {
     pub fn with_terminating(mut self, terminating: Arc<Terminating>) -> Self {
         self.terminating = Some(terminating);
         self
+    }
+
+    /// Reads sources as `worker`'s reconcile, giving it back meanwhile.
+    pub fn with_worker(mut self, worker: Arc<Worker>) -> Self {
+        self.worker = Some(worker);
+        self
+    }
+
+    pub fn worker(&self) -> Option<&Worker> {
+        self.worker.as_deref()
     }
 
     pub fn terminating(&self) -> Option<&Terminating> {

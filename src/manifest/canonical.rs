@@ -58,7 +58,7 @@ pub fn digest<'a>(objects: impl IntoIterator<Item = &'a serde_json::Map<String, 
         .into_iter()
         .map(|object| {
             let mut canonical = String::new();
-            write_canonical(&Value::Object(object.clone()), &mut canonical);
+            write_canonical_object(object, &mut canonical);
             canonical
         })
         .collect();
@@ -104,23 +104,26 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_json_string(key, out);
-                out.push(':');
-                if let Some(value) = map.get(key) {
-                    write_canonical(value, out);
-                }
-            }
-            out.push('}');
+        Value::Object(map) => write_canonical_object(map, out),
+    }
+}
+
+/// [`write_canonical`] of a mapping (read in place: no copy of it is made).
+fn write_canonical_object(map: &serde_json::Map<String, Value>, out: &mut String) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    out.push('{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_json_string(key, out);
+        out.push(':');
+        if let Some(value) = map.get(key) {
+            write_canonical(value, out);
         }
     }
+    out.push('}');
 }
 
 fn write_json_string(s: &str, out: &mut String) {

@@ -74,6 +74,21 @@ pub struct Manifest {
     /// The declared namespace; `None` when absent or `""` (the render step defaults it for
     /// namespaced kinds).
     pub namespace: Option<String>,
+    /// The SOPS-encrypted source file this object was read from, kept as committed (still
+    /// encrypted), so that its MAC is verified once the set's keys are known.
+    pub sops_file: Option<std::sync::Arc<SopsFile>>,
+    /// The values decryption put in this object, withheld from messages about it.
+    pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
+}
+
+/// A source file that carries SOPS metadata: its name in messages and its text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SopsFile {
+    /// Where it comes from (`configMap ns/name key secret.yaml`).
+    pub name: String,
+    /// Its path or key (its format follows the extension, as SOPS picks it).
+    pub path: String,
+    pub text: String,
 }
 
 impl Manifest {
@@ -113,6 +128,8 @@ impl Manifest {
             version: fields.version,
             name: fields.name,
             namespace: fields.namespace,
+            sops_file: None,
+            redaction: None,
         })
     }
 }

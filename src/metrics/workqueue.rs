@@ -10,6 +10,13 @@
 //! a requested delay is not an add (client-go's `AddAfter` is not counted until it fires,
 //! and kube-runtime does not tell when it fires); one that comes back with backoff after a
 //! failure is a retry (`workqueue_retries_total`, as client-go's `AddRateLimited`).
+//!
+//! The reconciles of a controller share its workers fairly between namespaces
+//! ([`crate::fair`]): a triggered parent waits in the queue until it has a worker (that wait
+//! is part of its queue duration), and `controller_runtime_active_workers` counts the
+//! workers held, read from the controller's worker gate when the metrics are encoded (a
+//! reconcile reading its sources gives its worker back meanwhile, so it runs without being
+//! an active worker).
 
 use std::{
     collections::HashMap,
@@ -44,6 +51,8 @@ pub struct WorkQueue {
     active_workers: IntGaugeVec,
     max_concurrent: IntGaugeVec,
     queues: Mutex<HashMap<String, Queue>>,
+    /// Each controller's workers held now.
+    workers: Mutex<HashMap<String, super::Sampler>>,
 }
 
 /// client-go's work-queue buckets: 10 ns to 1000 s, by tens.
@@ -104,6 +113,7 @@ impl WorkQueue {
                 &["controller"],
             )?,
             queues: Mutex::new(HashMap::new()),
+            workers: Mutex::new(HashMap::new()),
         };
         // Every series exists from the start, at 0.
         for c in CONTROLLERS {
@@ -161,7 +171,17 @@ impl WorkQueue {
                     .observe(now.duration_since(since).as_secs_f64());
             }
             q.running.insert(parent.to_string(), now);
-            self.set_active(controller, q);
+            q.waiting.len()
+        })
+        .unwrap_or_default()
+    }
+
+    /// `parent` is gone (deleted, or no longer selected) before its reconcile started (a
+    /// reconcile parked for its namespace's turn, say): it leaves the queue. Returns the
+    /// queue's depth.
+    pub fn gone(&self, controller: &str, parent: &str) -> usize {
+        self.with(controller, |q| {
+            q.waiting.remove(parent);
             q.waiting.len()
         })
         .unwrap_or_default()
@@ -175,14 +195,15 @@ impl WorkQueue {
                     .with_label_values(&[controller, controller])
                     .observe(since.elapsed().as_secs_f64());
             }
-            self.set_active(controller, q);
         });
     }
 
-    fn set_active(&self, controller: &str, q: &Queue) {
-        self.active_workers
-            .with_label_values(&[controller])
-            .set(i64::try_from(q.running.len()).unwrap_or(i64::MAX));
+    /// `read` tells how many of `controller`'s workers are held
+    /// (`controller_runtime_active_workers`).
+    pub fn sample_workers(&self, controller: &str, read: super::Sampler) {
+        if let Ok(mut workers) = self.workers.lock() {
+            workers.insert(controller.to_string(), read);
+        }
     }
 
     /// A reconcile of `controller` comes back with backoff (after an error or a failure).
@@ -203,6 +224,13 @@ impl WorkQueue {
 
     /// Brings the gauges of work in progress up to now (before an encoding).
     pub fn refresh(&self) {
+        if let Ok(workers) = self.workers.lock() {
+            for (controller, read) in workers.iter() {
+                self.active_workers
+                    .with_label_values(&[controller])
+                    .set(i64::try_from(read()).unwrap_or(i64::MAX));
+            }
+        }
         let Ok(queues) = self.queues.lock() else {
             return;
         };
@@ -260,14 +288,42 @@ mod tests {
                 .get_sample_count(),
             1
         );
-        assert_eq!(q.active_workers.with_label_values(&["applyset"]).get(), 1);
         q.finished("applyset", "a");
-        assert_eq!(q.active_workers.with_label_values(&["applyset"]).get(), 0);
+        assert_eq!(
+            q.gone("applyset", "b"),
+            0,
+            "b left the queue without starting"
+        );
         assert_eq!(
             q.work_duration
                 .with_label_values(&["applyset", "applyset"])
                 .get_sample_count(),
             1
         );
+    }
+}
+
+#[cfg(test)]
+mod worker_tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use super::*;
+
+    #[test]
+    fn active_workers_are_the_workers_held_when_encoded() {
+        let q = WorkQueue::new().expect("metrics");
+        let held = Arc::new(AtomicUsize::new(3));
+        let read = held.clone();
+        q.sample_workers("applyset", Box::new(move || read.load(Ordering::SeqCst)));
+        q.refresh();
+        assert_eq!(q.active_workers.with_label_values(&["applyset"]).get(), 3);
+        // A reconcile running (its sources read, say) without a worker is not one.
+        q.started("applyset", "a");
+        held.store(0, Ordering::SeqCst);
+        q.refresh();
+        assert_eq!(q.active_workers.with_label_values(&["applyset"]).get(), 0);
     }
 }

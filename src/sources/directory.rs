@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{
     Naming, Parsed, SourceError, SourceFile, Sources,
+    kustomization::{Reads, reads},
     kustomize::{Job, KustomizeError},
     memory,
     tree::{Plan, Tree},
@@ -38,8 +39,39 @@ pub fn build_identity(overrides: Option<&KustomizeOverrides>) -> String {
     }
 }
 
+/// A build of a tree whose build reads SOPS files: it waits for the set's keys, which verify
+/// every SOPS file it reads and decrypt its inputs (patch files, generator `envs` and `files`)
+/// into the private copy, so it runs per set at render ([`build_deferred`]). The cache keeps
+/// the tree as fetched (encrypted), never the output.
+#[derive(Debug)]
+pub struct Deferred {
+    /// The source, for messages and origins.
+    pub desc: String,
+    pub tree: Tree,
+    /// The directory to build (`""`: the root).
+    pub dir: String,
+    pub where_: String,
+    pub overrides: Option<KustomizeOverrides>,
+    /// The files of the tree the build reads.
+    pub reads: Reads,
+}
+
+impl Deferred {
+    /// The SOPS files among those the build reads: `(path, whether it is an input)`.
+    pub fn sops_files(&self) -> impl Iterator<Item = (&str, &[u8], bool)> {
+        let inputs = self.reads.inputs.iter().map(|p| (p, true));
+        let resources = self.reads.resources.iter().map(|p| (p, false));
+        inputs.chain(resources).filter_map(|(path, input)| {
+            let data = self.tree.get(path)?;
+            let format = crate::sops::Format::from_path(path);
+            crate::sops::carries_metadata(data, format).then_some((path.as_str(), data, input))
+        })
+    }
+}
+
 /// Reads `d` (see the module documentation); the tree's memory is taken from `lease` by the
-/// caller and given back here once it is no longer needed.
+/// caller and given back here once it is no longer needed. A build that reads SOPS files is
+/// returned as [`Deferred`], holding the tree.
 pub async fn read(
     s: &Sources,
     mut d: Directory<'_>,
@@ -48,36 +80,98 @@ pub async fn read(
     d.tree.apply_sourceignore();
     let tree_bytes = d.tree.bytes();
     let plan = d.tree.plan(d.prefix, d.overrides.is_some())?;
-    let (dir, desc) = match plan {
+    let dir = match plan {
         Plan::Plain(files) => {
             drop(d.tree);
             return super::parse_blocking(d.desc, files, Naming::Files, d.where_, lease).await;
         }
-        Plan::Build { dir, .. } => (dir, d.desc.clone()),
+        Plan::Build { dir, .. } => dir,
     };
+    let reads = reads(&d.tree, &dir, d.overrides).map_err(|e| at_source(&d.desc, e))?;
+    let deferred = Deferred {
+        desc: d.desc,
+        tree: d.tree,
+        dir,
+        where_: d.where_,
+        overrides: d.overrides.cloned(),
+        reads,
+    };
+    if deferred.sops_files().next().is_some() {
+        return Ok(Parsed {
+            manifests: Arc::new(Vec::new()),
+            bytes: tree_bytes,
+            deferred: Some(Arc::new(deferred)),
+        });
+    }
+    let parsed = build(s, &deferred, None, lease).await;
+    drop(deferred);
+    // The tree goes back: the parse took what the text needs again.
+    lease.release(tree_bytes);
+    parsed
+}
+
+/// Builds `d` now, for one set, with its decrypted inputs (`replace`), within the set's share
+/// of the memory budget; nothing of it is cached.
+pub async fn build_deferred(
+    s: &Sources,
+    d: &Deferred,
+    replace: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<Manifest>, SourceError> {
+    let share = memory::SetShare::new(s.limits.memory_per_set);
+    memory::within_share(share, async {
+        let mut lease = s.memory.lease();
+        let parsed = build(s, d, Some(replace), &mut lease).await?;
+        Ok(Arc::try_unwrap(parsed.manifests).unwrap_or_else(|a| (*a).clone()))
+    })
+    .await
+}
+
+/// Runs the build of `d` and parses its output, with `spec.kustomize.commonMetadata` set on
+/// what was built.
+async fn build(
+    s: &Sources,
+    d: &Deferred,
+    replace: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
+    lease: &mut memory::Lease,
+) -> Result<Parsed, SourceError> {
     let job = Job {
         tree: &d.tree,
-        dir: &dir,
-        overrides: d.overrides,
+        dir: &d.dir,
+        overrides: d.overrides.as_ref(),
         work_dir: s.work_dir(),
         timeout: s.limits.timeout / 4 * 3,
         max_output: s.limits.max_unpacked,
+        replace,
     };
     let text = s
         .kustomize
         .build(job, lease)
         .await
-        .map_err(|e| at_source(&desc, e))?;
-    // The tree and the output's bytes go back: the parse takes what the text needs again.
-    drop(d.tree);
-    lease.release(tree_bytes.saturating_add(text.len() as u64));
-    let shown = if dir.is_empty() { "." } else { dir.as_str() };
+        .map_err(|e| at_source(&d.desc, e))?;
+    // The output's bytes go back: the parse takes what the text needs again.
+    lease.release(text.len() as u64);
+    let shown = if d.dir.is_empty() {
+        "."
+    } else {
+        d.dir.as_str()
+    };
     let file = SourceFile {
         path: format!("{shown} (kustomize build)"),
         text,
     };
-    let parsed = super::parse_blocking(desc, vec![file], Naming::Files, d.where_, lease).await?;
-    match d.overrides.and_then(|o| o.common_metadata.as_ref()) {
+    let parsed = super::parse_blocking(
+        d.desc.clone(),
+        vec![file],
+        Naming::Files,
+        d.where_.clone(),
+        lease,
+    )
+    .await?;
+    match d
+        .overrides
+        .as_ref()
+        .and_then(|o| o.common_metadata.as_ref())
+    {
         None => Ok(parsed),
         Some(meta) => {
             let mut manifests = Arc::try_unwrap(parsed.manifests).unwrap_or_else(|a| (*a).clone());
@@ -87,6 +181,7 @@ pub async fn read(
             Ok(Parsed {
                 manifests: Arc::new(manifests),
                 bytes: parsed.bytes,
+                deferred: None,
             })
         }
     }

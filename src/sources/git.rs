@@ -200,6 +200,7 @@ pub async fn fetch(
                 etag: None,
                 last_modified: None,
                 bytes: parsed.bytes,
+                deferred: parsed.deferred,
             };
             Ok(s.cache.store(&identity, "git", cached, lease))
         }
@@ -274,6 +275,7 @@ fn from_cache(c: &Cached) -> Fetched {
         kind: "git",
         downloaded: false,
         memory: None,
+        deferred: c.deferred.clone(),
     }
 }
 

@@ -186,12 +186,7 @@ pub async fn fetch(
     let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
-    let identity = format!(
-        "http {} path={prefix} secret={}{}",
-        h.url,
-        auth.secret.as_deref().unwrap_or(""),
-        super::directory::build_identity(overrides)
-    );
+    let identity = cache_identity(h, &prefix, &auth, overrides);
     let cached = s.cache.get(&identity);
     let pinned = h
         .sha256
@@ -226,12 +221,12 @@ pub async fn fetch(
     let digest = sha256_hex(&body);
     check_pin(h, &digest)?;
     let revision = format!("http:sha256:{digest}");
-    let (manifests, bytes) = match cached.filter(|c| c.revision == revision) {
+    let (manifests, bytes, deferred) = match cached.filter(|c| c.revision == revision) {
         Some(c) => {
             // The cached manifests are the content: nothing more is held.
             drop(body);
             lease.hold(0).await?;
-            (c.manifests, c.bytes)
+            (c.manifests, c.bytes, c.deferred)
         }
         None => {
             let content = Content {
@@ -241,7 +236,7 @@ pub async fn fetch(
                 overrides,
             };
             let p = decode(s, content, &mut lease).await?;
-            (p.manifests, p.bytes)
+            (p.manifests, p.bytes, p.deferred)
         }
     };
     let cached = Cached {
@@ -250,8 +245,25 @@ pub async fn fetch(
         etag,
         last_modified,
         bytes,
+        deferred,
     };
     Ok(s.cache.store(&identity, "http", cached, lease))
+}
+
+/// What the source's cached content is kept under: the URL, the directory, the credentials'
+/// Secret and the build's overrides.
+fn cache_identity(
+    h: &HttpSource,
+    prefix: &str,
+    auth: &Auth,
+    overrides: Option<&crate::api::KustomizeOverrides>,
+) -> String {
+    format!(
+        "http {} path={prefix} secret={}{}",
+        h.url,
+        auth.secret.as_deref().unwrap_or(""),
+        super::directory::build_identity(overrides)
+    )
 }
 
 /// The body of `resp` (from `url`, redacted), within the download cap; its memory is taken
@@ -288,6 +300,7 @@ fn from_cache(c: &Cached) -> Fetched {
         kind: "http",
         downloaded: false,
         memory: None,
+        deferred: c.deferred.clone(),
     }
 }
 

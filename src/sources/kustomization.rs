@@ -3,7 +3,7 @@
 //! checks that refuse, before any build, what a build must not do ([`precheck`]): remote
 //! resources, paths outside the source's root, helm charts, plugins.
 
-use std::collections::BTreeSet;
+use std::{cell::RefCell, collections::BTreeSet};
 
 use serde_json::{Map, Value};
 
@@ -231,6 +231,17 @@ enum Target {
     Other,
 }
 
+/// The files of the tree a build reads (paths in the tree), as the kustomizations it reaches
+/// name them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// Files named by `resources`, `bases` or `components` (manifests).
+    pub resources: BTreeSet<String>,
+    /// Files read as inputs: patch files, generator `files`/`envs`, replacements,
+    /// configurations, crds, openapi.
+    pub inputs: BTreeSet<String>,
+}
+
 /// The context of one kustomization being checked.
 struct Checking<'a> {
     tree: &'a Tree,
@@ -238,6 +249,8 @@ struct Checking<'a> {
     file: &'a str,
     /// Its directory.
     dir: &'a str,
+    /// What the build reads, gathered while checking.
+    reads: &'a RefCell<Reads>,
 }
 
 impl Checking<'_> {
@@ -269,6 +282,7 @@ impl Checking<'_> {
             return Ok(Target::Dir(path));
         }
         if self.tree.is_file(&path) {
+            self.reads.borrow_mut().resources.insert(path);
             return Ok(Target::Other);
         }
         // Not in the tree: `gitlab.example.com/org/repo` is a remote reference.
@@ -289,15 +303,23 @@ impl Checking<'_> {
         if file.contains("://") {
             return Err(self.remote(field, entry));
         }
-        resolve(self.dir, file)
-            .map(|_| ())
-            .ok_or_else(|| self.outside(field, entry))
+        let path = resolve(self.dir, file).ok_or_else(|| self.outside(field, entry))?;
+        if self.tree.is_file(&path) {
+            self.reads.borrow_mut().inputs.insert(path);
+        }
+        Ok(())
     }
 }
 
 /// Refuses what a build must not do (see the module documentation), before it runs: every
 /// kustomization reachable from `dir` (whose own is `written` when generated) is checked.
-pub fn precheck(tree: &Tree, dir: &str, written: Option<&Written>) -> Result<(), KustomizeError> {
+/// Returns the files of the tree the build reads.
+pub fn precheck(
+    tree: &Tree,
+    dir: &str,
+    written: Option<&Written>,
+) -> Result<Reads, KustomizeError> {
+    let reads = RefCell::new(Reads::default());
     let mut seen = BTreeSet::new();
     let mut queue = vec![dir.to_string()];
     while let Some(d) = queue.pop() {
@@ -324,10 +346,21 @@ pub fn precheck(tree: &Tree, dir: &str, written: Option<&Written>) -> Result<(),
             tree,
             file: &file,
             dir: &d,
+            reads: &reads,
         };
         queue.extend(check_kustomization(&c, &k)?);
     }
-    Ok(())
+    Ok(reads.into_inner())
+}
+
+/// The files of `tree` the build of `dir` with `overrides` reads ([`precheck`]).
+pub fn reads(
+    tree: &Tree,
+    dir: &str,
+    overrides: Option<&KustomizeOverrides>,
+) -> Result<Reads, KustomizeError> {
+    let written = kustomization_for(tree, dir, overrides)?;
+    precheck(tree, dir, written.as_ref())
 }
 
 /// The strings of list `field` of `k` (a scalar counts as a one-entry list).
@@ -483,7 +516,32 @@ mod tests {
     fn check(files: &[(&str, &str)], dir: &str) -> Result<(), KustomizeError> {
         let t = tree(files);
         let w = kustomization_for(&t, dir, None)?;
-        precheck(&t, dir, w.as_ref())
+        precheck(&t, dir, w.as_ref()).map(|_| ())
+    }
+
+    #[test]
+    fn reads_are_the_resources_and_inputs_the_reached_kustomizations_name() {
+        let t = tree(&[
+            (
+                "base/kustomization.yaml",
+                "resources: [secret.yaml, cm.yaml]\n",
+            ),
+            ("base/secret.yaml", "x"),
+            ("base/cm.yaml", "x"),
+            ("base/other.yaml", "x"),
+            (
+                "ov/kustomization.yaml",
+                "resources: [../base]\npatches: [{path: patch.yaml}]\nsecretGenerator: [{name: s, envs: [s.env], files: [k=key.bin]}]\n",
+            ),
+            ("ov/patch.yaml", "x"),
+            ("ov/s.env", "x"),
+            ("ov/key.bin", "x"),
+            ("unrelated/secret.yaml", "x"),
+        ]);
+        let r = reads(&t, "ov", None).expect("reads");
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(r.resources, set(&["base/secret.yaml", "base/cm.yaml"]));
+        assert_eq!(r.inputs, set(&["ov/patch.yaml", "ov/s.env", "ov/key.bin"]));
     }
     #[test]
     fn remote_entries_are_recognised() {

@@ -165,13 +165,15 @@ impl Builder {
                 dir: shown.clone(),
                 cause: e.to_string(),
             })?;
-        let copy = private_copy(job.work_dir, job.tree, written.as_ref()).map_err(|e| match e {
-            CopyError::Unclean { path } => KustomizeError::Unclean { path },
-            io => KustomizeError::Copy {
-                dir: shown.clone(),
-                cause: io.to_string(),
+        let copy = private_copy(job.work_dir, job.tree, written.as_ref(), job.replace).map_err(
+            |e| match e {
+                CopyError::Unclean { path } => KustomizeError::Unclean { path },
+                io => KustomizeError::Copy {
+                    dir: shown.clone(),
+                    cause: io.to_string(),
+                },
             },
-        })?;
+        )?;
         let run = Run {
             binary: self.binary(),
             root: copy.path().join(COPY_SOURCE),
@@ -191,7 +193,7 @@ impl Builder {
 fn builds_counter() -> prometheus::IntCounterVec {
     let opts = prometheus::Opts::new(
         "applyset_kustomize_builds_total",
-        "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again",
+        "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again, except a build that reads SOPS files (per set, each reconcile)",
     );
     // A constant name and label set: creating it cannot fail.
     let c = prometheus::IntCounterVec::new(opts, &["result"]).expect("valid metric");
@@ -211,6 +213,9 @@ pub struct Job<'a> {
     pub work_dir: &'a Path,
     pub timeout: Duration,
     pub max_output: u64,
+    /// Files written into the private copy in place of the tree's (the decrypted SOPS inputs
+    /// of a set with spec.decryption); removed with the copy when the build ends.
+    pub replace: Option<&'a std::collections::BTreeMap<String, Vec<u8>>>,
 }
 
 /// The private copy's directory of the source's files.
@@ -218,12 +223,14 @@ const COPY_SOURCE: &str = "src";
 /// The private copy's empty directory for the child's HOME and TMPDIR.
 const COPY_HOME: &str = "home";
 
-/// Writes `tree` (with `written` replacing or adding its kustomization) into `src/` of a fresh
-/// private directory under `work_dir`, removed when the returned value drops.
+/// Writes `tree` (with `written` replacing or adding its kustomization, and the files of
+/// `replace` in place of the tree's) into `src/` of a fresh private directory (mode 0700) under
+/// `work_dir`, removed when the returned value drops.
 fn private_copy(
     work_dir: &Path,
     tree: &Tree,
     written: Option<&Written>,
+    replace: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
 ) -> Result<tempfile::TempDir, CopyError> {
     let io = |path: &Path| {
         let path = path.display().to_string();
@@ -253,7 +260,10 @@ fn private_copy(
         std::fs::write(&target, data).map_err(io(&target))
     };
     for (path, data) in tree.files() {
-        write(path, data)?;
+        match replace.and_then(|r| r.get(path)) {
+            Some(replaced) => write(path, replaced)?,
+            None => write(path, data)?,
+        }
     }
     if let Some(w) = written {
         // The generated one replaces whichever kustomization file the directory had.
@@ -541,7 +551,7 @@ mod tests {
         for bad in ["../x.yaml", "a/../../x.yaml", "/etc/x", "a//b", "./a"] {
             let mut t = Tree::new();
             t.insert(bad.into(), b"x".to_vec());
-            let err = private_copy(work.path(), &t, None).expect_err(bad);
+            let err = private_copy(work.path(), &t, None, None).expect_err(bad);
             assert!(
                 matches!(&err, CopyError::Unclean { path } if path == bad),
                 "{bad}: {err}"
@@ -557,7 +567,7 @@ mod tests {
         );
         let mut t = Tree::new();
         t.insert("a/b.yaml".into(), b"x".to_vec());
-        let copy = private_copy(work.path(), &t, None).expect("copy");
+        let copy = private_copy(work.path(), &t, None, None).expect("copy");
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(copy.path())
             .expect("meta")
@@ -571,6 +581,28 @@ mod tests {
         let path = copy.path().to_path_buf();
         drop(copy);
         assert!(!path.exists(), "removed after the build");
+    }
+
+    #[test]
+    fn replaced_files_are_written_in_place_of_the_trees_and_go_with_the_copy() {
+        let work = tempfile::tempdir().expect("tempdir");
+        let mut t = Tree::new();
+        t.insert("ov/s.env".into(), b"A=ENC[...]\nsops_mac=m\n".to_vec());
+        t.insert("ov/plain.env".into(), b"B=c\n".to_vec());
+        let replace = [("ov/s.env".to_string(), b"A=secret\n".to_vec())].into();
+        let copy = private_copy(work.path(), &t, None, Some(&replace)).expect("copy");
+        let src = copy.path().join("src/ov");
+        assert_eq!(
+            std::fs::read(src.join("s.env")).expect("file"),
+            b"A=secret\n"
+        );
+        assert_eq!(
+            std::fs::read(src.join("plain.env")).expect("file"),
+            b"B=c\n"
+        );
+        let path = copy.path().to_path_buf();
+        drop(copy);
+        assert!(!path.exists(), "the plaintext goes with the copy");
     }
 
     #[test]

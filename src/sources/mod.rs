@@ -137,6 +137,9 @@ pub struct Fetched {
     /// The share of the memory budget the manifests hold until this result is dropped (none
     /// for content served from the cache, which is bounded on its own).
     pub memory: Option<Arc<memory::Lease>>,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 /// Why a source could not be used.
@@ -331,6 +334,7 @@ struct Entry {
     last_modified: Option<String>,
     /// Estimated memory of `manifests` ([`estimate_bytes`]).
     bytes: u64,
+    deferred: Option<Arc<directory::Deferred>>,
     used: Instant,
 }
 
@@ -359,6 +363,9 @@ pub struct Cached {
     pub last_modified: Option<String>,
     /// Estimated memory of `manifests` ([`estimate_bytes`]).
     pub bytes: u64,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 impl Cache {
@@ -380,14 +387,13 @@ impl Cache {
             etag: e.etag.clone(),
             last_modified: e.last_modified.clone(),
             bytes: e.bytes,
+            deferred: e.deferred.clone(),
         })
     }
 
     /// The cached content of `identity` if it has `revision`.
-    pub fn get_revision(&self, identity: &str, revision: &str) -> Option<Arc<Vec<Manifest>>> {
-        self.get(identity)
-            .filter(|c| c.revision == revision)
-            .map(|c| c.manifests)
+    pub fn get_revision(&self, identity: &str, revision: &str) -> Option<Cached> {
+        self.get(identity).filter(|c| c.revision == revision)
     }
 
     /// Caches `c` for `identity` (replacing what was there), then evicts the least recently
@@ -408,6 +414,7 @@ impl Cache {
             kind,
             downloaded: true,
             memory: Some(Arc::new(lease)),
+            deferred: c.deferred.clone(),
         };
         self.put(identity, c);
         fetched
@@ -449,6 +456,7 @@ impl Cache {
                 etag: c.etag,
                 last_modified: c.last_modified,
                 bytes: c.bytes,
+                deferred: c.deferred,
                 used: Instant::now(),
             },
         );
@@ -810,6 +818,10 @@ impl Sources {
                 add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
             }
         }
+        // The key Secret of spec.decryption: a new or changed key is applied at once.
+        if let Some(r) = spec.decryption.as_ref().map(|d| &d.secret_ref) {
+            add(ObjectKind::Secret, &r.name, r.namespace.as_deref());
+        }
         // spec.postBuild.substituteFrom: a change is applied at once too.
         for (kind, ns, name) in crate::substitute::references(parent, spec.post_build.as_ref()) {
             let kind = match kind {
@@ -1078,9 +1090,31 @@ pub fn parse_files(desc: &str, files: &[SourceFile]) -> Result<Vec<Manifest>, Ma
     let mut budget = YamlBudget::for_parsing();
     for f in files {
         let origin = Origin::file(desc, &f.path);
-        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
+        let parsed = parse_documents_within(&f.text, &origin, &mut budget)?;
+        out.extend(keep_sops_file(parsed, &origin, f));
     }
     Ok(out)
+}
+
+/// The manifests of file `f`, each holding the file's text when it carries SOPS metadata
+/// (see [`crate::manifest::SopsFile`]).
+fn keep_sops_file(mut parsed: Vec<Manifest>, origin: &Origin, f: &SourceFile) -> Vec<Manifest> {
+    let format = crate::sops::Format::from_path(&f.path);
+    if matches!(
+        format,
+        crate::sops::Format::Yaml | crate::sops::Format::Json
+    ) && crate::sops::carries_metadata(f.text.as_bytes(), format)
+    {
+        let file = Arc::new(crate::manifest::SopsFile {
+            name: origin.to_string(),
+            path: f.path.clone(),
+            text: f.text.clone(),
+        });
+        for m in &mut parsed {
+            m.sops_file = Some(file.clone());
+        }
+    }
+    parsed
 }
 
 /// Like [`parse_files`] for data keys of a ConfigMap or Secret (origins say `key`).
@@ -1092,7 +1126,8 @@ pub fn parse_files_as_keys(
     let mut budget = YamlBudget::for_parsing();
     for f in files {
         let origin = Origin::key(desc, &f.path);
-        out.extend(parse_documents_within(&f.text, &origin, &mut budget)?);
+        let parsed = parse_documents_within(&f.text, &origin, &mut budget)?;
+        out.extend(keep_sops_file(parsed, &origin, f));
     }
     Ok(out)
 }
@@ -1112,6 +1147,9 @@ pub enum Naming {
 pub struct Parsed {
     pub manifests: Arc<Vec<Manifest>>,
     pub bytes: u64,
+    /// A build that waits for the set's keys ([`directory::Deferred`]): the set builds it at
+    /// render; `manifests` is then empty.
+    pub deferred: Option<Arc<directory::Deferred>>,
 }
 
 /// What an empty source is told to do.
@@ -1160,6 +1198,7 @@ pub async fn parse_blocking(
         Ok(Parsed {
             manifests: Arc::new(manifests),
             bytes,
+            deferred: None,
         })
     })
     .await
@@ -1292,6 +1331,7 @@ mod tests {
             etag: None,
             last_modified: None,
             bytes,
+            deferred: None,
         }
     }
 
@@ -1595,6 +1635,7 @@ mod tests {
             kind: "git",
             downloaded: false,
             memory: None,
+            deferred: None,
         };
         assert_eq!(combined_revision("sha256:x", &[]), "sha256:x");
         assert_eq!(

@@ -81,6 +81,7 @@ pub async fn fetch(
         kind: noun,
         downloaded: true,
         memory: Some(std::sync::Arc::new(lease)),
+        deferred: None,
     })
 }
 

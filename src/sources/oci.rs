@@ -442,7 +442,7 @@ pub async fn fetch(
         let revision = revision_of(o, digest);
         s.cache
             .get_revision(&identity, &revision)
-            .map(|manifests| from_cache(manifests, revision))
+            .map(|c| from_cache(c, revision))
     };
     if let Some(d) = &o.digest
         && let Some(hit) = cached(d)
@@ -482,6 +482,7 @@ pub async fn fetch(
         etag: None,
         last_modified: None,
         bytes: parsed.bytes,
+        deferred: parsed.deferred,
     };
     Ok(s.cache.store(&identity, "oci", cached, lease))
 }
@@ -547,16 +548,14 @@ fn revision_of(o: &OciSource, digest: &str) -> String {
 }
 
 /// Cached content, served without a download.
-fn from_cache(
-    manifests: std::sync::Arc<Vec<crate::manifest::Manifest>>,
-    revision: String,
-) -> Fetched {
+fn from_cache(c: super::Cached, revision: String) -> Fetched {
     Fetched {
-        manifests,
+        manifests: c.manifests,
         revision,
         kind: "oci",
         downloaded: false,
         memory: None,
+        deferred: c.deferred,
     }
 }
 

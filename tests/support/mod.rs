@@ -1,13 +1,15 @@
 //! Shared support for the integration tests: one real control plane per test binary, a
 //! namespace per test, impersonating clients, and polling with a deadline; the in-process
 //! operator and its handles ([`operator`]), the operator binary as a process ([`process`])
-//! and the source tests' servers ([`servers`]). A test file declares it with `mod support;`
+//! the source tests' servers ([`servers`]) and the real sops and age-keygen
+//! ([`sops`]). A test file declares it with `mod support;`
 //! (tests/model, one directory down, with a `#[path]`).
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod operator;
 pub mod process;
 pub mod servers;
+pub mod sops;
 
 use std::{
     future::Future,
@@ -149,4 +151,21 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The kustomize binary: `$APPLYSET_KUSTOMIZE`, else whatever
+/// `tests/testenv/build-kustomize.sh` builds (or finds in its cache).
+pub fn kustomize_binary() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("APPLYSET_KUSTOMIZE").filter(|p| !p.is_empty()) {
+        return std::path::PathBuf::from(p);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/build-kustomize.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run build-kustomize.sh");
+    assert!(out.status.success(), "build-kustomize.sh failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    std::path::PathBuf::from(stdout.lines().last().unwrap_or_default().trim()).join("kustomize")
 }

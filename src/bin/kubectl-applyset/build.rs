@@ -29,7 +29,11 @@ pub async fn run(
         allow_cross_namespace,
         ..Defaults::default()
     };
-    let renderer = Renderer::new(&file, client, defaults, g.kustomize_binary.clone());
+    let renderer = Renderer::new(&file, client, defaults, g.kustomize_binary.clone())
+        .with_age_keys(
+            crate::age_keys::local_keys(g.sops_age_key_file.as_deref())
+                .map_err(CliError::AgeKey)?,
+        );
     let mut out = String::new();
     let mut errors = 0;
     for doc in &file.sets {

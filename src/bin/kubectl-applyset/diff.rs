@@ -88,6 +88,9 @@ pub async fn run(
         Some(c.client.clone()),
         defaults,
         g.kustomize_binary.clone(),
+    )
+    .with_age_keys(
+        crate::age_keys::local_keys(g.sops_age_key_file.as_deref()).map_err(CliError::AgeKey)?,
     );
     let Some(resolver) = renderer.resolver().cloned() else {
         return Err(CliError::Cluster("no cluster".into()));
@@ -204,6 +207,13 @@ async fn diff_set(
         text.push_str(n);
     }
     text.push_str(&body);
+    // The values decrypted from SOPS members are withheld (a Secret's are masked already; a
+    // decrypted ConfigMap's, or a server message echoing one, would otherwise show).
+    let text = desired
+        .set
+        .members
+        .iter()
+        .fold(text, |text, m| m.redact(text));
     Ok((text, counts))
 }
 

@@ -30,6 +30,10 @@ pub enum CliError {
     /// A set could not be diffed or shown: its message.
     #[error("{0}")]
     Set(String),
+    /// A local SOPS age key (`--sops-age-key-file`, `$SOPS_AGE_KEY_FILE`, `$SOPS_AGE_KEY`,
+    /// keys.txt) could not be read or parsed: where it came from, and why.
+    #[error(transparent)]
+    AgeKey(#[from] crate::age_keys::AgeKeyError),
     /// Output could not be written.
     #[error("writing YAML: {0}")]
     Yaml(String),

@@ -6,6 +6,7 @@
 //! changes or `reconcile` ended not Ready, 2 an error (bad input, unreachable cluster, a
 //! wait that timed out).
 
+mod age_keys;
 mod build;
 mod conn;
 mod diff;
@@ -67,6 +68,11 @@ pub struct Global {
     /// The namespace of ApplySets (default: the context's namespace, else "default").
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// Age identities for SOPS-encrypted members of sets with spec.decryption (build, diff);
+    /// default: $SOPS_AGE_KEY_FILE, plus $SOPS_AGE_KEY and ~/.config/sops/age/keys.txt, as sops
+    /// finds them.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub sops_age_key_file: Option<PathBuf>,
     /// The kustomize binary that builds overlays of directory sources (default: `kustomize`
     /// beside this plugin, else on PATH).
     #[arg(

@@ -10,7 +10,10 @@ use std::{collections::HashMap, sync::Arc};
 use applyset_operator::{
     api::Source,
     discovery::{Resolved, Resolver},
-    render::{self, DesiredSet, FieldPath, Gvk, KindLookup, Readers, RenderInput, SetLimits},
+    render::{
+        self, DesiredSet, FieldPath, Gvk, KeySource, KindLookup, Readers, RenderInput, SetLimits,
+    },
+    sops::AgeKeys,
     sources::{self, Sources},
     tenancy::{self, Defaults, Identity},
 };
@@ -34,6 +37,9 @@ pub struct Renderer {
     /// A client for the sources when there is no cluster (it is never called: sources that
     /// need the cluster are refused first).
     offline: Client,
+    /// The local age identities SOPS-encrypted members are decrypted with (instead of the
+    /// set's key Secret in the cluster).
+    age_keys: Option<AgeKeys>,
 }
 
 /// A rendered set.
@@ -74,7 +80,14 @@ impl Renderer {
             sources,
             defaults,
             offline: unreachable_client(),
+            age_keys: None,
         }
+    }
+
+    /// Decrypts SOPS-encrypted members with these local identities.
+    pub fn with_age_keys(mut self, keys: Option<AgeKeys>) -> Renderer {
+        self.age_keys = keys;
+        self
     }
 
     /// The discovery of the cluster, if there is one.
@@ -123,6 +136,8 @@ impl Renderer {
             sources: &self.sources,
             client,
             kinds,
+            keys: KeySource::Local(self.age_keys.as_ref()),
+            worker: None,
         };
         let rendered = render::render_set(&input, &readers)
             .await

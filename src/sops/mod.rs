@@ -1,0 +1,242 @@
+//! SOPS decryption with age keys, in memory: a file's bytes, its format and a set of age
+//! identities in; the plaintext bytes (as `sops --decrypt` would print them, JSON documents
+//! for YAML) or a [`SopsError`] naming the file and the cause out. The file's MAC is verified
+//! over the file as it stands, as SOPS computes it. Every input is bounded ([`Limits`]).
+//!
+//! One concept per module: [`cipher`] (the `ENC[…]` values), [`mac`], [`rules`] (which values
+//! are encrypted), [`keys`] (age identities, the data key), [`metadata`], [`tree`] and
+//! [`walk`] (the decrypting walk), and a reader per format: [`yaml`], [`json`] (also binary
+//! files), [`dotenv`] (with [`flatten`]).
+
+pub mod cipher;
+pub mod dotenv;
+pub mod error;
+pub mod flatten;
+pub mod json;
+pub mod keys;
+pub mod mac;
+pub mod metadata;
+pub mod object;
+pub mod redact;
+pub mod rules;
+pub mod tree;
+pub mod walk;
+pub mod yaml;
+
+use std::fmt;
+
+pub use error::{IdentityError, SopsError};
+pub use keys::AgeKeys;
+use tree::Node;
+
+/// A file format as SOPS stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+    Dotenv,
+    Ini,
+    /// Any other file: SOPS stores it as JSON with one `data` entry.
+    Binary,
+}
+
+impl Format {
+    /// The format SOPS picks for a file name (its `FormatForPath`).
+    pub fn from_path(path: &str) -> Format {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        match name.rsplit_once('.').map(|(_, ext)| ext) {
+            Some("yaml" | "yml") => Format::Yaml,
+            Some("json") => Format::Json,
+            Some("env") => Format::Dotenv,
+            Some("ini") => Format::Ini,
+            _ => Format::Binary,
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            Format::Yaml => "YAML",
+            Format::Json => "JSON",
+            Format::Dotenv => "dotenv",
+            Format::Ini => "INI",
+            Format::Binary => "binary (SOPS JSON)",
+        })
+    }
+}
+
+/// Bounds on one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_depth: usize,
+    pub max_values: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_bytes: 8 * 1024 * 1024,
+            max_depth: 64,
+            max_values: 100_000,
+        }
+    }
+}
+
+/// Whether `bytes` look like a SOPS file of `format` (a cheap look at the text, for choosing
+/// the files to decrypt; [`decrypt`] does the real check).
+pub fn carries_metadata(bytes: &[u8], format: Format) -> bool {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
+    match format {
+        Format::Yaml => text.lines().any(|l| l.starts_with("sops:")) && text.contains("mac:"),
+        Format::Json | Format::Binary => {
+            text.trim_start().starts_with('{')
+                && text.contains("\"sops\"")
+                && text.contains("\"mac\"")
+        }
+        Format::Dotenv => text.lines().any(|l| l.starts_with("sops_mac=")),
+        Format::Ini => text.lines().any(|l| l.trim() == "[sops]") && text.contains("mac"),
+    }
+}
+
+/// Decrypts a SOPS file with `keys`, after checking every value's tag and the file's MAC.
+/// `file` names the file in errors. The result is the plaintext as `sops --decrypt` prints it
+/// (YAML files as a stream of JSON documents).
+pub fn decrypt(
+    file: &str,
+    bytes: &[u8],
+    format: Format,
+    keys: &AgeKeys,
+    limits: &Limits,
+) -> Result<Vec<u8>, SopsError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(SopsError::TooLarge {
+            file: file.to_string(),
+            size: bytes.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| SopsError::Parse {
+        file: file.to_string(),
+        format,
+        message: "not UTF-8 text".to_string(),
+    })?;
+    match format {
+        Format::Yaml => {
+            let mut documents = yaml::load(text, file, limits)?;
+            decrypt_documents(file, &mut documents, keys, limits)?;
+            yaml::emit(&documents, file)
+        }
+        Format::Json | Format::Binary => {
+            let mut documents = vec![json::load(text, file, format)?];
+            decrypt_documents(file, &mut documents, keys, limits)?;
+            match format {
+                Format::Json => json::emit(&documents[0], file),
+                _ => json::emit_binary(&documents[0], file),
+            }
+        }
+        Format::Dotenv => {
+            let env = dotenv::load(text, file, limits.max_values)?;
+            let meta = env.metadata.ok_or_else(|| SopsError::NoMetadata {
+                file: file.to_string(),
+            })?;
+            let mut documents = vec![env.entries];
+            decrypt_with(file, &meta, &mut documents, keys)?;
+            Ok(dotenv::emit(&documents[0]))
+        }
+        Format::Ini => Err(SopsError::Unsupported {
+            file: file.to_string(),
+            what: "an INI file".to_string(),
+        }),
+    }
+}
+
+/// Takes the `sops` entry out of the documents (read from the first), checks the bounds, and
+/// decrypts them.
+fn decrypt_documents(
+    file: &str,
+    documents: &mut [Node],
+    keys: &AgeKeys,
+    limits: &Limits,
+) -> Result<(), SopsError> {
+    let mut meta = None;
+    for (index, document) in documents.iter_mut().enumerate() {
+        if let Node::Map(entries) = document
+            && let Some(at) = entries.iter().position(|(k, _)| k == "sops")
+        {
+            let (_, value) = entries.remove(at);
+            if index == 0 {
+                meta = Some(value);
+            }
+        }
+    }
+    let meta = meta.ok_or_else(|| SopsError::NoMetadata {
+        file: file.to_string(),
+    })?;
+    let mut values = 0usize;
+    for document in documents.iter() {
+        let shape = tree::shape(document, limits.max_depth);
+        if shape.depth > limits.max_depth {
+            return Err(SopsError::TooDeep {
+                file: file.to_string(),
+                limit: limits.max_depth,
+            });
+        }
+        values += shape.nodes;
+    }
+    if values > limits.max_values {
+        return Err(SopsError::TooManyValues {
+            file: file.to_string(),
+            limit: limits.max_values,
+        });
+    }
+    decrypt_with(file, &meta, documents, keys)
+}
+
+/// Unwraps the data key, decrypts every encrypted value and verifies the MAC.
+fn decrypt_with(
+    file: &str,
+    meta: &Node,
+    documents: &mut [Node],
+    keys: &AgeKeys,
+) -> Result<(), SopsError> {
+    let meta = metadata::parse(meta, file)?;
+    let key = keys::data_key(&meta, keys, file)?;
+    let computed = walk(file, &meta, &key, documents)?.mac;
+    walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &computed)
+}
+
+/// Unwraps the data key and decrypts every encrypted value (each authenticated by its tag
+/// under its path), without comparing the file MAC (see [`object`]); returns the decrypted
+/// values as text.
+fn decrypt_unverified(
+    file: &str,
+    meta: &Node,
+    documents: &mut [Node],
+    keys: &AgeKeys,
+) -> Result<Vec<String>, SopsError> {
+    let meta = metadata::parse(meta, file)?;
+    let key = keys::data_key(&meta, keys, file)?;
+    walk(file, &meta, &key, documents).map(|w| w.plaintexts)
+}
+
+fn walk(
+    file: &str,
+    meta: &metadata::Metadata,
+    key: &[u8; 32],
+    documents: &mut [Node],
+) -> Result<walk::Walked, SopsError> {
+    walk::Walk {
+        file,
+        key,
+        rule: &meta.rule,
+        mac_only_encrypted: meta.mac_only_encrypted,
+    }
+    .run(documents)
+}
+
+#[cfg(test)]
+mod tests;
