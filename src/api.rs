@@ -366,12 +366,11 @@ impl InlineManifest {
     }
 
     /// The entry as a JSON value (read from its text at each call), or why it cannot be one.
-    pub fn value(&self) -> Result<serde_json::Value, String> {
+    pub fn value(&self) -> Result<serde_json::Value, UnreadableManifest> {
         match self {
-            InlineManifest::Json(raw) => {
-                serde_json::from_str(raw.get()).map_err(|e| unreadable_problem(&e))
-            }
-            InlineManifest::Unreadable { problem, .. } => Err(problem.clone()),
+            InlineManifest::Json(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| UnreadableManifest(unreadable_problem(&e))),
+            InlineManifest::Unreadable { problem, .. } => Err(UnreadableManifest(problem.clone())),
         }
     }
 
@@ -382,6 +381,11 @@ impl InlineManifest {
         }
     }
 }
+
+/// Why an inline manifest cannot be read as a JSON value (too deep, or not JSON).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnreadableManifest(pub String);
 
 fn unreadable_problem(e: &serde_json::Error) -> String {
     format!("it cannot be read as JSON ({e}); fix it or remove it")

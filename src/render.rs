@@ -290,7 +290,7 @@ pub fn inline_manifests(spec: &ApplySetSpec) -> Result<Vec<Manifest>, ManifestEr
     for (i, entry) in spec.manifests.iter().enumerate() {
         match entry.value() {
             Ok(value) => out.extend(Manifest::from_value(value, Origin::inline(i))?),
-            Err(problem) => {
+            Err(crate::api::UnreadableManifest(problem)) => {
                 return Err(ManifestError::Unreadable {
                     origin: Box::new(Origin::inline(i)),
                     problem,
