@@ -551,6 +551,12 @@ fn malformed_input_is_unknown_with_the_field_named() {
             Unknown,
             "cannot assess: a condition's status is not a string",
         ),
+    ]);
+}
+
+#[test]
+fn malformed_workload_fields_are_unknown_with_the_field_named() {
+    check(vec![
         case(
             "replicas a string",
             deployment(json!({"replicas": "3"}), json!({})),
