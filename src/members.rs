@@ -43,6 +43,10 @@ use crate::{
     terminating::Terminating,
 };
 
+mod labelled;
+
+use labelled::{Labelled, LabelledIndex};
+
 /// The hash of a body to apply (stable within a process).
 pub fn body_hash(body: &serde_json::Value) -> u64 {
     let mut h = DefaultHasher::new();
@@ -53,8 +57,8 @@ pub fn body_hash(body: &serde_json::Value) -> u64 {
 
 #[derive(Default)]
 struct State {
-    /// Labelled objects, by kind and reference: resourceVersion and `part-of` value.
-    live: HashMap<MemberRef, Labelled>,
+    /// Labelled objects, by reference and by `part-of` value: resourceVersion and health.
+    live: LabelledIndex,
     /// Kinds whose watch has completed its initial list (their `live` entries are current).
     synced: HashSet<GroupKind>,
     /// Per parent ID: member → our last successful apply of it.
@@ -157,16 +161,6 @@ pub fn shape(object: &DynamicObject) -> u64 {
         }
     }
     h.finish()
-}
-
-struct Labelled {
-    rv: String,
-    id: Option<String>,
-    /// The object's health at `rv`, for kinds assessed from the whole object; `None` for other
-    /// kinds, and after our own apply until the watch delivers that version.
-    health: Option<Health>,
-    /// The object's [`shape`] at `rv`, for kinds watched whole.
-    shape: Option<u64>,
 }
 
 #[derive(Default)]
@@ -333,8 +327,7 @@ impl MemberWatches {
     fn unsync(&self, gk: &GroupKind) {
         if let Ok(mut s) = self.state.lock() {
             s.synced.remove(gk);
-            s.live
-                .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
+            s.live.remove_kind(gk);
         }
     }
 
@@ -446,9 +439,10 @@ impl MemberWatches {
         let Ok(mut s) = self.state.lock() else {
             return Vec::new();
         };
-        s.live
-            .retain(|r, _| !(r.group == gk.group && r.kind == gk.kind));
-        s.live.extend(fresh);
+        s.live.remove_kind(gk);
+        for (r, l) in fresh {
+            s.live.insert(r, l);
+        }
         s.synced.insert(gk.clone());
         let of_kind: Vec<String> = s
             .tracked
@@ -535,7 +529,9 @@ impl MemberWatches {
                     shape,
                 },
             ),
-            None => s.live.remove(&r),
+            None => {
+                s.live.remove(&r);
+            }
         };
         let after = rv.as_ref().map(|_| (id.clone(), health));
         if before != after {
@@ -638,12 +634,11 @@ impl MemberWatches {
         }
         Some(
             s.live
-                .iter()
-                .filter(|(r, l)| {
-                    l.id.as_deref() == Some(id)
-                        && kinds
-                            .iter()
-                            .any(|gk| gk.group == r.group && gk.kind == r.kind)
+                .of_id(id)
+                .filter(|(r, _)| {
+                    kinds
+                        .iter()
+                        .any(|gk| gk.group == r.group && gk.kind == r.kind)
                 })
                 .map(|(r, l)| (r.clone(), l.rv.clone()))
                 .collect(),

@@ -468,13 +468,14 @@ impl Metrics {
 
     /// Records the member count of one parent (0 when it goes away).
     pub fn set_members(&self, parent: &str, n: i64) {
+        // The gauge moves by the difference: summing every parent's count on each call would
+        // cost a reconcile time in proportion to the number of sets.
         if let Ok(mut m) = self.managed_by_parent.lock() {
-            if n == 0 {
-                m.remove(parent);
-            } else {
-                m.insert(parent.to_string(), n);
-            }
-            self.managed_members.set(m.values().sum());
+            let before = match n {
+                0 => m.remove(parent),
+                n => m.insert(parent.to_string(), n),
+            };
+            self.managed_members.add(n - before.unwrap_or(0));
         }
     }
 
@@ -721,6 +722,21 @@ mod tests {
             !m.encode().contains("applyset_info{"),
             "gone with its parent"
         );
+    }
+
+    #[test]
+    fn the_managed_members_gauge_is_the_sum_of_every_parents_count() {
+        let m = Metrics::new();
+        m.set_members("ns/a", 3);
+        m.set_members("ns/b", 2);
+        assert_eq!(m.managed_members.get(), 5);
+        m.set_members("ns/a", 1);
+        assert_eq!(m.managed_members.get(), 3);
+        m.set_members("ns/b", 0);
+        m.set_members("ns/b", 0);
+        assert_eq!(m.managed_members.get(), 1);
+        m.set_members("ns/a", 0);
+        assert_eq!(m.managed_members.get(), 0);
     }
 
     #[test]

@@ -267,7 +267,11 @@ pub async fn write<P: Parent>(
             "metadata": {"name": name, "labels": labels, "annotations": annotations,
                 "finalizers": [FINALIZER]},
         });
-        let params = PatchParams::apply(PARENT_FIELD_MANAGER).force();
+        // The body is built here, with no unknown or duplicate field to report: Ignore spares
+        // the server a second, strict parse of it (field validation defaults to Warn).
+        let params = PatchParams::apply(PARENT_FIELD_MANAGER)
+            .force()
+            .validation_ignore();
         stored = Some(api.patch(&name, &params, &Patch::Apply(body)).await?);
     }
     if deprecated {

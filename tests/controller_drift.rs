@@ -105,23 +105,42 @@ async fn a_requested_reconcile_of_an_unchanged_set_sends_no_write() {
     stop(op).await;
 }
 
-/// The `MembersChanged` events of `set`: each note with how often it was published (an
-/// event repeated with the same note is one object with a series count).
+/// What the events of `set` say changed: each list with how often it was published (an
+/// event repeated with the same note is one object with a series count). A reconcile that
+/// changes the outcome lists its changes after `; changed: ` in its Ready event; one that
+/// does not publishes `MembersChanged`.
 async fn change_events(h: &Harness, set: &str) -> Vec<(String, i32)> {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
     let list = events.list(&Default::default()).await.expect("list events");
     list.items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("MembersChanged"))
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(set))
-        .map(|e| {
+        .filter_map(|e| {
             let count = e.series.as_ref().map_or(1, |s| s.count);
-            (e.note.unwrap_or_default(), count)
+            let note = e.note.unwrap_or_default();
+            let changes = match e.reason.as_deref() {
+                Some("MembersChanged") => note,
+                _ => note.split_once("; changed: ")?.1.to_string(),
+            };
+            Some((changes, count))
         })
         .collect()
 }
 
-/// Waits for a `MembersChanged` event of `set` whose note has every one of `parts`.
+/// The reasons of `set`'s events, oldest first.
+async fn event_reasons(h: &Harness, set: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let mut list = events
+        .list(&Default::default())
+        .await
+        .expect("list events")
+        .items;
+    list.retain(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(set));
+    list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    list.into_iter().filter_map(|e| e.reason).collect()
+}
+
+/// Waits for an event of `set` listing changes that has every one of `parts`.
 async fn wait_change_event(h: &Harness, set: &str, parts: &[String]) -> Vec<(String, i32)> {
     wait_for(&format!("an event listing {parts:?}"), DEADLINE, || async {
         let events = change_events(h, set).await;
@@ -152,6 +171,11 @@ async fn each_change_is_an_event_listing_what_changed_and_a_no_op_is_none() {
         ],
     )
     .await;
+    assert_eq!(
+        event_reasons(&h, "events").await,
+        ["ReconciliationSucceeded"],
+        "the first reconcile publishes one event: Ready, listing what it created"
+    );
 
     // Reconciles that change nothing publish nothing. Each requested reconcile is waited for
     // by its own effect, the echo of the request in status (written after any event of

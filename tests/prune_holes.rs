@@ -106,7 +106,7 @@ async fn wiped_parent_annotations_are_recorded_again_and_nothing_leaks() {
         set.annotation(ANNOTATION_GROUP_KINDS).await.as_deref(),
         Some("ConfigMap")
     );
-    let note = event_note(&h.client, &h.ns, "PruneFailed").await;
+    let note = event_note(&h.client, &h.ns, "PruneFailed", "prune skipped").await;
     assert!(
         note.contains("prune skipped") && note.contains("Secret"),
         "the skipped prune is explained, naming what was missing: {note}"

@@ -107,9 +107,10 @@ async fn an_existing_object_is_not_adopted_without_the_opt_in() {
     let precious = must_get(&h.client, &configmap_ar(), Some(ns), "precious").await;
     assert_eq!(precious.data["data"]["v"], "ours");
     assert_member_of(&precious, &set.id(), &set.manager());
-    let note = event_note(&h.client, &h.ns, "MembersChanged").await;
+    // Ready again: the one event of that reconcile says so and lists what it changed.
+    let note = event_note(&h.client, &h.ns, "ReconciliationSucceeded", "adopted").await;
     assert!(
-        note.contains("ConfigMap") && note.contains("/precious adopted"),
+        note.contains(&format!("changed: ConfigMap {ns}/precious adopted")),
         "{note}"
     );
 

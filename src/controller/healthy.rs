@@ -354,7 +354,10 @@ pub async fn clear(ctx: &Context, parent: &ParentRef, status: Option<&ApplySetSt
 /// Server-side applies `body` (a `status` fragment) to the parent's status as the health
 /// field manager.
 async fn patch(ctx: &Context, parent: &ParentRef, mut body: serde_json::Value) -> kube::Result<()> {
-    let params = PatchParams::apply(HEALTH_FIELD_MANAGER).force();
+    // A typed body: no unknown or duplicate field to report (see `report::patch_status`).
+    let params = PatchParams::apply(HEALTH_FIELD_MANAGER)
+        .force()
+        .validation_ignore();
     let name = parent.name.as_str();
     body["apiVersion"] = json!("applyset.dev/v1alpha1");
     match (parent.kind, &parent.namespace) {

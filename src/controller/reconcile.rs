@@ -184,18 +184,37 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .await?;
         let pruned = self.prune(&view, &results).await?;
         results.extend(pruned);
-        report::announce_changes(self.ctx, self.obj, &results).await;
-        self.shrink(&stored, &extent).await?;
-        let done = self.succeeded(&desired, &results);
-        self.wait(&desired, checks, done).await
+        let changes = report::changes(&results);
+        let finished = match self.shrink(&stored, &extent).await {
+            Ok(()) => {
+                let done = self.succeeded(&desired, &results);
+                self.wait(&desired, checks, done).await
+            }
+            Err(stop) => Err(stop),
+        };
+        self.with_changes(finished, changes).await
     }
 
-    /// Stops the reconcile with `r`, after announcing what `results` changed all the same;
-    /// `r` carries their summary.
+    /// Stops the reconcile with `r`, carrying its summary and what `results` changed all
+    /// the same (announced in the reconcile's event).
     async fn stop(&self, results: &[MemberResult], r: Report) -> Stop {
-        report::announce_changes(self.ctx, self.obj, results).await;
         let summary = Some(tally(results));
-        Report { summary, ..r }.into()
+        Report { summary, ..r }
+            .with_changes(report::changes(results))
+            .into()
+    }
+
+    /// The reconcile's report carrying `changes`, for its event; a reconcile that ends in
+    /// an error after changing members announces them now (the error's report has no list).
+    async fn with_changes(&self, finished: Step<Report>, changes: Option<String>) -> Step<Report> {
+        match finished {
+            Ok(r) => Ok(r.with_changes(changes)),
+            Err(Stop::Report(r)) => Err((*r).with_changes(changes).into()),
+            Err(Stop::Error(e)) => {
+                report::announce_changes(self.ctx, self.obj, changes).await;
+                Err(Stop::Error(e))
+            }
+        }
     }
 
     /// Step 0, the gate: every `dependsOn` set is ready (see [`crate::dependencies`]);

@@ -2,6 +2,7 @@
 //! members' results), the status it leads to, when to look again, and the writes of status
 //! and events (none when nothing changed).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     ResourceExt,
     api::{Patch, PatchParams},
@@ -38,6 +39,9 @@ pub struct Report {
     /// Look again after this long at the latest (a set waiting for its health: when its
     /// wait times out).
     pub requeue_after: Option<std::time::Duration>,
+    /// What this reconcile changed (members created, configured, adopted, pruned), for its
+    /// event; not part of status.
+    pub changes: Option<String>,
 }
 
 impl Report {
@@ -53,7 +57,13 @@ impl Report {
             applied: None,
             retry: false,
             requeue_after: None,
+            changes: None,
         }
+    }
+
+    /// The same report, carrying what the reconcile changed (see [`changes`]).
+    pub fn with_changes(self, changes: Option<String>) -> Self {
+        Report { changes, ..self }
     }
 
     /// The same report, for an attempt at `revision`.
@@ -235,6 +245,7 @@ pub fn succeeded(summary: Summary, members: Vec<MemberRef>, revision: &str) -> R
         applied: Some(revision.to_string()),
         retry: false,
         requeue_after: None,
+        changes: None,
     }
 }
 
@@ -486,6 +497,7 @@ pub async fn write<P: Parent>(
         r.message = format!("{} ({raised})", r.message);
     }
     let when = next(&r);
+    let changes = r.changes.take();
     if r.reason != Reason::Progressing {
         // Whatever stopped or ended this reconcile, it no longer waits for health.
         ctx.health.end_wait(&scope.id);
@@ -502,7 +514,8 @@ pub async fn write<P: Parent>(
     }
     let next = fit(next, other_bytes(ctx, obj));
     let info = info(scope, obj, &next);
-    write_status(ctx, obj, &previous, next).await?;
+    write_status(ctx, obj, &previous, &next).await?;
+    announce(ctx, obj, &previous, &next, changes).await;
     let key = scope.parent.to_string();
     ctx.metrics.set_info(&key, Some(&info));
     let spec = obj.spec();
@@ -550,33 +563,53 @@ fn info<P: Parent>(scope: &SetScope, obj: &P, status: &ApplySetStatus) -> crate:
     }
 }
 
-/// Applies `next` to the status subresource unless it equals `previous`; an event when the
-/// Ready condition's status or reason changed.
+/// Applies `next` to the status subresource unless it equals `previous`.
 async fn write_status<P: Parent>(
     ctx: &Context,
     obj: &P,
     previous: &ApplySetStatus,
-    next: ApplySetStatus,
+    next: &ApplySetStatus,
 ) -> Result<()> {
-    if *previous == next {
+    if previous == next {
         return Ok(());
     }
-    let ready = |s: &ApplySetStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == status::READY)
-            .cloned()
-    };
-    let (old_ready, new_ready) = (ready(previous), ready(&next));
-    let changed_outcome = match (&old_ready, &new_ready) {
-        (Some(o), Some(n)) => o.status != n.status || o.reason != n.reason,
-        _ => true,
-    };
-    patch_status(ctx, obj, &next).await?;
-    if changed_outcome && let Some(c) = new_ready {
-        publish(ctx, obj, &c).await;
+    patch_status(ctx, obj, next).await
+}
+
+/// At most one event per reconcile: when the Ready condition's status or reason changed,
+/// one with its reason and message, followed by what the reconcile changed; otherwise, when
+/// it changed members, `MembersChanged` listing them; otherwise none.
+async fn announce<P: Parent>(
+    ctx: &Context,
+    obj: &P,
+    previous: &ApplySetStatus,
+    next: &ApplySetStatus,
+    changes: Option<String>,
+) {
+    if let Some(c) = changed_outcome(previous, next) {
+        return publish(ctx, obj, c, changes.as_deref()).await;
     }
-    Ok(())
+    if let Some(note) = changes {
+        members_changed(ctx, obj, &note).await;
+    }
+}
+
+/// The Ready condition of `next` when its status or reason differs from `previous`'s (or
+/// `previous` has none), else `None`.
+fn changed_outcome<'a>(
+    previous: &ApplySetStatus,
+    next: &'a ApplySetStatus,
+) -> Option<&'a Condition> {
+    let ready = |s: &'a ApplySetStatus| s.conditions.iter().find(|c| c.type_ == status::READY);
+    let new = ready(next)?;
+    let old = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == status::READY);
+    match old {
+        Some(o) if o.status == new.status && o.reason == new.reason => None,
+        _ => Some(new),
+    }
 }
 
 /// Server-side applies `status` to the parent's status subresource, without the `Healthy`
@@ -594,7 +627,11 @@ pub async fn patch_status<P: Parent>(
     P::api(ctx.client.clone(), obj.namespace().as_deref())
         .patch_status(
             &name,
-            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            // Serialized from our own types, with no unknown or duplicate field to report:
+            // Ignore spares the server a second, strict parse of the body.
+            &PatchParams::apply(STATUS_FIELD_MANAGER)
+                .force()
+                .validation_ignore(),
             &Patch::Apply(body),
         )
         .await?;
@@ -628,38 +665,42 @@ async fn event<P: Parent>(
     }
 }
 
-/// An event for a new Ready condition (Normal when ready or planned, else Warning).
-async fn publish<P: Parent>(
-    ctx: &Context,
-    obj: &P,
-    c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
-) {
+/// An event for a new Ready condition (Normal when ready or planned, else Warning): its
+/// message, then `; changed: ` and what the reconcile changed, if anything.
+async fn publish<P: Parent>(ctx: &Context, obj: &P, c: &Condition, changes: Option<&str>) {
     let type_ = match c.status == "True" || c.reason == Reason::PlanReady.as_str() {
         true => EventType::Normal,
         false => EventType::Warning,
     };
-    event(ctx, obj, type_, &c.reason, "Reconcile", &c.message).await;
+    let note = match changes {
+        Some(changes) => format!("{}; changed: {changes}", c.message),
+        None => c.message.clone(),
+    };
+    event(ctx, obj, type_, &c.reason, "Reconcile", &note).await;
 }
 
 /// Members named in the event of what a reconcile changed (the rest are counted).
 const CHANGES_NAMED: usize = 15;
 
-/// An event listing what this reconcile changed — members created, configured (drift
-/// corrected included), adopted and pruned — if anything; none when nothing changed.
-pub async fn announce_changes<P: Parent>(ctx: &Context, obj: &P, results: &[MemberResult]) {
-    let Some(note) = crate::engine::outcome::changes(results, CHANGES_NAMED) else {
-        return;
-    };
+/// What `results` changed — members created, configured (drift corrected included),
+/// adopted and pruned — for the reconcile's event; `None` when nothing changed.
+pub fn changes(results: &[MemberResult]) -> Option<String> {
+    let note = crate::engine::outcome::changes(results, CHANGES_NAMED)?;
     tracing::info!("{note}");
-    event(
-        ctx,
-        obj,
-        EventType::Normal,
-        "MembersChanged",
-        "Apply",
-        &note,
-    )
-    .await;
+    Some(note)
+}
+
+/// A `MembersChanged` event with `note`, what a reconcile changed.
+async fn members_changed<P: Parent>(ctx: &Context, obj: &P, note: &str) {
+    event(ctx, obj, EventType::Normal, "MembersChanged", "Apply", note).await;
+}
+
+/// A `MembersChanged` event now, for a reconcile that changed members and then failed
+/// without a report (its error is reported as ApplyFailed, with no list of changes).
+pub async fn announce_changes<P: Parent>(ctx: &Context, obj: &P, changes: Option<String>) {
+    if let Some(note) = changes {
+        members_changed(ctx, obj, &note).await;
+    }
 }
 
 /// A Warning event: the parent was deleted without its members being deleted, and why.

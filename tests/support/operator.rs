@@ -768,20 +768,22 @@ pub async fn resource_versions(
     out
 }
 
-/// The note of the newest event with `reason` in `namespace`.
-pub async fn event_note(client: &Client, namespace: &str, reason: &str) -> String {
+/// The note of the newest event with `reason` in `namespace` whose note contains `part`,
+/// waited for (events are published after the status they describe is written).
+pub async fn event_note(client: &Client, namespace: &str, reason: &str, part: &str) -> String {
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), namespace);
-    let list = events
-        .list(&ListParams::default())
-        .await
-        .expect("list events");
-    list.items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .next_back()
-        .unwrap_or_else(|| panic!("no event with reason {reason}"))
+    let what = format!("an event {reason} whose note has {part:?}");
+    wait_for(&what, DEADLINE, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.note)
+            .filter(|n| n.contains(part))
+            .next_back()
+    })
+    .await
 }
 
 /// Polls an arbitrary async condition with a deadline (thin wrapper over `support::wait_for`).
