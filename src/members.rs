@@ -529,9 +529,7 @@ impl MemberWatches {
                     shape,
                 },
             ),
-            None => {
-                s.live.remove(&r);
-            }
+            None => s.live.remove(&r),
         };
         let after = rv.as_ref().map(|_| (id.clone(), health));
         if before != after {

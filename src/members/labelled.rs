@@ -35,20 +35,20 @@ impl LabelledIndex {
         self.by_ref.get(r)
     }
 
-    /// Records `l` as what is known of `r`, in place of what was.
-    pub fn insert(&mut self, r: MemberRef, l: Labelled) {
+    /// Records `l` as what is known of `r`; returns what was.
+    pub fn insert(&mut self, r: MemberRef, l: Labelled) -> Option<Labelled> {
         if let Some(known) = self.by_ref.get_mut(&r)
             && known.id == l.id
         {
-            *known = l;
-            return;
+            return Some(std::mem::replace(known, l));
         }
-        self.remove(&r);
+        let before = self.remove(&r);
         let r = Arc::new(r);
         if let Some(id) = &l.id {
             self.by_id.entry(id.clone()).or_default().insert(r.clone());
         }
         self.by_ref.insert(r, l);
+        before
     }
 
     /// Forgets `r`; returns what was known of it.
@@ -144,7 +144,8 @@ mod tests {
     fn a_new_version_replaces_the_old_and_a_relabel_moves_the_object() {
         let mut index = LabelledIndex::default();
         index.insert(cm("a"), labelled("1", Some("x")));
-        index.insert(cm("a"), labelled("2", Some("x")));
+        let before = index.insert(cm("a"), labelled("2", Some("x")));
+        assert_eq!(before.map(|l| l.rv), Some("1".into()));
         assert_eq!(index.get(&cm("a")).map(|l| l.rv.as_str()), Some("2"));
         index.insert(cm("a"), labelled("3", Some("y")));
         assert!(names(&index, "x").is_empty());
