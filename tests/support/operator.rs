@@ -780,8 +780,7 @@ pub async fn event_note(client: &Client, namespace: &str, reason: &str, part: &s
             .into_iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
             .filter_map(|e| e.note)
-            .filter(|n| n.contains(part))
-            .next_back()
+            .rfind(|n| n.contains(part))
     })
     .await
 }

@@ -1,0 +1,3 @@
+module ssaceiling
+
+go 1.26
