@@ -44,6 +44,14 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
         })
 }
 
+/// The operator binary the process tests run: `APPLYSET_OPERATOR_BIN` when set (`make test`
+/// sets it to the release build, the binary users run), else this build's.
+pub fn operator_binary() -> PathBuf {
+    std::env::var_os("APPLYSET_OPERATOR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_applyset-operator")))
+}
+
 /// A running operator process, killed on drop.
 pub struct OperatorProcess {
     pub child: Child,
@@ -58,7 +66,7 @@ impl OperatorProcess {
         let log =
             std::env::temp_dir().join(format!("applyset-op-{}-{log_name}.log", std::process::id()));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_applyset-operator"))
+        let child = Command::new(operator_binary())
             .arg("run")
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
