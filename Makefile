@@ -81,7 +81,9 @@ build: deps ## build the operator and the test launcher
 .PHONY: test
 test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
+	$(CARGO) build --locked --release -p applyset-operator --bin applyset-operator
 	$(MAKE) -s bench-smoke APT_ALWAYS=
+	APPLYSET_OPERATOR_BIN=$(CURDIR)/target/release/applyset-operator \
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) \
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
