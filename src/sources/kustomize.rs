@@ -32,9 +32,10 @@ use std::{
 use tokio::io::AsyncReadExt as _;
 
 pub use super::kustomize_error::KustomizeError;
+pub use super::kustomize_sandbox::NetworkSandbox;
 use super::{
     kustomization::{Written, kustomization_for, precheck},
-    memory,
+    kustomize_sandbox, memory,
     paths::clean_relative,
     tree::Tree,
 };
@@ -48,7 +49,7 @@ const CLOSED_PROXY: &str = "http://127.0.0.1:9";
 const ERROR_LINES: usize = 6;
 
 /// How kustomize builds run (`--kustomize-binary`, `--kustomize-concurrency`,
-/// `--kustomize-memory-mib`).
+/// `--kustomize-memory-mib`, `--kustomize-network-sandbox`).
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// The binary; default: `kustomize` beside the running executable, else on `PATH`.
@@ -57,6 +58,8 @@ pub struct Settings {
     pub concurrency: usize,
     /// The child's data segment limit in bytes (`RLIMIT_DATA`).
     pub memory: u64,
+    /// Whether the child runs in an empty network namespace, where the platform allows one.
+    pub network_sandbox: NetworkSandbox,
 }
 
 impl Default for Settings {
@@ -65,6 +68,7 @@ impl Default for Settings {
             binary: None,
             concurrency: 2,
             memory: 512 << 20,
+            network_sandbox: NetworkSandbox::default(),
         }
     }
 }
@@ -182,6 +186,7 @@ impl Builder {
             memory: self.settings.memory,
             max_output: job.max_output,
             timeout: job.timeout,
+            sandbox: kustomize_sandbox::flags(self.settings.network_sandbox),
         };
         let result = run.run(lease).await;
         self.counted(result.is_ok());
@@ -295,6 +300,8 @@ struct Run {
     memory: u64,
     max_output: u64,
     timeout: Duration,
+    /// The namespaces the child creates before exec (an empty network namespace).
+    sandbox: Option<libc::c_int>,
 }
 
 impl Run {
@@ -327,8 +334,9 @@ impl Run {
         }
         cmd.env("NO_PROXY", "").env("no_proxy", "");
         let limit = self.memory as libc::rlim_t;
-        // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe and
-        // touches no memory of the parent.
+        let sandbox = self.sandbox;
+        // SAFETY: between fork and exec only setrlimit and unshare run, which are
+        // async-signal-safe and touch no memory of the parent.
         unsafe {
             cmd.pre_exec(move || {
                 let r = libc::rlimit {
@@ -338,7 +346,7 @@ impl Run {
                 if libc::setrlimit(libc::RLIMIT_DATA, &r) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                Ok(())
+                sandbox.map_or(Ok(()), kustomize_sandbox::enter)
             });
         }
         cmd
@@ -481,6 +489,7 @@ mod tests {
             memory: 512 << 20,
             max_output: 1,
             timeout: Duration::from_secs(1),
+            sandbox: None,
         };
         let cmd = run.command();
         let std = cmd.as_std();
@@ -535,6 +544,7 @@ mod tests {
             memory: 512 << 20,
             max_output: 1 << 20,
             timeout: Duration::from_secs(10),
+            sandbox: None,
         };
         let budget = memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
         let out = run.run(&mut budget.lease()).await.expect("runs");
