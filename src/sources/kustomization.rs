@@ -486,9 +486,11 @@ fn check_plugin(
     field: &str,
     entry: &str,
 ) -> Result<Option<(String, Role)>, KustomizeError> {
+    // An entry that is not YAML is neither a file name nor a configuration the check can
+    // read as kustomize's reader might.
+    let docs = parse_docs(entry)
+        .map_err(|e| c.invalid(c.file, format!("{field} entry {entry:?}: {e}")))?;
     if is_inline(entry) {
-        let docs = parse_docs(entry)
-            .map_err(|e| c.invalid(c.file, format!("{field} entry {entry:?}: {e}")))?;
         check_configs(c, (field, entry), c.file, &docs, c.dir)?;
         return Ok(None);
     }
@@ -1092,6 +1094,9 @@ mod tests {
         for text in [
             format!("resources: [a.yaml]\nresources: [{U}]\n"),
             format!("base: &b {{resources: [{U}]}}\n<<: *b\n"),
+            "transformers: [\"`t.yaml\"]\n".to_string(),
+            "transformers: [\"{apiVersion: builtin, kind: PatchTransformer, path: [\"]\n"
+                .to_string(),
         ] {
             let files = [("k/kustomization.yaml", text.as_str())];
             assert!(

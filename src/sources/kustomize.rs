@@ -3,9 +3,11 @@
 //!
 //! The build never runs on the operator's own files or with its environment:
 //! - **Checked first** ([`precheck`], in [`super::kustomization`]): every kustomization reachable from the built directory
-//!   (through `resources`, `bases`, `components`) is read, and refused, naming the file and
-//!   the entry, when it names a remote base or resource (a URL, `git@…`, `github.com/…`), a
-//!   path that is absolute or leaves the source's root, `helmCharts`, or a generator,
+//!   (through `resources`, `bases`, `components`, plugin directories) and every plugin
+//!   configuration is read, and refused, naming the file and the field, when a key is not a
+//!   field of kustomize v5.7.1 spelled exactly ([`super::kustomize_fields`]), an entry of any
+//!   field that names something to load is remote (a URL, `git@…`, `github.com/…`) or a path
+//!   that is absolute or leaves the source's root, for `helmCharts`, or for a generator,
 //!   transformer or validator that is not one of kustomize's built-ins (a plugin, an exec or
 //!   container KRM function).
 //! - **A private copy**: the tree (minus what `.sourceignore` leaves out) is written to a fresh
@@ -16,7 +18,9 @@
 //!   no `--enable-helm`, no `--enable-alpha-plugins`, no `--enable-exec`.
 //! - **No credentials, no network**: the child's environment is empty but for `HOME` and
 //!   `TMPDIR` (the copy), an empty `PATH` (no `git` to clone with) and every proxy variable
-//!   pointing at a closed loopback port.
+//!   pointing at a closed loopback port (Go sends no loopback request through a proxy: the
+//!   check above is what keeps it off loopback); and, where the platform allows one, an empty
+//!   network namespace ([`super::kustomize_sandbox`], `--kustomize-network-sandbox`).
 //! - **Bounded**: at most `concurrency` builds at once, a time limit, the output read within
 //!   a cap and taken from the sources' memory budget as it arrives, and the child's data
 //!   segment capped with `RLIMIT_DATA` (measured: kustomize 5.7.1 needs about 100 MiB to start;
