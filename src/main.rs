@@ -128,6 +128,11 @@ struct RunArgs {
     /// binary needs about 100 to start).
     #[arg(long, env = "APPLYSET_KUSTOMIZE_MEMORY_MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(128..))]
     kustomize_memory_mib: u64,
+    /// Whether kustomize builds run in an empty network namespace (defence in depth behind the
+    /// pre-build check): auto (when the platform allows one: root outside a pod; a pod's
+    /// RuntimeDefault seccomp profile refuses it, logged once) or off.
+    #[arg(long, env = "APPLYSET_KUSTOMIZE_NETWORK_SANDBOX", value_enum, default_value_t = applyset_operator::sources::kustomize::NetworkSandbox::Auto)]
+    kustomize_network_sandbox: applyset_operator::sources::kustomize::NetworkSandbox,
     /// Lock-down: an ApplySet without spec.serviceAccountName acts as this ServiceAccount of
     /// its own namespace (impersonation).
     #[arg(long, env = "APPLYSET_DEFAULT_SERVICE_ACCOUNT")]
@@ -329,6 +334,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
                 binary: args.kustomize_binary.clone(),
                 concurrency: usize::from(args.kustomize_concurrency),
                 memory: args.kustomize_memory_mib.saturating_mul(1 << 20),
+                network_sandbox: args.kustomize_network_sandbox,
             },
             ..Default::default()
         },

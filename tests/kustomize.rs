@@ -358,7 +358,7 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
         .await;
     let msg = message(&st);
     for part in [
-        "remote/kustomization.yaml: resources entry \"https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.7.1\" is remote",
+        "remote/kustomization.yaml: resources[1] entry \"https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.7.1\" is remote",
         "not fetched",
     ] {
         assert!(msg.contains(part), "{part} in {msg}");
@@ -372,7 +372,7 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
         (
             "plugin",
             "ValidationFailed",
-            "plugin/kustomization.yaml: generators entry \"gen.yaml\" is a kustomize plugin",
+            "plugin/kustomization.yaml: generators[0] entry \"gen.yaml\" is a kustomize plugin",
         ),
         (
             "helm",
@@ -382,7 +382,7 @@ async fn unsafe_or_unbounded_overlays_are_refused_naming_the_file() {
         (
             "outside",
             "ValidationFailed",
-            "outside/kustomization.yaml: resources entry \"../../../../etc/hostname\" is outside the source's root",
+            "outside/kustomization.yaml: resources[1] entry \"../../../../etc/hostname\" is outside the source's root",
         ),
         (
             "slow",

@@ -3,9 +3,11 @@
 //!
 //! The build never runs on the operator's own files or with its environment:
 //! - **Checked first** ([`precheck`], in [`super::kustomization`]): every kustomization reachable from the built directory
-//!   (through `resources`, `bases`, `components`) is read, and refused, naming the file and
-//!   the entry, when it names a remote base or resource (a URL, `git@…`, `github.com/…`), a
-//!   path that is absolute or leaves the source's root, `helmCharts`, or a generator,
+//!   (through `resources`, `bases`, `components`, plugin directories) and every plugin
+//!   configuration is read, and refused, naming the file and the field, when a key is not a
+//!   field of kustomize v5.7.1 spelled exactly ([`super::kustomize_fields`]), an entry of any
+//!   field that names something to load is remote (a URL, `git@…`, `github.com/…`) or a path
+//!   that is absolute or leaves the source's root, for `helmCharts`, or for a generator,
 //!   transformer or validator that is not one of kustomize's built-ins (a plugin, an exec or
 //!   container KRM function).
 //! - **A private copy**: the tree (minus what `.sourceignore` leaves out) is written to a fresh
@@ -16,7 +18,9 @@
 //!   no `--enable-helm`, no `--enable-alpha-plugins`, no `--enable-exec`.
 //! - **No credentials, no network**: the child's environment is empty but for `HOME` and
 //!   `TMPDIR` (the copy), an empty `PATH` (no `git` to clone with) and every proxy variable
-//!   pointing at a closed loopback port.
+//!   pointing at a closed loopback port (Go sends no loopback request through a proxy: the
+//!   check above is what keeps it off loopback); and, where the platform allows one, an empty
+//!   network namespace ([`super::kustomize_sandbox`], `--kustomize-network-sandbox`).
 //! - **Bounded**: at most `concurrency` builds at once, a time limit, the output read within
 //!   a cap and taken from the sources' memory budget as it arrives, and the child's data
 //!   segment capped with `RLIMIT_DATA` (measured: kustomize 5.7.1 needs about 100 MiB to start;
@@ -32,9 +36,10 @@ use std::{
 use tokio::io::AsyncReadExt as _;
 
 pub use super::kustomize_error::KustomizeError;
+pub use super::kustomize_sandbox::NetworkSandbox;
 use super::{
     kustomization::{Written, kustomization_for, precheck},
-    memory,
+    kustomize_sandbox, memory,
     paths::clean_relative,
     tree::Tree,
 };
@@ -48,7 +53,7 @@ const CLOSED_PROXY: &str = "http://127.0.0.1:9";
 const ERROR_LINES: usize = 6;
 
 /// How kustomize builds run (`--kustomize-binary`, `--kustomize-concurrency`,
-/// `--kustomize-memory-mib`).
+/// `--kustomize-memory-mib`, `--kustomize-network-sandbox`).
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// The binary; default: `kustomize` beside the running executable, else on `PATH`.
@@ -57,6 +62,8 @@ pub struct Settings {
     pub concurrency: usize,
     /// The child's data segment limit in bytes (`RLIMIT_DATA`).
     pub memory: u64,
+    /// Whether the child runs in an empty network namespace, where the platform allows one.
+    pub network_sandbox: NetworkSandbox,
 }
 
 impl Default for Settings {
@@ -65,6 +72,7 @@ impl Default for Settings {
             binary: None,
             concurrency: 2,
             memory: 512 << 20,
+            network_sandbox: NetworkSandbox::default(),
         }
     }
 }
@@ -182,6 +190,7 @@ impl Builder {
             memory: self.settings.memory,
             max_output: job.max_output,
             timeout: job.timeout,
+            sandbox: kustomize_sandbox::flags(self.settings.network_sandbox),
         };
         let result = run.run(lease).await;
         self.counted(result.is_ok());
@@ -295,6 +304,8 @@ struct Run {
     memory: u64,
     max_output: u64,
     timeout: Duration,
+    /// The namespaces the child creates before exec (an empty network namespace).
+    sandbox: Option<libc::c_int>,
 }
 
 impl Run {
@@ -327,8 +338,9 @@ impl Run {
         }
         cmd.env("NO_PROXY", "").env("no_proxy", "");
         let limit = self.memory as libc::rlim_t;
-        // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe and
-        // touches no memory of the parent.
+        let sandbox = self.sandbox;
+        // SAFETY: between fork and exec only setrlimit and unshare run, which are
+        // async-signal-safe and touch no memory of the parent.
         unsafe {
             cmd.pre_exec(move || {
                 let r = libc::rlimit {
@@ -338,7 +350,7 @@ impl Run {
                 if libc::setrlimit(libc::RLIMIT_DATA, &r) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                Ok(())
+                sandbox.map_or(Ok(()), kustomize_sandbox::enter)
             });
         }
         cmd
@@ -481,6 +493,7 @@ mod tests {
             memory: 512 << 20,
             max_output: 1,
             timeout: Duration::from_secs(1),
+            sandbox: None,
         };
         let cmd = run.command();
         let std = cmd.as_std();
@@ -535,6 +548,7 @@ mod tests {
             memory: 512 << 20,
             max_output: 1 << 20,
             timeout: Duration::from_secs(10),
+            sandbox: None,
         };
         let budget = memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
         let out = run.run(&mut budget.lease()).await.expect("runs");

@@ -37,6 +37,29 @@ pub enum KustomizeError {
         entry: String,
         what: String,
     },
+    #[error(
+        "{file}: {at} is not a field of kustomize v5.7.1 as spelled{}; spell field names exactly (kustomize matches them ignoring case, so the check refuses any other spelling)",
+        reads_as.as_ref().map(|r| format!(" (kustomize would read it as {r:?})")).unwrap_or_default()
+    )]
+    Field {
+        file: String,
+        at: String,
+        reads_as: Option<String>,
+    },
+    #[error("{file}: {at} must be {expected}")]
+    Shape {
+        file: String,
+        at: String,
+        expected: String,
+    },
+    #[error(
+        "{file}: {at} is not allowed here: this kustomization is named by generators, transformers or validators, and may only list resources (its output is plugin configuration, checked before the build as it is written)"
+    )]
+    PluginDirectory { file: String, at: String },
+    #[error(
+        "{file}: it is SOPS-encrypted, and kustomizations and plugin configurations are checked before the build: keep them unencrypted"
+    )]
+    Encrypted { file: String },
     #[error("{file}: not a valid kustomization: {cause}")]
     Invalid { file: String, cause: String },
     #[error(

@@ -50,6 +50,8 @@ pub mod http;
 pub mod kustomization;
 pub mod kustomize;
 pub mod kustomize_error;
+pub mod kustomize_fields;
+pub mod kustomize_sandbox;
 pub mod memory;
 pub mod objects;
 pub mod oci;
