@@ -5,17 +5,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::api::{ApplySetSpec, SecretReference};
 use crate::applyset::ParentRef;
 use crate::manifest::{Manifest, Origin};
+use crate::set_reads::{ReadError, SetReader};
+use crate::sops::redact::Redaction;
 use crate::sops::{self, AgeKeys, IdentityError, SopsError};
 use crate::sources::directory::Deferred;
 use crate::sources::resolve_namespace;
-use crate::tenancy::Identity;
 
 /// The annotation that leaves a member as it is (`disabled`).
 pub const DECRYPT_ANNOTATION: &str = "applyset.dev/decrypt";
@@ -40,18 +39,25 @@ pub enum DecryptionError {
     },
     #[error("{0}")]
     Manifest(#[source] crate::manifest::ManifestError),
+    /// A file decrypted for a build (`decrypted_as`) whose name is also used at `also`, where
+    /// kustomize would read the plaintext too.
+    #[error(
+        "{file}: decrypted for {decrypted_as} (secretGenerator inputs and patch files are decrypted, as Flux does), and its name is also used in {also}, where kustomize would read the plaintext too; give the encrypted file a name used only by secretGenerator or patches (configMapGenerator inputs and other files are read as committed, encrypted)"
+    )]
+    SharedInput {
+        file: String,
+        decrypted_as: String,
+        also: String,
+    },
     #[error("spec.decryption.secretRef: {0}")]
     Namespace(String),
     #[error(
         "members are SOPS-encrypted and no local age key was found: pass --sops-age-key-file, or set SOPS_AGE_KEY_FILE or SOPS_AGE_KEY"
     )]
     NoLocalKey,
-    #[error(
-        "spec.decryption.secretRef: {who} may not get Secret {secret}; grant it get on that Secret"
-    )]
-    Forbidden { who: String, secret: String },
-    #[error("spec.decryption.secretRef: Secret {secret} not found")]
-    NotFound { secret: String },
+    /// The key Secret could not be read as the set's identity (see [`crate::set_reads`]).
+    #[error("spec.decryption.secretRef: {0}")]
+    Read(#[source] ReadError),
     #[error("spec.decryption.secretRef: Secret {secret} has no entry ending in {AGE_KEY_SUFFIX}")]
     NoKeys { secret: String },
     #[error("spec.decryption.secretRef: Secret {secret}: {source}")]
@@ -59,12 +65,6 @@ pub enum DecryptionError {
         secret: String,
         #[source]
         source: IdentityError,
-    },
-    #[error("spec.decryption.secretRef: reading Secret {secret}: {source}")]
-    Kube {
-        secret: String,
-        #[source]
-        source: kube::Error,
     },
 }
 
@@ -74,11 +74,9 @@ impl DecryptionError {
     pub fn retry(&self) -> bool {
         matches!(
             self,
-            DecryptionError::Forbidden { .. }
-                | DecryptionError::NotFound { .. }
+            DecryptionError::Read(_)
                 | DecryptionError::NoKeys { .. }
                 | DecryptionError::Identity { .. }
-                | DecryptionError::Kube { .. }
                 | DecryptionError::Sops {
                     source: SopsError::NoMatchingKey { .. },
                     ..
@@ -130,37 +128,25 @@ pub fn keys_from_data(
     Ok(keys)
 }
 
-/// Reads the set's key Secret as `who` (through `client`, the set's identity).
+/// Reads the set's key Secret through `reader` (as the set's identity).
 pub async fn read_keys(
-    client: &Client,
+    reader: &SetReader<'_>,
     parent: &ParentRef,
-    who: &Identity,
     r: &SecretReference,
 ) -> Result<AgeKeys, DecryptionError> {
     let ns = resolve_namespace(parent, r.namespace.as_deref())
         .map_err(|e| DecryptionError::Namespace(e.to_string()))?;
-    let secret = format!("{ns}/{}", r.name);
-    let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let found = match api.get_opt(&r.name).await {
-        Ok(found) => found,
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            return Err(DecryptionError::Forbidden {
-                who: who.to_string(),
-                secret,
-            });
-        }
-        Err(source) => return Err(DecryptionError::Kube { secret, source }),
-    };
-    let found = found.ok_or_else(|| DecryptionError::NotFound {
-        secret: secret.clone(),
-    })?;
+    let found = reader
+        .secret(&ns, &r.name)
+        .await
+        .map_err(DecryptionError::Read)?;
     let data: BTreeMap<String, Vec<u8>> = found
         .data
         .unwrap_or_default()
         .into_iter()
         .map(|(k, v)| (k, v.0))
         .collect();
-    keys_from_data(&secret, &data)
+    keys_from_data(&format!("{ns}/{}", r.name), &data)
 }
 
 /// Whether any member needs the keys (so that a set without encrypted members reads no
@@ -264,25 +250,52 @@ pub fn build_needs_keys(d: &Deferred) -> bool {
         .any(|(path, data, _)| !file_opted_out(&d.desc, path, data))
 }
 
-/// Verifies every SOPS file a deferred build reads, as committed: the MAC over the file and
-/// each value's tag (a changed unencrypted field, a flipped byte, a file for another key fail
-/// here, before anything is built). Returns the plaintext of the build's inputs (patch files,
-/// generator `envs` and `files`), to be written into the private copy in place of the tree's;
-/// the plaintext of the other files is dropped at once (they are decrypted again as built
-/// members). Without keys (no spec.decryption), an encrypted input is refused; an encrypted
-/// resource is left to the members' check after the build. A file annotated
+/// The decrypted inputs of a deferred build, and what no message about it may show.
+#[derive(Default)]
+pub struct BuildInputs {
+    /// Path → plaintext, written into the build's private copy in place of the tree's.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The values decrypted (with their lines and their escaped and base64 forms), withheld
+    /// from kustomize's messages, the parse errors of its output and the built members' errors.
+    pub withheld: Redaction,
+}
+
+/// The paths, never the plaintext.
+impl std::fmt::Debug for BuildInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let paths: Vec<&String> = self.files.keys().collect();
+        write!(f, "BuildInputs({paths:?}, {:?})", self.withheld)
+    }
+}
+
+/// Verifies every SOPS file a deferred build decrypts or verifies ([`Deferred::sops_files`]),
+/// as committed: the MAC over the file and each value's tag (a changed unencrypted field, a
+/// flipped byte, a file for another key fail here, before anything is built). Returns the
+/// plaintext of the build's inputs in Flux's scope (`secretGenerator` inputs and patch files,
+/// see [`crate::sources::decrypt_scope`]); the plaintext of the other files is dropped at once
+/// (they are decrypted again as built members). An input whose name the build also uses
+/// elsewhere is refused. Without keys (no spec.decryption), an encrypted input is refused; an
+/// encrypted resource is left to the members' check after the build. A file annotated
 /// `decrypt: disabled` is left as is.
 pub fn decrypt_build_inputs(
     d: &Deferred,
     keys: Option<&AgeKeys>,
     limits: &sops::Limits,
-) -> Result<BTreeMap<String, Vec<u8>>, DecryptionError> {
-    let mut out = BTreeMap::new();
+) -> Result<BuildInputs, DecryptionError> {
+    let mut out = BuildInputs::default();
+    let mut values = Vec::new();
     for (path, data, input) in d.sops_files() {
         if file_opted_out(&d.desc, path, data) {
             continue;
         }
         let name = Origin::file(&d.desc, path).to_string();
+        if input && let Some(also) = d.scope.also_named(path) {
+            return Err(DecryptionError::SharedInput {
+                file: name,
+                decrypted_as: d.scope.decrypt.get(path).cloned().unwrap_or_default(),
+                also: also.to_string(),
+            });
+        }
         let Some(keys) = keys else {
             if input {
                 return Err(DecryptionError::NotConfigured { member: name });
@@ -290,19 +303,42 @@ pub fn decrypt_build_inputs(
             continue;
         };
         let format = sops::Format::from_path(path);
-        let mut plain = sops::decrypt(&name, data, format, keys, limits).map_err(|source| {
-            DecryptionError::Sops {
+        let (mut plain, decrypted) = sops::decrypt_revealing(&name, data, format, keys, limits)
+            .map_err(|source| DecryptionError::Sops {
                 member: name.clone(),
                 source,
-            }
-        })?;
+            })?;
         if input {
-            out.insert(path.to_string(), plain);
+            values.extend(withheld_forms(decrypted, &plain));
+            out.files.insert(path.to_string(), plain);
         } else {
             zeroize::Zeroize::zeroize(&mut plain);
         }
     }
+    out.withheld = Redaction::new(values);
     Ok(out)
+}
+
+/// What to withhold for the decrypted `values` of an input whose plaintext is `plain`: each
+/// value, each of its lines, the forms kustomize and Go print it in (JSON-escaped, `\n` for a
+/// line break), and the whole plaintext (a `secretGenerator` file is a Secret's value).
+/// [`Redaction::new`] adds the base64 of each.
+pub fn withheld_forms(values: Vec<String>, plain: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for value in values {
+        out.extend(value.lines().map(|l| l.trim().to_string()));
+        let quoted = serde_json::to_string(&value).unwrap_or_default();
+        if let Some(inner) = quoted.get(1..quoted.len().saturating_sub(1)) {
+            out.extend(inner.split("\\n").map(str::to_string));
+            out.push(inner.to_string());
+        }
+        out.push(value);
+    }
+    if let Ok(text) = std::str::from_utf8(plain) {
+        out.push(text.to_string());
+        out.push(text.trim_end().to_string());
+    }
+    out
 }
 
 /// Overwrites the plaintext of decrypted build inputs before it is freed.
@@ -352,7 +388,7 @@ pub fn secret_ref(spec: &ApplySetSpec) -> Option<&SecretReference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::kustomization::Reads;
+    use crate::sources::{decrypt_scope::scope, kustomization::reads};
     use serde_json::json;
 
     fn member(value: Value) -> Manifest {
@@ -395,23 +431,23 @@ mod tests {
         assert!(!err.retry());
     }
 
-    fn deferred(files: &[(&str, &str)], reads: Reads) -> Deferred {
+    /// The deferred build of `dir` in a tree of `files`, read as the source reads it.
+    fn deferred(files: &[(&str, &str)], dir: &str) -> Deferred {
         let mut tree = crate::sources::tree::Tree::new();
         for (path, text) in files {
             tree.insert(path.to_string(), text.as_bytes().to_vec());
         }
+        let reads = reads(&tree, dir, None).expect("reads");
+        let scope = scope(&tree, dir, None).expect("scope");
         Deferred {
             desc: "git https://host/r.git@main".into(),
             tree,
-            dir: "ov".into(),
+            dir: dir.into(),
             where_: String::new(),
             overrides: None,
             reads,
+            scope,
         }
-    }
-
-    fn paths(v: &[&str]) -> std::collections::BTreeSet<String> {
-        v.iter().map(|p| p.to_string()).collect()
     }
 
     const ENV: &str = "A=ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]\nsops_mac=m\n";
@@ -419,11 +455,15 @@ mod tests {
     #[test]
     fn without_keys_an_encrypted_build_input_is_refused_naming_the_file() {
         let d = deferred(
-            &[("ov/s.env", ENV), ("ov/plain.env", "A=b\n")],
-            Reads {
-                resources: paths(&[]),
-                inputs: paths(&["ov/s.env", "ov/plain.env"]),
-            },
+            &[
+                (
+                    "ov/kustomization.yaml",
+                    "secretGenerator:\n- name: s\n  envs: [s.env, plain.env]\n",
+                ),
+                ("ov/s.env", ENV),
+                ("ov/plain.env", "A=b\n"),
+            ],
+            "ov",
         );
         assert!(build_needs_keys(&d));
         let err = decrypt_build_inputs(&d, None, &sops::Limits::default()).unwrap_err();
@@ -436,30 +476,87 @@ mod tests {
     }
 
     #[test]
+    fn config_map_generator_inputs_are_neither_decrypted_nor_verified() {
+        let d = deferred(
+            &[
+                (
+                    "ov/kustomization.yaml",
+                    "configMapGenerator:\n- name: c\n  envs: [s.env]\n  files: [s.bin]\n",
+                ),
+                ("ov/s.env", ENV),
+                (
+                    "ov/s.bin",
+                    r#"{"data": "ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]", "sops": {"mac": "m"}}"#,
+                ),
+            ],
+            "ov",
+        );
+        assert_eq!(d.sops_files().count(), 0);
+        assert!(!build_needs_keys(&d));
+        let inputs = decrypt_build_inputs(&d, None, &sops::Limits::default()).expect("nothing");
+        assert!(inputs.files.is_empty() && inputs.withheld.is_empty());
+    }
+
+    #[test]
+    fn an_input_decrypted_and_named_elsewhere_is_refused_naming_both() {
+        let d = deferred(
+            &[
+                (
+                    "ov/kustomization.yaml",
+                    "secretGenerator:\n- name: s\n  envs: [s.env]\nconfigMapGenerator:\n- name: c\n  envs: [s.env]\n",
+                ),
+                ("ov/s.env", ENV),
+            ],
+            "ov",
+        );
+        let err = decrypt_build_inputs(&d, None, &sops::Limits::default()).unwrap_err();
+        assert!(matches!(err, DecryptionError::SharedInput { .. }), "{err}");
+        let msg = err.to_string();
+        for part in [
+            "file ov/s.env: decrypted for ov/kustomization.yaml secretGenerator[0].envs",
+            "also used in ov/kustomization.yaml",
+            "configMapGenerator inputs",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        assert!(!err.retry());
+    }
+
+    #[test]
     fn encrypted_resources_wait_for_the_members_check_and_opted_out_files_are_left() {
         let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  p: ENC[AES256_GCM,data:AA==,iv:AA==,tag:AA==,type:str]\nsops:\n  mac: m\n";
-        let d = deferred(
-            &[("base/s.yaml", secret)],
-            Reads {
-                resources: paths(&["base/s.yaml"]),
-                inputs: paths(&[]),
-            },
-        );
+        let kustomization = ("base/kustomization.yaml", "resources: [s.yaml]\n");
+        let d = deferred(&[kustomization, ("base/s.yaml", secret)], "base");
         assert!(build_needs_keys(&d));
         let plain = decrypt_build_inputs(&d, None, &sops::Limits::default()).expect("left");
-        assert!(plain.is_empty());
+        assert!(plain.files.is_empty());
         let opted = secret.replace(
             "  name: s\n",
             "  name: s\n  annotations: {kustomize.toolkit.fluxcd.io/decrypt: disabled}\n",
         );
-        let d = deferred(
-            &[("base/s.yaml", &opted)],
-            Reads {
-                resources: paths(&["base/s.yaml"]),
-                inputs: paths(&[]),
-            },
-        );
+        let d = deferred(&[kustomization, ("base/s.yaml", &opted)], "base");
         assert!(!build_needs_keys(&d));
+    }
+
+    #[test]
+    fn every_form_of_a_decrypted_value_is_withheld() {
+        let forms = withheld_forms(
+            vec!["pass \"word\"\nline-two".into()],
+            b"PASSWORD=pass \"word\"\\nline-two\n",
+        );
+        let r = Redaction::new(forms);
+        for message in [
+            "invalid value: pass \"word\"",
+            "line-two is not a key",
+            r#"quoted: "pass \"word\"\nline-two""#,
+            "PASSWORD=pass \"word\"\\nline-two",
+        ] {
+            let shown = r.apply(message);
+            assert!(
+                !shown.contains("word") && !shown.contains("line-two"),
+                "{message} shown as {shown}"
+            );
+        }
     }
 
     #[test]

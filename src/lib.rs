@@ -10,6 +10,7 @@
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`substitute`]: `spec.postBuild`, variables substituted in members.
+//! - [`set_reads`]: reads whose content lands in a set's objects, made as the set's identity.
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
@@ -53,6 +54,7 @@ pub mod metrics;
 pub mod parent;
 pub mod render;
 pub mod server;
+pub mod set_reads;
 pub mod sops;
 pub mod sources;
 pub mod status;

@@ -5,6 +5,7 @@
 //! the reconcile before anything is written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kube::discovery::ApiResource;
 use serde_json::Value;
@@ -17,6 +18,8 @@ use crate::{
     discovery::{Resolved, Resolver},
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
+    set_reads::SetReader,
+    sops::redact::Redaction,
     sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
     substitute::{self, SubstituteError},
     tenancy::{self, Defaults, Identity, TenancyError},
@@ -36,8 +39,9 @@ pub struct Member {
     pub force_recreate: bool,
     /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
     pub adopt: bool,
-    /// Decrypted values withheld from messages about this member (`None`: not decrypted).
-    pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
+    /// Decrypted values withheld from messages about this member (`None`: the set decrypted
+    /// nothing).
+    pub redaction: Option<Arc<Redaction>>,
 }
 
 impl Member {
@@ -466,8 +470,11 @@ pub enum KindLookup<'a> {
 /// What rendering a set reads with.
 pub struct Readers<'a> {
     pub sources: &'a Sources,
-    /// The client sources are read with (ConfigMaps, Secrets, secretRefs).
+    /// The operator's client: the credentials of http, git and oci sources (`secretRef`).
     pub client: &'a kube::Client,
+    /// Every read whose content lands in the set's objects (configMap and secret sources,
+    /// substituteFrom, the key Secret), made as the set's identity ([`crate::set_reads`]).
+    pub set: SetReader<'a>,
     pub kinds: KindLookup<'a>,
     /// Where the age keys of SOPS-encrypted members come from.
     pub keys: KeySource<'a>,
@@ -477,8 +484,8 @@ pub struct Readers<'a> {
 
 /// Where the age keys of a set's SOPS-encrypted members come from (spec.decryption).
 pub enum KeySource<'a> {
-    /// The operator: the set's key Secret, read with `client`, the set's identity.
-    Cluster { client: &'a kube::Client },
+    /// The operator: the set's key Secret, read by [`Readers::set`] as the set's identity.
+    Cluster,
     /// The plugin: identities found locally (`None`: none were found).
     Local(Option<&'a crate::sops::AgeKeys>),
 }
@@ -530,6 +537,13 @@ pub enum SetError {
     /// spec.postBuild: a variable source could not be read now, or a variable is missing.
     #[error(transparent)]
     Substitute(#[from] SubstituteError),
+    /// An error of a set that decrypted something, shown without the decrypted values (a
+    /// message may quote a build's input: kustomize's errors, a parse error of its output).
+    #[error("{}", .withheld.apply(&.error.to_string()))]
+    Withheld {
+        error: Box<SetError>,
+        withheld: Arc<Redaction>,
+    },
 }
 
 /// An entry of a set's spec an error is about.
@@ -542,10 +556,30 @@ pub enum FieldPath {
 }
 
 impl SetError {
+    /// The error itself, without what withholds decrypted values from its message.
+    pub fn inner(&self) -> &SetError {
+        match self {
+            SetError::Withheld { error, .. } => error.inner(),
+            other => other,
+        }
+    }
+
+    /// `error` shown without `withheld` (itself when nothing is withheld).
+    fn withholding(error: SetError, withheld: &Redaction) -> SetError {
+        match withheld.is_empty() {
+            true => error,
+            false => SetError::Withheld {
+                error: Box::new(error),
+                withheld: Arc::new(withheld.clone()),
+            },
+        }
+    }
+
     /// Whether it is a source that could not be read now (SourceFailed, retried); every
     /// other error is in what the set declares (ValidationFailed).
     pub fn is_source_failure(&self) -> bool {
         match self {
+            SetError::Withheld { error, .. } => error.is_source_failure(),
             SetError::Source(e) => e.class() == SourceErrorClass::Failed,
             SetError::Substitute(e) => e.is_transient(),
             _ => false,
@@ -569,6 +603,7 @@ impl SetError {
             SetError::Tenancy(e) => format!("{parent}: {e}"),
             SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
             SetError::Substitute(e) => format!("{parent}: {e}"),
+            SetError::Withheld { error, withheld } => withheld.apply(&error.message(parent)),
         }
     }
 
@@ -576,6 +611,7 @@ impl SetError {
     pub fn field_path(&self) -> Option<FieldPath> {
         let inline = |o: &Origin| o.inline_index().map(FieldPath::Manifest);
         match self {
+            SetError::Withheld { error, .. } => error.field_path(),
             SetError::Source(e) | SetError::SourceSpec(e) => {
                 e.source_index().map(FieldPath::Source)
             }
@@ -618,11 +654,15 @@ pub async fn render_set(
     readers: &Readers<'_>,
 ) -> Result<std::result::Result<Rendered, SetError>> {
     let (parent, spec) = (input.parent, input.spec);
+    // The values decrypted for this set: withheld from every message about it.
+    let mut withheld = Redaction::default();
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         check_inline_size(spec, input.limits)?;
         let mut manifests = inline_manifests(spec)?;
-        let fetch = readers.sources.fetch_all(readers.client, parent, spec);
+        let fetch = readers
+            .sources
+            .fetch_all(readers.client, &readers.set, parent, spec);
         let fetched = match readers.worker {
             Some(worker) if !spec.sources.is_empty() => worker.away(fetch).await?,
             _ => fetch.await?,
@@ -630,35 +670,59 @@ pub async fn render_set(
         let mut keys = SetKeys {
             input,
             source: &readers.keys,
+            reader: &readers.set,
             read: None,
         };
         for (index, f) in fetched.iter().enumerate() {
             match &f.deferred {
                 None => manifests.extend(f.manifests.iter().cloned()),
                 Some(d) => {
-                    let built = build_deferred(readers.sources, index, d, &mut keys).await?;
-                    manifests.extend(built);
+                    let (values, built) =
+                        build_deferred(readers.sources, index, d, &mut keys).await;
+                    withheld.extend(&values);
+                    manifests.extend(built?);
                 }
             }
         }
         // Flux's order: build (the sources above), decrypt, substitute.
         decrypt(&mut keys, &mut manifests).await?;
-        let manifests = post_build(readers.client, parent, spec, manifests).await?;
+        withhold(&mut manifests, &mut withheld);
+        let mut manifests = post_build(&readers.set, parent, spec, manifests).await?;
+        // Members substituted anew are parsed anew: they carry the values again.
+        withhold(&mut manifests, &mut withheld);
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
     };
     let (manifests, fetched) = match read.await {
         Ok(read) => read,
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Err(SetError::withholding(e, &withheld))),
     };
     let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
-    Ok(
-        finish(input, manifests, served, &fetched).map(|set| Rendered {
+    Ok(finish(input, manifests, served, &fetched)
+        .map(|set| Rendered {
             set,
             fetched,
             assumed,
-        }),
-    )
+        })
+        .map_err(|e| SetError::withholding(e, &withheld)))
+}
+
+/// Every value decrypted for the set (its build inputs', carried by the members they built,
+/// and its decrypted members') withheld from the messages about any member, and from those
+/// about the set (`withheld`).
+fn withhold(manifests: &mut [Manifest], withheld: &mut Redaction) {
+    for m in manifests.iter() {
+        if let Some(r) = &m.redaction {
+            withheld.extend(r);
+        }
+    }
+    if withheld.is_empty() {
+        return;
+    }
+    let all = Arc::new(withheld.clone());
+    for m in manifests.iter_mut() {
+        m.redaction = Some(all.clone());
+    }
 }
 
 /// The set's age keys (spec.decryption), read at most once per render and only when a member
@@ -666,6 +730,7 @@ pub async fn render_set(
 struct SetKeys<'r, 'a> {
     input: &'r RenderInput<'a>,
     source: &'r KeySource<'a>,
+    reader: &'r SetReader<'a>,
     read: Option<crate::sops::AgeKeys>,
 }
 
@@ -678,10 +743,10 @@ impl SetKeys<'_, '_> {
         match self.source {
             KeySource::Local(Some(keys)) => Ok(Some(*keys)),
             KeySource::Local(None) => Err(DecryptionError::NoLocalKey),
-            KeySource::Cluster { client } => {
+            KeySource::Cluster => {
                 if self.read.is_none() {
-                    let (parent, identity) = (self.input.parent, self.input.identity);
-                    let keys = decryption::read_keys(client, parent, identity, secret_ref).await?;
+                    let parent = self.input.parent;
+                    let keys = decryption::read_keys(self.reader, parent, secret_ref).await?;
                     self.read = Some(keys);
                 }
                 Ok(self.read.as_ref())
@@ -692,27 +757,35 @@ impl SetKeys<'_, '_> {
 
 /// Builds a directory source whose build reads SOPS files (see
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
-/// with the set's keys, its inputs decrypted into the private copy (wiped from memory once the
-/// build ends), the output kept for this render only.
+/// with the set's keys, its inputs in Flux's scope decrypted into the private copy (wiped from
+/// memory once the build ends), the output kept for this render only. Returns the decrypted
+/// values too, to withhold from every message about the set, the build's failure included.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
     d: &sources::directory::Deferred,
     keys: &mut SetKeys<'_, '_>,
-) -> std::result::Result<Vec<Manifest>, SetError> {
+) -> (Redaction, std::result::Result<Vec<Manifest>, SetError>) {
     let limits = crate::sops::Limits::default();
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
-        true => keys.get().await?,
+        true => match keys.get().await {
+            Ok(keys) => keys,
+            Err(e) => return (Redaction::default(), Err(e.into())),
+        },
         false => None,
     };
-    let mut inputs = decryption::decrypt_build_inputs(d, keys, &limits)?;
-    let built = sources::directory::build_deferred(sources, d, &inputs).await;
-    decryption::wipe(&mut inputs);
-    built.map_err(|e| match spec.sources.get(index) {
+    let mut inputs = match decryption::decrypt_build_inputs(d, keys, &limits) {
+        Ok(inputs) => inputs,
+        Err(e) => return (Redaction::default(), Err(e.into())),
+    };
+    let built = sources::directory::build_deferred(sources, d, &inputs.files).await;
+    decryption::wipe(&mut inputs.files);
+    let built = built.map_err(|e| match spec.sources.get(index) {
         Some(source) => SetError::Source(SourceError::at(index, source, e)),
         None => SetError::Source(e),
-    })
+    });
+    (inputs.withheld, built)
 }
 
 /// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
@@ -734,12 +807,12 @@ async fn decrypt(
 /// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
 /// `manifests` unchanged when the set has none.
 async fn post_build(
-    client: &kube::Client,
+    reader: &SetReader<'_>,
     parent: &ParentRef,
     spec: &ApplySetSpec,
     manifests: Vec<Manifest>,
 ) -> std::result::Result<Vec<Manifest>, SetError> {
-    match substitute::variables(client, parent, spec).await? {
+    match substitute::variables(reader, parent, spec).await? {
         None => Ok(manifests),
         Some(vars) => Ok(substitute::apply(manifests, &vars)?),
     }
@@ -844,6 +917,40 @@ mod tests {
             msg.starts_with("ApplySet team/big: its inline manifests"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn an_error_of_a_set_that_decrypted_shows_no_decrypted_value() {
+        let parent = ParentRef::applyset("team", "app");
+        let e = SetError::Source(SourceError::At {
+            index: 1,
+            description: "git https://host/r.git@main".into(),
+            error: Box::new(SourceError::Failed(
+                "kustomize: no matches for Id ConfigMap.v1.[noGrp]/name-hunter2.[noNs]".into(),
+            )),
+        });
+        let withheld = Redaction::new(vec!["name-hunter2".into()]);
+        let e = SetError::withholding(e, &withheld);
+        for shown in [e.message(&parent), e.to_string()] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(
+                shown.contains("ConfigMap.v1.[noGrp]/<redacted>.[noNs]"),
+                "{shown}"
+            );
+        }
+        // Classified as the error it wraps.
+        assert!(e.is_source_failure());
+        assert_eq!(e.field_path(), Some(FieldPath::Source(1)));
+        assert!(matches!(e.inner(), SetError::Source(_)));
+        // Nothing decrypted: the error as it is.
+        let plain = SetError::withholding(
+            SetError::Limits(LimitError::Members {
+                declared: 2,
+                max: 1,
+            }),
+            &Redaction::default(),
+        );
+        assert!(matches!(plain, SetError::Limits(_)));
     }
 
     #[test]

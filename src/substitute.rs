@@ -18,13 +18,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::Secret;
 
 use crate::{
     api::{ApplySetSpec, PostBuild, SubstituteKind},
     applyset::ParentRef,
     manifest::{Manifest, parse_documents},
+    set_reads::{ReadError, SetReader},
 };
 
 /// The opt-out keys (label or annotation, value `disabled`).
@@ -59,14 +59,9 @@ pub enum SubstituteError {
         namespace: String,
         name: String,
     },
-    #[error("spec.postBuild.substituteFrom[{index}]: reading {kind} {namespace}/{name}: {cause}")]
-    Read {
-        index: usize,
-        kind: String,
-        namespace: String,
-        name: String,
-        cause: String,
-    },
+    /// Entry `index` could not be read as the set's identity (see [`crate::set_reads`]).
+    #[error("spec.postBuild.substituteFrom[{index}]: {error}")]
+    Read { index: usize, error: ReadError },
     #[error(
         "spec.postBuild.substituteFrom: a ClusterApplySet has no namespace to read ConfigMaps and Secrets from; use spec.postBuild.substitute"
     )]
@@ -74,8 +69,14 @@ pub enum SubstituteError {
 }
 
 impl SubstituteError {
-    /// Whether it may go away by itself (a read failed): retried, not the spec's fault.
+    /// Whether it may go away by itself (the API server did not answer): retried, not the
+    /// spec's fault.
     pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Read { error, .. } if error.is_transient())
+    }
+
+    /// Whether a later attempt may succeed without a spec change (a grant may be given).
+    pub fn retry(&self) -> bool {
         matches!(self, Self::Read { .. })
     }
 }
@@ -244,10 +245,10 @@ fn apply_one(m: Manifest, vars: &Vars) -> Result<Manifest, SubstituteError> {
     Ok(parsed.remove(0))
 }
 
-/// The variables of `spec` for `parent`: `substituteFrom` read with `client` (the set's
+/// The variables of `spec` for `parent`: `substituteFrom` read by `reader` (as the set's
 /// identity), then `substitute`. `None` without `spec.postBuild`.
 pub async fn variables(
-    client: &Client,
+    reader: &SetReader<'_>,
     parent: &ParentRef,
     spec: &ApplySetSpec,
 ) -> Result<Option<Vars>, SubstituteError> {
@@ -261,7 +262,7 @@ pub async fn variables(
             .as_deref()
             .ok_or(SubstituteError::Cluster)?;
         for (index, r) in pb.substitute_from.iter().enumerate() {
-            if let Some(values) = read(client, ns, index, r).await? {
+            if let Some(values) = read(reader, ns, index, r).await? {
                 let secret = r.kind == SubstituteKind::Secret;
                 layers.push((format!("substituteFrom[{index}]"), values, secret));
             }
@@ -271,42 +272,30 @@ pub async fn variables(
     merge(layers).map(Some)
 }
 
-/// The data of entry `index` (`None`: optional and missing).
+/// The data of entry `index`, read by `reader` (`None`: optional and missing).
 async fn read(
-    client: &Client,
+    reader: &SetReader<'_>,
     ns: &str,
     index: usize,
     r: &crate::api::SubstituteReference,
 ) -> Result<Option<BTreeMap<String, String>>, SubstituteError> {
-    let kind = format!("{:?}", r.kind);
-    let read_err = |cause: String| SubstituteError::Read {
-        index,
-        kind: kind.clone(),
-        namespace: ns.into(),
-        name: r.name.clone(),
-        cause,
-    };
     let data = match r.kind {
-        SubstituteKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), ns)
-            .get_opt(&r.name)
+        SubstituteKind::ConfigMap => reader
+            .config_map(ns, &r.name)
             .await
-            .map_err(|e| read_err(e.to_string()))?
             .map(|cm| cm.data.unwrap_or_default()),
-        SubstituteKind::Secret => Api::<Secret>::namespaced(client.clone(), ns)
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| read_err(e.to_string()))?
-            .map(secret_values),
+        SubstituteKind::Secret => reader.secret(ns, &r.name).await.map(secret_values),
     };
-    match (data, r.optional) {
-        (Some(d), _) => Ok(Some(d)),
-        (None, true) => Ok(None),
-        (None, false) => Err(SubstituteError::NotFound {
+    match data {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.is_not_found() && r.optional => Ok(None),
+        Err(e) if e.is_not_found() => Err(SubstituteError::NotFound {
             index,
-            kind,
+            kind: format!("{:?}", r.kind),
             namespace: ns.into(),
             name: r.name.clone(),
         }),
+        Err(error) => Err(SubstituteError::Read { index, error }),
     }
 }
 

@@ -28,6 +28,7 @@ use crate::{
     members::{CheckTarget, Targets},
     parent::{self, Parent, Shrink},
     render::{self, KeySource, KindLookup, Readers, RenderError, RenderInput, SetError},
+    set_reads::SetReader,
     sources::Sources,
     status::Reason,
     tenancy::Identity,
@@ -306,16 +307,17 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             tenancy: &ctx.config.tenancy,
             limits: &ctx.config.set_limits,
         };
+        // Source credentials are the operator's to read; whatever lands in the set's objects
+        // is read as the set's identity.
         let readers = Readers {
             sources: &ctx.sources,
             client: &ctx.client,
+            set: SetReader::new(&self.scope.client, &self.scope.identity),
             kinds: KindLookup::Discovery {
                 resolver: &ctx.resolver,
                 beside: &|_| None,
             },
-            keys: KeySource::Cluster {
-                client: &self.scope.client,
-            },
+            keys: KeySource::Cluster,
             worker: self.scope.worker(),
         };
         let rendered = match render::render_set(&input, &readers).await? {
@@ -337,7 +339,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// another set), so that one is looked at again with backoff.
     fn render_failure(&self, e: SetError) -> Report {
         let r = render_report(&e, &self.scope.parent);
-        if let SetError::Source(_) = &e {
+        if let SetError::Source(_) = e.inner() {
             self.ctx.metrics.source_fetched("any", "failed");
             tracing::info!(reason = %r.reason, message = %r.message, "source not usable");
         }
@@ -600,9 +602,10 @@ fn render_report(e: &SetError, parent: &crate::applyset::ParentRef) -> Report {
         return Report::failed(Reason::SourceFailed, msg);
     }
     Report {
-        retry: match e {
+        retry: match e.inner() {
             SetError::Render(RenderError::UnknownKind { .. }) => true,
             SetError::Decryption(d) => d.retry(),
+            SetError::Substitute(e) => e.retry(),
             _ => false,
         },
         ..Report::failed(Reason::ValidationFailed, e.message(parent))

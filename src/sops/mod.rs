@@ -112,6 +112,18 @@ pub fn decrypt(
     keys: &AgeKeys,
     limits: &Limits,
 ) -> Result<Vec<u8>, SopsError> {
+    decrypt_revealing(file, bytes, format, keys, limits).map(|(plaintext, _)| plaintext)
+}
+
+/// [`decrypt`], and the values that were encrypted, as text (to withhold them from messages
+/// about what was built from the file).
+pub fn decrypt_revealing(
+    file: &str,
+    bytes: &[u8],
+    format: Format,
+    keys: &AgeKeys,
+    limits: &Limits,
+) -> Result<(Vec<u8>, Vec<String>), SopsError> {
     if bytes.len() > limits.max_bytes {
         return Err(SopsError::TooLarge {
             file: file.to_string(),
@@ -127,16 +139,17 @@ pub fn decrypt(
     match format {
         Format::Yaml => {
             let mut documents = yaml::load(text, file, limits)?;
-            decrypt_documents(file, &mut documents, keys, limits)?;
-            yaml::emit(&documents, file)
+            let values = decrypt_documents(file, &mut documents, keys, limits)?;
+            Ok((yaml::emit(&documents, file)?, values))
         }
         Format::Json | Format::Binary => {
             let mut documents = vec![json::load(text, file, format)?];
-            decrypt_documents(file, &mut documents, keys, limits)?;
-            match format {
-                Format::Json => json::emit(&documents[0], file),
-                _ => json::emit_binary(&documents[0], file),
-            }
+            let values = decrypt_documents(file, &mut documents, keys, limits)?;
+            let plaintext = match format {
+                Format::Json => json::emit(&documents[0], file)?,
+                _ => json::emit_binary(&documents[0], file)?,
+            };
+            Ok((plaintext, values))
         }
         Format::Dotenv => {
             let env = dotenv::load(text, file, limits.max_values)?;
@@ -144,8 +157,8 @@ pub fn decrypt(
                 file: file.to_string(),
             })?;
             let mut documents = vec![env.entries];
-            decrypt_with(file, &meta, &mut documents, keys)?;
-            Ok(dotenv::emit(&documents[0]))
+            let values = decrypt_with(file, &meta, &mut documents, keys)?;
+            Ok((dotenv::emit(&documents[0]), values))
         }
         Format::Ini => Err(SopsError::Unsupported {
             file: file.to_string(),
@@ -155,13 +168,13 @@ pub fn decrypt(
 }
 
 /// Takes the `sops` entry out of the documents (read from the first), checks the bounds, and
-/// decrypts them.
+/// decrypts them; returns the decrypted values.
 fn decrypt_documents(
     file: &str,
     documents: &mut [Node],
     keys: &AgeKeys,
     limits: &Limits,
-) -> Result<(), SopsError> {
+) -> Result<Vec<String>, SopsError> {
     let mut meta = None;
     for (index, document) in documents.iter_mut().enumerate() {
         if let Node::Map(entries) = document
@@ -196,17 +209,19 @@ fn decrypt_documents(
     decrypt_with(file, &meta, documents, keys)
 }
 
-/// Unwraps the data key, decrypts every encrypted value and verifies the MAC.
+/// Unwraps the data key, decrypts every encrypted value and verifies the MAC; returns the
+/// decrypted values.
 fn decrypt_with(
     file: &str,
     meta: &Node,
     documents: &mut [Node],
     keys: &AgeKeys,
-) -> Result<(), SopsError> {
+) -> Result<Vec<String>, SopsError> {
     let meta = metadata::parse(meta, file)?;
     let key = keys::data_key(&meta, keys, file)?;
-    let computed = walk(file, &meta, &key, documents)?.mac;
-    walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &computed)
+    let walked = walk(file, &meta, &key, documents)?;
+    walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &walked.mac)?;
+    Ok(walked.plaintexts)
 }
 
 /// Unwraps the data key and decrypts every encrypted value (each authenticated by its tag

@@ -13,9 +13,16 @@ pub const MASK: &str = "<redacted>";
 
 /// The decrypted values of a member, and their base64 forms (`stringData` is echoed as
 /// `data`), longest first.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Default, Clone, PartialEq, Eq)]
 pub struct Redaction {
     texts: Vec<String>,
+}
+
+/// How many texts, never the texts (an error's debug form must not show them).
+impl std::fmt::Debug for Redaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redaction({} texts withheld)", self.texts.len())
+    }
 }
 
 impl Redaction {
@@ -46,6 +53,17 @@ impl Redaction {
 
     pub fn is_empty(&self) -> bool {
         self.texts.is_empty()
+    }
+
+    /// Withholds what `other` withholds too.
+    pub fn extend(&mut self, other: &Redaction) {
+        if other.texts.is_empty() {
+            return;
+        }
+        self.texts.extend(other.texts.iter().cloned());
+        self.texts
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.texts.dedup();
     }
 }
 

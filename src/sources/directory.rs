@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{
     Naming, Parsed, SourceError, SourceFile, Sources,
+    decrypt_scope::{Scope, scope},
     kustomization::{Reads, reads},
     kustomize::{Job, KustomizeError},
     memory,
@@ -39,10 +40,12 @@ pub fn build_identity(overrides: Option<&KustomizeOverrides>) -> String {
     }
 }
 
-/// A build of a tree whose build reads SOPS files: it waits for the set's keys, which verify
-/// every SOPS file it reads and decrypt its inputs (patch files, generator `envs` and `files`)
-/// into the private copy, so it runs per set at render ([`build_deferred`]). The cache keeps
-/// the tree as fetched (encrypted), never the output.
+/// A build of a tree whose build reads SOPS files it decrypts or verifies: it waits for the
+/// set's keys, which verify those files and decrypt the inputs Flux decrypts
+/// ([`decrypt_scope`]: `secretGenerator` inputs and patch files) into the private copy, so it
+/// runs per set at render ([`build_deferred`]). The cache keeps the tree as fetched
+/// (encrypted), never the output. A SOPS file the build reads otherwise (a `configMapGenerator`
+/// input) is neither: it is read as committed, and alone it does not defer the build.
 #[derive(Debug)]
 pub struct Deferred {
     /// The source, for messages and origins.
@@ -54,13 +57,21 @@ pub struct Deferred {
     pub overrides: Option<KustomizeOverrides>,
     /// The files of the tree the build reads.
     pub reads: Reads,
+    /// The files the build reads decrypted, and every other file name it mentions.
+    pub scope: Scope,
 }
 
 impl Deferred {
-    /// The SOPS files among those the build reads: `(path, whether it is an input)`.
+    /// The SOPS files the build decrypts (`(path, data, true)`: inputs in [`Self::scope`]) or
+    /// verifies as committed (`false`: resources, decrypted after the build as members).
     pub fn sops_files(&self) -> impl Iterator<Item = (&str, &[u8], bool)> {
-        let inputs = self.reads.inputs.iter().map(|p| (p, true));
-        let resources = self.reads.resources.iter().map(|p| (p, false));
+        let inputs = self.scope.decrypt.keys().map(|p| (p, true));
+        let resources = self
+            .reads
+            .resources
+            .iter()
+            .filter(|p| !self.scope.decrypt.contains_key(*p))
+            .map(|p| (p, false));
         inputs.chain(resources).filter_map(|(path, input)| {
             let data = self.tree.get(path)?;
             let format = crate::sops::Format::from_path(path);
@@ -88,6 +99,7 @@ pub async fn read(
         Plan::Build { dir, .. } => dir,
     };
     let reads = reads(&d.tree, &dir, d.overrides).map_err(|e| at_source(&d.desc, e))?;
+    let scope = scope(&d.tree, &dir, d.overrides).map_err(|e| at_source(&d.desc, e))?;
     let deferred = Deferred {
         desc: d.desc,
         tree: d.tree,
@@ -95,6 +107,7 @@ pub async fn read(
         where_: d.where_,
         overrides: d.overrides.cloned(),
         reads,
+        scope,
     };
     if deferred.sops_files().next().is_some() {
         return Ok(Parsed {

@@ -43,6 +43,7 @@
 //! as SourceFailed and retried with backoff).
 
 pub mod archive;
+pub mod decrypt_scope;
 pub mod directory;
 pub mod egress;
 pub mod git;
@@ -156,6 +157,9 @@ pub enum SourceError {
     /// The source could not be read, did not verify, or its content was refused; the cause.
     #[error("{0}")]
     Failed(String),
+    /// A configMap or secret source could not be read as the set's identity.
+    #[error(transparent)]
+    Read(#[from] crate::set_reads::ReadError),
     /// Content of the entry `spec.sources[index]` that does not parse (shown as the manifest
     /// error, which names the source and the file).
     #[error("{error}")]
@@ -237,6 +241,7 @@ impl SourceError {
             SourceError::Invalid(_) => SourceErrorClass::Invalid,
             SourceError::Manifest(_) | SourceError::Content { .. } => SourceErrorClass::Manifest,
             SourceError::Failed(_)
+            | SourceError::Read(_)
             | SourceError::TooLarge { .. }
             | SourceError::Memory(_)
             | SourceError::Tree(_)
@@ -698,6 +703,7 @@ impl Sources {
     pub async fn fetch_all(
         &self,
         client: &Client,
+        reader: &crate::set_reads::SetReader<'_>,
         parent: &ParentRef,
         spec: &ApplySetSpec,
     ) -> Result<Vec<Fetched>, SourceError> {
@@ -710,7 +716,7 @@ impl Sources {
             .enumerate()
             .map(|(i, source)| async move {
                 let r = self
-                    .fetch(client, parent, i, source, spec.kustomize.as_ref())
+                    .fetch(client, reader, parent, i, source, spec.kustomize.as_ref())
                     .await;
                 if let Ok(mut d) = done_ref.lock()
                     && let Some(slot) = d.get_mut(i)
@@ -748,11 +754,14 @@ impl Sources {
         }
     }
 
-    /// Reads source `index` of `parent`; a directory source is built with the set's
-    /// `spec.kustomize` `overrides` (see [`directory`]).
+    /// Reads source `index` of `parent`: a configMap or secret source by `reader` (as the
+    /// set's identity), the credentials of the others with `client` (the operator's); a
+    /// directory source is built with the set's `spec.kustomize` `overrides` (see
+    /// [`directory`]).
     pub async fn fetch(
         &self,
         client: &Client,
+        reader: &crate::set_reads::SetReader<'_>,
         parent: &ParentRef,
         index: usize,
         source: &Source,
@@ -763,7 +772,7 @@ impl Sources {
             Err(e) => Err(e),
             Ok(Kind::ConfigMap(o)) => {
                 objects::fetch(
-                    client,
+                    reader,
                     parent,
                     ObjectKind::ConfigMap,
                     o,
@@ -774,7 +783,7 @@ impl Sources {
             }
             Ok(Kind::Secret(o)) => {
                 objects::fetch(
-                    client,
+                    reader,
                     parent,
                     ObjectKind::Secret,
                     o,

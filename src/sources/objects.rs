@@ -1,15 +1,20 @@
-//! ConfigMap and Secret sources: documents in data keys. The revision is the object's
-//! resourceVersion; a change of the object reaches the controller through a watch
-//! (see `controller.rs`), so it is applied at once rather than at the next interval.
-
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Client};
+//! ConfigMap and Secret sources: documents in data keys, read as the set's identity
+//! ([`crate::set_reads`]: their content becomes the set's members). The revision is the
+//! object's resourceVersion; a change of the object reaches the controller through the
+//! operator's watch (see `controller.rs`), so it is applied at once rather than at the next
+//! interval.
 
 use super::{Fetched, Limits, ObjectKind, SourceError, SourceFile, resolve_namespace};
-use crate::{api::ObjectSource, applyset::ParentRef};
+use crate::{
+    api::ObjectSource,
+    applyset::ParentRef,
+    set_reads::{ReadError, SetReader},
+};
 
+/// Reads the configMap or secret source `source` of `parent` through `reader` (as the set's
+/// identity: its content becomes the set's members).
 pub async fn fetch(
-    client: &Client,
+    reader: &SetReader<'_>,
     parent: &ParentRef,
     kind: ObjectKind,
     source: &ObjectSource,
@@ -22,24 +27,19 @@ pub async fn fetch(
         ObjectKind::Secret => ("secret", "Secret"),
     };
     let desc = format!("{noun} {ns}/{}", source.name);
-    let not_found = || {
-        SourceError::Failed(format!(
-            "{kind_name} {ns}/{} does not exist; create it (the ApplySet is reconciled as soon as it appears)",
-            source.name
-        ))
-    };
-    let read_err = |e: kube::Error| {
-        SourceError::Failed(format!("reading {kind_name} {ns}/{}: {e}", source.name))
+    let read_err = |e: ReadError| match e {
+        ReadError::NotFound { .. } => SourceError::Failed(format!(
+            "{e}; create it (the ApplySet is reconciled as soon as it appears)"
+        )),
+        e => SourceError::Read(e),
     };
     // Every key as bytes, and the resourceVersion.
     let (data, rv): (Vec<(String, Vec<u8>)>, String) = match kind {
         ObjectKind::ConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            let cm = api
-                .get_opt(&source.name)
+            let cm = reader
+                .config_map(&ns, &source.name)
                 .await
-                .map_err(read_err)?
-                .ok_or_else(not_found)?;
+                .map_err(read_err)?;
             let mut data: Vec<(String, Vec<u8>)> = cm
                 .data
                 .unwrap_or_default()
@@ -55,12 +55,7 @@ pub async fn fetch(
             (data, cm.metadata.resource_version.unwrap_or_default())
         }
         ObjectKind::Secret => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-            let s = api
-                .get_opt(&source.name)
-                .await
-                .map_err(read_err)?
-                .ok_or_else(not_found)?;
+            let s = reader.secret(&ns, &source.name).await.map_err(read_err)?;
             let data = s
                 .data
                 .unwrap_or_default()

@@ -13,6 +13,7 @@ use applyset_operator::{
     render::{
         self, DesiredSet, FieldPath, Gvk, KeySource, KindLookup, Readers, RenderInput, SetLimits,
     },
+    set_reads::SetReader,
     sops::AgeKeys,
     sources::{self, Sources},
     tenancy::{self, Defaults, Identity},
@@ -132,9 +133,11 @@ impl Renderer {
             tenancy: &self.defaults,
             limits: &SetLimits::default(),
         };
+        // The plugin reads everything with the user's own client.
         let readers = Readers {
             sources: &self.sources,
             client,
+            set: SetReader::new(client, "the kubeconfig's user"),
             kinds,
             keys: KeySource::Local(self.age_keys.as_ref()),
             worker: None,
