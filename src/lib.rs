@@ -10,6 +10,9 @@
 //! - [`discovery`]: API discovery, cached and refreshed on a miss.
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`substitute`]: `spec.postBuild`, variables substituted in members.
+//! - [`stage`]: what a render stage (substitution, decryption) may spend for one set: bytes
+//!   counted as they are written, against the set's bound and the operator-wide memory
+//!   budget, and time, on the blocking pool.
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
@@ -55,6 +58,7 @@ pub mod render;
 pub mod server;
 pub mod sops;
 pub mod sources;
+pub mod stage;
 pub mod status;
 pub mod substitute;
 pub mod tenancy;

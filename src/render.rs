@@ -5,6 +5,7 @@
 //! the reconcile before anything is written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
 
 use kube::discovery::ApiResource;
 use serde_json::Value;
@@ -17,7 +18,11 @@ use crate::{
     discovery::{Resolved, Resolver},
     kinds::{self, Stage},
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
-    sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
+    sources::{
+        self, Fetched, SourceError, SourceErrorClass, Sources,
+        memory::{Lease, MemoryBudget},
+    },
+    stage::StageBudget,
     substitute::{self, SubstituteError},
     tenancy::{self, Defaults, Identity, TenancyError},
 };
@@ -196,6 +201,9 @@ pub struct SetLimits {
     /// `--max-inline-manifests-kib`, in bytes: the JSON text of `spec.manifests`, checked
     /// before any of it is read into values ([`check_inline_size`]).
     pub max_inline_bytes: usize,
+    /// SOPS: a file's text and plaintext, its values, the age identities and stanzas tried
+    /// (`--sops-max-*`).
+    pub sops: crate::sops::Limits,
 }
 
 impl Default for SetLimits {
@@ -205,6 +213,7 @@ impl Default for SetLimits {
             max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
             max_inline_bytes: DEFAULT_MAX_INLINE_MANIFESTS_KIB << 10,
+            sops: crate::sops::Limits::default(),
         }
     }
 }
@@ -499,6 +508,9 @@ pub struct Rendered {
     pub set: DesiredSet,
     /// What each source produced (its manifests hold their share of the memory budget).
     pub fetched: Vec<Fetched>,
+    /// What the render stages' output (decrypted, substituted members) holds of the memory
+    /// budget, to be held as long as the set is ([`crate::stage`]).
+    pub stage_memory: Vec<std::sync::Arc<Lease>>,
     /// Kinds assumed namespaced because nothing offline knew them.
     pub assumed: Vec<Gvk>,
 }
@@ -618,6 +630,14 @@ pub async fn render_set(
     readers: &Readers<'_>,
 ) -> Result<std::result::Result<Rendered, SetError>> {
     let (parent, spec) = (input.parent, input.spec);
+    // The render's deadline: its sources, builds and stages together (--source-timeout).
+    let allowed = readers.sources.limits.timeout;
+    let stages = Stages {
+        memory: &readers.sources.memory,
+        deadline: Instant::now() + allowed,
+        allowed,
+    };
+    let mut stage_memory = Vec::new();
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         check_inline_size(spec, input.limits)?;
@@ -636,14 +656,16 @@ pub async fn render_set(
             match &f.deferred {
                 None => manifests.extend(f.manifests.iter().cloned()),
                 Some(d) => {
-                    let built = build_deferred(readers.sources, index, d, &mut keys).await?;
+                    let built =
+                        build_deferred(readers.sources, index, d, &mut keys, &stages).await?;
                     manifests.extend(built);
                 }
             }
         }
         // Flux's order: build (the sources above), decrypt, substitute.
-        decrypt(&mut keys, &mut manifests).await?;
-        let manifests = post_build(readers.client, parent, spec, manifests).await?;
+        stage_memory.extend(decrypt(&mut keys, &mut manifests, &stages).await?);
+        let (manifests, held) = post_build(input, readers.client, manifests, &stages).await?;
+        stage_memory.extend(held);
         check_limits(&manifests, input.limits)?;
         Ok::<_, SetError>((manifests, fetched))
     };
@@ -652,13 +674,30 @@ pub async fn render_set(
         Err(e) => return Ok(Err(e)),
     };
     let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
+    let stage_memory = stage_memory.into_iter().map(std::sync::Arc::new).collect();
     Ok(
         finish(input, manifests, served, &fetched).map(|set| Rendered {
             set,
             fetched,
+            stage_memory,
             assumed,
         }),
     )
+}
+
+/// What the render stages of one set draw on: the operator-wide memory budget and the
+/// render's deadline (see [`crate::stage`]).
+struct Stages<'a> {
+    memory: &'a MemoryBudget,
+    deadline: Instant,
+    allowed: std::time::Duration,
+}
+
+impl Stages<'_> {
+    /// A stage's budget of `limit` bytes for the set's output.
+    fn budget(&self, limit: usize) -> StageBudget {
+        StageBudget::new(limit as u64, self.memory, self.deadline, self.allowed)
+    }
 }
 
 /// The set's age keys (spec.decryption), read at most once per render and only when a member
@@ -676,12 +715,18 @@ impl SetKeys<'_, '_> {
             return Ok(None);
         };
         match self.source {
-            KeySource::Local(Some(keys)) => Ok(Some(*keys)),
+            KeySource::Local(Some(keys)) => {
+                let limits = &self.input.limits.sops;
+                decryption::check_identities(keys, "the local age keys", limits)?;
+                Ok(Some(*keys))
+            }
             KeySource::Local(None) => Err(DecryptionError::NoLocalKey),
             KeySource::Cluster { client } => {
                 if self.read.is_none() {
                     let (parent, identity) = (self.input.parent, self.input.identity);
                     let keys = decryption::read_keys(client, parent, identity, secret_ref).await?;
+                    let source = decryption::key_source(parent, secret_ref);
+                    decryption::check_identities(&keys, &source, &self.input.limits.sops)?;
                     self.read = Some(keys);
                 }
                 Ok(self.read.as_ref())
@@ -693,20 +738,29 @@ impl SetKeys<'_, '_> {
 /// Builds a directory source whose build reads SOPS files (see
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
 /// with the set's keys, its inputs decrypted into the private copy (wiped from memory once the
-/// build ends), the output kept for this render only.
+/// build ends; decrypted on the blocking pool, within the set's stage budget), the output kept
+/// for this render only.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
-    d: &sources::directory::Deferred,
+    d: &std::sync::Arc<sources::directory::Deferred>,
     keys: &mut SetKeys<'_, '_>,
+    stages: &Stages<'_>,
 ) -> std::result::Result<Vec<Manifest>, SetError> {
-    let limits = crate::sops::Limits::default();
+    let limits = keys.input.limits.sops;
+    let budget = stages.budget(keys.input.limits.yaml.bytes);
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
-        true => keys.get().await?,
+        true => keys.get().await?.cloned(),
         false => None,
     };
-    let mut inputs = decryption::decrypt_build_inputs(d, keys, &limits)?;
+    let deferred = d.clone();
+    let (inputs, _held) = budget
+        .run(move |budget| {
+            decryption::decrypt_build_inputs(&deferred, keys.as_ref(), &limits, budget)
+        })
+        .await;
+    let mut inputs = inputs?;
     let built = sources::directory::build_deferred(sources, d, &inputs).await;
     decryption::wipe(&mut inputs);
     built.map_err(|e| match spec.sources.get(index) {
@@ -716,33 +770,50 @@ async fn build_deferred(
 }
 
 /// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
-/// reading the keys only when a member needs them.
+/// reading the keys only when a member needs them; on the blocking pool, within the set's
+/// stage budget. Returns what the decrypted content holds of the memory budget.
 async fn decrypt(
     keys: &mut SetKeys<'_, '_>,
-    manifests: &mut [Manifest],
-) -> std::result::Result<(), DecryptionError> {
+    manifests: &mut Vec<Manifest>,
+    stages: &Stages<'_>,
+) -> std::result::Result<Option<Lease>, DecryptionError> {
     if !decryption::needs_keys(manifests) {
-        return Ok(());
+        return Ok(None);
     }
-    let limits = crate::sops::Limits::default();
-    let keys = keys.get().await?;
-    let count = decryption::decrypt_members(manifests, keys, &limits)?;
+    let limits = keys.input.limits.sops;
+    let budget = stages.budget(keys.input.limits.yaml.bytes);
+    let keys = keys.get().await?.cloned();
+    let mut members = std::mem::take(manifests);
+    let ((out, count), held) = budget
+        .run(move |budget| {
+            let count = decryption::decrypt_members(&mut members, keys.as_ref(), &limits, budget);
+            (members, count)
+        })
+        .await;
+    *manifests = out;
+    let count = count?;
     tracing::debug!(members = count, "decrypted");
-    Ok(())
+    Ok(held)
 }
 
-/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
-/// `manifests` unchanged when the set has none.
+/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]), on
+/// the blocking pool, the output counted against the set's YAML bound and the operator-wide
+/// memory budget as it is expanded; `manifests` unchanged when the set has none. Returns
+/// what the substituted members hold of the memory budget.
 async fn post_build(
+    input: &RenderInput<'_>,
     client: &kube::Client,
-    parent: &ParentRef,
-    spec: &ApplySetSpec,
     manifests: Vec<Manifest>,
-) -> std::result::Result<Vec<Manifest>, SetError> {
-    match substitute::variables(client, parent, spec).await? {
-        None => Ok(manifests),
-        Some(vars) => Ok(substitute::apply(manifests, &vars)?),
-    }
+    stages: &Stages<'_>,
+) -> std::result::Result<(Vec<Manifest>, Option<Lease>), SetError> {
+    let Some(vars) = substitute::variables(client, input.parent, input.spec).await? else {
+        return Ok((manifests, None));
+    };
+    let budget = stages.budget(input.limits.yaml.bytes);
+    let (out, held) = budget
+        .run(move |budget| substitute::apply_within(manifests, &vars, budget))
+        .await;
+    Ok((out?, held))
 }
 
 /// The render's pure end: members from resolved kinds, the revision, the tenancy check.
