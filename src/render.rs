@@ -636,6 +636,7 @@ pub async fn render_set(
         memory: &readers.sources.memory,
         deadline: Instant::now() + allowed,
         allowed,
+        worker: readers.worker,
     };
     let mut stage_memory = Vec::new();
     let read = async {
@@ -691,12 +692,24 @@ struct Stages<'a> {
     memory: &'a MemoryBudget,
     deadline: Instant,
     allowed: std::time::Duration,
+    /// The reconcile's worker, given back while a stage runs (as while sources are read).
+    worker: Option<&'a crate::fair::Worker>,
 }
 
 impl Stages<'_> {
-    /// A stage's budget of `limit` bytes for the set's output.
-    fn budget(&self, limit: usize) -> StageBudget {
-        StageBudget::new(limit as u64, self.memory, self.deadline, self.allowed)
+    /// Runs `stage` on the blocking pool with a budget of `limit` bytes for the set's output
+    /// (see [`StageBudget::run`]), without holding the reconcile's worker: a stage waiting for
+    /// room in the memory budget holds none.
+    async fn run<T, F>(&self, limit: usize, stage: F) -> (T, Option<Lease>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut StageBudget) -> T + Send + 'static,
+    {
+        let budget = StageBudget::new(limit as u64, self.memory, self.deadline, self.allowed);
+        match self.worker {
+            Some(worker) => worker.away(budget.run(stage)).await,
+            None => budget.run(stage).await,
+        }
     }
 }
 
@@ -747,16 +760,15 @@ async fn build_deferred(
     keys: &mut SetKeys<'_, '_>,
     stages: &Stages<'_>,
 ) -> std::result::Result<Vec<Manifest>, SetError> {
-    let limits = keys.input.limits.sops;
-    let budget = stages.budget(keys.input.limits.yaml.bytes);
+    let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
         true => keys.get().await?.cloned(),
         false => None,
     };
     let deferred = d.clone();
-    let (inputs, _held) = budget
-        .run(move |budget| {
+    let (inputs, _held) = stages
+        .run(bytes, move |budget| {
             decryption::decrypt_build_inputs(&deferred, keys.as_ref(), &limits, budget)
         })
         .await;
@@ -780,12 +792,11 @@ async fn decrypt(
     if !decryption::needs_keys(manifests) {
         return Ok(None);
     }
-    let limits = keys.input.limits.sops;
-    let budget = stages.budget(keys.input.limits.yaml.bytes);
+    let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
     let keys = keys.get().await?.cloned();
     let mut members = std::mem::take(manifests);
-    let ((out, count), held) = budget
-        .run(move |budget| {
+    let ((out, count), held) = stages
+        .run(bytes, move |budget| {
             let count = decryption::decrypt_members(&mut members, keys.as_ref(), &limits, budget);
             (members, count)
         })
@@ -809,9 +820,10 @@ async fn post_build(
     let Some(vars) = substitute::variables(client, input.parent, input.spec).await? else {
         return Ok((manifests, None));
     };
-    let budget = stages.budget(input.limits.yaml.bytes);
-    let (out, held) = budget
-        .run(move |budget| substitute::apply_within(manifests, &vars, budget))
+    let (out, held) = stages
+        .run(input.limits.yaml.bytes, move |budget| {
+            substitute::apply_within(manifests, &vars, budget)
+        })
         .await;
     Ok((out?, held))
 }

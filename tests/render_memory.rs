@@ -306,3 +306,68 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
         .unwrap_or_default();
     assert_eq!(password, b"hunter2-age");
 }
+
+/// The per-set bound alone is not enough: `--concurrency` (8) sets whose substituted members
+/// are just under it (600 references to the 100 KB variable: 60 MB each, in 8 namespaces) are
+/// rendered at once within the chart's limit, because the substituted text, its parse and
+/// the members kept draw on the operator-wide budget (`--source-memory-mib`, 256): a set that
+/// finds no room waits, and fails alone naming the flag (retried), while the others go on
+/// (their one 60 MB ConfigMap is then refused by the API server). On main e7a5fa5, the same
+/// 8 sets took the operator (debug build) to 1,188 MiB; this branch, 446 MiB.
+#[tokio::test]
+async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
+    const SETS: usize = 8;
+    const NEAR: usize = 600;
+    const { assert!(NEAR * VALUE_BYTES < SET_LIMIT) };
+    let h = Harness::new("mem-near").await;
+    let selector = format!("applyset.dev/test={}", h.label);
+    // A set waits for room at most half of --source-timeout: 10 s here.
+    let op = OperatorProcess::start(
+        cluster().kubeconfig(),
+        &["--label-selector", &selector, "--source-timeout", "20"],
+        "mem-near",
+    );
+    let mut sets = Vec::new();
+    for i in 0..SETS {
+        let ns = h.extra_namespace(&format!("mem-near{i}")).await;
+        let vars = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vars"},
+            "data": {"b": "v".repeat(VALUE_BYTES)}});
+        put::<ConfigMap>(&h, &ns, vars).await;
+        let set = set_in(&h, &ns, "near");
+        set.create(json!({
+            "manifests": [configmap("near", json!({"k": "${b}".repeat(NEAR)}))],
+            "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": "vars"}]},
+        }))
+        .await;
+        sets.push(set);
+    }
+    let outcomes = sets.iter().map(|set| {
+        set.wait_until("the first outcome", DEADLINE, |_, st| {
+            let c = operator::condition(st?, "Ready")?;
+            matches!(c.reason.as_str(), "SourceFailed" | "ApplyFailed")
+                .then(|| (c.reason.clone(), c.message.clone()))
+        })
+    });
+    let outcomes = futures::future::join_all(outcomes).await;
+    let peak = proc_mib(&op, "VmHWM");
+    let waited = outcomes.iter().filter(|(r, _)| r == "SourceFailed").count();
+    eprintln!(
+        "{SETS} sets of {} MB at once: peak RSS {peak} MiB; {waited} found no room",
+        NEAR * VALUE_BYTES / 1_000_000
+    );
+    for (reason, msg) in &outcomes {
+        match reason.as_str() {
+            // Substituted, then refused by the API server (a ConfigMap is at most 1 MiB).
+            "ApplyFailed" => assert!(msg.contains("ConfigMap"), "{msg}"),
+            _ => assert!(
+                msg.contains("substituting its variables")
+                    && msg.contains("--source-memory-mib=256"),
+                "{msg}"
+            ),
+        }
+    }
+    assert!(
+        peak < CHART_MEMORY_LIMIT_MIB,
+        "peak RSS {peak} MiB, over the chart's limit"
+    );
+}
