@@ -1,5 +1,5 @@
 //! Every render stage's output is bounded while it is produced (docs/security.md, the bounds
-//! table; issue 31, attack 1): the operator runs as a process against the real API server and
+//! table): the operator runs as a process against the real API server and
 //! its resident memory is read from /proc. A 100 KB variable (from a `substituteFrom`
 //! ConfigMap) referenced 12,000 times in one 48 KB inline ConfigMap is refused with
 //! ValidationFailed naming the member, the variable and the limit, alone and with
