@@ -216,6 +216,26 @@ fn encrypted_secret(dir: &std::path::Path, name: &str, recipients: &[String]) ->
     serde_saphyr::from_str(&String::from_utf8(out).expect("utf-8")).expect("sops writes YAML")
 }
 
+/// Creates set `name` with `spec`, waits for ValidationFailed and checks that its message
+/// holds every one of `parts`.
+async fn refused_naming(h: &Harness, name: &str, spec: Value, parts: &[String]) {
+    let set = h.applyset(name);
+    set.create(spec).await;
+    let st = set
+        .wait_ready_reason_within(Some("False"), "ValidationFailed", DEADLINE)
+        .await;
+    let msg = &operator::ready(&st).message;
+    for part in parts {
+        assert!(msg.contains(part.as_str()), "{part:?} not in {msg}");
+    }
+}
+
+/// A spec of `member` decrypted with the keys of Secret `keys`.
+fn decrypting(member: &Value, keys: &str) -> Value {
+    json!({"manifests": [member],
+        "decryption": {"provider": "sops", "secretRef": {"name": keys}}})
+}
+
 /// The age bounds: a key Secret holding more identities than the operator tries
 /// (`--sops-max-age-identities`, 32) is refused naming the Secret, and a file whose data key
 /// is wrapped for more recipients than it tries (`--sops-max-age-recipients`, 32) is refused
@@ -233,7 +253,6 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let key = sops_tools::age_keygen(dir.path(), "key.txt");
-
     // One identity more than the operator tries, the matching one last.
     let mut many: Vec<String> = (0..limit).map(|_| identity_line()).collect();
     many.push(key.text.clone());
@@ -243,16 +262,7 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
     };
     put::<Secret>(&h, &h.ns, keys("many-keys", many.join("\n"))).await;
     put::<Secret>(&h, &h.ns, keys("one-key", key.text.clone())).await;
-
     let member = encrypted_secret(dir.path(), "db", std::slice::from_ref(&key.recipient));
-    let set = h.applyset("many-identities");
-    set.create(json!({"manifests": [member.clone()],
-        "decryption": {"provider": "sops", "secretRef": {"name": "many-keys"}}}))
-        .await;
-    let st = set
-        .wait_ready_reason_within(Some("False"), "ValidationFailed", DEADLINE)
-        .await;
-    let msg = &operator::ready(&st).message;
     let parts = [
         format!(
             "Secret {}/many-keys holds {} age identities",
@@ -262,9 +272,13 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
         format!("more than the {limit}"),
         "--sops-max-age-identities".to_string(),
     ];
-    for part in &parts {
-        assert!(msg.contains(part.as_str()), "{part:?} not in {msg}");
-    }
+    refused_naming(
+        &h,
+        "many-identities",
+        decrypting(&member, "many-keys"),
+        &parts,
+    )
+    .await;
 
     // The file wrapped for one recipient more than the operator tries (ours among them).
     let mut recipients: Vec<String> = (0..stanzas)
@@ -272,29 +286,17 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
         .collect();
     recipients.push(key.recipient.clone());
     let wide = encrypted_secret(dir.path(), "wide", &recipients);
-    let set = h.applyset("many-recipients");
-    set.create(json!({"manifests": [wide],
-        "decryption": {"provider": "sops", "secretRef": {"name": "one-key"}}}))
-        .await;
-    let st = set
-        .wait_ready_reason_within(Some("False"), "ValidationFailed", DEADLINE)
-        .await;
-    let msg = &operator::ready(&st).message;
     let parts = [
         "spec.manifests[0] (Secret wide)".to_string(),
         format!("wrapped for {} age recipients", stanzas + 1),
         format!("more than the {stanzas}"),
         "--sops-max-age-recipients".to_string(),
     ];
-    for part in &parts {
-        assert!(msg.contains(part.as_str()), "{part:?} not in {msg}");
-    }
+    refused_naming(&h, "many-recipients", decrypting(&wide, "one-key"), &parts).await;
 
     // Within both bounds: decrypted and applied.
     let ok = h.applyset("within");
-    ok.create(json!({"manifests": [member],
-        "decryption": {"provider": "sops", "secretRef": {"name": "one-key"}}}))
-        .await;
+    ok.create(decrypting(&member, "one-key")).await;
     ok.wait_ready_within(DEADLINE).await;
     let applied = Api::<Secret>::namespaced(h.client.clone(), &h.ns)
         .get("db")
@@ -312,8 +314,9 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
 /// rendered at once within the chart's limit, because the substituted text, its parse and
 /// the members kept draw on the operator-wide budget (`--source-memory-mib`, 256): a set that
 /// finds no room waits, and fails alone naming the flag (retried), while the others go on
-/// (their one 60 MB ConfigMap is then refused by the API server). On main e7a5fa5, the same
-/// 8 sets took the operator (debug build) to 1,188 MiB; this branch, 446 MiB.
+/// (their one 60 MB ConfigMap is then refused by the API server). On main (e1dfac3, a debug
+/// build), the same 8 sets took the operator to 1,188 MiB; with the stages budgeted, 388 to
+/// 446 MiB.
 #[tokio::test]
 async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
     const SETS: usize = 8;
