@@ -15,6 +15,7 @@ use crate::sops::redact::Redaction;
 use crate::sops::{self, AgeKeys, IdentityError, SopsError};
 use crate::sources::directory::Deferred;
 use crate::sources::resolve_namespace;
+use crate::stage::{Exceeded, StageBudget};
 
 /// The annotation that leaves a member as it is (`disabled`).
 pub const DECRYPT_ANNOTATION: &str = "applyset.dev/decrypt";
@@ -66,6 +67,36 @@ pub enum DecryptionError {
         #[source]
         source: IdentityError,
     },
+    /// The keys hold more identities than the operator tries (each is tried on every
+    /// recipient stanza of every file).
+    #[error(
+        "spec.decryption.secretRef: {keys} holds {count} age identities, more than the {limit} the operator tries (--sops-max-age-identities); keep only this set's keys in it"
+    )]
+    TooManyIdentities {
+        keys: String,
+        count: usize,
+        limit: usize,
+    },
+    /// The decrypted content would pass the set's bound (decryption stopped there).
+    #[error(
+        "{member}: its decrypted content takes the set past {limit} bytes ({} MiB), the most the operator allows per set (--max-yaml-mib-per-set); split the set or raise the flag",
+        limit >> 20
+    )]
+    TooLarge { member: String, limit: u64 },
+    /// The operator-wide memory budget had no room for the decrypted content.
+    #[error("{member}: decrypting: {cause}")]
+    Memory {
+        member: String,
+        cause: crate::sources::memory::MemoryError,
+    },
+    /// The set's render deadline passed while it was decrypted.
+    #[error(
+        "{member}: decryption stopped: rendering the set took longer than the {allowed:?} the operator allows (--source-timeout)"
+    )]
+    TimedOut {
+        member: String,
+        allowed: std::time::Duration,
+    },
 }
 
 impl DecryptionError {
@@ -77,11 +108,54 @@ impl DecryptionError {
             DecryptionError::Read(_)
                 | DecryptionError::NoKeys { .. }
                 | DecryptionError::Identity { .. }
+                | DecryptionError::TooManyIdentities { .. }
+                | DecryptionError::TimedOut { .. }
                 | DecryptionError::Sops {
                     source: SopsError::NoMatchingKey { .. },
                     ..
                 }
-        )
+        ) || matches!(self, DecryptionError::Memory { cause, .. }
+                if Exceeded::Memory(cause.clone()).is_transient())
+    }
+
+    /// The error of a stage budget that stopped the decryption of `member`.
+    fn stopped(member: &str, e: Exceeded) -> DecryptionError {
+        let member = member.to_string();
+        match e {
+            Exceeded::Bytes { limit } => DecryptionError::TooLarge { member, limit },
+            Exceeded::Memory(cause) => DecryptionError::Memory { member, cause },
+            Exceeded::Time { allowed } => DecryptionError::TimedOut { member, allowed },
+        }
+    }
+}
+
+/// Copies of a decrypted value the render keeps: in the member, and in its redaction as text
+/// and as base64 (4/3), rounded up.
+const KEPT_COPIES: u64 = 4;
+
+/// Refuses `keys` (read from `source`, e.g. `Secret team/sops-keys`) when they hold more
+/// identities than `limits.max_identities`: each identity is tried on every recipient stanza
+/// of every file, so the cost of a set's decryption is bounded by both.
+pub fn check_identities(
+    keys: &AgeKeys,
+    source: &str,
+    limits: &sops::Limits,
+) -> Result<(), DecryptionError> {
+    if keys.len() > limits.max_identities {
+        return Err(DecryptionError::TooManyIdentities {
+            keys: source.to_string(),
+            count: keys.len(),
+            limit: limits.max_identities,
+        });
+    }
+    Ok(())
+}
+
+/// How the key Secret of `spec` is named in messages (`Secret ns/name`).
+pub fn key_source(parent: &ParentRef, r: &SecretReference) -> String {
+    match resolve_namespace(parent, r.namespace.as_deref()) {
+        Ok(ns) => format!("Secret {ns}/{}", r.name),
+        Err(_) => format!("Secret {}", r.name),
     }
 }
 
@@ -172,14 +246,18 @@ fn secret_data_has_sops(manifest: &Manifest) -> bool {
 
 /// Decrypts the members that carry SOPS metadata (and the SOPS files in Secrets' data) in
 /// place; `keys` is `None` when the set has no spec.decryption. Returns how many members
-/// were decrypted.
+/// were decrypted. Each file's plaintext is bounded while it is written (`limits`); the
+/// decrypted content is charged to `budget` as each member is decrypted (the set's bound,
+/// and the operator-wide budget for what the render keeps of it), and the set's deadline is
+/// looked at before each file and member.
 pub fn decrypt_members(
     manifests: &mut [Manifest],
     keys: Option<&AgeKeys>,
     limits: &sops::Limits,
+    budget: &mut StageBudget,
 ) -> Result<usize, DecryptionError> {
     if let Some(keys) = keys {
-        verify_source_files(manifests, keys, limits)?;
+        verify_source_files(manifests, keys, limits, budget)?;
     }
     let mut count = 0;
     for manifest in manifests.iter_mut() {
@@ -189,6 +267,9 @@ pub fn decrypt_members(
             continue;
         }
         let member = format!("{} ({} {})", manifest.origin, manifest.kind, manifest.name);
+        budget
+            .check_time()
+            .map_err(|e| DecryptionError::stopped(&member, e))?;
         let Some(keys) = keys else {
             return Err(DecryptionError::NotConfigured { member });
         };
@@ -208,6 +289,11 @@ pub fn decrypt_members(
                     .map_err(at)?,
             );
         }
+        let bytes: u64 = plaintexts.iter().map(|p| p.len() as u64).sum();
+        budget
+            .count(bytes)
+            .and_then(|()| budget.reserve(bytes.saturating_mul(KEPT_COPIES)))
+            .map_err(|e| DecryptionError::stopped(&member, e))?;
         manifest.redaction = Some(std::sync::Arc::new(sops::redact::Redaction::new(
             plaintexts,
         )));
@@ -218,11 +304,13 @@ pub fn decrypt_members(
 
 /// Verifies, once per file, the MAC of each SOPS-encrypted source file a member to decrypt was
 /// read from, over the file as committed (a changed unencrypted field fails here, before
-/// anything is decrypted for the apply). The plaintext of this check is dropped at once.
+/// anything is decrypted for the apply). The plaintext of this check (one file at a time,
+/// bounded by `limits`) is dropped at once; the set's deadline is looked at before each file.
 fn verify_source_files(
     manifests: &[Manifest],
     keys: &AgeKeys,
     limits: &sops::Limits,
+    budget: &StageBudget,
 ) -> Result<(), DecryptionError> {
     let mut seen: Vec<&std::sync::Arc<crate::manifest::SopsFile>> = Vec::new();
     for manifest in manifests.iter().filter(|m| wants_decryption(m)) {
@@ -233,6 +321,9 @@ fn verify_source_files(
             continue;
         }
         seen.push(file);
+        budget
+            .check_time()
+            .map_err(|e| DecryptionError::stopped(&file.name, e))?;
         let format = sops::Format::from_path(&file.path);
         sops::decrypt(&file.name, file.text.as_bytes(), format, keys, limits).map_err(
             |source| DecryptionError::Sops {
@@ -276,11 +367,13 @@ impl std::fmt::Debug for BuildInputs {
 /// (they are decrypted again as built members). An input whose name the build also uses
 /// elsewhere is refused. Without keys (no spec.decryption), an encrypted input is refused; an
 /// encrypted resource is left to the members' check after the build. A file annotated
-/// `decrypt: disabled` is left as is.
+/// `decrypt: disabled` is left as is. Each plaintext is bounded while it is written
+/// (`limits`) and the inputs' plaintext is charged to `budget` as each is decrypted.
 pub fn decrypt_build_inputs(
     d: &Deferred,
     keys: Option<&AgeKeys>,
     limits: &sops::Limits,
+    budget: &mut StageBudget,
 ) -> Result<BuildInputs, DecryptionError> {
     let mut out = BuildInputs::default();
     let mut values = Vec::new();
@@ -296,6 +389,9 @@ pub fn decrypt_build_inputs(
                 also: also.to_string(),
             });
         }
+        budget
+            .check_time()
+            .map_err(|e| DecryptionError::stopped(&name, e))?;
         let Some(keys) = keys else {
             if input {
                 return Err(DecryptionError::NotConfigured { member: name });
@@ -309,6 +405,11 @@ pub fn decrypt_build_inputs(
                 source,
             })?;
         if input {
+            if let Err(e) = budget.charge(plain.len() as u64) {
+                zeroize::Zeroize::zeroize(&mut plain);
+                wipe(&mut out.files);
+                return Err(DecryptionError::stopped(&name, e));
+            }
             values.extend(withheld_forms(decrypted, &plain));
             out.files.insert(path.to_string(), plain);
         } else {
@@ -390,6 +491,11 @@ mod tests {
     use super::*;
     use crate::sources::{decrypt_scope::scope, kustomization::reads};
     use serde_json::json;
+    use std::time::Duration;
+
+    fn budget() -> StageBudget {
+        StageBudget::bytes_only(64 << 20)
+    }
 
     fn member(value: Value) -> Manifest {
         Manifest::from_value(value, Origin::inline(0))
@@ -422,7 +528,8 @@ mod tests {
     #[test]
     fn without_keys_an_encrypted_member_is_refused_naming_it() {
         let mut members = [encrypted(json!({}))];
-        let err = decrypt_members(&mut members, None, &sops::Limits::default()).unwrap_err();
+        let err = decrypt_members(&mut members, None, &sops::Limits::default(), &mut budget())
+            .unwrap_err();
         assert!(matches!(err, DecryptionError::NotConfigured { .. }));
         assert!(
             err.to_string().contains("spec.manifests[0] (Secret s)"),
@@ -466,7 +573,8 @@ mod tests {
             "ov",
         );
         assert!(build_needs_keys(&d));
-        let err = decrypt_build_inputs(&d, None, &sops::Limits::default()).unwrap_err();
+        let err =
+            decrypt_build_inputs(&d, None, &sops::Limits::default(), &mut budget()).unwrap_err();
         assert!(matches!(err, DecryptionError::NotConfigured { .. }));
         assert!(
             err.to_string()
@@ -493,7 +601,8 @@ mod tests {
         );
         assert_eq!(d.sops_files().count(), 0);
         assert!(!build_needs_keys(&d));
-        let inputs = decrypt_build_inputs(&d, None, &sops::Limits::default()).expect("nothing");
+        let inputs = decrypt_build_inputs(&d, None, &sops::Limits::default(), &mut budget())
+            .expect("nothing");
         assert!(inputs.files.is_empty() && inputs.withheld.is_empty());
     }
 
@@ -509,7 +618,8 @@ mod tests {
             ],
             "ov",
         );
-        let err = decrypt_build_inputs(&d, None, &sops::Limits::default()).unwrap_err();
+        let err =
+            decrypt_build_inputs(&d, None, &sops::Limits::default(), &mut budget()).unwrap_err();
         assert!(matches!(err, DecryptionError::SharedInput { .. }), "{err}");
         let msg = err.to_string();
         for part in [
@@ -528,7 +638,8 @@ mod tests {
         let kustomization = ("base/kustomization.yaml", "resources: [s.yaml]\n");
         let d = deferred(&[kustomization, ("base/s.yaml", secret)], "base");
         assert!(build_needs_keys(&d));
-        let plain = decrypt_build_inputs(&d, None, &sops::Limits::default()).expect("left");
+        let plain =
+            decrypt_build_inputs(&d, None, &sops::Limits::default(), &mut budget()).expect("left");
         assert!(plain.files.is_empty());
         let opted = secret.replace(
             "  name: s\n",
@@ -557,6 +668,61 @@ mod tests {
                 "{message} shown as {shown}"
             );
         }
+    }
+
+    #[test]
+    fn identities_beyond_the_bound_are_refused_naming_the_secret() {
+        let mut keys = AgeKeys::new();
+        for _ in 0..3 {
+            let id = age::x25519::Identity::generate();
+            let text = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
+            keys.add_text("k.agekey", &text).expect("an identity");
+        }
+        let limits = |max_identities| sops::Limits {
+            max_identities,
+            ..sops::Limits::default()
+        };
+        assert!(check_identities(&keys, "Secret ns/k", &limits(3)).is_ok());
+        let err = check_identities(&keys, "Secret ns/k", &limits(2)).expect_err("over");
+        assert!(err.retry(), "the Secret may be fixed");
+        let msg = err.to_string();
+        for part in [
+            "Secret ns/k holds 3 age identities",
+            "more than the 2",
+            "--sops-max-age-identities",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        let parent = ParentRef::applyset("team", "app");
+        let r: SecretReference = serde_json::from_value(json!({"name": "keys"})).expect("ref");
+        assert_eq!(key_source(&parent, &r), "Secret team/keys");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn decryption_stops_at_the_sets_deadline() {
+        let memory = crate::sources::memory::MemoryBudget::new(1 << 20, Duration::from_secs(1));
+        let allowed = Duration::from_secs(120);
+        let budget = StageBudget::new(64 << 20, &memory, std::time::Instant::now(), allowed);
+        let (out, _) = budget
+            .run(|b| {
+                let mut members = [encrypted(json!({}))];
+                decrypt_members(
+                    &mut members,
+                    Some(&AgeKeys::new()),
+                    &sops::Limits::default(),
+                    b,
+                )
+            })
+            .await;
+        let err = out.expect_err("the deadline passed");
+        assert!(matches!(err, DecryptionError::TimedOut { .. }), "{err:?}");
+        assert!(err.retry());
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("spec.manifests[0] (Secret s): decryption stopped"),
+            "{msg}"
+        );
+        assert!(msg.contains("--source-timeout"), "{msg}");
     }
 
     #[test]

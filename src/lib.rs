@@ -11,6 +11,9 @@
 //! - [`sources`]: manifest sources (ConfigMaps, Secrets, HTTP(S), Git, OCI artifacts).
 //! - [`substitute`]: `spec.postBuild`, variables substituted in members.
 //! - [`set_reads`]: reads whose content lands in a set's objects, made as the set's identity.
+//! - [`stage`]: what a render stage (substitution, decryption) may spend for one set: bytes
+//!   counted as they are written, against the set's bound and the operator-wide memory
+//!   budget, and time, on the blocking pool.
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
@@ -57,6 +60,7 @@ pub mod server;
 pub mod set_reads;
 pub mod sops;
 pub mod sources;
+pub mod stage;
 pub mod status;
 pub mod substitute;
 pub mod tenancy;

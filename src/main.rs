@@ -179,6 +179,19 @@ struct RunArgs {
     /// it), in KiB: checked before any of it is parsed. Larger sets fail with ValidationFailed.
     #[arg(long, env = "APPLYSET_MAX_INLINE_MANIFESTS_KIB", default_value_t = applyset_operator::render::DEFAULT_MAX_INLINE_MANIFESTS_KIB)]
     max_inline_manifests_kib: usize,
+    /// Largest SOPS-encrypted file, and largest plaintext one may decrypt to, in KiB.
+    #[arg(long, env = "APPLYSET_SOPS_MAX_FILE_KIB", default_value_t = applyset_operator::sops::DEFAULT_MAX_FILE_KIB)]
+    sops_max_file_kib: usize,
+    /// Most values (nodes) of one SOPS-encrypted file.
+    #[arg(long, env = "APPLYSET_SOPS_MAX_VALUES", default_value_t = applyset_operator::sops::DEFAULT_MAX_VALUES)]
+    sops_max_values: usize,
+    /// Most age identities in a set's key Secret (each is tried on every recipient of every
+    /// file; more: the set fails naming the Secret).
+    #[arg(long, env = "APPLYSET_SOPS_MAX_AGE_IDENTITIES", default_value_t = applyset_operator::sops::DEFAULT_MAX_IDENTITIES)]
+    sops_max_age_identities: usize,
+    /// Most age recipient stanzas of one SOPS-encrypted file (more: refused naming the file).
+    #[arg(long, env = "APPLYSET_SOPS_MAX_AGE_RECIPIENTS", default_value_t = applyset_operator::sops::DEFAULT_MAX_STANZAS)]
+    sops_max_age_recipients: usize,
 }
 
 /// A duration of `--min-interval`, in the form of spec.interval (`10s`, `1m30s`).
@@ -316,6 +329,13 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             bytes: args.max_yaml_mib_per_set.saturating_mul(1 << 20),
         },
         max_inline_bytes: args.max_inline_manifests_kib.saturating_mul(1 << 10),
+        sops: applyset_operator::sops::Limits {
+            max_bytes: args.sops_max_file_kib.saturating_mul(1 << 10),
+            max_values: args.sops_max_values,
+            max_identities: args.sops_max_age_identities,
+            max_stanzas: args.sops_max_age_recipients,
+            ..Default::default()
+        },
     };
     // Every parse of a source is bounded by the per-set budget too (see manifest.rs).
     applyset_operator::manifest::set_parse_limit(set_limits.yaml);
@@ -509,6 +529,32 @@ mod tests {
             Ok(Command::Crd) => panic!("not run"),
             Err(e) => panic!("{e}"),
         }
+    }
+
+    #[test]
+    fn sops_flags_set_the_decryption_bounds() {
+        let config = operator_config(&run_args(&[])).expect("defaults");
+        assert_eq!(
+            config.set_limits.sops,
+            applyset_operator::sops::Limits::default()
+        );
+        let config = operator_config(&run_args(&[
+            "--sops-max-file-kib=16",
+            "--sops-max-values=50",
+            "--sops-max-age-identities=4",
+            "--sops-max-age-recipients=2",
+        ]))
+        .expect("valid flags");
+        let sops = config.set_limits.sops;
+        assert_eq!(
+            (
+                sops.max_bytes,
+                sops.max_values,
+                sops.max_identities,
+                sops.max_stanzas
+            ),
+            (16 << 10, 50, 4, 2)
+        );
     }
 
     #[test]

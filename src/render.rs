@@ -5,7 +5,7 @@
 //! the reconcile before anything is written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use kube::discovery::ApiResource;
 use serde_json::Value;
@@ -20,7 +20,11 @@ use crate::{
     manifest::{self, Manifest, ManifestError, MemberKey, Origin},
     set_reads::SetReader,
     sops::redact::Redaction,
-    sources::{self, Fetched, SourceError, SourceErrorClass, Sources},
+    sources::{
+        self, Fetched, SourceError, SourceErrorClass, Sources,
+        memory::{Lease, MemoryBudget},
+    },
+    stage::StageBudget,
     substitute::{self, SubstituteError},
     tenancy::{self, Defaults, Identity, TenancyError},
 };
@@ -200,6 +204,9 @@ pub struct SetLimits {
     /// `--max-inline-manifests-kib`, in bytes: the JSON text of `spec.manifests`, checked
     /// before any of it is read into values ([`check_inline_size`]).
     pub max_inline_bytes: usize,
+    /// SOPS: a file's text and plaintext, its values, the age identities and stanzas tried
+    /// (`--sops-max-*`).
+    pub sops: crate::sops::Limits,
 }
 
 impl Default for SetLimits {
@@ -209,6 +216,7 @@ impl Default for SetLimits {
             max_kinds: DEFAULT_MAX_KINDS_PER_SET,
             yaml: manifest::YamlBudget::default().limit,
             max_inline_bytes: DEFAULT_MAX_INLINE_MANIFESTS_KIB << 10,
+            sops: crate::sops::Limits::default(),
         }
     }
 }
@@ -506,6 +514,9 @@ pub struct Rendered {
     pub set: DesiredSet,
     /// What each source produced (its manifests hold their share of the memory budget).
     pub fetched: Vec<Fetched>,
+    /// What the render stages' output (decrypted, substituted members) holds of the memory
+    /// budget, to be held as long as the set is ([`crate::stage`]).
+    pub stage_memory: Vec<std::sync::Arc<Lease>>,
     /// Kinds assumed namespaced because nothing offline knew them.
     pub assumed: Vec<Gvk>,
 }
@@ -656,6 +667,15 @@ pub async fn render_set(
     let (parent, spec) = (input.parent, input.spec);
     // The values decrypted for this set: withheld from every message about it.
     let mut withheld = Redaction::default();
+    // The render's deadline: its sources, builds and stages together (--source-timeout).
+    let allowed = readers.sources.limits.timeout;
+    let stages = Stages {
+        memory: &readers.sources.memory,
+        deadline: Instant::now() + allowed,
+        allowed,
+        worker: readers.worker,
+    };
+    let mut stage_memory = Vec::new();
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         check_inline_size(spec, input.limits)?;
@@ -678,16 +698,17 @@ pub async fn render_set(
                 None => manifests.extend(f.manifests.iter().cloned()),
                 Some(d) => {
                     let (values, built) =
-                        build_deferred(readers.sources, index, d, &mut keys).await;
+                        build_deferred(readers.sources, index, d, &mut keys, &stages).await;
                     withheld.extend(&values);
                     manifests.extend(built?);
                 }
             }
         }
         // Flux's order: build (the sources above), decrypt, substitute.
-        decrypt(&mut keys, &mut manifests).await?;
+        stage_memory.extend(decrypt(&mut keys, &mut manifests, &stages).await?);
         withhold(&mut manifests, &mut withheld);
-        let mut manifests = post_build(&readers.set, parent, spec, manifests).await?;
+        let (mut manifests, held) = post_build(input, &readers.set, manifests, &stages).await?;
+        stage_memory.extend(held);
         // Members substituted anew are parsed anew: they carry the values again.
         withhold(&mut manifests, &mut withheld);
         check_limits(&manifests, input.limits)?;
@@ -698,10 +719,12 @@ pub async fn render_set(
         Err(e) => return Ok(Err(SetError::withholding(e, &withheld))),
     };
     let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
+    let stage_memory = stage_memory.into_iter().map(Arc::new).collect();
     Ok(finish(input, manifests, served, &fetched)
         .map(|set| Rendered {
             set,
             fetched,
+            stage_memory,
             assumed,
         })
         .map_err(|e| SetError::withholding(e, &withheld)))
@@ -725,6 +748,33 @@ fn withhold(manifests: &mut [Manifest], withheld: &mut Redaction) {
     }
 }
 
+/// What the render stages of one set draw on: the operator-wide memory budget and the
+/// render's deadline (see [`crate::stage`]).
+struct Stages<'a> {
+    memory: &'a MemoryBudget,
+    deadline: Instant,
+    allowed: std::time::Duration,
+    /// The reconcile's worker, given back while a stage runs (as while sources are read).
+    worker: Option<&'a crate::fair::Worker>,
+}
+
+impl Stages<'_> {
+    /// Runs `stage` on the blocking pool with a budget of `limit` bytes for the set's output
+    /// (see [`StageBudget::run`]), without holding the reconcile's worker: a stage waiting for
+    /// room in the memory budget holds none.
+    async fn run<T, F>(&self, limit: usize, stage: F) -> (T, Option<Lease>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut StageBudget) -> T + Send + 'static,
+    {
+        let budget = StageBudget::new(limit as u64, self.memory, self.deadline, self.allowed);
+        match self.worker {
+            Some(worker) => worker.away(budget.run(stage)).await,
+            None => budget.run(stage).await,
+        }
+    }
+}
+
 /// The set's age keys (spec.decryption), read at most once per render and only when a member
 /// or a build input needs them.
 struct SetKeys<'r, 'a> {
@@ -741,12 +791,18 @@ impl SetKeys<'_, '_> {
             return Ok(None);
         };
         match self.source {
-            KeySource::Local(Some(keys)) => Ok(Some(*keys)),
+            KeySource::Local(Some(keys)) => {
+                let limits = &self.input.limits.sops;
+                decryption::check_identities(keys, "the local age keys", limits)?;
+                Ok(Some(*keys))
+            }
             KeySource::Local(None) => Err(DecryptionError::NoLocalKey),
             KeySource::Cluster => {
                 if self.read.is_none() {
                     let parent = self.input.parent;
                     let keys = decryption::read_keys(self.reader, parent, secret_ref).await?;
+                    let source = decryption::key_source(parent, secret_ref);
+                    decryption::check_identities(&keys, &source, &self.input.limits.sops)?;
                     self.read = Some(keys);
                 }
                 Ok(self.read.as_ref())
@@ -758,24 +814,32 @@ impl SetKeys<'_, '_> {
 /// Builds a directory source whose build reads SOPS files (see
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
 /// with the set's keys, its inputs in Flux's scope decrypted into the private copy (wiped from
-/// memory once the build ends), the output kept for this render only. Returns the decrypted
-/// values too, to withhold from every message about the set, the build's failure included.
+/// memory once the build ends; decrypted on the blocking pool, within the set's stage budget),
+/// the output kept for this render only. Returns the decrypted values too, to withhold from
+/// every message about the set, the build's failure included.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
-    d: &sources::directory::Deferred,
+    d: &std::sync::Arc<sources::directory::Deferred>,
     keys: &mut SetKeys<'_, '_>,
+    stages: &Stages<'_>,
 ) -> (Redaction, std::result::Result<Vec<Manifest>, SetError>) {
-    let limits = crate::sops::Limits::default();
+    let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
         true => match keys.get().await {
-            Ok(keys) => keys,
+            Ok(keys) => keys.cloned(),
             Err(e) => return (Redaction::default(), Err(e.into())),
         },
         false => None,
     };
-    let mut inputs = match decryption::decrypt_build_inputs(d, keys, &limits) {
+    let deferred = d.clone();
+    let (inputs, _held) = stages
+        .run(bytes, move |budget| {
+            decryption::decrypt_build_inputs(&deferred, keys.as_ref(), &limits, budget)
+        })
+        .await;
+    let mut inputs = match inputs {
         Ok(inputs) => inputs,
         Err(e) => return (Redaction::default(), Err(e.into())),
     };
@@ -789,33 +853,50 @@ async fn build_deferred(
 }
 
 /// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),
-/// reading the keys only when a member needs them.
+/// reading the keys only when a member needs them; on the blocking pool, within the set's
+/// stage budget. Returns what the decrypted content holds of the memory budget.
 async fn decrypt(
     keys: &mut SetKeys<'_, '_>,
-    manifests: &mut [Manifest],
-) -> std::result::Result<(), DecryptionError> {
+    manifests: &mut Vec<Manifest>,
+    stages: &Stages<'_>,
+) -> std::result::Result<Option<Lease>, DecryptionError> {
     if !decryption::needs_keys(manifests) {
-        return Ok(());
+        return Ok(None);
     }
-    let limits = crate::sops::Limits::default();
-    let keys = keys.get().await?;
-    let count = decryption::decrypt_members(manifests, keys, &limits)?;
+    let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
+    let keys = keys.get().await?.cloned();
+    let mut members = std::mem::take(manifests);
+    let ((out, count), held) = stages
+        .run(bytes, move |budget| {
+            let count = decryption::decrypt_members(&mut members, keys.as_ref(), &limits, budget);
+            (members, count)
+        })
+        .await;
+    *manifests = out;
+    let count = count?;
     tracing::debug!(members = count, "decrypted");
-    Ok(())
+    Ok(held)
 }
 
-/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]);
-/// `manifests` unchanged when the set has none.
+/// spec.postBuild: the set's variables substituted in every member (see [`substitute`]), on
+/// the blocking pool, the output counted against the set's YAML bound and the operator-wide
+/// memory budget as it is expanded; `manifests` unchanged when the set has none. Returns
+/// what the substituted members hold of the memory budget.
 async fn post_build(
+    input: &RenderInput<'_>,
     reader: &SetReader<'_>,
-    parent: &ParentRef,
-    spec: &ApplySetSpec,
     manifests: Vec<Manifest>,
-) -> std::result::Result<Vec<Manifest>, SetError> {
-    match substitute::variables(reader, parent, spec).await? {
-        None => Ok(manifests),
-        Some(vars) => Ok(substitute::apply(manifests, &vars)?),
-    }
+    stages: &Stages<'_>,
+) -> std::result::Result<(Vec<Manifest>, Option<Lease>), SetError> {
+    let Some(vars) = substitute::variables(reader, input.parent, input.spec).await? else {
+        return Ok((manifests, None));
+    };
+    let (out, held) = stages
+        .run(input.limits.yaml.bytes, move |budget| {
+            substitute::apply_within(manifests, &vars, budget)
+        })
+        .await;
+    Ok((out?, held))
 }
 
 /// The render's pure end: members from resolved kinds, the revision, the tenancy check.

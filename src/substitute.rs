@@ -16,16 +16,24 @@
 //!   values, and a member whose substituted text does not parse is named without the parser's
 //!   message when any value came from a Secret.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::{
     api::{ApplySetSpec, PostBuild, SubstituteKind},
     applyset::ParentRef,
-    manifest::{Manifest, parse_documents},
+    manifest::{DEFAULT_SET_YAML_BYTES, Manifest, object_cost, parse_documents},
     set_reads::{ReadError, SetReader},
+    sources::memory::MemoryError,
+    stage::{Exceeded, StageBudget},
 };
+
+/// Copies of a substituted member the reconcile holds at a time, charged to the operator-wide
+/// budget for as long as the set is: the parsed member, and one serialized copy (the render's
+/// digest, then each apply's request body). Measured: a 57 MiB member parses into 57 MiB and
+/// serializes into 57 MiB more.
+const KEPT_COPIES: u64 = 2;
 
 /// The opt-out keys (label or annotation, value `disabled`).
 pub const OPT_OUT: [&str; 2] = [
@@ -66,18 +74,67 @@ pub enum SubstituteError {
         "spec.postBuild.substituteFrom: a ClusterApplySet has no namespace to read ConfigMaps and Secrets from; use spec.postBuild.substitute"
     )]
     Cluster,
+    /// The substituted members would pass the set's YAML text bound; `var` is the variable
+    /// whose value (or the text after it) passed it.
+    #[error(
+        "{member}: {} takes the set's manifests past {limit} bytes ({} MiB) of YAML/JSON, the most the operator allows per set (--max-yaml-mib-per-set); use shorter values or fewer references, or raise the flag",
+        what_passed(var.as_deref()),
+        limit >> 20
+    )]
+    TooLarge {
+        member: String,
+        var: Option<String>,
+        limit: u64,
+    },
+    /// The operator-wide memory budget had no room for the substituted text.
+    #[error("{member}: substituting its variables: {cause}")]
+    Memory { member: String, cause: MemoryError },
+    /// The set's render deadline passed while its members were substituted.
+    #[error(
+        "{member}: substitution stopped: rendering the set took longer than the {allowed:?} the operator allows (--source-timeout)"
+    )]
+    TimedOut { member: String, allowed: Duration },
+}
+
+/// What passed the bound: the value of `var`, or the member's own text.
+fn what_passed(var: Option<&str>) -> String {
+    match var {
+        Some(var) => format!("substituting ${{{var}}}"),
+        None => "its text".to_string(),
+    }
 }
 
 impl SubstituteError {
     /// Whether it may go away by itself (the API server did not answer): retried, not the
     /// spec's fault.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Read { error, .. } if error.is_transient())
+        match self {
+            Self::Read { error, .. } => error.is_transient(),
+            Self::TimedOut { .. } => true,
+            Self::Memory { cause, .. } => Exceeded::Memory(cause.clone()).is_transient(),
+            _ => false,
+        }
     }
 
-    /// Whether a later attempt may succeed without a spec change (a grant may be given).
+    /// Whether a later attempt may succeed without a spec change: what is transient, and a
+    /// refused read (a grant may be given).
     pub fn retry(&self) -> bool {
-        matches!(self, Self::Read { .. })
+        self.is_transient() || matches!(self, Self::Read { .. })
+    }
+
+    /// The error of a stage budget that stopped the substitution of `member` while it wrote
+    /// the value of `var` (`None`: its own text).
+    fn stopped(member: &str, var: Option<&str>, e: Exceeded) -> SubstituteError {
+        let member = member.to_string();
+        match e {
+            Exceeded::Bytes { limit } => SubstituteError::TooLarge {
+                member,
+                var: var.map(str::to_string),
+                limit,
+            },
+            Exceeded::Memory(cause) => SubstituteError::Memory { member, cause },
+            Exceeded::Time { allowed } => SubstituteError::TimedOut { member, allowed },
+        }
     }
 }
 
@@ -121,21 +178,85 @@ pub fn merge(
 }
 
 /// `text` with every variable reference replaced (see the module documentation); `member`
-/// names it in errors.
-pub fn substitute(text: &str, vars: &Vars, member: &str) -> Result<String, SubstituteError> {
-    let mut out = String::with_capacity(text.len());
+/// names it in errors. The output is counted against `budget` as it is expanded (the bound
+/// applies to the expansion, not to the finished text): a first pass counts what each piece
+/// would add and stops at the piece that passes the bound, having written nothing; then the
+/// text's room is taken from the operator-wide budget, and only then is it written, into a
+/// buffer of exactly its size.
+pub fn substitute(
+    text: &str,
+    vars: &Vars,
+    member: &str,
+    budget: &mut StageBudget,
+) -> Result<String, SubstituteError> {
+    let mut counted = Counted {
+        budget: &mut *budget,
+        member,
+        bytes: 0,
+    };
+    expand(text, vars, member, &mut counted)?;
+    let size = counted.bytes;
+    budget
+        .reserve(size as u64)
+        .map_err(|e| SubstituteError::stopped(member, None, e))?;
+    let mut out = String::with_capacity(size);
+    expand(text, vars, member, &mut out)?;
+    Ok(out)
+}
+
+/// Where an expansion writes: [`Counted`] (nothing kept) or a `String`.
+trait Sink {
+    /// Adds `piece`, written from the value of variable `var` (`None`: the member's text).
+    fn put(&mut self, piece: &str, var: Option<&str>) -> Result<(), SubstituteError>;
+}
+
+impl Sink for String {
+    fn put(&mut self, piece: &str, _: Option<&str>) -> Result<(), SubstituteError> {
+        self.push_str(piece);
+        Ok(())
+    }
+}
+
+/// Counts an expansion against a [`StageBudget`] without writing it.
+struct Counted<'b> {
+    budget: &'b mut StageBudget,
+    member: &'b str,
+    bytes: usize,
+}
+
+impl Sink for Counted<'_> {
+    fn put(&mut self, piece: &str, var: Option<&str>) -> Result<(), SubstituteError> {
+        self.budget
+            .count(piece.len() as u64)
+            .map_err(|e| SubstituteError::stopped(self.member, var, e))?;
+        self.bytes += piece.len();
+        Ok(())
+    }
+}
+
+/// Writes `text` into `out` with every reference replaced; a value is written as it is (a
+/// `${…}` inside a value or a default is not expanded again).
+fn expand(
+    text: &str,
+    vars: &Vars,
+    member: &str,
+    out: &mut impl Sink,
+) -> Result<(), SubstituteError> {
+    // The variable last written: the text after it is charged to it (without it, the text
+    // would have fit).
+    let mut last: Option<&str> = None;
     let mut rest = text;
     while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
+        out.put(&rest[..at], last)?;
         let tail = &rest[at..];
         if let Some(after) = tail.strip_prefix("$${") {
             // `$${…}` is a literal `${…}`.
-            out.push_str("${");
+            out.put("${", last)?;
             rest = after;
             continue;
         }
         let Some(body) = tail.strip_prefix("${") else {
-            out.push('$');
+            out.put("$", last)?;
             rest = &tail[1..];
             continue;
         };
@@ -150,28 +271,24 @@ pub fn substitute(text: &str, vars: &Vars, member: &str) -> Result<String, Subst
                 let value = vars
                     .get(name)
                     .filter(|v| !v.is_empty() || default.is_none());
-                match (value, default) {
-                    (Some(v), _) => out.push_str(v),
-                    (None, Some(d)) => out.push_str(d),
-                    (None, None) => {
-                        return Err(SubstituteError::Missing {
-                            member: member.into(),
-                            var: name.into(),
-                        });
-                    }
-                }
+                let Some(piece) = value.or(default) else {
+                    return Err(SubstituteError::Missing {
+                        member: member.into(),
+                        var: name.into(),
+                    });
+                };
+                out.put(piece, Some(name))?;
+                last = Some(name);
             }
             // Not a variable reference: left as written.
             None => {
-                out.push_str("${");
-                out.push_str(inner);
-                out.push('}');
+                out.put("${", last)?;
+                out.put(&body[..=end], last)?;
             }
         }
         rest = &body[end + 1..];
     }
-    out.push_str(rest);
-    Ok(out)
+    out.put(rest, last)
 }
 
 /// The name and default of a reference's inside (`var`, `var:=d`, `var:-d`).
@@ -200,21 +317,52 @@ pub fn opted_out(m: &Manifest) -> bool {
     })
 }
 
-/// Substitutes `vars` in every member of `manifests` that did not opt out.
+/// Substitutes `vars` in every member of `manifests` that did not opt out, within the default
+/// per-set bound (`--max-yaml-mib-per-set`'s default) and without the operator-wide budget:
+/// for callers outside a render. A render uses [`apply_within`].
 pub fn apply(manifests: Vec<Manifest>, vars: &Vars) -> Result<Vec<Manifest>, SubstituteError> {
+    let mut budget = StageBudget::bytes_only(DEFAULT_SET_YAML_BYTES as u64);
+    apply_within(manifests, vars, &mut budget)
+}
+
+/// Substitutes `vars` in every member of `manifests` that did not opt out, counting the set's
+/// members against `budget` as they are made (see [`crate::stage`]): a member left as it is
+/// counts its size as the set's limits count it (its compact JSON), a substituted member its
+/// substituted text, counted as it is expanded; the text and its parse take their room in the
+/// operator-wide budget before they are made, and a parsed member keeps its estimated size
+/// there. The set's deadline is looked at before each member.
+pub fn apply_within(
+    manifests: Vec<Manifest>,
+    vars: &Vars,
+    budget: &mut StageBudget,
+) -> Result<Vec<Manifest>, SubstituteError> {
     let mut out = Vec::with_capacity(manifests.len());
     for m in manifests {
+        let named = format!("{} ({} {})", m.origin, m.kind, m.name);
+        budget
+            .check_time()
+            .map_err(|e| SubstituteError::stopped(&named, None, e))?;
         if opted_out(&m) {
+            budget
+                .count(object_cost(&m.object).bytes as u64)
+                .map_err(|e| SubstituteError::stopped(&named, None, e))?;
             out.push(m);
             continue;
         }
-        out.push(apply_one(m, vars)?);
+        out.push(apply_one(m, vars, &named, budget)?);
     }
     Ok(out)
 }
 
-/// One member, through its YAML text; unchanged text keeps the member as it is.
-fn apply_one(m: Manifest, vars: &Vars) -> Result<Manifest, SubstituteError> {
+/// One member, through its YAML text; unchanged text keeps the member as it is. `named`
+/// names it in errors.
+fn apply_one(
+    m: Manifest,
+    vars: &Vars,
+    named: &str,
+    budget: &mut StageBudget,
+) -> Result<Manifest, SubstituteError> {
+    let stopped = |e| SubstituteError::stopped(named, None, e);
     let member = format!("{} {}", m.kind, m.name);
     let value = serde_json::Value::Object(m.object.clone());
     let text = serde_saphyr::to_string(&value).map_err(|e| SubstituteError::Reparse {
@@ -222,26 +370,42 @@ fn apply_one(m: Manifest, vars: &Vars) -> Result<Manifest, SubstituteError> {
         cause: format!(": {e}"),
     })?;
     if !text.contains("${") {
+        budget
+            .count(object_cost(&m.object).bytes as u64)
+            .map_err(stopped)?;
         return Ok(m);
     }
-    let done = substitute(&text, vars, &format!("{} ({member})", m.origin))?;
+    let done = substitute(&text, vars, named, budget)?;
+    let size = done.len() as u64;
     if done == text {
+        budget.release(size);
         return Ok(m);
     }
-    let mut parsed = parse_documents(&done, &m.origin).map_err(|e| SubstituteError::Reparse {
-        member: format!("{} ({member})", m.origin),
+    drop(text);
+    // The parse takes about as much again as the text while both are held.
+    budget.reserve(size).map_err(stopped)?;
+    let parsed = parse_documents(&done, &m.origin).map_err(|e| SubstituteError::Reparse {
+        member: named.to_string(),
         cause: if vars.from_secret {
             String::new()
         } else {
             format!(": {e}")
         },
-    })?;
+    });
+    drop(done);
+    budget.release(2 * size);
+    let mut parsed = parsed?;
     if parsed.len() != 1 {
         return Err(SubstituteError::NotOne {
             member,
             count: parsed.len(),
         });
     }
+    // What the member keeps while the set is rendered and applied: itself, and the one
+    // serialized copy of it the render's digest or the apply's request makes at a time.
+    budget
+        .reserve(crate::sources::estimate_bytes(&parsed).saturating_mul(KEPT_COPIES))
+        .map_err(stopped)?;
     Ok(parsed.remove(0))
 }
 
@@ -342,7 +506,7 @@ mod tests {
     #[test]
     fn every_syntax_form() {
         let v = vars(&[("name", "web"), ("n", "3"), ("empty", "")]);
-        let s = |t: &str| substitute(t, &v, "m");
+        let s = |t: &str| substitute(t, &v, "m", &mut StageBudget::bytes_only(1 << 20));
         assert_eq!(s("a ${name} b").as_deref(), Ok("a web b"));
         assert_eq!(s("${name}${n}").as_deref(), Ok("web3"));
         assert_eq!(s("${missing:=dflt}").as_deref(), Ok("dflt"));
@@ -384,6 +548,170 @@ mod tests {
             s("${name"),
             Err(SubstituteError::Unterminated { .. })
         ));
+    }
+
+    /// `text` substituted within a per-set bound of `limit` bytes: the output, or the
+    /// variable named by the error at the bound (`Some(None)`: the text itself).
+    fn bounded(text: &str, v: &Vars, limit: u64) -> Result<String, Option<Option<String>>> {
+        let mut budget = StageBudget::bytes_only(limit);
+        let out = substitute(text, v, "m", &mut budget);
+        assert!(budget.used() <= limit, "counted past the bound");
+        out.map_err(|e| match e {
+            SubstituteError::TooLarge {
+                member,
+                var,
+                limit: l,
+            } => {
+                assert_eq!((member.as_str(), l), ("m", limit));
+                Some(var)
+            }
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn expansion_stops_at_the_bound_naming_the_variable() {
+        let v = vars(&[("b", "0123456789")]);
+        let text = "a ${b} c";
+        // 2 + 10 + 2 bytes: exactly at the bound passes, one byte less fails.
+        assert_eq!(bounded(text, &v, 14).as_deref(), Ok("a 0123456789 c"));
+        let b = Err(Some(Some("b".to_string())));
+        assert_eq!(bounded(text, &v, 13), b, "the text after ${{b}}");
+        assert_eq!(bounded(text, &v, 12), b);
+        assert_eq!(bounded(text, &v, 11), b, "within the value");
+        assert_eq!(bounded(text, &v, 1), Err(Some(None)), "the text before");
+        // Many references: stops at the first one past the bound.
+        let many = "${b}".repeat(1000);
+        assert_eq!(bounded(&many, &v, 10_000).map(|o| o.len()), Ok(10_000));
+        assert_eq!(bounded(&many, &v, 9_999), b);
+        let msg = substitute(&many, &v, "spec.manifests[0] (ConfigMap x)", &mut {
+            StageBudget::bytes_only(64 << 20)
+        });
+        assert!(msg.is_ok());
+        let err = substitute(&many, &v, "spec.manifests[0] (ConfigMap x)", &mut {
+            StageBudget::bytes_only(9_999)
+        })
+        .expect_err("over")
+        .to_string();
+        for part in [
+            "spec.manifests[0] (ConfigMap x): substituting ${b}",
+            "9999 bytes (0 MiB)",
+            "--max-yaml-mib-per-set",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err}");
+        }
+        assert!(!err.contains("0123456789"), "the value: {err}");
+    }
+
+    #[test]
+    fn defaults_escapes_and_nested_forms_count_what_they_write() {
+        let v = vars(&[("b", "0123456789"), ("refs", "${b}${b}"), ("e", "")]);
+        // A default counts its own length.
+        assert_eq!(bounded("${x:=dddd}", &v, 4).as_deref(), Ok("dddd"));
+        let x = Err(Some(Some("x".to_string())));
+        assert_eq!(bounded("${x:=dddd}", &v, 3), x);
+        assert_eq!(bounded("${e:-dd}", &v, 1), Err(Some(Some("e".to_string()))));
+        // An escape writes the literal `${b}` (4 bytes), not the value.
+        assert_eq!(bounded("$${b}", &v, 4).as_deref(), Ok("${b}"));
+        assert_eq!(bounded("$${b}", &v, 3), Err(Some(None)));
+        // A value (or default) is written as it is, never expanded again: no blow-up.
+        assert_eq!(bounded("${refs}", &v, 8).as_deref(), Ok("${b}${b}"));
+        assert_eq!(bounded("${x:=${b}}", &v, 4).as_deref(), Ok("${b}"));
+        assert_eq!(bounded("${x:=${b}}", &v, 3), x);
+        // Not a reference: written as it is, counted.
+        assert_eq!(bounded("${a b}", &v, 6).as_deref(), Ok("${a b}"));
+        assert_eq!(bounded("${a b}", &v, 5), Err(Some(None)));
+        // A missing variable is still reported as such, within the bound.
+        assert!(matches!(
+            substitute("${nope}", &v, "m", &mut StageBudget::bytes_only(100)),
+            Err(SubstituteError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn the_sets_members_share_one_bound() {
+        let plain =
+            manifest("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n");
+        let templ =
+            manifest("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  k: ${b}\n");
+        let v = vars(&[("b", "abcdefghij")]);
+        let first = object_cost(&plain.object).bytes as u64;
+        let text = serde_saphyr::to_string(&serde_json::Value::Object(templ.object.clone()))
+            .expect("yaml");
+        let second = (text.len() - "${b}".len() + 10) as u64;
+        let run = |limit: u64| {
+            let mut budget = StageBudget::bytes_only(limit);
+            apply_within(vec![plain.clone(), templ.clone()], &v, &mut budget)
+        };
+        let out = run(first + second).expect("exactly at the bound");
+        assert_eq!(out[1].object["data"]["k"], "abcdefghij");
+        let err = run(first + second - 1).expect_err("one byte over");
+        assert!(
+            matches!(&err, SubstituteError::TooLarge { var: Some(v), .. } if v == "b"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("test, document 1 (line 1) (ConfigMap b): substituting ${b}"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_operator_wide_budget_bounds_a_set_within_its_own_bound() {
+        use crate::sources::memory::MemoryBudget;
+        use std::time::Instant;
+        let memory = MemoryBudget::new(1 << 20, Duration::from_millis(50));
+        let v = vars(&[("b", &"v".repeat(100_000))]);
+        let m = manifest(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: \"{}\"\n",
+            "${b}".repeat(20)
+        ));
+        let allowed = Duration::from_secs(60);
+        let budget = StageBudget::new(64 << 20, &memory, Instant::now() + allowed, allowed);
+        let vv = v.clone();
+        let (out, held) = budget.run(move |b| apply_within(vec![m], &vv, b)).await;
+        let err = out.expect_err("2 MB of text is more than the 1 MiB budget");
+        assert!(
+            matches!(
+                &err,
+                SubstituteError::Memory {
+                    cause: MemoryError::TooLarge { .. },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!err.is_transient());
+        assert!(err.to_string().contains("--source-memory-mib=1"), "{err}");
+        assert!(held.is_none());
+        assert_eq!(memory.held_bytes(), 0);
+
+        // Within both: the parsed member keeps its estimated size until the lease goes.
+        let m =
+            manifest("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: ${b}\n");
+        let budget = StageBudget::new(64 << 20, &memory, Instant::now() + allowed, allowed);
+        let (out, held) = budget.run(move |b| apply_within(vec![m], &v, b)).await;
+        let out = out.expect("fits");
+        let held = held.expect("a lease");
+        assert_eq!(
+            held.bytes(),
+            crate::sources::estimate_bytes(&out) * KEPT_COPIES
+        );
+        assert_eq!(memory.held_bytes(), held.bytes().div_ceil(1024) * 1024);
+        drop(held);
+        assert_eq!(memory.held_bytes(), 0);
+
+        // A passed deadline stops the substitution before the member.
+        let m = manifest("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n");
+        let budget = StageBudget::new(64 << 20, &memory, Instant::now(), allowed);
+        let (out, _) = budget
+            .run(move |b| apply_within(vec![m], &Vars::default(), b))
+            .await;
+        let err = out.expect_err("deadline");
+        assert!(matches!(err, SubstituteError::TimedOut { .. }), "{err:?}");
+        assert!(err.is_transient());
+        assert!(err.to_string().contains("--source-timeout"), "{err}");
     }
 
     #[test]

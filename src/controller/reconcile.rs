@@ -330,6 +330,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         }
         tracing::debug!(members = rendered.set.members.len(), "rendered");
         let memory = rendered.fetched.iter().filter_map(|f| f.memory.clone());
+        let memory = memory.chain(rendered.stage_memory.iter().cloned());
         Ok(Desired::new(rendered.set, memory.collect()))
     }
 

@@ -6,10 +6,26 @@ use super::Format;
 /// Why a SOPS file could not be decrypted. `file` is the name the caller gave the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SopsError {
-    #[error("{file}: {size} bytes is more than the {limit} bytes a SOPS file may have")]
+    #[error(
+        "{file}: {size} bytes is more than the {limit} bytes a SOPS file may have (the operator's --sops-max-file-kib)"
+    )]
     TooLarge {
         file: String,
         size: usize,
+        limit: usize,
+    },
+    /// The plaintext would pass the bound (writing stopped there).
+    #[error(
+        "{file}: its plaintext is more than the {limit} bytes a SOPS file may decrypt to (the operator's --sops-max-file-kib)"
+    )]
+    PlaintextTooLarge { file: String, limit: usize },
+    /// More age recipient stanzas than the operator tries.
+    #[error(
+        "{file}: its data key is wrapped for {count} age recipients (stanzas), more than the {limit} the operator tries per file (--sops-max-age-recipients); re-encrypt it for fewer recipients (sops updatekeys)"
+    )]
+    TooManyStanzas {
+        file: String,
+        count: usize,
         limit: usize,
     },
     #[error("{file}: nested more than {limit} levels deep")]
@@ -71,6 +87,8 @@ impl SopsError {
     pub fn file(&self) -> &str {
         match self {
             SopsError::TooLarge { file, .. }
+            | SopsError::PlaintextTooLarge { file, .. }
+            | SopsError::TooManyStanzas { file, .. }
             | SopsError::TooDeep { file, .. }
             | SopsError::TooManyValues { file, .. }
             | SopsError::Parse { file, .. }

@@ -69,6 +69,11 @@ impl AgeKeys {
         self.identities.is_empty()
     }
 
+    /// How many identities.
+    pub fn len(&self) -> usize {
+        self.identities.len()
+    }
+
     /// The public recipients (`age1…`) of the identities.
     pub fn recipients(&self) -> Vec<String> {
         self.identities
@@ -79,11 +84,34 @@ impl AgeKeys {
 }
 
 /// The file's 32-byte data key, unwrapped from the first age stanza one of `keys` opens.
+/// Each identity is tried on each stanza, so both are bounded first: a file with more than
+/// `limits.max_stanzas` stanzas (all its age entries together) is refused before any is tried;
+/// keys beyond `limits.max_identities` are refused where they are read
+/// (`decryption::check_identities`), and here too.
 pub fn data_key(
     meta: &Metadata,
     keys: &AgeKeys,
     file: &str,
+    limits: &super::Limits,
 ) -> Result<Zeroizing<[u8; 32]>, SopsError> {
+    let stanzas: usize = meta.age.iter().map(|s| stanza_count(&s.enc)).sum();
+    if stanzas > limits.max_stanzas {
+        return Err(SopsError::TooManyStanzas {
+            file: file.to_string(),
+            count: stanzas,
+            limit: limits.max_stanzas,
+        });
+    }
+    if keys.len() > limits.max_identities {
+        return Err(SopsError::DataKey {
+            file: file.to_string(),
+            cause: format!(
+                "{} age identities, more than the {} the operator tries (--sops-max-age-identities)",
+                keys.len(),
+                limits.max_identities
+            ),
+        });
+    }
     let mut failure = None;
     for stanza in &meta.age {
         match unwrap(&stanza.enc, keys) {
@@ -104,6 +132,30 @@ pub fn data_key(
         file: file.to_string(),
         recipients,
     })
+}
+
+/// The recipient stanzas in the header of an armored age file (`-> ` lines before the
+/// `---` MAC line, without the random `…-grease` stanzas some age writers add, which no
+/// identity tries); an entry that is not an age file counts one (its unwrap fails alone).
+fn stanza_count(enc: &str) -> usize {
+    let mut header = Vec::new();
+    // The header of a file SOPS wrote is a few hundred bytes; the whole armored text bounds it.
+    let read = ArmoredReader::new(enc.as_bytes())
+        .take(enc.len() as u64)
+        .read_to_end(&mut header);
+    if read.is_err() {
+        return 1;
+    }
+    let count = header
+        .split(|b| *b == b'\n')
+        .take_while(|line| !line.starts_with(b"---"))
+        .filter_map(|line| line.strip_prefix(b"-> "))
+        .filter(|stanza| {
+            let tag = stanza.split(|b| *b == b' ').next().unwrap_or_default();
+            !tag.ends_with(b"-grease")
+        })
+        .count();
+    count.max(1)
 }
 
 enum Unwrap {
@@ -135,6 +187,7 @@ fn unwrap(enc: &str, keys: &AgeKeys) -> Result<Zeroizing<[u8; 32]>, Unwrap> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::Limits;
     use super::*;
     use age::secrecy::ExposeSecret;
     use std::io::Write;
@@ -210,18 +263,96 @@ pub(crate) mod tests {
         }
     }
 
+    /// `key` wrapped in one armored age file for every recipient of `to` (one stanza each).
+    fn wrap_for_all(key: &[u8; 32], to: &[age::x25519::Recipient]) -> String {
+        let recipients = to.iter().map(|r| r as &dyn age::Recipient);
+        let encryptor = age::Encryptor::with_recipients(recipients).unwrap();
+        let mut out = Vec::new();
+        let armor =
+            age::armor::ArmoredWriter::wrap_output(&mut out, age::armor::Format::AsciiArmor)
+                .unwrap();
+        let mut writer = encryptor.wrap_output(armor).unwrap();
+        writer.write_all(key).unwrap();
+        writer.finish().unwrap().finish().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn stanzas_and_identities_are_bounded_before_any_is_tried() {
+        let id = Identity::generate();
+        let mut keys = AgeKeys::new();
+        keys.add_text("k", &identity_text(&id)).unwrap();
+        let others: Vec<_> = (0..4).map(|_| Identity::generate().to_public()).collect();
+        // One age file holding 5 stanzas (ours last) counts 5.
+        let mut to = others.clone();
+        to.push(id.to_public());
+        let enc = wrap_for_all(&[3; 32], &to);
+        assert_eq!(stanza_count(&enc), 5);
+        assert_eq!(stanza_count("not an age file"), 1);
+        let limits = |max_stanzas, max_identities| Limits {
+            max_stanzas,
+            max_identities,
+            ..Limits::default()
+        };
+        let meta = meta_for(enc.clone());
+        assert_eq!(
+            *data_key(&meta, &keys, "f", &limits(5, 1)).unwrap(),
+            [3; 32]
+        );
+        assert_eq!(
+            data_key(&meta, &keys, "f", &limits(4, 1)).map(|_| ()),
+            Err(SopsError::TooManyStanzas {
+                file: "f".into(),
+                count: 5,
+                limit: 4
+            })
+        );
+        // Stanzas of every entry count together.
+        let mut two = meta_for(enc);
+        two.age.push(two.age[0].clone());
+        let err = data_key(&two, &keys, "f", &limits(9, 1)).map(|_| ());
+        assert!(
+            matches!(err, Err(SopsError::TooManyStanzas { count: 10, .. })),
+            "{err:?}"
+        );
+        let msg = SopsError::TooManyStanzas {
+            file: "f".into(),
+            count: 10,
+            limit: 9,
+        }
+        .to_string();
+        assert!(msg.contains("--sops-max-age-recipients"), "{msg}");
+        // More identities than tried: refused too.
+        keys.add_text("k2", &identity_text(&Identity::generate()))
+            .unwrap();
+        let err = data_key(
+            &meta_for(wrap(&[3; 32], &id.to_public())),
+            &keys,
+            "f",
+            &limits(5, 1),
+        );
+        assert!(
+            matches!(&err, Err(SopsError::DataKey { cause, .. }) if cause.contains("--sops-max-age-identities")),
+            "{:?}",
+            err.map(|_| ())
+        );
+    }
+
     #[test]
     fn unwraps_the_data_key_or_names_the_recipients() {
         let id = Identity::generate();
         let meta = meta_for(wrap(&[9; 32], &id.to_public()));
         let mut keys = AgeKeys::new();
         keys.add_text("k", &identity_text(&id)).unwrap();
-        assert_eq!(*data_key(&meta, &keys, "f").unwrap(), [9; 32]);
+        assert_eq!(
+            *data_key(&meta, &keys, "f", &Limits::default()).unwrap(),
+            [9; 32]
+        );
         let mut other = AgeKeys::new();
         other
             .add_text("k", &identity_text(&Identity::generate()))
             .unwrap();
-        match data_key(&meta, &other, "f") {
+        match data_key(&meta, &other, "f", &Limits::default()) {
             Err(SopsError::NoMatchingKey { recipients, .. }) => {
                 assert_eq!(
                     recipients,
@@ -232,7 +363,7 @@ pub(crate) mod tests {
         }
         let garbage = meta_for("-----BEGIN AGE ENCRYPTED FILE-----\nxx\n".into());
         assert!(matches!(
-            data_key(&garbage, &keys, "f"),
+            data_key(&garbage, &keys, "f", &Limits::default()),
             Err(SopsError::DataKey { .. })
         ));
     }

@@ -66,20 +66,41 @@ impl fmt::Display for Format {
     }
 }
 
-/// Bounds on one file.
+/// Default of `--sops-max-file-kib`: a SOPS file's text, and its plaintext, in KiB.
+pub const DEFAULT_MAX_FILE_KIB: usize = 8 << 10;
+/// Default of `--sops-max-values`: the values (nodes) of one SOPS file.
+pub const DEFAULT_MAX_VALUES: usize = 100_000;
+/// Default of `--sops-max-age-identities`: the age identities of one set's keys. Each is tried
+/// on every recipient stanza of every file (an X25519 exchange each); real key files hold a
+/// handful.
+pub const DEFAULT_MAX_IDENTITIES: usize = 32;
+/// Default of `--sops-max-age-recipients`: the age recipient stanzas of one file (all its
+/// `sops.age` entries together). Real files carry one to a few; with
+/// [`DEFAULT_MAX_IDENTITIES`], a file costs at most 1,024 X25519 exchanges (tens of ms).
+pub const DEFAULT_MAX_STANZAS: usize = 32;
+
+/// Bounds on one file, and on the keys tried on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// The file's text, and the plaintext it decrypts to, in bytes (`--sops-max-file-kib`).
     pub max_bytes: usize,
     pub max_depth: usize,
+    /// `--sops-max-values`.
     pub max_values: usize,
+    /// Age identities tried (`--sops-max-age-identities`).
+    pub max_identities: usize,
+    /// Age recipient stanzas of one file (`--sops-max-age-recipients`).
+    pub max_stanzas: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            max_bytes: 8 * 1024 * 1024,
+            max_bytes: DEFAULT_MAX_FILE_KIB << 10,
             max_depth: 64,
-            max_values: 100_000,
+            max_values: DEFAULT_MAX_VALUES,
+            max_identities: DEFAULT_MAX_IDENTITIES,
+            max_stanzas: DEFAULT_MAX_STANZAS,
         }
     }
 }
@@ -104,7 +125,8 @@ pub fn carries_metadata(bytes: &[u8], format: Format) -> bool {
 
 /// Decrypts a SOPS file with `keys`, after checking every value's tag and the file's MAC.
 /// `file` names the file in errors. The result is the plaintext as `sops --decrypt` prints it
-/// (YAML files as a stream of JSON documents).
+/// (YAML files as a stream of JSON documents), at most `limits.max_bytes` long: the writing
+/// stops at the bound.
 pub fn decrypt(
     file: &str,
     bytes: &[u8],
@@ -140,13 +162,13 @@ pub fn decrypt_revealing(
         Format::Yaml => {
             let mut documents = yaml::load(text, file, limits)?;
             let values = decrypt_documents(file, &mut documents, keys, limits)?;
-            Ok((yaml::emit(&documents, file)?, values))
+            Ok((yaml::emit(&documents, file, limits.max_bytes)?, values))
         }
         Format::Json | Format::Binary => {
             let mut documents = vec![json::load(text, file, format)?];
             let values = decrypt_documents(file, &mut documents, keys, limits)?;
             let plaintext = match format {
-                Format::Json => json::emit(&documents[0], file)?,
+                Format::Json => json::emit(&documents[0], file, limits.max_bytes)?,
                 _ => json::emit_binary(&documents[0], file)?,
             };
             Ok((plaintext, values))
@@ -157,8 +179,15 @@ pub fn decrypt_revealing(
                 file: file.to_string(),
             })?;
             let mut documents = vec![env.entries];
-            let values = decrypt_with(file, &meta, &mut documents, keys)?;
-            Ok((dotenv::emit(&documents[0]), values))
+            let values = decrypt_with(file, &meta, &mut documents, keys, limits)?;
+            let plain = dotenv::emit(&documents[0]);
+            if plain.len() > limits.max_bytes {
+                return Err(SopsError::PlaintextTooLarge {
+                    file: file.to_string(),
+                    limit: limits.max_bytes,
+                });
+            }
+            Ok((plain, values))
         }
         Format::Ini => Err(SopsError::Unsupported {
             file: file.to_string(),
@@ -206,7 +235,7 @@ fn decrypt_documents(
             limit: limits.max_values,
         });
     }
-    decrypt_with(file, &meta, documents, keys)
+    decrypt_with(file, &meta, documents, keys, limits)
 }
 
 /// Unwraps the data key, decrypts every encrypted value and verifies the MAC; returns the
@@ -216,9 +245,10 @@ fn decrypt_with(
     meta: &Node,
     documents: &mut [Node],
     keys: &AgeKeys,
+    limits: &Limits,
 ) -> Result<Vec<String>, SopsError> {
     let meta = metadata::parse(meta, file)?;
-    let key = keys::data_key(&meta, keys, file)?;
+    let key = keys::data_key(&meta, keys, file, limits)?;
     let walked = walk(file, &meta, &key, documents)?;
     walk::verify_mac(file, &key, &meta.mac, &meta.lastmodified, &walked.mac)?;
     Ok(walked.plaintexts)
@@ -232,9 +262,10 @@ fn decrypt_unverified(
     meta: &Node,
     documents: &mut [Node],
     keys: &AgeKeys,
+    limits: &Limits,
 ) -> Result<Vec<String>, SopsError> {
     let meta = metadata::parse(meta, file)?;
-    let key = keys::data_key(&meta, keys, file)?;
+    let key = keys::data_key(&meta, keys, file, limits)?;
     walk(file, &meta, &key, documents).map(|w| w.plaintexts)
 }
 

@@ -51,6 +51,7 @@ pub fn decrypt_object(
         &to_node(&meta),
         std::slice::from_mut(&mut document),
         keys,
+        limits,
     )?;
     let Value::Object(map) = to_value(document, name)? else {
         return Err(SopsError::Parse {

@@ -6,6 +6,7 @@
 use super::Format;
 use super::Limits;
 use super::error::SopsError;
+use super::json::{Capped, write_document};
 use super::tree::Node;
 
 /// Reads the documents of a YAML file (empty documents are skipped, as SOPS does).
@@ -47,21 +48,18 @@ pub fn load(text: &str, file: &str, limits: &Limits) -> Result<Vec<Node>, SopsEr
     Ok(documents)
 }
 
-/// Writes decrypted documents: one JSON document each, `---` between them.
-pub fn emit(documents: &[Node], file: &str) -> Result<Vec<u8>, SopsError> {
-    let mut out = Vec::new();
+/// Writes decrypted documents: one JSON document each, `---` between them; at most `limit`
+/// bytes (the writing stops at the bound).
+pub fn emit(documents: &[Node], file: &str, limit: usize) -> Result<Vec<u8>, SopsError> {
+    let mut out = Capped::new(limit);
     for (index, document) in documents.iter().enumerate() {
         if index > 0 {
-            out.extend_from_slice(b"---\n");
+            out.put(b"---\n", file)?;
         }
-        serde_json::to_writer(&mut out, document).map_err(|e| SopsError::Parse {
-            file: file.to_string(),
-            format: Format::Yaml,
-            message: e.to_string(),
-        })?;
-        out.push(b'\n');
+        write_document(&mut out, document, file, Format::Yaml)?;
+        out.put(b"\n", file)?;
     }
-    Ok(out)
+    Ok(out.bytes)
 }
 
 #[cfg(test)]
@@ -133,7 +131,7 @@ mod tests {
     fn emits_json_documents_in_order() {
         let docs = load("b: 1\na: [x]\n---\nc: true\n", "f", &Limits::default()).unwrap();
         assert_eq!(
-            emit(&docs, "f").unwrap(),
+            emit(&docs, "f", 1 << 10).unwrap(),
             b"{\"b\":1,\"a\":[\"x\"]}\n---\n{\"c\":true}\n"
         );
     }
