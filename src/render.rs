@@ -636,7 +636,9 @@ pub async fn render_set(
             match &f.deferred {
                 None => manifests.extend(f.manifests.iter().cloned()),
                 Some(d) => {
-                    let built = build_deferred(readers.sources, index, d, &mut keys).await?;
+                    let built =
+                        build_deferred(readers.sources, index, d, &mut keys, readers.worker)
+                            .await?;
                     manifests.extend(built);
                 }
             }
@@ -693,13 +695,16 @@ impl SetKeys<'_, '_> {
 /// Builds a directory source whose build reads SOPS files (see
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
 /// with the set's keys, its inputs decrypted into the private copy (wiped from memory once the
-/// build ends), the output kept for this render only.
+/// build ends), the output kept for this render only. The build (its wait for a build slot
+/// included) holds no worker: `worker` is given back meanwhile.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
     d: &sources::directory::Deferred,
     keys: &mut SetKeys<'_, '_>,
+    worker: Option<&crate::fair::Worker>,
 ) -> std::result::Result<Vec<Manifest>, SetError> {
+    let namespace = keys.input.parent.namespace.clone().unwrap_or_default();
     let limits = crate::sops::Limits::default();
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
@@ -707,7 +712,11 @@ async fn build_deferred(
         false => None,
     };
     let mut inputs = decryption::decrypt_build_inputs(d, keys, &limits)?;
-    let built = sources::directory::build_deferred(sources, d, &inputs).await;
+    let build = sources::directory::build_deferred(sources, d, &inputs, &namespace);
+    let built = match worker {
+        Some(worker) => worker.away(build).await,
+        None => build.await,
+    };
     decryption::wipe(&mut inputs);
     built.map_err(|e| match spec.sources.get(index) {
         Some(source) => SetError::Source(SourceError::at(index, source, e)),
