@@ -746,10 +746,9 @@ impl MemberWatches {
 
     /// How many sets each per-set map of the registry holds (`applyset_tracked_sets`).
     pub fn tracked_sets(&self) -> [(&'static str, usize); 4] {
-        let (applied, parents, tracked) = self
-            .state
-            .lock()
-            .map_or((0, 0, 0), |s| (s.applied.len(), s.parents.len(), s.tracked.len()));
+        let (applied, parents, tracked) = self.state.lock().map_or((0, 0, 0), |s| {
+            (s.applied.len(), s.parents.len(), s.tracked.len())
+        });
         let kinds = self.watches.lock().map_or(0, |w| w.refs.sets());
         [
             ("member_applies", applied),

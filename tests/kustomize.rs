@@ -854,7 +854,7 @@ fn kustomize_examples_build_and_substitute() {
 #[ignore]
 async fn kustomize_build_cost() {
     use applyset_operator::sources::{
-        kustomize::{Builder, BuildScope, Job, Settings},
+        kustomize::{BuildScope, Builder, Job, Settings},
         memory::MemoryBudget,
         tree::Tree,
     };
@@ -955,7 +955,7 @@ async fn oci_overlays_are_built_as_upstream_kustomize_builds_them() {
 #[tokio::test]
 async fn a_build_beyond_its_memory_cap_fails_naming_the_cap() {
     use applyset_operator::sources::{
-        kustomize::{Builder, BuildScope, Job, KustomizeError, Settings},
+        kustomize::{BuildScope, Builder, Job, KustomizeError, Settings},
         memory::MemoryBudget,
         tree::Tree,
     };

@@ -359,13 +359,19 @@ fn sample_build_slots(metrics: &Metrics, ctx: &Arc<Context>) {
     metrics.sample_gauge(
         "applyset_kustomize_builds_waiting",
         "Kustomize builds waiting for a build slot now (served round robin between namespaces)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.sources.kustomize.slots().waiting().0)),
+        Box::new(move || {
+            c.upgrade()
+                .map_or(0, |c| c.sources.kustomize.slots().waiting().0)
+        }),
     );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
         "applyset_kustomize_build_namespaces_waiting",
         "Namespaces with kustomize builds waiting for a build slot now",
-        Box::new(move || c.upgrade().map_or(0, |c| c.sources.kustomize.slots().waiting().1)),
+        Box::new(move || {
+            c.upgrade()
+                .map_or(0, |c| c.sources.kustomize.slots().waiting().1)
+        }),
     );
 }
 
