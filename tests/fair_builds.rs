@@ -180,7 +180,7 @@ async fn delayed(body: Vec<u8>, delay: Duration) -> std::net::SocketAddr {
 }
 
 /// The wait for a build slot counts toward the set's sources' deadline (`--source-timeout`),
-/// and the set's message says it waited for one. The set's source arrives after 8 s of its
+/// and the set's message says it waited for one. The set's source arrives after 12 s of its
 /// 20 s; meanwhile two builds of its namespace asked for slots (60 s each, cut at their own
 /// deadlines): one runs, and the other slot is kept for other namespaces, so the set's build
 /// waits, past its deadline. On main it got a slot when the others' builds timed out (15 s,
@@ -199,8 +199,9 @@ async fn a_build_that_waited_past_the_source_deadline_fails_saying_so() {
         "fair-builds-deadline",
     );
 
-    // First, so that its deadline is the earliest; its build asks for a slot after 8 s.
-    let late = delayed(overlay("fast", "late"), Duration::from_secs(8)).await;
+    // First, so that its deadline is the earliest; its build asks for a slot after 12 s,
+    // once its namespace's slow builds have asked.
+    let late = delayed(overlay("fast", "late"), Duration::from_secs(12)).await;
     let waiter = h.applyset("waiter");
     waiter
         .create(json!({"sources": [{"http": {"url": format!("http://{late}/late.tgz"), "path": "fast"}}]}))
