@@ -130,8 +130,8 @@ bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make tes
 	@grep -q '^| 20 | create' target/bench-smoke/report.md && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
 
 .PHONY: run
-run: deps kube-binaries ## local control plane (unless KUBECONFIG is set) + CRDs + operator in the foreground + examples/
-	@hack/run.sh
+run: deps kube-binaries ## local control plane (unless KUBECONFIG is set, or CONTEXT=current|NAME) + CRDs + operator in the foreground + examples/
+	@CONTEXT='$(CONTEXT)' hack/run.sh
 
 .PHONY: cluster-up
 cluster-up: deps kube-binaries ## start a local control plane in the background (.local/kubeconfig, .local/bin/kubectl)

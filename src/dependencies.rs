@@ -519,6 +519,16 @@ impl Dependencies {
         self.set(parent, Vec::new());
     }
 
+    /// How many sets the index holds (`applyset_tracked_sets`): sets with dependencies, and
+    /// dependencies with dependents.
+    pub fn tracked_sets(&self) -> [(&'static str, usize); 2] {
+        let (depends_on, dependents) = self
+            .index
+            .lock()
+            .map_or((0, 0), |i| (i.depends_on.len(), i.dependents.len()));
+        [("depends_on", depends_on), ("dependents", dependents)]
+    }
+
     /// The sets that depend on `parent`, as of their last reconcile, sorted.
     pub fn dependents_of(&self, parent: &ParentRef) -> Vec<ParentRef> {
         self.index

@@ -20,6 +20,10 @@
 //!
 //! [`RoundRobin`] is the scheduling rule, pure; [`Gate`] hands out its permits to async
 //! waiters ([`Permit`]s go back when dropped, a waiter that goes away stops waiting).
+//!
+//! The kustomize build slots are shared between namespaces too ([`BuildSlots`]: round
+//! robin, and the last free slot kept for a namespace with no build running, since a
+//! running build cannot be taken back).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -29,7 +33,9 @@ use std::{
 
 use tokio::sync::oneshot;
 
+mod builds;
 mod slots;
+pub use builds::{BuildSlot, BuildSlots, Lanes};
 pub use slots::{Slot, Slots};
 
 /// One request for a permit.

@@ -82,6 +82,11 @@ impl KindRefs {
         out
     }
 
+    /// Sets that hold a kind.
+    pub fn sets(&self) -> usize {
+        self.by_set.len()
+    }
+
     /// Whether some set holds `gk`.
     pub fn is_held(&self, gk: &GroupKind) -> bool {
         self.counts.contains_key(gk)

@@ -744,6 +744,20 @@ impl MemberWatches {
         self.release(released);
     }
 
+    /// How many sets each per-set map of the registry holds (`applyset_tracked_sets`).
+    pub fn tracked_sets(&self) -> [(&'static str, usize); 4] {
+        let (applied, parents, tracked) = self.state.lock().map_or((0, 0, 0), |s| {
+            (s.applied.len(), s.parents.len(), s.tracked.len())
+        });
+        let kinds = self.watches.lock().map_or(0, |w| w.refs.sets());
+        [
+            ("member_applies", applied),
+            ("member_parents", parents),
+            ("health_tracked", tracked),
+            ("kind_refs", kinds),
+        ]
+    }
+
     /// Forgets a parent (deleted), its health and the kinds it held included.
     pub fn forget(self: &Arc<Self>, id: &str) {
         if let Ok(mut s) = self.state.lock() {

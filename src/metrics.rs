@@ -45,10 +45,15 @@ pub struct Metrics {
     workqueue: workqueue::WorkQueue,
     /// Gauges read from the operator's state when the metrics are encoded, by name.
     sampled: Mutex<HashMap<&'static str, (IntGauge, Sampler)>>,
+    /// Labelled gauges read when the metrics are encoded, by name.
+    sampled_labelled: Mutex<HashMap<&'static str, (IntGaugeVec, LabelledSampler)>>,
 }
 
 /// Reads a gauge's value (see [`Metrics::sample_gauge`]).
 pub type Sampler = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// Reads a labelled gauge's values, by label value (see [`Metrics::sample_labelled`]).
+pub type LabelledSampler = Box<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
 
 /// controller-runtime's and client-go's metric names.
 struct Ecosystem {
@@ -261,6 +266,7 @@ impl Metrics {
             info_labels: Mutex::new(HashMap::new()),
             workqueue,
             sampled: Mutex::new(HashMap::new()),
+            sampled_labelled: Mutex::new(HashMap::new()),
         };
         metrics.register_all();
         metrics
@@ -311,6 +317,43 @@ impl Metrics {
         if self.registry.register(Box::new(gauge.clone())).is_ok() {
             sampled.insert(name, (gauge, read));
         }
+    }
+
+    /// A gauge `name` with one label, `label`, whose series `read` gives (label value and
+    /// value) when the metrics are encoded. Registering a name again replaces its reader.
+    pub fn sample_labelled(
+        &self,
+        name: &'static str,
+        help: &str,
+        label: &str,
+        read: LabelledSampler,
+    ) {
+        let Ok(mut sampled) = self.sampled_labelled.lock() else {
+            return;
+        };
+        if let Some(entry) = sampled.get_mut(name) {
+            entry.1 = read;
+            return;
+        }
+        let Ok(gauge) = IntGaugeVec::new(Opts::new(name, help), &[label]) else {
+            return;
+        };
+        if self.registry.register(Box::new(gauge.clone())).is_ok() {
+            sampled.insert(name, (gauge, read));
+        }
+    }
+
+    /// The size of the metrics' own per-set maps (`applyset_tracked_sets`): the
+    /// `applyset_info` series, the member counts, the sets in the work queue.
+    pub fn tracked_sets(&self) -> [(&'static str, usize); 3] {
+        fn len<V>(m: &Mutex<HashMap<String, V>>) -> usize {
+            m.lock().map_or(0, |m| m.len())
+        }
+        [
+            ("info_series", len(&self.info_labels)),
+            ("member_counts", len(&self.managed_by_parent)),
+            ("queue", self.workqueue.tracked()),
+        ]
     }
 
     /// Reconciles finished by this operator instance (any result).
@@ -516,6 +559,15 @@ impl Metrics {
         if let Ok(sampled) = self.sampled.lock() {
             for (gauge, read) in sampled.values() {
                 gauge.set(i64::try_from(read()).unwrap_or(i64::MAX));
+            }
+        }
+        if let Ok(sampled) = self.sampled_labelled.lock() {
+            for (gauge, read) in sampled.values() {
+                for (value, n) in read() {
+                    gauge
+                        .with_label_values(&[value])
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
             }
         }
         let mut buf = Vec::new();

@@ -815,8 +815,9 @@ impl SetKeys<'_, '_> {
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
 /// with the set's keys, its inputs in Flux's scope decrypted into the private copy (wiped from
 /// memory once the build ends; decrypted on the blocking pool, within the set's stage budget),
-/// the output kept for this render only. Returns the decrypted values too, to withhold from
-/// every message about the set, the build's failure included.
+/// the output kept for this render only. The build (its wait for a build slot included) holds
+/// no worker: the reconcile's worker is given back meanwhile. Returns the decrypted values
+/// too, to withhold from every message about the set, the build's failure included.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
@@ -824,6 +825,7 @@ async fn build_deferred(
     keys: &mut SetKeys<'_, '_>,
     stages: &Stages<'_>,
 ) -> (Redaction, std::result::Result<Vec<Manifest>, SetError>) {
+    let namespace = keys.input.parent.namespace.clone().unwrap_or_default();
     let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
     let spec = keys.input.spec;
     let keys = match decryption::build_needs_keys(d) {
@@ -843,7 +845,11 @@ async fn build_deferred(
         Ok(inputs) => inputs,
         Err(e) => return (Redaction::default(), Err(e.into())),
     };
-    let built = sources::directory::build_deferred(sources, d, &inputs.files).await;
+    let build = sources::directory::build_deferred(sources, d, &inputs.files, &namespace);
+    let built = match stages.worker {
+        Some(worker) => worker.away(build).await,
+        None => build.await,
+    };
     decryption::wipe(&mut inputs.files);
     let built = built.map_err(|e| match spec.sources.get(index) {
         Some(source) => SetError::Source(SourceError::at(index, source, e)),

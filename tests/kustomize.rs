@@ -854,7 +854,7 @@ fn kustomize_examples_build_and_substitute() {
 #[ignore]
 async fn kustomize_build_cost() {
     use applyset_operator::sources::{
-        kustomize::{Builder, Job, Settings},
+        kustomize::{BuildScope, Builder, Job, Settings},
         memory::MemoryBudget,
         tree::Tree,
     };
@@ -904,6 +904,7 @@ async fn kustomize_build_cost() {
                     timeout: std::time::Duration::from_secs(60),
                     max_output: 64 << 20,
                     replace: None,
+                    scope: BuildScope::new("", std::time::Duration::from_secs(60)),
                 };
                 builder
                     .build(job, &mut budget.lease())
@@ -954,7 +955,7 @@ async fn oci_overlays_are_built_as_upstream_kustomize_builds_them() {
 #[tokio::test]
 async fn a_build_beyond_its_memory_cap_fails_naming_the_cap() {
     use applyset_operator::sources::{
-        kustomize::{Builder, Job, KustomizeError, Settings},
+        kustomize::{BuildScope, Builder, Job, KustomizeError, Settings},
         memory::MemoryBudget,
         tree::Tree,
     };
@@ -982,6 +983,7 @@ async fn a_build_beyond_its_memory_cap_fails_naming_the_cap() {
         timeout: std::time::Duration::from_secs(120),
         max_output: 256 << 20,
         replace: None,
+        scope: BuildScope::new("", std::time::Duration::from_secs(120)),
     };
     let capped = Builder::new(Settings {
         binary: Some(kustomize_binary()),

@@ -241,6 +241,14 @@ impl Reporter {
         v
     }
 
+    /// How many sets the reporter's maps hold (`applyset_tracked_sets`).
+    pub fn tracked_sets(&self) -> [(&'static str, usize); 2] {
+        [
+            ("health_reports", self.written.lock().map_or(0, |w| w.len())),
+            ("health_waits", self.waits.lock().map_or(0, |w| w.len())),
+        ]
+    }
+
     /// Ends a wait in progress, if any.
     pub fn end_wait(&self, id: &str) {
         if let Ok(mut waits) = self.waits.lock() {

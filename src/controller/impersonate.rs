@@ -78,6 +78,11 @@ impl Clients {
         self.by_user.is_empty()
     }
 
+    /// Drops the client of `user` (no set acts as it any more).
+    pub fn remove(&mut self, user: &str) {
+        self.by_user.remove(user);
+    }
+
     /// Whether a client of `user` is kept.
     pub fn contains(&self, user: &str) -> bool {
         self.by_user.contains_key(user)

@@ -6,6 +6,7 @@
 
 mod cleanup;
 mod events;
+mod forget;
 mod healthy;
 pub mod impersonate;
 mod reconcile;
@@ -131,6 +132,8 @@ pub struct Context {
     /// Permits for member writes in flight ([`Config::apply_concurrency`]).
     pub writes: Arc<Semaphore>,
     failures: Mutex<HashMap<String, u32>>,
+    /// The user each set acts as (an impersonating client no set uses is dropped).
+    identities: Mutex<forget::Identities>,
     /// Clients impersonating a ServiceAccount, by user name, at most
     /// [`Config::max_impersonation_clients`] (they share the operator's connections).
     impersonated: Mutex<impersonate::Clients>,
@@ -227,6 +230,7 @@ impl Context {
             metrics,
             config,
             failures: Mutex::new(HashMap::new()),
+            identities: Mutex::new(forget::Identities::default()),
             impersonated,
             spec_sizes: report::SpecSizes::default(),
             health: healthy::Reporter::default(),
@@ -258,7 +262,9 @@ impl Context {
             .with_writes(self.writes.clone())
             .with_watches(self.members.clone())
             .with_terminating(self.members.terminating());
-        match identity.user() {
+        let user = identity.user();
+        self.acting_as(&scope.parent, user.as_deref());
+        match user {
             None => Some(scope),
             Some(user) => {
                 let client = self.impersonating(&user)?;
@@ -324,11 +330,48 @@ fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
             Box::new(move || c.upgrade().map_or(0, |c| c.workers.gate(kind).in_use())),
         );
     }
+    sample_build_slots(metrics, ctx);
+    let c = Arc::downgrade(ctx);
+    metrics.sample_labelled(
+        "applyset_tracked_sets",
+        "Sets (or namespaces) each per-set map of the operator holds now, by map; a deleted set is forgotten by every one",
+        "map",
+        Box::new(move || c.upgrade().map_or_else(Vec::new, |c| c.tracked_sets())),
+    );
     let c = Arc::downgrade(ctx);
     metrics.sample_gauge(
         "applyset_impersonation_clients",
         "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
         Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
+    );
+}
+
+/// The gauges of the kustomize build slots (`--kustomize-concurrency`, shared between
+/// namespaces: [`crate::fair::BuildSlots`]).
+fn sample_build_slots(metrics: &Metrics, ctx: &Arc<Context>) {
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_kustomize_build_slots_in_use",
+        "Kustomize build slots held now by running builds (at most --kustomize-concurrency; one namespace alone holds at most all but one)",
+        Box::new(move || c.upgrade().map_or(0, |c| c.sources.kustomize.slots().in_use())),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_kustomize_builds_waiting",
+        "Kustomize builds waiting for a build slot now (served round robin between namespaces)",
+        Box::new(move || {
+            c.upgrade()
+                .map_or(0, |c| c.sources.kustomize.slots().waiting().0)
+        }),
+    );
+    let c = Arc::downgrade(ctx);
+    metrics.sample_gauge(
+        "applyset_kustomize_build_namespaces_waiting",
+        "Namespaces with kustomize builds waiting for a build slot now",
+        Box::new(move || {
+            c.upgrade()
+                .map_or(0, |c| c.sources.kustomize.slots().waiting().1)
+        }),
     );
 }
 
@@ -522,12 +565,7 @@ fn parent_stream<P: Parent>(
         // a finalizer removed by hand, a move to another shard — must not leave it behind).
         .inspect(move |e| {
             if let Ok(watcher::Event::Delete(o)) = e {
-                let parent = o.parent_ref();
-                gone.metrics.set_info(&parent.to_string(), None);
-                gone.metrics.gone(P::KIND.kind(), &parent.to_string());
-                gone.members.forget(&parent.id());
-                gone.health.forget(&parent.id());
-                gone.workers.forget(&parent);
+                gone.forget(&o.parent_ref(), o.meta().uid.as_deref());
             }
         })
         // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
@@ -616,9 +654,9 @@ async fn run_controller<P: Parent>(
     }
 }
 
-/// What the controller says of a reconcile that ended: a parent triggered but gone (a
-/// parked one woken after a deletion the watch did not see) is forgotten by the workers;
-/// another error is logged.
+/// What the controller says of a reconcile that ended: a parent triggered but gone (a retry,
+/// or a parked one woken, after a deletion the watch did not see) is forgotten; another
+/// error is logged.
 fn ended<P: Parent>(
     ctx: &Context,
     r: std::result::Result<
@@ -628,11 +666,14 @@ fn ended<P: Parent>(
 ) {
     match r {
         Ok(_) => {}
-        Err(controller::Error::ObjectNotFound(gone)) => ctx.workers.forget(&ParentRef {
-            kind: P::KIND,
-            name: gone.name.clone(),
-            namespace: gone.namespace.clone(),
-        }),
+        Err(controller::Error::ObjectNotFound(gone)) => {
+            let parent = ParentRef {
+                kind: P::KIND,
+                name: gone.name.clone(),
+                namespace: gone.namespace.clone(),
+            };
+            ctx.forget(&parent, None);
+        }
         Err(e) => tracing::warn!(error = %e, "controller"),
     }
 }

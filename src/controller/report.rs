@@ -441,6 +441,18 @@ impl SpecSizes {
         }
         n
     }
+
+    /// Forgets the size of the parent of `uid` (deleted).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut sizes) = self.0.lock() {
+            sizes.remove(uid);
+        }
+    }
+
+    /// Parents whose size is remembered.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |s| s.len())
+    }
 }
 
 /// When to look again after a report.

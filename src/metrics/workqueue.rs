@@ -187,6 +187,13 @@ impl WorkQueue {
         .unwrap_or_default()
     }
 
+    /// Sets waiting in the queues or being reconciled, both controllers together.
+    pub fn tracked(&self) -> usize {
+        self.queues.lock().map_or(0, |q| {
+            q.values().map(|q| q.waiting.len() + q.running.len()).sum()
+        })
+    }
+
     /// `parent`'s reconcile ended.
     pub fn finished(&self, controller: &str, parent: &str) {
         self.with(controller, |q| {

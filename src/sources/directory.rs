@@ -10,7 +10,7 @@ use super::{
     Naming, Parsed, SourceError, SourceFile, Sources,
     decrypt_scope::{Scope, scope},
     kustomization::{Reads, reads},
-    kustomize::{Job, KustomizeError},
+    kustomize::{self, BuildScope, Job, KustomizeError},
     memory,
     tree::{Plan, Tree},
 };
@@ -116,24 +116,30 @@ pub async fn read(
             deferred: Some(Arc::new(deferred)),
         });
     }
-    let parsed = build(s, &deferred, None, lease).await;
+    // The set's scope (its namespace, its sources' deadline), set by the fetch of its
+    // sources; a read outside one builds as cluster-scoped, within --source-timeout.
+    let scope = kustomize::current_scope().unwrap_or_else(|| BuildScope::new("", s.limits.timeout));
+    let parsed = build(s, &deferred, None, scope, lease).await;
     drop(deferred);
     // The tree goes back: the parse took what the text needs again.
     lease.release(tree_bytes);
     parsed
 }
 
-/// Builds `d` now, for one set, with its decrypted inputs (`replace`), within the set's share
-/// of the memory budget; nothing of it is cached.
+/// Builds `d` now, for one set of `namespace` (`""`: cluster-scoped), with its decrypted
+/// inputs (`replace`), within the set's share of the memory budget and a deadline of
+/// `--source-timeout` from now (its wait for a build slot included); nothing of it is cached.
 pub async fn build_deferred(
     s: &Sources,
     d: &Deferred,
     replace: &std::collections::BTreeMap<String, Vec<u8>>,
+    namespace: &str,
 ) -> Result<Vec<Manifest>, SourceError> {
     let share = memory::SetShare::new(s.limits.memory_per_set);
+    let scope = BuildScope::new(namespace, s.limits.timeout);
     memory::within_share(share, async {
         let mut lease = s.memory.lease();
-        let parsed = build(s, d, Some(replace), &mut lease).await?;
+        let parsed = build(s, d, Some(replace), scope, &mut lease).await?;
         Ok(Arc::try_unwrap(parsed.manifests).unwrap_or_else(|a| (*a).clone()))
     })
     .await
@@ -145,6 +151,7 @@ async fn build(
     s: &Sources,
     d: &Deferred,
     replace: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
+    scope: BuildScope,
     lease: &mut memory::Lease,
 ) -> Result<Parsed, SourceError> {
     let job = Job {
@@ -155,6 +162,7 @@ async fn build(
         timeout: s.limits.timeout / 4 * 3,
         max_output: s.limits.max_unpacked,
         replace,
+        scope,
     };
     let text = s
         .kustomize

@@ -21,7 +21,11 @@
 //!   pointing at a closed loopback port (Go sends no loopback request through a proxy: the
 //!   check above is what keeps it off loopback); and, where the platform allows one, an empty
 //!   network namespace ([`super::kustomize_sandbox`], `--kustomize-network-sandbox`).
-//! - **Bounded**: at most `concurrency` builds at once, a time limit, the output read within
+//! - **Bounded and fair**: at most `concurrency` builds at once, shared between namespaces
+//!   ([`crate::fair::BuildSlots`]: round robin, the last free slot kept for a namespace with
+//!   no build running); the wait for a slot counts toward the set's sources' deadline
+//!   (`--source-timeout`, [`BuildScope`]) and the build's time limit is what is left of it
+//!   (at most its share); the output read within
 //!   a cap and taken from the sources' memory budget as it arrives, and the child's data
 //!   segment capped with `RLIMIT_DATA` (measured: kustomize 5.7.1 needs about 100 MiB to start;
 //!   `RLIMIT_AS` cannot be used, since the Go runtime reserves some 800 MiB of address space
@@ -29,7 +33,10 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -43,7 +50,7 @@ use super::{
     paths::clean_relative,
     tree::Tree,
 };
-use crate::api::KustomizeOverrides;
+use crate::{api::KustomizeOverrides, fair::BuildSlots};
 
 /// Where every proxy variable of the child points: a loopback port nothing listens on (the
 /// discard port), so any network attempt fails at once.
@@ -92,10 +99,10 @@ pub enum CopyError {
     Unclean { path: String },
 }
 
-/// Runs builds: the settings, the permits and the count of builds.
+/// Runs builds: the settings, the slots and the count of builds.
 pub struct Builder {
     settings: Settings,
-    permits: tokio::sync::Semaphore,
+    slots: BuildSlots,
     builds: AtomicU64,
     /// `applyset_kustomize_builds_total{result}`.
     counter: prometheus::IntCounterVec,
@@ -104,7 +111,7 @@ pub struct Builder {
 impl Builder {
     pub fn new(settings: Settings) -> Self {
         Self {
-            permits: tokio::sync::Semaphore::new(settings.concurrency.max(1)),
+            slots: BuildSlots::new(settings.concurrency),
             settings,
             builds: AtomicU64::new(0),
             counter: builds_counter(),
@@ -115,6 +122,11 @@ impl Builder {
     /// `failed`), for the operator's registry.
     pub fn collector(&self) -> Box<dyn prometheus::core::Collector> {
         Box::new(self.counter.clone())
+    }
+
+    /// The build slots (`--kustomize-concurrency`), shared between namespaces.
+    pub fn slots(&self) -> &BuildSlots {
+        &self.slots
     }
 
     /// Builds run so far (whatever their result).
@@ -165,14 +177,15 @@ impl Builder {
         };
         let written = kustomization_for(job.tree, &dir, job.overrides)?;
         precheck(job.tree, &dir, written.as_ref())?;
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|e| KustomizeError::Copy {
-                dir: shown.clone(),
-                cause: e.to_string(),
-            })?;
+        let asked = tokio::time::Instant::now();
+        let _slot = self.slot(&job, &shown).await?;
+        let waited = asked.elapsed();
+        // What is left of the sources' deadline once the build has its slot, at most the
+        // build's own share.
+        let left = job
+            .scope
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
         let copy = private_copy(job.work_dir, job.tree, written.as_ref(), job.replace).map_err(
             |e| match e {
                 CopyError::Unclean { path } => KustomizeError::Unclean { path },
@@ -189,13 +202,75 @@ impl Builder {
             dir: shown,
             memory: self.settings.memory,
             max_output: job.max_output,
-            timeout: job.timeout,
+            timeout: job.timeout.min(left),
             sandbox: kustomize_sandbox::flags(self.settings.network_sandbox),
         };
-        let result = run.run(lease).await;
+        let result = run.run(lease).await.map_err(|e| match e {
+            // Cut short by the deadline, not by the build's own share: it waited.
+            KustomizeError::TimedOut { dir, after } if after < job.timeout => {
+                KustomizeError::LateStart {
+                    dir,
+                    waited,
+                    after,
+                    slots: self.slots.slots(),
+                }
+            }
+            other => other,
+        });
         self.counted(result.is_ok());
         result
     }
+
+    /// A build slot for `job`'s namespace, in turn, waited for until the sources' deadline.
+    async fn slot(
+        &self,
+        job: &Job<'_>,
+        shown: &str,
+    ) -> Result<crate::fair::BuildSlot, KustomizeError> {
+        let asked = tokio::time::Instant::now();
+        let wait = self.slots.acquire(&job.scope.namespace);
+        tokio::time::timeout_at(job.scope.deadline, wait)
+            .await
+            .map_err(|_| KustomizeError::SlotWait {
+                dir: shown.to_string(),
+                waited: asked.elapsed(),
+                slots: self.slots.slots(),
+            })
+    }
+}
+
+/// What a build is for: the namespace of the set it is built for (the build slots are
+/// shared between namespaces; `""`: a ClusterApplySet) and the deadline of that set's
+/// sources (`--source-timeout`), which the wait for a slot counts toward.
+#[derive(Clone, Debug)]
+pub struct BuildScope {
+    pub namespace: Arc<str>,
+    pub deadline: tokio::time::Instant,
+}
+
+impl BuildScope {
+    /// Builds for `namespace` (`""`: cluster-scoped) within `timeout` from now.
+    pub fn new(namespace: &str, timeout: Duration) -> Self {
+        BuildScope {
+            namespace: namespace.into(),
+            deadline: tokio::time::Instant::now() + timeout,
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The scope of the builds the current task runs (the set whose sources it reads).
+    static SCOPE: BuildScope;
+}
+
+/// Runs `read` (a set's source reads) with `scope` as the scope of the builds it runs.
+pub async fn within<F: std::future::Future>(scope: BuildScope, read: F) -> F::Output {
+    SCOPE.scope(scope, read).await
+}
+
+/// The scope [`within`] set for the current task, if any.
+pub fn current_scope() -> Option<BuildScope> {
+    SCOPE.try_with(Clone::clone).ok()
 }
 
 /// `applyset_kustomize_builds_total{result}`, both results present from the start.
@@ -220,7 +295,11 @@ pub struct Job<'a> {
     pub overrides: Option<&'a KustomizeOverrides>,
     /// Where the private copy is made.
     pub work_dir: &'a Path,
+    /// The build's own time limit (its share of `--source-timeout`), cut to what is left of
+    /// the scope's deadline once it has a slot.
     pub timeout: Duration,
+    /// Whose build it is, and until when its set's sources may be read.
+    pub scope: BuildScope,
     pub max_output: u64,
     /// Files written into the private copy in place of the tree's (the decrypted SOPS inputs
     /// of a set with spec.decryption); removed with the copy when the build ends.

@@ -87,6 +87,26 @@ pub enum KustomizeError {
         binary: String,
         cause: String,
     },
+    #[error(
+        "kustomize build of {dir}: waited {} for one of the {slots} kustomize build slots (--kustomize-concurrency, shared between namespaces) and the sources' deadline (--source-timeout) passed; retried later",
+        secs(.waited)
+    )]
+    SlotWait {
+        dir: String,
+        waited: Duration,
+        slots: usize,
+    },
+    #[error(
+        "kustomize build of {dir} did not finish within the {} left of the sources' deadline (--source-timeout) after it waited {} for one of the {slots} kustomize build slots (--kustomize-concurrency, shared between namespaces); retried later",
+        secs(.after),
+        secs(.waited)
+    )]
+    LateStart {
+        dir: String,
+        waited: Duration,
+        after: Duration,
+        slots: usize,
+    },
     #[error("kustomize build of {dir}: preparing its private copy: {cause}")]
     Copy { dir: String, cause: String },
     #[error("{path:?} is not a clean relative path; refusing the source's tree")]
@@ -99,7 +119,20 @@ impl KustomizeError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::TimedOut { .. } | Self::Memory { .. } | Self::Binary { .. } | Self::Copy { .. }
+            Self::TimedOut { .. }
+                | Self::SlotWait { .. }
+                | Self::LateStart { .. }
+                | Self::Memory { .. }
+                | Self::Binary { .. }
+                | Self::Copy { .. }
         )
+    }
+}
+
+/// A wait in whole seconds (`40 s`), or in milliseconds below one (`250 ms`).
+fn secs(d: &Duration) -> String {
+    match d.as_secs() {
+        0 => format!("{} ms", d.as_millis()),
+        s => format!("{s} s"),
     }
 }

@@ -326,6 +326,11 @@ impl Index {
             .unwrap_or_default()
     }
 
+    /// Parents that reference something.
+    pub fn len(&self) -> usize {
+        self.by_parent.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
     /// Whether any parent references an object of `kind` (the watch skips work otherwise).
     pub fn is_empty(&self) -> bool {
         self.by_parent.lock().map(|m| m.is_empty()).unwrap_or(true)
@@ -734,7 +739,14 @@ impl Sources {
                 .buffered(FETCH_CONCURRENCY)
                 .try_collect::<Vec<_>>(),
         );
-        match tokio::time::timeout(self.limits.timeout, all).await {
+        // The builds the reads run share the build slots by the set's namespace, and their
+        // wait for one counts toward the same deadline.
+        let deadline = tokio::time::Instant::now() + self.limits.timeout;
+        let scope = kustomize::BuildScope {
+            namespace: parent.namespace.as_deref().unwrap_or_default().into(),
+            deadline,
+        };
+        match tokio::time::timeout_at(deadline, kustomize::within(scope, all)).await {
             Ok(r) => r,
             Err(_) => {
                 let pending = done
