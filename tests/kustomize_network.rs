@@ -1,11 +1,11 @@
-//! Kustomize sees no network (issue 31, attack 2): the operator binary, run as a process with
+//! Kustomize sees no network: the operator binary, run as a process with
 //! the network sandbox off (`--kustomize-network-sandbox off`, so the pre-build check alone is
 //! tried) and the pinned upstream `kustomize`, builds overlays of http sources served on
 //! loopback. Each overlay names a URL of another loopback server (the "victim", counting every
 //! connection) in one field spelling or URL placement kustomize v5.7.1 would load: every set is
 //! refused naming the file and the field, the victim sees no connection at all, and its answer
-//! (which kustomize's errors would quote) reaches no status and no event. On main e1dfac3 the
-//! victim was asked for the patch, resource and schema URLs (see the report of issue 31).
+//! (which kustomize's errors would quote) reaches no status and no event. Before the check was
+//! complete (e1dfac3), the victim was asked for the patch, resource and schema URLs.
 
 mod support;
 

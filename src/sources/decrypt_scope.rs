@@ -331,28 +331,13 @@ fn file_name(path: &str) -> &str {
         .unwrap_or(path)
 }
 
-/// `entry` joined to directory `dir`, normalised; `None` when it is absolute, remote-looking
-/// or leaves the root.
+/// `entry` joined to directory `dir`, normalised ([`super::kustomization::resolve`]); `None`
+/// also when it is empty, spans lines or looks remote.
 fn resolve(dir: &str, entry: &str) -> Option<String> {
-    if entry.is_empty()
-        || entry.contains('\n')
-        || entry.starts_with('/')
-        || entry.starts_with('~')
-        || entry.contains("://")
-    {
+    if entry.is_empty() || entry.contains('\n') || entry.contains("://") {
         return None;
     }
-    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
-    for part in entry.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(parts.join("/"))
+    super::kustomization::resolve(dir, entry)
 }
 
 #[cfg(test)]

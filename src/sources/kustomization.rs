@@ -202,7 +202,7 @@ fn parse_docs(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
 
 /// `entry` joined to directory `dir`, normalised; `None` when it is absolute or leaves the
 /// root.
-fn resolve(dir: &str, entry: &str) -> Option<String> {
+pub(super) fn resolve(dir: &str, entry: &str) -> Option<String> {
     if entry.starts_with('/') || entry.starts_with('\\') || entry.starts_with('~') {
         return None;
     }
