@@ -40,6 +40,10 @@ pub enum DecryptionError {
     },
     #[error("{0}")]
     Manifest(#[source] crate::manifest::ManifestError),
+    /// A decrypted member that does not read as one manifest; `cause` withholds its
+    /// decrypted values.
+    #[error("{member}: once decrypted, it is not one valid manifest: {cause}")]
+    Reparsed { member: String, cause: String },
     /// A file decrypted for a build (`decrypted_as`) whose name is also used at `also`, where
     /// kustomize would read the plaintext too.
     #[error(
@@ -281,7 +285,7 @@ pub fn decrypt_members(
         if whole {
             plaintexts = sops::object::decrypt_object(&member, &mut manifest.object, keys, limits)
                 .map_err(at)?;
-            *manifest = reparsed(manifest)?;
+            *manifest = reparsed(manifest).map_err(|e| withheld(&member, &e, &plaintexts))?;
         }
         if files {
             plaintexts.extend(
@@ -351,6 +355,14 @@ pub struct BuildInputs {
     pub withheld: Redaction,
 }
 
+/// The plaintext is overwritten before it is freed, whichever way the inputs go (a build's
+/// end, or an error while they were decrypted).
+impl Drop for BuildInputs {
+    fn drop(&mut self) {
+        wipe(&mut self.files);
+    }
+}
+
 /// The paths, never the plaintext.
 impl std::fmt::Debug for BuildInputs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -405,12 +417,14 @@ pub fn decrypt_build_inputs(
                 source,
             })?;
         if input {
-            if let Err(e) = budget.charge(plain.len() as u64) {
+            let forms = withheld_forms(decrypted, &plain);
+            // The plaintext, and the forms withheld from messages, are kept: both are charged.
+            let kept = plain.len() + forms.iter().map(String::len).sum::<usize>();
+            if let Err(e) = budget.charge(kept as u64) {
                 zeroize::Zeroize::zeroize(&mut plain);
-                wipe(&mut out.files);
                 return Err(DecryptionError::stopped(&name, e));
             }
-            values.extend(withheld_forms(decrypted, &plain));
+            values.extend(forms);
             out.files.insert(path.to_string(), plain);
         } else {
             zeroize::Zeroize::zeroize(&mut plain);
@@ -478,6 +492,16 @@ fn reparsed(manifest: &Manifest) -> Result<Manifest, DecryptionError> {
                 what: "an encrypted List".to_string(),
             },
         }),
+    }
+}
+
+/// The error of a decrypted member that no longer reads as one manifest, its text without the
+/// member's decrypted values (a manifest error quotes the object's name and kind).
+fn withheld(member: &str, e: &DecryptionError, plaintexts: &[String]) -> DecryptionError {
+    let redaction = sops::redact::Redaction::new(plaintexts.to_vec());
+    DecryptionError::Reparsed {
+        member: member.to_string(),
+        cause: redaction.apply(&e.to_string()),
     }
 }
 
@@ -647,6 +671,21 @@ mod tests {
         );
         let d = deferred(&[kustomization, ("base/s.yaml", &opted)], "base");
         assert!(!build_needs_keys(&d));
+    }
+
+    #[test]
+    fn a_decrypted_member_that_does_not_read_withholds_its_values() {
+        let cause = DecryptionError::NotConfigured {
+            member: "spec.manifests[0] (Secret db-password-hunter2)".into(),
+        };
+        let e = withheld("spec.manifests[0]", &cause, &["db-password-hunter2".into()]);
+        assert!(matches!(e, DecryptionError::Reparsed { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(!msg.contains("hunter2"), "{msg}");
+        assert!(
+            msg.starts_with("spec.manifests[0]: once decrypted"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -845,7 +845,12 @@ async fn build_deferred(
         Ok(inputs) => inputs,
         Err(e) => return (Redaction::default(), Err(e.into())),
     };
-    let build = sources::directory::build_deferred(sources, d, &inputs.files, &namespace);
+    // The build's wait for a slot and its run count toward the render's deadline.
+    let scope = sources::kustomize::BuildScope {
+        namespace: namespace.as_str().into(),
+        deadline: tokio::time::Instant::from_std(stages.deadline),
+    };
+    let build = sources::directory::build_deferred(sources, d, &inputs.files, scope);
     let built = match stages.worker {
         Some(worker) => worker.away(build).await,
         None => build.await,
@@ -855,7 +860,7 @@ async fn build_deferred(
         Some(source) => SetError::Source(SourceError::at(index, source, e)),
         None => SetError::Source(e),
     });
-    (inputs.withheld, built)
+    (std::mem::take(&mut inputs.withheld), built)
 }
 
 /// Decrypts the SOPS-encrypted members in memory (spec.decryption; see [`decryption`]),

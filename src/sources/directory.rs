@@ -126,17 +126,16 @@ pub async fn read(
     parsed
 }
 
-/// Builds `d` now, for one set of `namespace` (`""`: cluster-scoped), with its decrypted
-/// inputs (`replace`), within the set's share of the memory budget and a deadline of
-/// `--source-timeout` from now (its wait for a build slot included); nothing of it is cached.
+/// Builds `d` now, for one set (`scope`: its namespace, and the render's deadline, which its
+/// wait for a build slot counts toward), with its decrypted inputs (`replace`), within the
+/// set's share of the memory budget; nothing of it is cached.
 pub async fn build_deferred(
     s: &Sources,
     d: &Deferred,
     replace: &std::collections::BTreeMap<String, Vec<u8>>,
-    namespace: &str,
+    scope: BuildScope,
 ) -> Result<Vec<Manifest>, SourceError> {
     let share = memory::SetShare::new(s.limits.memory_per_set);
-    let scope = BuildScope::new(namespace, s.limits.timeout);
     memory::within_share(share, async {
         let mut lease = s.memory.lease();
         let parsed = build(s, d, Some(replace), scope, &mut lease).await?;

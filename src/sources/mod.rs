@@ -127,6 +127,14 @@ pub struct SourceFile {
     pub text: String,
 }
 
+/// Who reads a set's sources: the set's identity for what lands in its objects (`configMap`
+/// and `secret` sources, see [`crate::set_reads`]), the operator for the credentials of the
+/// others (`secretRef`).
+pub struct ReadAs<'a> {
+    pub operator: &'a Client,
+    pub set: &'a crate::set_reads::SetReader<'a>,
+}
+
 /// What one source produced.
 #[derive(Clone, Debug)]
 pub struct Fetched {
@@ -715,13 +723,17 @@ impl Sources {
         use futures::{StreamExt as _, TryStreamExt as _};
         let done = Mutex::new(vec![false; spec.sources.len()]);
         let done_ref = &done;
+        let who = &ReadAs {
+            operator: client,
+            set: reader,
+        };
         let reads: Vec<_> = spec
             .sources
             .iter()
             .enumerate()
             .map(|(i, source)| async move {
                 let r = self
-                    .fetch(client, reader, parent, i, source, spec.kustomize.as_ref())
+                    .fetch(who, parent, i, source, spec.kustomize.as_ref())
                     .await;
                 if let Ok(mut d) = done_ref.lock()
                     && let Some(slot) = d.get_mut(i)
@@ -766,19 +778,19 @@ impl Sources {
         }
     }
 
-    /// Reads source `index` of `parent`: a configMap or secret source by `reader` (as the
-    /// set's identity), the credentials of the others with `client` (the operator's); a
-    /// directory source is built with the set's `spec.kustomize` `overrides` (see
+    /// Reads source `index` of `parent`: a configMap or secret source as the set's identity
+    /// (`who.set`), the credentials of the others with the operator's client (`who.operator`);
+    /// a directory source is built with the set's `spec.kustomize` `overrides` (see
     /// [`directory`]).
     pub async fn fetch(
         &self,
-        client: &Client,
-        reader: &crate::set_reads::SetReader<'_>,
+        who: &ReadAs<'_>,
         parent: &ParentRef,
         index: usize,
         source: &Source,
         overrides: Option<&crate::api::KustomizeOverrides>,
     ) -> Result<Fetched, SourceError> {
+        let (client, reader) = (who.operator, who.set);
         let at = |e: SourceError| SourceError::at(index, source, e);
         let result = match kind_of(source) {
             Err(e) => Err(e),
