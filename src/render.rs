@@ -700,7 +700,9 @@ pub async fn render_set(
                     let (values, built) =
                         build_deferred(readers.sources, index, d, &mut keys, &stages).await;
                     withheld.extend(&values);
-                    manifests.extend(built?);
+                    let (built, held) = built?;
+                    stage_memory.push(held);
+                    manifests.extend(built);
                 }
             }
         }
@@ -815,16 +817,20 @@ impl SetKeys<'_, '_> {
 /// [`sources::directory::Deferred`]), for this set: every SOPS file the build reads verified
 /// with the set's keys, its inputs in Flux's scope decrypted into the private copy (wiped from
 /// memory once the build ends; decrypted on the blocking pool, within the set's stage budget),
-/// the output kept for this render only. The build (its wait for a build slot included) holds
-/// no worker: the reconcile's worker is given back meanwhile. Returns the decrypted values
-/// too, to withhold from every message about the set, the build's failure included.
+/// the output kept for this render only, with what it holds of the memory budget. The build
+/// (its wait for a build slot included) holds no worker: the reconcile's worker is given back
+/// meanwhile. Returns the decrypted values too, to withhold from every message about the set,
+/// the build's failure included.
 async fn build_deferred(
     sources: &sources::Sources,
     index: usize,
     d: &std::sync::Arc<sources::directory::Deferred>,
     keys: &mut SetKeys<'_, '_>,
     stages: &Stages<'_>,
-) -> (Redaction, std::result::Result<Vec<Manifest>, SetError>) {
+) -> (
+    Redaction,
+    std::result::Result<(Vec<Manifest>, Lease), SetError>,
+) {
     let namespace = keys.input.parent.namespace.clone().unwrap_or_default();
     let (limits, bytes) = (keys.input.limits.sops, keys.input.limits.yaml.bytes);
     let spec = keys.input.spec;

@@ -128,18 +128,20 @@ pub async fn read(
 
 /// Builds `d` now, for one set (`scope`: its namespace, and the render's deadline, which its
 /// wait for a build slot counts toward), with its decrypted inputs (`replace`), within the
-/// set's share of the memory budget; nothing of it is cached.
+/// set's share of the memory budget; nothing of it is cached. Returns the members and what
+/// they hold of the memory budget, for the caller to keep as long as they live.
 pub async fn build_deferred(
     s: &Sources,
     d: &Deferred,
     replace: &std::collections::BTreeMap<String, Vec<u8>>,
     scope: BuildScope,
-) -> Result<Vec<Manifest>, SourceError> {
+) -> Result<(Vec<Manifest>, memory::Lease), SourceError> {
     let share = memory::SetShare::new(s.limits.memory_per_set);
     memory::within_share(share, async {
         let mut lease = s.memory.lease();
         let parsed = build(s, d, Some(replace), scope, &mut lease).await?;
-        Ok(Arc::try_unwrap(parsed.manifests).unwrap_or_else(|a| (*a).clone()))
+        let members = Arc::try_unwrap(parsed.manifests).unwrap_or_else(|a| (*a).clone());
+        Ok((members, lease))
     })
     .await
 }
