@@ -39,16 +39,6 @@ const REFERENCES: usize = 12_000;
 /// The default per-set YAML text bound (--max-yaml-mib-per-set), in bytes.
 const SET_LIMIT: usize = applyset_operator::manifest::DEFAULT_SET_YAML_BYTES;
 
-/// A field of `/proc/<pid>/status` in MiB (`VmRSS`: resident now; `VmHWM`: the peak).
-fn proc_mib(op: &OperatorProcess, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", op.pid())).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
-}
-
 /// ApplySet `name` in namespace `ns`, labelled for this test's operator.
 fn set_in(h: &Harness, ns: &str, name: &str) -> Parent {
     Parent {
@@ -136,7 +126,7 @@ async fn a_substitution_bomb_is_refused_at_the_sets_bound_within_the_charts_memo
     );
     let set = attack(&h, &h.ns, "bomb").await;
     let msg = refusal(&set).await;
-    let peak = proc_mib(&op, "VmHWM");
+    let peak = op.status_mib("VmHWM");
     eprintln!("one substitution bomb: peak RSS {peak} MiB; {msg}");
     assert_names_the_bound(&msg);
     assert!(
@@ -178,7 +168,7 @@ async fn concurrency_substitution_bombs_at_once_stay_within_the_charts_memory() 
     let took = t0.elapsed();
 
     let messages = futures::future::join_all(sets.iter().map(refusal)).await;
-    let peak = proc_mib(&op, "VmHWM");
+    let peak = op.status_mib("VmHWM");
     eprintln!(
         "{SETS} substitution bombs at once: peak RSS {peak} MiB; the victim Ready in {took:?}"
     );
@@ -352,7 +342,7 @@ async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
         })
     });
     let outcomes = futures::future::join_all(outcomes).await;
-    let peak = proc_mib(&op, "VmHWM");
+    let peak = op.status_mib("VmHWM");
     let waited = outcomes.iter().filter(|(r, _)| r == "SourceFailed").count();
     eprintln!(
         "{SETS} sets of {} MB at once: peak RSS {peak} MiB; {waited} found no room",

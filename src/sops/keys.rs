@@ -194,17 +194,7 @@ pub(crate) mod tests {
 
     /// Wraps `key` for `recipient` as SOPS does (armored age), for unit tests.
     pub(crate) fn wrap(key: &[u8; 32], recipient: &age::x25519::Recipient) -> String {
-        let encryptor =
-            age::Encryptor::with_recipients(std::iter::once(recipient as &dyn age::Recipient))
-                .unwrap();
-        let mut out = Vec::new();
-        let armor =
-            age::armor::ArmoredWriter::wrap_output(&mut out, age::armor::Format::AsciiArmor)
-                .unwrap();
-        let mut writer = encryptor.wrap_output(armor).unwrap();
-        writer.write_all(key).unwrap();
-        writer.finish().unwrap().finish().unwrap();
-        String::from_utf8(out).unwrap()
+        wrap_for_all(key, std::slice::from_ref(recipient))
     }
 
     pub(crate) fn identity_text(identity: &Identity) -> String {

@@ -345,11 +345,7 @@ mod tests {
     use super::*;
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        let mut t = Tree::new();
-        for (p, text) in files {
-            t.insert(p.to_string(), text.as_bytes().to_vec());
-        }
-        t
+        Tree::of(files)
     }
 
     fn decrypted(s: &Scope) -> Vec<&str> {

@@ -599,11 +599,7 @@ mod tests {
     use crate::api::{KustomizeImage, KustomizePatch, KustomizeSelector};
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        let mut t = Tree::new();
-        for (p, text) in files {
-            t.insert(p.to_string(), text.as_bytes().to_vec());
-        }
-        t
+        Tree::of(files)
     }
 
     fn check(files: &[(&str, &str)], dir: &str) -> Result<(), KustomizeError> {

@@ -67,6 +67,16 @@ impl Tree {
         self.files.insert(path, data);
     }
 
+    /// A tree of `files` (path, text), for tests.
+    #[cfg(test)]
+    pub fn of(files: &[(&str, &str)]) -> Tree {
+        let mut t = Tree::new();
+        for (p, text) in files {
+            t.insert(p.to_string(), text.as_bytes().to_vec());
+        }
+        t
+    }
+
     pub fn get(&self, path: &str) -> Option<&[u8]> {
         self.files.get(path).map(Vec::as_slice)
     }

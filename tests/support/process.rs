@@ -108,6 +108,18 @@ impl OperatorProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A field of the process's `/proc/<pid>/status` in MiB (`VmRSS`: resident now; `VmHWM`:
+    /// the peak); 0 when it cannot be read.
+    pub fn status_mib(&self, field: &str) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kib| kib / 1024)
+    }
+
     pub fn pid(&self) -> i32 {
         i32::try_from(self.child.id()).expect("pid")
     }
