@@ -28,8 +28,10 @@
 use std::{
     collections::{HashMap, VecDeque},
     hash::Hash,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::Arc,
 };
+
+use parking_lot::Mutex;
 
 use tokio::sync::oneshot;
 
@@ -165,17 +167,11 @@ impl Gate {
         }
     }
 
-    /// The scheduler's state stays consistent whatever panicked while holding it (no update
-    /// can be left half done: none panics).
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A permit for `key`, in turn; None once the gate is closed. Dropping the future stops
     /// the wait (a permit handed to it meanwhile goes to the next waiter).
     pub async fn acquire(&self, key: &str) -> Option<Permit> {
         let (ticket, granted) = {
-            let mut s = self.lock();
+            let mut s = self.shared.lock();
             if s.closed {
                 return None;
             }
@@ -204,7 +200,7 @@ impl Gate {
     fn give_back(&self) {
         loop {
             let sender = {
-                let mut s = self.lock();
+                let mut s = self.shared.lock();
                 match s.order.release() {
                     None => return,
                     Some(ticket) => s.senders.remove(&ticket),
@@ -225,7 +221,7 @@ impl Gate {
     /// No permit is handed out any more: waiters get None at once (permits held are given
     /// back as usual).
     pub fn close(&self) {
-        let mut s = self.lock();
+        let mut s = self.shared.lock();
         s.closed = true;
         let waiting: Vec<Ticket> = s.senders.keys().copied().collect();
         for ticket in waiting {
@@ -236,12 +232,12 @@ impl Gate {
 
     /// Permits held now (workers in use).
     pub fn in_use(&self) -> usize {
-        self.permits.saturating_sub(self.lock().order.free())
+        self.permits.saturating_sub(self.shared.lock().order.free())
     }
 
     /// `(reconciles, namespaces)` waiting for a permit now.
     pub fn waiting(&self) -> (usize, usize) {
-        let s = self.lock();
+        let s = self.shared.lock();
         (s.order.waiting(), s.order.keys_waiting())
     }
 }
@@ -258,7 +254,7 @@ impl Drop for Waiting<'_> {
         if !self.armed {
             return;
         }
-        let mut s = self.gate.lock();
+        let mut s = self.gate.shared.lock();
         if s.order.cancel(self.ticket) {
             s.senders.remove(&self.ticket);
         }
@@ -337,15 +333,12 @@ impl Worker {
         drop(self.take());
         let out = wait.await;
         let permit = self.gate.acquire(&self.key).await;
-        *self.permit.lock().unwrap_or_else(PoisonError::into_inner) = permit;
+        *self.permit.lock() = permit;
         out
     }
 
     fn take(&self) -> Option<Permit> {
-        self.permit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        self.permit.lock().take()
     }
 }
 

@@ -5,12 +5,10 @@
 //! election) when the caches of both controllers have synced; as a standby replica at once,
 //! since standing by is its job. Before that it answers 503 saying what it waits for.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, RwLock},
-};
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use parking_lot::RwLock;
 use tokio::net::TcpListener;
 
 use crate::{controller::Readiness, metrics::Metrics};
@@ -33,14 +31,12 @@ pub struct Health(Arc<RwLock<Phase>>);
 
 impl Health {
     pub fn set(&self, phase: Phase) {
-        if let Ok(mut p) = self.0.write() {
-            *p = phase;
-        }
+        *self.0.write() = phase;
     }
 
     /// `(ready, why)`.
     pub fn ready(&self) -> (bool, String) {
-        let phase = self.0.read().map(|p| p.clone()).unwrap_or_default();
+        let phase = self.0.read().clone();
         match phase {
             Phase::Starting => (false, "starting".into()),
             Phase::Standby => (true, "standby: waiting for leadership".into()),

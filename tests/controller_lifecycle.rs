@@ -7,7 +7,7 @@ use support::operator;
 
 use std::{
     collections::BTreeSet,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -17,6 +17,7 @@ use kube::{
     api::{ApiResource, PostParams},
 };
 use operator::*;
+use parking_lot::Mutex;
 use serde_json::json;
 
 /// deletionPolicy Delete (the default) on a ClusterApplySet holding a CRD, its custom
@@ -71,7 +72,7 @@ async fn delete_policy_prunes_every_member_then_removes_the_finalizer() {
             let mut round = 0u64;
             loop {
                 for (key, ar, ns, name) in &order {
-                    if seen.lock().unwrap().contains_key(key) {
+                    if seen.lock().contains_key(key) {
                         continue;
                     }
                     let api = dyn_api(&client, ar, ns.as_deref());
@@ -82,7 +83,7 @@ async fn delete_policy_prunes_every_member_then_removes_the_finalizer() {
                         Err(_) => false,
                     };
                     if deleting {
-                        seen.lock().unwrap().insert(key.clone(), round);
+                        seen.lock().insert(key.clone(), round);
                     }
                 }
                 round += 1;
@@ -110,7 +111,7 @@ async fn delete_policy_prunes_every_member_then_removes_the_finalizer() {
         not_deleted.is_empty(),
         "members still exist and are not being deleted after the parent is gone: {not_deleted:?}; \
          poll round in which each member's deletion was first seen: {:?}",
-        seen.lock().unwrap().clone()
+        seen.lock().clone()
     );
     // And eventually they are all gone.
     for (_, ar, ns, name) in &order {
@@ -127,7 +128,7 @@ async fn delete_policy_prunes_every_member_then_removes_the_finalizer() {
         .await;
     }
     recorder.abort();
-    let seen = seen.lock().unwrap().clone();
+    let seen = seen.lock().clone();
     let at = |k: &str| {
         *seen
             .get(k)

@@ -31,13 +31,13 @@ const PASSWORD: &str = "hunter2-e2e";
 
 /// The operator's logs of this test binary (debug level), captured for
 /// [`assert_no_plaintext`].
-static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+static LOGS: parking_lot::Mutex<Vec<u8>> = parking_lot::Mutex::new(Vec::new());
 
 struct Capture;
 
 impl std::io::Write for Capture {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock().expect("logs").extend_from_slice(bytes);
+        LOGS.lock().extend_from_slice(bytes);
         Ok(bytes.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -46,7 +46,7 @@ impl std::io::Write for Capture {
 }
 
 fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().expect("logs")).into_owned()
+    String::from_utf8_lossy(&LOGS.lock()).into_owned()
 }
 
 fn init() {

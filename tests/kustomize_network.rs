@@ -13,7 +13,7 @@ use support::{operator, process, servers};
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -21,6 +21,7 @@ use std::{
 
 use kube::api::{Api, ListParams};
 use operator::{Harness, condition, configmap_ar, get_obj};
+use parking_lot::Mutex;
 use process::OperatorProcess;
 use serde_json::json;
 use servers::{Entry, FileServer, tar_gz};
@@ -61,7 +62,7 @@ impl Victim {
                         .unwrap_or(0);
                     let head = String::from_utf8_lossy(&buf[..n]);
                     let line = head.lines().next().unwrap_or_default().to_string();
-                    seen.lock().expect("lock").push(line);
+                    seen.lock().push(line);
                     let reply = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ANSWER}",
                         ANSWER.len()
@@ -541,7 +542,7 @@ async fn kustomize_reaches_no_loopback_server_from_any_field() {
         assert_refused(&h, i, case).await;
     }
     // Every set has its outcome: none of them made kustomize connect to the victim.
-    let seen = victim.requests.lock().expect("lock").clone();
+    let seen = victim.requests.lock().clone();
     assert_eq!(
         victim.connections.load(Ordering::SeqCst),
         0,

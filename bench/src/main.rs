@@ -923,67 +923,8 @@ async fn run_shape(
     let kubelet =
         wait.then(|| tokio::spawn(make_deployments_available(client.clone(), ns.clone())));
     let start = Instant::now();
-    stream::iter(0..k)
-        .map(|i| {
-            let api = api.clone();
-            let ns = ns.clone();
-            let created = &created;
-            let sa = sa.clone();
-            async move {
-                let p = format!("s{i:05}-");
-                let ms = flux_members(&p);
-                let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-                    "metadata": {"name": format!("set-{i:05}"), "namespace": ns}, "spec": {"manifests": ms}});
-                if let Some(sa) = sa {
-                    body["spec"]["serviceAccountName"] = json!(sa);
-                }
-                if wait {
-                    body["spec"]["wait"] = json!(true);
-                }
-                let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
-                api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
-                created.fetch_add(1, Ordering::Relaxed);
-                Res::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
-    // Watched, not polled: LISTs of all K ApplySets several times a second would load the
-    // API server the operator is measured against.
-    let ready = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
-    let all_ready = async {
-        use kube::runtime::WatchStreamExt;
-        let mut events = kube::runtime::watcher(api.clone(), Default::default())
-            .default_backoff()
-            .boxed();
-        while let Some(e) = events.next().await {
-            let objs = match e {
-                Ok(kube::runtime::watcher::Event::Apply(o))
-                | Ok(kube::runtime::watcher::Event::InitApply(o)) => vec![o],
-                _ => continue,
-            };
-            let Ok(mut r) = ready.lock() else { continue };
-            for o in objs {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                if is_ready(&o) {
-                    r.insert(name);
-                } else {
-                    r.remove(&name);
-                }
-            }
-            if r.len() == k {
-                return;
-            }
-        }
-    };
-    if tokio::time::timeout(WAIT.saturating_sub(start.elapsed()), all_ready)
-        .await
-        .is_err()
-    {
-        let n = ready.lock().map(|r| r.len()).unwrap_or_default();
-        return Err(format!("only {n} of {k} ApplySets Ready within {WAIT:?}"));
-    }
+    create_flux_sets(&api, &ns, k, sa.as_deref(), wait, &created).await?;
+    wait_all_ready(&api, k, start).await?;
     let all_ready = start.elapsed().as_secs_f64();
     if let Some(k) = kubelet {
         k.abort();
@@ -1013,6 +954,80 @@ async fn run_shape(
         teardown_forbidden,
         teardown_baseline,
     })
+}
+
+/// Creates the `k` ApplySets of the Flux shape in `ns`, 32 at a time, counting them in
+/// `created`.
+async fn create_flux_sets(
+    api: &Api<DynamicObject>,
+    ns: &str,
+    k: usize,
+    sa: Option<&str>,
+    wait: bool,
+    created: &AtomicU64,
+) -> Res<()> {
+    stream::iter(0..k)
+        .map(|i| async move {
+            let p = format!("s{i:05}-");
+            let ms = flux_members(&p);
+            let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                "metadata": {"name": format!("set-{i:05}"), "namespace": ns}, "spec": {"manifests": ms}});
+            if let Some(sa) = sa {
+                body["spec"]["serviceAccountName"] = json!(sa);
+            }
+            if wait {
+                body["spec"]["wait"] = json!(true);
+            }
+            let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
+            api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
+            created.fetch_add(1, Ordering::Relaxed);
+            Res::Ok(())
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Waits until all `k` ApplySets of `api` are Ready, at most until [`WAIT`] after `start`.
+/// Watched, not polled: LISTs of all K ApplySets several times a second would load the API
+/// server the operator is measured against.
+async fn wait_all_ready(api: &Api<DynamicObject>, k: usize, start: Instant) -> Res<()> {
+    // Filled by the watch below; read again once the wait is over (the watch future is then
+    // gone, and its borrow with it).
+    let mut ready = std::collections::HashSet::<String>::new();
+    let all_ready = async {
+        use kube::runtime::WatchStreamExt;
+        let mut events = kube::runtime::watcher(api.clone(), Default::default())
+            .default_backoff()
+            .boxed();
+        while let Some(e) = events.next().await {
+            let objs = match e {
+                Ok(kube::runtime::watcher::Event::Apply(o))
+                | Ok(kube::runtime::watcher::Event::InitApply(o)) => vec![o],
+                _ => continue,
+            };
+            for o in objs {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if is_ready(&o) {
+                    ready.insert(name);
+                } else {
+                    ready.remove(&name);
+                }
+            }
+            if ready.len() == k {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(WAIT.saturating_sub(start.elapsed()), all_ready)
+        .await
+        .is_err()
+    {
+        let n = ready.len();
+        return Err(format!("only {n} of {k} ApplySets Ready within {WAIT:?}"));
+    }
+    Ok(())
 }
 
 /// The teardown's baseline: the objects of `k` sets of the Flux shape (members and
@@ -1125,7 +1140,7 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The report: Markdown for people, JSON for tools.
 fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -> (String, Value) {
     let mut md = String::new();
     md.push_str("# applyset-operator benchmark\n\n");
@@ -1134,6 +1149,20 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         args.operator.display()
     ));
+    let json_sets = report_sets(&mut md, sets);
+    let json_shapes = report_shapes(&mut md, args.wait, shapes, op_rss_sets);
+    md.push_str("\n## Targets\n\n| target | figure | verdict |\n|---|---|---|\n");
+    let targets = report_targets(sets, shapes);
+    for (t, f, ok) in &targets {
+        md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
+    }
+    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets,
+        "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
+    (md, json)
+}
+
+/// The single-set tables (timings, then the steady state) into `md`; their JSON.
+fn report_sets(md: &mut String, sets: &[SetResult]) -> Vec<Value> {
     md.push_str("## One ApplySet of N members (seconds)\n\n");
     md.push_str(&format!(
         "`create → Ready` of the operator and of the ceiling is the median of {REPEATS} runs, taking turns, for N ≤ {REPEATED_UP_TO}; one run otherwise (kubectl: one run).\n\n"
@@ -1172,7 +1201,12 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
             e.get("resync_write_requests").copied().unwrap_or(f64::NAN),
         ));
     }
-    let waiting = if args.wait {
+    json_sets
+}
+
+/// The Flux-shape table into `md` (`wait`: the sets waited for their Deployments); its JSON.
+fn report_shapes(md: &mut String, wait: bool, shapes: &[Shape], op_rss_sets: f64) -> Vec<Value> {
+    let waiting = if wait {
         ", every set with `wait: true` (the bench makes each Deployment available as the Deployment controller would; its status writes count among the API server's requests)"
     } else {
         ""
@@ -1205,7 +1239,11 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
         "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
     ));
 
-    md.push_str("\n## Targets\n\n| target | figure | verdict |\n|---|---|---|\n");
+    json_shapes
+}
+
+/// The targets: (what, the figure measured, whether it is met).
+fn report_targets(sets: &[SetResult], shapes: &[Shape]) -> Vec<(String, String, bool)> {
     let mut targets = Vec::new();
     if let Some((_, op, kc, ce, _)) = sets.iter().find(|s| s.0 == 1000) {
         let a = ratio(op.create, kc.create);
@@ -1248,12 +1286,7 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
         ));
     }
     targets.extend(shape_targets(shapes));
-    for (t, f, ok) in &targets {
-        md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
-    }
-    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets,
-        "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
-    (md, json)
+    targets
 }
 
 async fn run(args: Args) -> Res<()> {

@@ -21,8 +21,10 @@
 use std::{
     collections::{HashMap, VecDeque},
     hash::Hash,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::Arc,
 };
+
+use parking_lot::Mutex;
 
 use tokio::sync::oneshot;
 
@@ -190,18 +192,12 @@ impl BuildSlots {
         }
     }
 
-    /// The scheduler's state stays consistent whatever panicked while holding it (no update
-    /// can be left half done: none panics).
-    fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// A slot for a build of namespace `key`, in turn. Dropping the future stops the wait (a
     /// slot handed to it meanwhile goes to the next waiter).
     pub async fn acquire(&self, key: &str) -> BuildSlot {
         let key: Arc<str> = Arc::from(key);
         let (ticket, granted) = {
-            let mut s = self.lock();
+            let mut s = self.shared.lock();
             let ticket = s.next;
             s.next = s.next.wrapping_add(1);
             if s.lanes.request(key.clone(), ticket) {
@@ -229,9 +225,9 @@ impl BuildSlots {
 
     /// Gives back a slot of `key`, handing what frees to the next waiters in turn.
     fn give_back(&self, key: &Arc<str>) {
-        let mut grants = self.lock().lanes.release(key);
+        let mut grants = self.shared.lock().lanes.release(key);
         while let Some((ticket, granted)) = grants.pop() {
-            let sender = self.lock().senders.remove(&ticket);
+            let sender = self.shared.lock().senders.remove(&ticket);
             let slot = BuildSlot::of(self, granted.clone());
             let unused = match sender {
                 Some(tx) => tx.send(slot).err(),
@@ -240,25 +236,25 @@ impl BuildSlots {
             // The waiter went away meanwhile: its slot is given back, in turn.
             if let Some(mut unused) = unused {
                 unused.slots = None;
-                grants.extend(self.lock().lanes.release(&granted));
+                grants.extend(self.shared.lock().lanes.release(&granted));
             }
         }
     }
 
     /// Slots held now.
     pub fn in_use(&self) -> usize {
-        self.lock().lanes.in_use()
+        self.shared.lock().lanes.in_use()
     }
 
     /// `(builds, namespaces)` waiting for a slot now.
     pub fn waiting(&self) -> (usize, usize) {
-        let s = self.lock();
+        let s = self.shared.lock();
         (s.lanes.waiting(), s.lanes.keys_waiting())
     }
 
     /// Namespaces kept in memory (holding a slot or waiting for one).
     pub fn namespaces(&self) -> usize {
-        self.lock().lanes.keys()
+        self.shared.lock().lanes.keys()
     }
 
     /// The number of slots.
@@ -279,7 +275,7 @@ impl Drop for Waiting<'_> {
         if !self.armed {
             return;
         }
-        let mut s = self.slots.lock();
+        let mut s = self.slots.shared.lock();
         if s.lanes.cancel(self.ticket) {
             s.senders.remove(&self.ticket);
         }

@@ -7,8 +7,10 @@
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     hash::Hash,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::Arc,
 };
+
+use parking_lot::Mutex;
 
 /// The slots of every key, and who is parked on them.
 pub struct Slots<P> {
@@ -97,7 +99,7 @@ impl<P: Hash + Eq + Clone + Send + 'static> Slots<P> {
     /// A slot of `key` for `parent`: the one kept for it if it was woken, else a free one;
     /// None when `key` has none free (then `parent` is parked, once).
     pub fn try_acquire(&self, key: &str, parent: P) -> Option<Slot> {
-        let mut keys = self.inner.lock();
+        let mut keys = self.inner.keys.lock();
         let k = keys.entry(Arc::from(key)).or_default();
         let kept = k.woken.remove(&parent);
         if !kept && k.full(self.inner.per_key) {
@@ -119,7 +121,7 @@ impl<P: Hash + Eq + Clone + Send + 'static> Slots<P> {
     /// `parent` is gone: it is no longer parked, and a slot kept for it goes to the next.
     pub fn forget(&self, key: &str, parent: &P) {
         let woken = {
-            let mut keys = self.inner.lock();
+            let mut keys = self.inner.keys.lock();
             let Some(k) = keys.get_mut(key) else {
                 return;
             };
@@ -136,20 +138,21 @@ impl<P: Hash + Eq + Clone + Send + 'static> Slots<P> {
 
     /// Keys with a slot held or kept, or a reconcile parked.
     pub fn keys(&self) -> usize {
-        self.inner.lock().len()
+        self.inner.keys.lock().len()
     }
 
     /// Reconciles parked now.
     pub fn parked(&self) -> usize {
-        self.inner.lock().values().map(|k| k.parked.len()).sum()
+        self.inner
+            .keys
+            .lock()
+            .values()
+            .map(|k| k.parked.len())
+            .sum()
     }
 }
 
 impl<P> Inner<P> {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Key<P>>> {
-        self.keys.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn wake_all(&self, parents: Vec<P>) {
         for p in parents {
             (self.wake)(p);
@@ -165,7 +168,7 @@ trait Release: Send + Sync {
 impl<P: Hash + Eq + Clone + Send> Release for Inner<P> {
     fn release(&self, key: &str) {
         let woken = {
-            let mut keys = self.lock();
+            let mut keys = self.keys.lock();
             let Some(k) = keys.get_mut(key) else {
                 return;
             };

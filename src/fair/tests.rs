@@ -1,9 +1,10 @@
 use std::{
     collections::{HashMap, VecDeque},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use proptest::prelude::*;
 
 use super::*;
@@ -186,7 +187,7 @@ async fn a_permit_dropped_goes_to_the_next_namespace_in_turn() {
         let (waiter, order) = (gate.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
             let p = waiter.acquire(ns).await;
-            order.lock().expect("order").push(i);
+            order.lock().push(i);
             drop(p);
         }));
         // Each asks before the next.
@@ -198,7 +199,7 @@ async fn a_permit_dropped_goes_to_the_next_namespace_in_turn() {
     for t in tasks {
         t.await.expect("task");
     }
-    assert_eq!(*order.lock().expect("order"), [0, 2, 1]);
+    assert_eq!(*order.lock(), [0, 2, 1]);
     assert_eq!(gate.in_use(), 0);
 }
 
@@ -239,7 +240,7 @@ async fn a_closed_gate_answers_its_waiters_and_hands_out_nothing() {
 fn recorded_slots(per_key: usize) -> (Slots<u32>, Arc<Mutex<Vec<u32>>>) {
     let woken = Arc::new(Mutex::new(Vec::new()));
     let record = woken.clone();
-    let slots = Slots::new(per_key, move |p| record.lock().expect("woken").push(p));
+    let slots = Slots::new(per_key, move |p| record.lock().push(p));
     (slots, woken)
 }
 
@@ -259,17 +260,17 @@ fn slots_bound_each_key_alone_park_the_rest_and_wake_them_in_order() {
     assert_eq!(slots.keys(), 1, "b forgotten once idle");
     // A slot frees: the first parked is woken, and the slot kept for it.
     drop(a1);
-    assert_eq!(*woken.lock().expect("woken"), [3]);
+    assert_eq!(*woken.lock(), [3]);
     assert!(
         slots.try_acquire("a", 5).is_none(),
         "kept for 3, not taken by 5"
     );
     let a3 = slots.try_acquire("a", 3).expect("kept for 3");
     drop(a2);
-    assert_eq!(*woken.lock().expect("woken"), [3, 4]);
+    assert_eq!(*woken.lock(), [3, 4]);
     let a4 = slots.try_acquire("a", 4).expect("kept for 4");
     drop((a3, a4));
-    assert_eq!(*woken.lock().expect("woken"), [3, 4, 5]);
+    assert_eq!(*woken.lock(), [3, 4, 5]);
     // 5 never comes back (deleted): forgetting it frees its slot.
     slots.forget("a", &5);
     assert_eq!(slots.keys(), 0, "nothing held, kept or parked");
@@ -282,18 +283,14 @@ fn a_parked_parent_that_comes_by_itself_is_no_longer_parked() {
     assert!(slots.try_acquire("a", 2).is_none());
     assert!(slots.try_acquire("a", 3).is_none());
     drop(held);
-    assert_eq!(*woken.lock().expect("woken"), [2]);
+    assert_eq!(*woken.lock(), [2]);
     // 3 is forgotten while parked; 2 is forgotten while woken: its slot is free again.
     slots.forget("a", &3);
     slots.forget("a", &2);
     assert_eq!(slots.keys(), 0);
     let again = slots.try_acquire("a", 3).expect("free");
     drop(again);
-    assert_eq!(
-        *woken.lock().expect("woken"),
-        [2],
-        "3 was not parked any more"
-    );
+    assert_eq!(*woken.lock(), [2], "3 was not parked any more");
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use std::{
     path::{Path, PathBuf},
     process::Stdio,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -30,6 +30,7 @@ use axum::{
     http::{HeaderMap, Method, Request, Response, StatusCode, Uri},
 };
 use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use sha2::Digest as _;
 use tokio::{io::AsyncWriteExt, net::TcpListener, task::JoinHandle};
 
@@ -122,7 +123,7 @@ fn serve_counted(
             accepted.fetch_add(1, Ordering::SeqCst);
             let router = router.clone();
             let tls = tls.clone();
-            let mut conns = connections.lock().expect("lock");
+            let mut conns = connections.lock();
             conns.retain(|c| !c.is_finished());
             conns.push(
                 tokio::spawn(async move {
@@ -195,7 +196,7 @@ async fn serve_file(
     headers: HeaderMap,
 ) -> Response<Body> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    state.authorizations.lock().expect("lock").push(
+    state.authorizations.lock().push(
         headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -205,7 +206,6 @@ async fn serve_file(
     let redirect = state
         .redirects
         .lock()
-        .expect("lock")
         .iter()
         .find(|(prefix, _)| uri.path().starts_with(prefix.as_str()))
         .map(|(_, base)| base.clone());
@@ -220,7 +220,6 @@ async fn serve_file(
     let rule = state
         .auth
         .lock()
-        .expect("lock")
         .iter()
         .find(|(prefix, _, _)| uri.path().starts_with(prefix.as_str()))
         .cloned();
@@ -237,7 +236,7 @@ async fn serve_file(
                 .expect("response");
         }
     }
-    let file = state.files.lock().expect("lock").get(uri.path()).cloned();
+    let file = state.files.lock().get(uri.path()).cloned();
     let Some(file) = file else {
         return Response::builder()
             .status(StatusCode::NOT_FOUND)
@@ -307,7 +306,7 @@ impl FileServer {
             self.connections.clone(),
             self.state.accepted.clone(),
         );
-        *self.task.lock().expect("lock") = Some(task);
+        *self.task.lock() = Some(task);
     }
 
     /// Answers requests under `prefix` with `302 Found` to `target_base` followed by the
@@ -316,7 +315,6 @@ impl FileServer {
         self.state
             .redirects
             .lock()
-            .expect("lock")
             .push((prefix.to_string(), target_base.to_string()));
     }
 
@@ -327,20 +325,16 @@ impl FileServer {
 
     /// The `Authorization` header of every request so far (empty when absent).
     pub fn authorizations(&self) -> Vec<String> {
-        self.state.authorizations.lock().expect("lock").clone()
+        self.state.authorizations.lock().clone()
     }
 
     /// Stops listening (connections are refused) until [`FileServer::restart`].
     pub fn stop(&self) {
-        if let Ok(mut t) = self.task.lock()
-            && let Some(t) = t.take()
-        {
+        if let Some(t) = self.task.lock().take() {
             t.abort();
         }
-        if let Ok(mut conns) = self.connections.lock() {
-            for c in conns.drain(..) {
-                c.abort();
-            }
+        for c in self.connections.lock().drain(..) {
+            c.abort();
         }
     }
 
@@ -371,7 +365,7 @@ impl FileServer {
         content_type: &str,
         headers: &[(&str, &str)],
     ) {
-        self.state.files.lock().expect("lock").insert(
+        self.state.files.lock().insert(
             path.to_string(),
             Served {
                 body: body.into(),
@@ -386,7 +380,7 @@ impl FileServer {
 
     /// Requires this exact `Authorization` header value for every path (None: no auth).
     pub fn require_auth(&self, value: Option<String>) {
-        let mut rules = self.state.auth.lock().expect("lock");
+        let mut rules = self.state.auth.lock();
         rules.clear();
         if let Some(v) = value {
             rules.push((String::new(), v, "Basic realm=\"test\"".into()));
@@ -395,11 +389,10 @@ impl FileServer {
 
     /// Requires `value` for paths under `prefix`, answering others with `challenge`.
     pub fn require_auth_for(&self, prefix: &str, value: &str, challenge: &str) {
-        self.state.auth.lock().expect("lock").push((
-            prefix.to_string(),
-            value.to_string(),
-            challenge.to_string(),
-        ));
+        self.state
+            .auth
+            .lock()
+            .push((prefix.to_string(), value.to_string(), challenge.to_string()));
     }
 
     /// Responses with a body (200).

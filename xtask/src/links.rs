@@ -1,5 +1,5 @@
-//! The links between the docs: every relative Markdown link of README.md, CHANGELOG.md and
-//! docs/*.md names a file of the repository (never one outside it), and every `#anchor`
+//! The links between the docs: every relative Markdown link of README.md, CHANGELOG.md,
+//! docs/*.md and every *.md under examples/ names a file of the repository (never one outside it), and every `#anchor`
 //! names a heading of its target page (GitHub's anchors). Links to `http(s)://` pages are
 //! not fetched. Fenced code blocks and inline code are skipped.
 
@@ -41,7 +41,27 @@ pub fn pages(root: &Path) -> Vec<String> {
         docs.sort();
         pages.extend(docs);
     }
+    pages.extend(markdown_under(root, "examples"));
     pages
+}
+
+/// The `*.md` files anywhere below `root/dir` (relative to `root`), sorted; none when `dir`
+/// cannot be read.
+fn markdown_under(root: &Path, dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+        return out;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let rel = format!("{dir}/{}", entry.file_name().to_string_lossy());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(markdown_under(root, &rel));
+        } else if rel.ends_with(".md") {
+            out.push(rel);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Checks the links of [`pages`].
@@ -204,6 +224,29 @@ mod tests {
         );
         let a = anchors("# A\n## Same\n## Same\n```\n## Not a heading\n```\n");
         assert!(a.contains("same") && a.contains("same-1") && !a.contains("not-a-heading"));
+    }
+
+    #[test]
+    fn the_pages_include_every_markdown_file_under_examples() {
+        let root = std::env::temp_dir().join(format!("xtask-pages-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("examples/a/deep")).expect("dir");
+        std::fs::create_dir_all(root.join("docs")).expect("docs");
+        std::fs::write(root.join("docs/x.md"), "").expect("docs/x.md");
+        std::fs::write(root.join("examples/README.md"), "").expect("readme");
+        std::fs::write(root.join("examples/a/deep/notes.md"), "").expect("notes");
+        std::fs::write(root.join("examples/a/set.yaml"), "").expect("yaml");
+        let found = pages(&root);
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(
+            found,
+            [
+                "README.md",
+                "CHANGELOG.md",
+                "docs/x.md",
+                "examples/README.md",
+                "examples/a/deep/notes.md"
+            ]
+        );
     }
 
     /// The broken fixture: one link of each kind of break, and good links beside them.

@@ -3,14 +3,19 @@
 //! - `cargo run -p xtask -- docs`: writes `docs/api.md` (from the CRD schema in
 //!   `config/crd/applyset.dev.yaml`) and the chart's values table in `docs/operations.md`
 //!   (from the comments of `charts/applyset-operator/values.yaml`).
-//! - `cargo run -p xtask -- check`: fails when either is stale, or a link between the docs is
-//!   broken.
+//! - `cargo run -p xtask -- check`: fails when either is stale, when a link between the docs
+//!   (README, CHANGELOG, docs/, examples/) is broken, when a production file under `src/` is
+//!   over 800 lines ([`sizes`]), or when the kubectl plugin lists cluster objects itself
+//!   ([`plugin_reads`]); it reports every failure, not only the first.
 //! - `cargo run -p xtask -- links`: the link check alone.
 //!
 //! The same checks run as this crate's tests (`cargo test --workspace`, so `make test`).
 
 mod api;
 mod links;
+mod plugin_reads;
+mod sizes;
+mod sources;
 mod values;
 
 use std::{
@@ -34,6 +39,12 @@ pub enum Error {
     /// A generated file differs from what the generator writes now.
     Stale(&'static str),
     Links(Vec<links::Broken>),
+    /// Production files over the bound of [`sizes::MAX_LINES`].
+    Oversized(Vec<sizes::Oversized>),
+    /// Listings of cluster objects under `src/bin/`.
+    Listings(Vec<plugin_reads::Listing>),
+    /// Several checks failed: each one's error.
+    Several(Vec<Error>),
 }
 
 impl fmt::Display for Error {
@@ -52,6 +63,36 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::Oversized(files) => {
+                writeln!(
+                    f,
+                    "{} production file(s) over {} lines (the lines before #[cfg(test)]; split each by concern):",
+                    files.len(),
+                    sizes::MAX_LINES
+                )?;
+                for o in files {
+                    writeln!(f, "  {o}")?;
+                }
+                Ok(())
+            }
+            Error::Listings(found) => {
+                writeln!(
+                    f,
+                    "{} listing(s) of cluster objects under {}/ (the plugin reads members and parents through the library, it lists nothing itself):",
+                    found.len(),
+                    plugin_reads::BIN_DIR
+                )?;
+                for l in found {
+                    writeln!(f, "  {l}")?;
+                }
+                Ok(())
+            }
+            Error::Several(errors) => {
+                for e in errors {
+                    writeln!(f, "{e}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -64,7 +105,7 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn read(root: &Path, rel: &str) -> Result<String, Error> {
+pub fn read(root: &Path, rel: &str) -> Result<String, Error> {
     let p = root.join(rel);
     std::fs::read_to_string(&p).map_err(|e| Error::Io(p, e))
 }
@@ -95,6 +136,22 @@ pub fn check_current(
     Ok(())
 }
 
+/// Every check of `xtask check`, each run even when another failed.
+fn check(root: &Path) -> Result<(), Error> {
+    let results = [
+        generated(root).and_then(|g| check_current(&g, |p| read(root, p))),
+        links::check_repo(root),
+        sizes::check_repo(root),
+        plugin_reads::check_repo(root),
+    ];
+    let mut errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::Several(errors)),
+    }
+}
+
 fn run(task: &str) -> Result<(), Error> {
     let root = root();
     match task {
@@ -104,10 +161,7 @@ fn run(task: &str) -> Result<(), Error> {
             }
             Ok(())
         }
-        "check" => {
-            check_current(&generated(&root)?, |p| read(&root, p))?;
-            links::check_repo(&root)
-        }
+        "check" => check(&root),
         "links" => links::check_repo(&root),
         _ => unreachable!("the task is checked by main"),
     }
@@ -153,6 +207,20 @@ mod tests {
     #[test]
     fn the_links_between_the_docs_hold() {
         if let Err(e) = links::check_repo(&root()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn no_production_file_is_over_the_bound() {
+        if let Err(e) = sizes::check_repo(&root()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn the_plugin_lists_no_cluster_objects_itself() {
+        if let Err(e) = plugin_reads::check_repo(&root()) {
             panic!("{e}");
         }
     }
