@@ -107,6 +107,10 @@ async fn wait_ready_is(set: &Parent, status: &str, reason: &str) -> ApplySetStat
     set.wait_ready_reason(Some(status), reason).await
 }
 
+/// How long a status must stay as it is to show that no reconcile ran: a reconcile the
+/// watches triggered would write within it.
+const SETTLE: Duration = Duration::from_secs(5);
+
 #[tokio::test]
 async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_health_stays_current() {
     let h = Harness::new("health-wait").await;
@@ -169,11 +173,11 @@ async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_heal
         st.health.as_ref().map(|h| (h.current, h.not_current.len())),
         Some((2, 0))
     );
+    let ready_before = ready(&st).clone();
 
     // An hour later (say) the rollout gets stuck: Healthy turns False with the reason, from
     // the watch alone — no reconcile runs (a status written by the member's controller is
     // not drift).
-    let reconciles = op.metrics().reconciles();
     write_status(&h.client, &deployment_ar(), &h.ns, "web", stuck()).await;
     let st = wait_healthy(&set, "False").await;
     let (_, reason, message) = healthy(&st).unwrap_or_default();
@@ -183,10 +187,16 @@ async fn a_set_that_waits_is_ready_once_its_deployment_is_available_and_its_heal
         "{message}"
     );
     assert_eq!(st.health.as_ref().map(|h| h.failed), Some(1));
-    assert_eq!(op.metrics().reconciles(), reconciles, "no reconcile ran");
+    // No reconcile ran: Ready is still the last reconcile's outcome, written before the
+    // rollout got stuck, and stays so. A reconcile now would make it False
+    // (HealthCheckFailed), as the requested one below does. This cannot race with the
+    // reconcile that wrote Ready=True: its status write was observed above, and it writes
+    // nothing after it.
+    let steady = set
+        .assert_steady("Ready (no reconcile runs)", SETTLE, |st| ready(st).clone())
+        .await;
     assert_eq!(
-        ready(&st).status,
-        "True",
+        steady, ready_before,
         "Ready is the last reconcile's outcome"
     );
 
@@ -368,8 +378,8 @@ async fn custom_resources_are_assessed_by_their_conditions() {
         }
     };
     healthy_is("True", "Current").await;
+    let ready_before = ready(&set.status().await.expect("a status")).clone();
     // Its controller says it is not ready yet, then that it is stuck, then ready.
-    let reconciles = op.metrics().reconciles();
     write_status(&h.client, &ar, &h.ns, "g", json!({"conditions": [
         {"type": "Ready", "status": "False", "reason": "Provisioning", "message": "waiting for a volume"}]}))
         .await;
@@ -394,11 +404,15 @@ async fn custom_resources_are_assessed_by_their_conditions() {
     )
     .await;
     healthy_is("True", "Current").await;
-    assert_eq!(
-        op.metrics().reconciles(),
-        reconciles,
-        "kept current without a reconcile"
-    );
+    // Kept current without a reconcile: Ready is the one written before the first change
+    // (the same transition time), and stays so. A reconcile while the Gadget was not ready or
+    // stuck would have made it Unknown or False, moving its transition time. This cannot
+    // race with the reconcile that wrote it: its status write was observed before the
+    // changes began.
+    let steady = set
+        .assert_steady("Ready (no reconcile runs)", SETTLE, |st| ready(st).clone())
+        .await;
+    assert_eq!(steady, ready_before, "kept current without a reconcile");
     stop(op).await;
     crds.delete(&format!("gadgets.{group}"), &Default::default())
         .await

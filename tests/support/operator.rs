@@ -226,6 +226,12 @@ pub async fn stop(op: Operator) {
 }
 
 /// Waits until the operator has finished at least `n` more reconciles than now.
+///
+/// A reconcile in flight now may be the first of them (it is counted when it ends), so this
+/// proves "a reconcile that began after this call has ended" only with `n >= 2` and one set
+/// reconciling (reconciles of one set never overlap: the second to end began after the
+/// first ended). Assert the effect of a reconcile (its status, the objects) where there is
+/// one; this is for proving that nothing happened over a window that holds a reconcile.
 pub async fn wait_reconciles(op: &Operator, n: u64) {
     let metrics = op.metrics();
     let base = metrics.reconciles();
@@ -449,6 +455,32 @@ impl Parent {
                 self.describe().await
             ),
         }
+    }
+
+    /// Asserts that `read` of the parent's status stays what it is now for `window`, polling;
+    /// returns that value. Nothing happening can only be shown over a window: take it after
+    /// the last write that was due has been observed, so that no write in flight can land in
+    /// it.
+    pub async fn assert_steady<T, F>(&self, what: &str, window: Duration, read: F) -> T
+    where
+        T: PartialEq + std::fmt::Debug,
+        F: Fn(&ApplySetStatus) -> T,
+    {
+        let now = || async { self.status().await.map(|st| read(&st)) };
+        let first = now().await;
+        let end = tokio::time::Instant::now() + window;
+        while tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let seen = now().await;
+            assert_eq!(
+                seen,
+                first,
+                "{what} changed within {window:?} on {}; the parent is now:\n{}",
+                self.display(),
+                self.describe().await
+            );
+        }
+        first.unwrap_or_else(|| panic!("{} has no status", self.display()))
     }
 
     /// Waits until the status describes the current generation and its `Ready` condition has
