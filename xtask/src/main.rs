@@ -66,7 +66,7 @@ impl fmt::Display for Error {
             Error::Oversized(files) => {
                 writeln!(
                     f,
-                    "{} production file(s) over {} lines (the lines before #[cfg(test)]; split each by concern):",
+                    "{} production file(s) over {} lines (the lines outside #[cfg(test)] modules; split each by concern):",
                     files.len(),
                     sizes::MAX_LINES
                 )?;

@@ -1,8 +1,9 @@
 //! No production file over [`MAX_LINES`] lines: the house rule that keeps one concept per
-//! module. A file's production code is its lines before the `#[cfg(test)]` attribute that opens
-//! its test module (a file without one is all production code); `tests.rs` files and files
-//! under a `tests` directory are tests and are not counted. No allow-list: a file over the
-//! bound is split by concern.
+//! module. A file's production code is its lines outside its inline `#[cfg(test)]` modules
+//! (before the test module, and any after it); a test module declared in a file of its own
+//! (`mod tests;`) is one line of the file, and `tests.rs` files and files under a `tests`
+//! directory are tests and are not counted. No allow-list: a file over the bound is split by
+//! concern.
 
 use std::{fmt, path::Path};
 
@@ -34,30 +35,57 @@ pub fn is_test_file(path: &str) -> bool {
     name == "tests.rs" || parts.any(|dir| dir == "tests")
 }
 
-/// The production lines of a Rust file: the lines before the first `#[cfg(test)]` line that
-/// opens a module (the next line that is neither blank nor an attribute nor a comment declares
-/// a `mod`); all its lines when there is none.
+/// The production lines of a Rust file: its lines outside its inline test modules. A test
+/// module is a `#[cfg(test)]` at the start of a line whose next line of code (not blank, an
+/// attribute or a comment) opens an inline module; it ends at the next line that is `}` alone
+/// (rustfmt, which `make lint` holds the code to, closes a top-level module so and indents
+/// everything inside it), or on its own line when it closes there (`mod t {}`).
 pub fn production_lines(text: &str) -> usize {
     let lines: Vec<&str> = text.lines().collect();
-    lines
-        .iter()
-        .enumerate()
-        .find(|(i, l)| l.trim() == "#[cfg(test)]" && opens_module(&lines[i + 1..]))
-        .map_or(lines.len(), |(i, _)| i)
+    let mut count = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        match test_module_end(&lines, i) {
+            Some(end) => i = end + 1,
+            None => {
+                count += 1;
+                i += 1;
+            }
+        }
+    }
+    count
 }
 
-/// Whether the first line of `after` that is code (not blank, an attribute or a comment)
-/// declares a module.
-fn opens_module(after: &[&str]) -> bool {
-    after
+/// Where the test module that starts at line `at` ends (the index of its last line): None when
+/// no test module starts there; the last line when it never closes.
+fn test_module_end(lines: &[&str], at: usize) -> Option<usize> {
+    if lines[at].trim_end() != "#[cfg(test)]" {
+        return None;
+    }
+    let (offset, opening) = lines[at + 1..].iter().enumerate().find(|(_, l)| {
+        let l = l.trim();
+        !(l.is_empty() || l.starts_with("#[") || l.starts_with("//"))
+    })?;
+    if !opens_module(opening) {
+        return None;
+    }
+    let opening_at = at + 1 + offset;
+    if opening.trim_end().ends_with('}') {
+        return Some(opening_at);
+    }
+    let close = lines[opening_at + 1..]
         .iter()
-        .map(|l| l.trim())
-        .find(|l| !(l.is_empty() || l.starts_with("#[") || l.starts_with("//")))
-        .is_some_and(|l| {
-            let l = l.strip_prefix("pub ").unwrap_or(l);
-            let l = l.strip_prefix("pub(crate) ").unwrap_or(l);
-            l.starts_with("mod ")
-        })
+        .position(|l| l.trim_end() == "}");
+    Some(close.map_or(lines.len() - 1, |c| opening_at + 1 + c))
+}
+
+/// Whether `line` opens an inline module (`mod name {`), not one in a file of its own
+/// (`mod name;`).
+fn opens_module(line: &str) -> bool {
+    let l = line.trim();
+    let l = l.strip_prefix("pub ").unwrap_or(l);
+    let l = l.strip_prefix("pub(crate) ").unwrap_or(l);
+    l.starts_with("mod ") && !l.ends_with(';')
 }
 
 /// The production files under `src/` whose production code is over [`MAX_LINES`].
@@ -94,15 +122,20 @@ mod tests {
         let text =
             "//! Doc.\nfn a() {}\n\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n";
         assert_eq!(production_lines(text), 3);
-        // An attribute or comment between the cfg and the module, and a module in a file.
+        // An attribute or comment between the cfg and the module.
         assert_eq!(
-            production_lines("fn a() {}\n#[cfg(test)]\n#[path = \"t.rs\"]\n// the tests\nmod t;\n"),
+            production_lines(
+                "fn a() {}\n#[cfg(test)]\n#[allow(unused)]\n// the tests\nmod t {\n}\n"
+            ),
             1
         );
         assert_eq!(
-            production_lines("fn a() {}\n#[cfg(test)]\npub(crate) mod t;\n"),
+            production_lines("fn a() {}\n#[cfg(test)]\npub(crate) mod t {}\n"),
             1
         );
+        // A test module in a file of its own, declared among the modules, ends nothing.
+        let text = "mod a;\n#[cfg(test)]\nmod tests;\n\nfn b() {}\nfn c() {}\n";
+        assert_eq!(production_lines(text), 6);
     }
 
     #[test]
@@ -115,6 +148,22 @@ mod tests {
         assert_eq!(production_lines(text), 5);
         // Nor does a cfg(test) as the last line.
         assert_eq!(production_lines("fn a() {}\n#[cfg(test)]\n"), 2);
+    }
+
+    #[test]
+    fn production_code_after_the_test_module_counts() {
+        let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n}\n\nfn b() {}\n";
+        assert_eq!(production_lines(text), 3);
+        // Indented braces inside the module do not close it; an unclosed one runs to the end.
+        let text = "fn a() {}\n#[cfg(test)]\nmod tests {\n    fn t() {\n    }\n}\nfn b() {}\n";
+        assert_eq!(production_lines(text), 2);
+        assert_eq!(
+            production_lines("fn a() {}\n#[cfg(test)]\nmod tests {\n    fn t() {}\n"),
+            1
+        );
+        // An indented cfg(test) (inside another module) is left to that module.
+        let text = "mod m {\n    #[cfg(test)]\n    mod t {}\n}\n";
+        assert_eq!(production_lines(text), 4);
     }
 
     #[test]
