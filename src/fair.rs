@@ -32,7 +32,6 @@ use std::{
 };
 
 use parking_lot::Mutex;
-
 use tokio::sync::oneshot;
 
 mod builds;

@@ -25,7 +25,6 @@ use std::{
 };
 
 use parking_lot::Mutex;
-
 use tokio::sync::oneshot;
 
 use super::Ticket;
