@@ -416,6 +416,7 @@ mod tests {
                 managed_fields: managed,
                 ..Default::default()
             },
+            object: None,
         }
     }
 
