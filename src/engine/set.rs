@@ -11,6 +11,7 @@
 use std::{collections::BTreeSet, time::Instant};
 
 use futures::StreamExt;
+use kube::{Api, api::DynamicObject};
 
 use super::{
     Extent, SetScope, adopt, apply,
@@ -157,6 +158,15 @@ impl<'a> SetEngine<'a> {
         };
         let known = Default::default();
         live::list_in(self.scope, self.resolver, &known, listed, Detail::Objects).await
+    }
+
+    /// A member's live object now (one GET), `None` when it is gone: what a view shows of a
+    /// candidate the plan would prune.
+    pub async fn live_object(&self, member: &LiveMember) -> kube::Result<Option<DynamicObject>> {
+        let namespace = member.reference.namespace.as_deref();
+        let api: Api<DynamicObject> =
+            crate::discovery::api_in(&self.scope.client, namespace, &member.resource);
+        api.get_opt(&member.reference.name).await
     }
 
     /// Looks at each namespace `desired` puts members in (one metadata GET each, through the
