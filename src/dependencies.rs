@@ -688,7 +688,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     use super::*;
-    use crate::api::{ApplySet, ClusterApplySet, Dependency};
+    use crate::api::{ApplySet, Dependency};
 
     fn a(ns: &str, name: &str) -> ParentRef {
         ParentRef::applyset(ns, name)

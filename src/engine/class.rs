@@ -202,14 +202,14 @@ mod tests {
     #[test]
     fn applied_member_and_unfinished_prune_classes() {
         let outcomes = every_outcome();
-        let which = |q: fn(&Class<'_>) -> bool| -> Vec<usize> {
+        let which = |q: &dyn Fn(&Class<'_>) -> bool| -> Vec<usize> {
             (0..outcomes.len())
                 .filter(|i| q(&outcomes[*i].class()))
                 .collect()
         };
-        assert_eq!(which(Class::is_applied), vec![0, 1, 2, 3]);
-        assert_eq!(which(Class::is_member), (0..10).collect::<Vec<_>>());
-        assert_eq!(which(Class::is_unfinished_prune), vec![12, 14, 15]);
+        assert_eq!(which(&|c| c.is_applied()), vec![0, 1, 2, 3]);
+        assert_eq!(which(&|c| c.is_member()), (0..10).collect::<Vec<_>>());
+        assert_eq!(which(&|c| c.is_unfinished_prune()), vec![12, 14, 15]);
     }
 
     #[test]

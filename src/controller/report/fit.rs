@@ -13,7 +13,7 @@ use crate::{api::ApplySetStatus, parent::Parent, status};
 pub const MAX_OBJECT_BYTES: usize = 1 << 20;
 
 /// Shortest a message is cut to while other entries remain to cut.
-const MIN_MESSAGE: usize = 64;
+pub(super) const MIN_MESSAGE: usize = 64;
 
 /// Bytes of `status` as JSON.
 pub(super) fn json_len(status: &ApplySetStatus) -> usize {

@@ -1,7 +1,7 @@
 //! The report's pure builders, status fitting and event choice, exhaustively.
 
 use super::{
-    fit::{json_len, largest, with_lists},
+    fit::{MIN_MESSAGE, json_len, largest, with_lists},
     *,
 };
 use crate::engine::outcome::{Outcome, Retained};
