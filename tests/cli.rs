@@ -805,3 +805,108 @@ async fn diff_of_a_large_set() {
         "diff of {N} members took {took:?}"
     );
 }
+
+/// `diff` refuses, as the operator would, the members of a namespace being terminated — one
+/// that exists (the API server would accept its dry-run) and one that does not — names the
+/// reason on a `# refused` line and exits 1. An object of the test with a finalizer of its
+/// own keeps the namespace Terminating until the end.
+#[tokio::test]
+async fn diff_refuses_members_of_a_terminating_namespace_and_names_why() {
+    let h = Harness::new("cli-refused").await;
+    let doomed = h.extra_namespace("cli-doomed").await;
+    let set = Parent {
+        namespace: Some(doomed.clone()),
+        ..h.applyset("app")
+    };
+    let mut kept = configmap_in(&doomed, "kept", json!({"k": "v"}));
+    kept["metadata"]["labels"] = json!({LABEL_PART_OF: set.id()});
+    ssa(
+        &h.client,
+        &configmap_ar(),
+        Some(&doomed),
+        &set.manager(),
+        kept,
+    )
+    .await;
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(h.client.clone(), &doomed);
+    let hold = json!({"metadata": {"finalizers": ["applyset.dev/test-hold"]}});
+    configmaps
+        .patch("kept", &PatchParams::default(), &Patch::Merge(hold))
+        .await
+        .expect("hold the namespace");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(h.client.clone());
+    namespaces
+        .delete(&doomed, &Default::default())
+        .await
+        .expect("delete the namespace");
+
+    let dir = scratch("cli-refused");
+    let file = dir.join("app.yaml");
+    let spec = json!({"manifests": [
+        configmap("kept", json!({"k": "v"})),
+        configmap("new", json!({"k": "v"})),
+    ]});
+    write_set(&file, &set, &spec);
+    let out = on_cluster(&["diff", "-f", file.to_str().expect("path")]).await;
+    let text = stdout(&out);
+
+    let release = json!({"metadata": {"finalizers": null}});
+    configmaps
+        .patch("kept", &PatchParams::default(), &Patch::Merge(release))
+        .await
+        .expect("release the namespace");
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    for name in ["kept", "new"] {
+        let line = format!(
+            "# refused ConfigMap {doomed}/{name}: namespace {doomed} is being terminated\n"
+        );
+        assert!(text.contains(&line), "no {line:?} in\n{}", shown(&out));
+    }
+    assert!(
+        text.contains("0 conflicts, 2 refused, 0 unchanged"),
+        "{}",
+        shown(&out)
+    );
+}
+
+/// `tree` and `diff` list the set's members through the engine, a page at a time: with
+/// `--chunk-size 2` every one of five members is found (the tree shows each; the diff prunes
+/// the four no longer declared).
+#[tokio::test]
+async fn tree_and_diff_list_members_a_page_at_a_time() {
+    let h = Harness::new("cli-pages").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("paged");
+    let manifests: Vec<Value> = (0..5)
+        .map(|i| configmap(&format!("c{i}"), json!({"i": i.to_string()})))
+        .collect();
+    set.create(json!({"manifests": manifests.clone()})).await;
+    set.wait_ready().await;
+    stop(op).await;
+
+    let out = on_cluster(&["tree", "paged", "-n", ns, "--chunk-size", "2"]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let text = stdout(&out);
+    for i in 0..5 {
+        assert!(
+            text.contains(&format!("ConfigMap/{ns}/c{i}  Current")),
+            "c{i} missing:\n{}",
+            shown(&out)
+        );
+    }
+
+    let dir = scratch("cli-pages");
+    let file = dir.join("paged.yaml");
+    write_set(&file, &set, &json!({"manifests": [manifests[0].clone()]}));
+    let path = file.to_str().expect("path");
+    let out = on_cluster(&["diff", "-f", path, "--chunk-size", "2"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("0 to create, 0 to change, 4 to prune, 0 conflicts, 1 unchanged"),
+        "{}",
+        shown(&out)
+    );
+}
