@@ -1,6 +1,6 @@
 //! What of a set is live: metadata-only LISTs of the objects labelled `part-of=<id>`, or the
 //! member watches' answer when they cover every kind involved; and the same paged LISTs of
-//! whole objects for views ([`Detail::Objects`]: `kubectl applyset tree`).
+//! whole objects for views (`kubectl applyset tree`, through [`super::SetEngine::members`]).
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -39,13 +39,13 @@ pub struct LiveMember {
     pub reference: MemberRef,
     pub meta: ObjectMeta,
     /// The whole object (with its apiVersion and kind), when listed in full
-    /// ([`Detail::Objects`]); `None` when listed metadata only.
+    /// (for views); `None` when listed metadata only.
     pub object: Option<Box<DynamicObject>>,
 }
 
 /// What a LIST of members returns of each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Detail {
+pub(super) enum Detail {
     /// Metadata only: what the reconcile needs.
     Metadata,
     /// The whole objects: what a view (health, a diff's text) needs.
@@ -61,7 +61,7 @@ impl LiveMember {
 }
 
 /// Whether `manager` owns the `part-of` label according to managedFields.
-pub fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
+pub(super) fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
     let key = format!("f:{LABEL_PART_OF}");
     meta.managed_fields.iter().flatten().any(|mf| {
         mf.manager.as_deref() == Some(manager)
@@ -174,14 +174,14 @@ pub async fn list(
 
 /// The kinds and namespaces a listing covers.
 #[derive(Clone, Copy)]
-pub struct Listed<'a> {
-    pub kinds: &'a BTreeSet<GroupKind>,
-    pub namespaces: &'a BTreeSet<String>,
+pub(super) struct Listed<'a> {
+    pub(super) kinds: &'a BTreeSet<GroupKind>,
+    pub(super) namespaces: &'a BTreeSet<String>,
 }
 
 /// [`list`], returning `detail` of each member: every page (the scope's page size), and a
 /// LIST answered 404 settled by a discovery made after it.
-pub async fn list_in(
+pub(super) async fn list_in(
     scope: &SetScope,
     resolver: &Resolver,
     known: &HashMap<GroupKind, Resolved>,

@@ -50,11 +50,6 @@ impl Outcome {
         self.class().is_applied()
     }
 
-    /// An outcome of applying a declared member (as opposed to pruning a candidate).
-    pub fn is_member(&self) -> bool {
-        self.class().is_member()
-    }
-
     /// A prune that did not finish: the parent must keep recording every kind (and the
     /// later deletion groups wait: a Namespace or CRD is not deleted while something that
     /// should go before it may still be there). An object re-created meanwhile counts: it is
@@ -141,7 +136,7 @@ impl MemberResult {
         }
     }
 
-    pub fn with_uid(self, uid: Option<String>) -> Self {
+    pub(super) fn with_uid(self, uid: Option<String>) -> Self {
         Self { uid, ..self }
     }
 }
@@ -317,8 +312,8 @@ mod tests {
     fn classification() {
         assert!(Outcome::Unchanged.is_applied());
         assert!(!failed().is_applied());
-        assert!(failed().is_member());
-        assert!(!Outcome::Pruned.is_member());
+        assert!(failed().class().is_member());
+        assert!(!Outcome::Pruned.class().is_member());
         assert!(Outcome::Changed.is_unfinished_prune());
         assert!(
             Outcome::DeleteFailed {

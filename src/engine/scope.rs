@@ -123,7 +123,7 @@ impl SetScope {
 
     /// A permit of the shared bound on member writes, held while one write is in flight
     /// (`None` without a bound; a closed semaphore, which nothing closes, lifts it).
-    pub async fn write_permit(&self) -> Option<SemaphorePermit<'_>> {
+    pub(super) async fn write_permit(&self) -> Option<SemaphorePermit<'_>> {
         match &self.writes {
             Some(s) => s.acquire().await.ok(),
             None => None,
