@@ -285,6 +285,12 @@ spec:
         shown(&out)
     );
 
+    build_errors_name_file_and_line(&dir).await;
+}
+
+/// `build` without a cluster refuses a source it would read from one, and names the file of a
+/// YAML syntax error (the rest of the test above).
+async fn build_errors_name_file_and_line(dir: &Path) {
     let source = dir.join("source.yaml");
     std::fs::write(
         &source,
@@ -373,53 +379,7 @@ async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
     ]});
     write_set(&file, &set, &changed);
     let out = on_cluster(&["diff", "-f", path]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
-    let text = stdout(&out);
-    assert!(
-        text.contains("1 to create, 2 to change, 1 to prune, 1 conflicts, 0 unchanged"),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!(
-            "--- live/v1.ConfigMap.{ns}.a\n+++ merged/v1.ConfigMap.{ns}.a\n"
-        )),
-        "{}",
-        shown(&out)
-    );
-    assert!(text.contains("-  k: a\n+  k: changed\n"), "{}", shown(&out));
-    assert!(
-        text.contains(&format!("--- /dev/null\n+++ merged/v1.ConfigMap.{ns}.c\n")),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!("--- live/v1.Secret.{ns}.gone\n+++ /dev/null\n")),
-        "{}",
-        shown(&out)
-    );
-    // Secret values never show; a changed one is marked.
-    for value in [
-        "b2xkLXNlY3JldA==",
-        "bmV3LXNlY3JldA==",
-        "YWRtaW4=",
-        "c2VjcmV0",
-    ] {
-        assert!(!text.contains(value), "{value} shown:\n{}", shown(&out));
-    }
-    assert!(
-        text.contains("-  password: '*** (before)'\n+  password: '*** (after)'\n")
-            || text.contains("-  password: \"*** (before)\"\n+  password: \"*** (after)\"\n"),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!(
-            "# conflict ConfigMap {ns}/b: conflict with field manager(s) \"someone-else\""
-        )),
-        "{}",
-        shown(&out)
-    );
+    assert_changes_shown(&out, ns);
 
     // Nothing was written by the diff.
     let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
@@ -436,7 +396,60 @@ async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
 }
 
-/// `kubectl applyset diff` and Plan mode run one plan (the library's `engine::plan`): on a set
+/// What the diff of the changed file shows (see the test above): exit 1, the counts, a
+/// unified diff of the change, the creation and the prune, Secret values masked and a changed
+/// one marked, and the conflict with another field manager.
+fn assert_changes_shown(out: &Output, ns: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", shown(out));
+    let text = stdout(out);
+    assert!(
+        text.contains("1 to create, 2 to change, 1 to prune, 1 conflicts, 0 unchanged"),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!(
+            "--- live/v1.ConfigMap.{ns}.a\n+++ merged/v1.ConfigMap.{ns}.a\n"
+        )),
+        "{}",
+        shown(out)
+    );
+    assert!(text.contains("-  k: a\n+  k: changed\n"), "{}", shown(out));
+    assert!(
+        text.contains(&format!("--- /dev/null\n+++ merged/v1.ConfigMap.{ns}.c\n")),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!("--- live/v1.Secret.{ns}.gone\n+++ /dev/null\n")),
+        "{}",
+        shown(out)
+    );
+    // Secret values never show; a changed one is marked.
+    for value in [
+        "b2xkLXNlY3JldA==",
+        "bmV3LXNlY3JldA==",
+        "YWRtaW4=",
+        "c2VjcmV0",
+    ] {
+        assert!(!text.contains(value), "{value} shown:\n{}", shown(out));
+    }
+    assert!(
+        text.contains("-  password: '*** (before)'\n+  password: '*** (after)'\n")
+            || text.contains("-  password: \"*** (before)\"\n+  password: \"*** (after)\"\n"),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!(
+            "# conflict ConfigMap {ns}/b: conflict with field manager(s) \"someone-else\""
+        )),
+        "{}",
+        shown(out)
+    );
+}
+
+/// `kubectl applyset diff` and Plan mode run one plan (the library's `SetEngine::plan`): on a set
 /// that adds a member (c), changes one (a), prunes one (gone) and refuses one (b: another
 /// field manager owns the field it sets), both refuse b with the same message; once b no
 /// longer conflicts, Plan mode's lists are exactly the diff's creations, changes and prunes.
@@ -514,14 +527,31 @@ async fn diff_and_plan_mode_agree() {
     );
     set.patch_spec(agreeing).await;
     let st = set.wait_ready_reason(None, "PlanReady").await;
+    assert_plan_lists(&st);
+    assert_diffs_named(&out, ns);
+    // Neither wrote anything.
+    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
+    assert_eq!(a.data["data"]["k"], "a");
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
+    assert!(exists(&h.client, &configmap_ar(), Some(ns), "gone").await);
+}
+
+/// Plan mode's lists of the agreeing set (see the test above): c to create, a to update,
+/// gone to prune, one unchanged.
+fn assert_plan_lists(st: &applyset_operator::api::ApplySetStatus) {
     let plan = st.plan.clone().expect("status.plan");
     let named = |list: &[applyset_operator::api::MemberRef]| -> Vec<String> {
         list.iter().map(|m| m.name.clone()).collect()
     };
-    assert_eq!(named(&plan.create), ["c"], "{}", status_json(&st));
-    assert_eq!(named(&plan.update), ["a"], "{}", status_json(&st));
-    assert_eq!(named(&plan.prune), ["gone"], "{}", status_json(&st));
-    assert_eq!(plan.unchanged, 1, "{}", status_json(&st));
+    assert_eq!(named(&plan.create), ["c"], "{}", status_json(st));
+    assert_eq!(named(&plan.update), ["a"], "{}", status_json(st));
+    assert_eq!(named(&plan.prune), ["gone"], "{}", status_json(st));
+    assert_eq!(plan.unchanged, 1, "{}", status_json(st));
+}
+
+/// The agreeing diff (see the test above) shows the creation of c, the change of a and the
+/// prune of gone, each under the names `kubectl diff` gives them.
+fn assert_diffs_named(out: &Output, ns: &str) {
     for (name, old, new) in [
         (
             "c",
@@ -540,16 +570,11 @@ async fn diff_and_plan_mode_agree() {
         ),
     ] {
         assert!(
-            text.contains(&format!("--- {old}\n+++ {new}\n")),
+            stdout(out).contains(&format!("--- {old}\n+++ {new}\n")),
             "{name}: {}",
-            shown(&out)
+            shown(out)
         );
     }
-    // Neither wrote anything.
-    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
-    assert_eq!(a.data["data"]["k"], "a");
-    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
-    assert!(exists(&h.client, &configmap_ar(), Some(ns), "gone").await);
 }
 
 /// The operator echoes the reconcile request it handled in status.lastHandledReconcileAt;
