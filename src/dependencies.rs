@@ -12,29 +12,23 @@
 //!   deleted) of a set that is gone.
 
 use std::{
-    any::Any,
     collections::{HashMap, HashSet},
-    sync::{Arc, Mutex, OnceLock},
+    sync::OnceLock,
     time::Duration,
 };
 
-use futures::FutureExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::{
-    Client, Resource, ResourceExt,
+    Client, ResourceExt,
     api::ObjectMeta,
-    runtime::{
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::{reflector::Store, watcher},
 };
+use parking_lot::Mutex;
 
 use crate::{
-    api::{
-        ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet, DeletionPolicy, DependencyKind,
-    },
+    api::{ApplySetSpec, ApplySetStatus, DeletionPolicy, DependencyKind},
     applyset::{FINALIZER, ParentKind, ParentRef},
-    parent::Parent,
+    parent::{AnyParent, AnyStore, Parent},
     status,
     tenancy::Defaults,
 };
@@ -344,58 +338,22 @@ pub fn blocking_dependent(
 // ---------------------------------------------------------------------------------------------
 // The index and the caches
 
-/// A parent as found in a cache or read from the API server.
-#[derive(Clone, Debug)]
-pub enum Found {
-    ApplySet(Arc<ApplySet>),
-    ClusterApplySet(Arc<ClusterApplySet>),
+/// Whether a parent is ready as a dependency ([`verdict`]).
+fn verdict_of(p: &AnyParent) -> Result<(), NotReady> {
+    verdict(&p.parent_ref(), Some((p.meta(), p.status())))
 }
 
-impl Found {
-    pub fn meta(&self) -> &ObjectMeta {
-        match self {
-            Found::ApplySet(o) => o.meta(),
-            Found::ClusterApplySet(o) => o.meta(),
-        }
-    }
-
-    pub fn spec(&self) -> &ApplySetSpec {
-        match self {
-            Found::ApplySet(o) => Parent::spec(&**o),
-            Found::ClusterApplySet(o) => Parent::spec(&**o),
-        }
-    }
-
-    pub fn status(&self) -> Option<&ApplySetStatus> {
-        match self {
-            Found::ApplySet(o) => Parent::status(&**o),
-            Found::ClusterApplySet(o) => Parent::status(&**o),
-        }
-    }
-
-    pub fn parent_ref(&self) -> ParentRef {
-        match self {
-            Found::ApplySet(o) => o.parent_ref(),
-            Found::ClusterApplySet(o) => o.parent_ref(),
-        }
-    }
-
-    /// Whether it is ready as a dependency ([`verdict`]).
-    fn verdict(&self) -> Result<(), NotReady> {
-        verdict(&self.parent_ref(), Some((self.meta(), self.status())))
-    }
-
-    fn candidate(&self) -> Candidate {
-        let meta = self.meta();
-        let spec = self.spec();
-        let parent = self.parent_ref();
-        Candidate {
-            depends_on: resolve_lenient(&parent, spec),
-            parent,
-            deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
-            deletes_members: spec.deletion_policy == DeletionPolicy::Delete
-                && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
-        }
+/// A parent as the deletion order looks at it.
+fn candidate(p: &AnyParent) -> Candidate {
+    let meta = p.meta();
+    let spec = p.spec();
+    let parent = p.parent_ref();
+    Candidate {
+        depends_on: resolve_lenient(&parent, spec),
+        parent,
+        deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+        deletes_members: spec.deletion_policy == DeletionPolicy::Delete
+            && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
     }
 }
 
@@ -487,31 +445,23 @@ impl Index {
 #[derive(Default)]
 pub struct Dependencies {
     index: Mutex<Index>,
-    applysets: OnceLock<Store<ApplySet>>,
-    cluster_applysets: OnceLock<Store<ClusterApplySet>>,
+    applysets: OnceLock<AnyStore>,
+    cluster_applysets: OnceLock<AnyStore>,
 }
 
 impl Dependencies {
     /// Gives access to the cache of the parents of kind `P` (each controller's store).
     pub fn use_store<P: Parent>(&self, store: Store<P>) {
-        let store: Box<dyn Any> = Box::new(store);
-        match store.downcast::<Store<ApplySet>>() {
-            Ok(s) => {
-                let _ = self.applysets.set(*s);
-            }
-            Err(other) => {
-                if let Ok(s) = other.downcast::<Store<ClusterApplySet>>() {
-                    let _ = self.cluster_applysets.set(*s);
-                }
-            }
-        }
+        let store = P::any_store(store);
+        let _ = match store {
+            AnyStore::ApplySet(_) => self.applysets.set(store),
+            AnyStore::ClusterApplySet(_) => self.cluster_applysets.set(store),
+        };
     }
 
     /// Records what `parent` depends on now (replacing what it depended on before).
     pub fn set(&self, parent: &ParentRef, dependencies: Vec<ParentRef>) {
-        if let Ok(mut index) = self.index.lock() {
-            index.set(parent, dependencies);
-        }
+        self.index.lock().set(parent, dependencies);
     }
 
     /// Forgets what `parent` depends on (it is deleted).
@@ -522,68 +472,54 @@ impl Dependencies {
     /// How many sets the index holds (`applyset_tracked_sets`): sets with dependencies, and
     /// dependencies with dependents.
     pub fn tracked_sets(&self) -> [(&'static str, usize); 2] {
-        let (depends_on, dependents) = self
-            .index
-            .lock()
-            .map_or((0, 0), |i| (i.depends_on.len(), i.dependents.len()));
+        let (depends_on, dependents) = {
+            let i = self.index.lock();
+            (i.depends_on.len(), i.dependents.len())
+        };
         [("depends_on", depends_on), ("dependents", dependents)]
     }
 
     /// The sets that depend on `parent`, as of their last reconcile, sorted.
     pub fn dependents_of(&self, parent: &ParentRef) -> Vec<ParentRef> {
-        self.index
-            .lock()
-            .map(|i| i.dependents_of(parent))
-            .unwrap_or_default()
+        self.index.lock().dependents_of(parent)
     }
 
     /// What `parent` depends on, as of its last reconcile.
     fn depends_on(&self, parent: &ParentRef) -> Vec<ParentRef> {
         self.index
             .lock()
-            .ok()
-            .and_then(|i| i.depends_on.get(parent).cloned())
+            .depends_on
+            .get(parent)
+            .cloned()
             .unwrap_or_default()
     }
 
     /// `parent` from the caches.
-    pub fn cached(&self, parent: &ParentRef) -> Option<Found> {
-        match parent.kind {
-            ParentKind::ApplySet => {
-                let ns = parent.namespace.as_deref()?;
-                let r = ObjectRef::new(&parent.name).within(ns);
-                Some(Found::ApplySet(self.applysets.get()?.get(&r)?))
-            }
-            ParentKind::ClusterApplySet => {
-                let r = ObjectRef::new(&parent.name);
-                Some(Found::ClusterApplySet(
-                    self.cluster_applysets.get()?.get(&r)?,
-                ))
-            }
-        }
+    pub fn cached(&self, parent: &ParentRef) -> Option<AnyParent> {
+        let store = match parent.kind {
+            ParentKind::ApplySet => self.applysets.get()?,
+            ParentKind::ClusterApplySet => self.cluster_applysets.get()?,
+        };
+        store.get(parent)
     }
 
     /// `parent` from the caches, else from the API server (a set the caches do not hold:
     /// outside the operator's namespace or label selector, or not listed yet); `Ok(None)` when
     /// it does not exist.
-    async fn lookup(&self, client: &Client, parent: &ParentRef) -> Result<Option<Found>, NotReady> {
+    async fn lookup(
+        &self,
+        client: &Client,
+        parent: &ParentRef,
+    ) -> Result<Option<AnyParent>, NotReady> {
         if let Some(found) = self.cached(parent) {
             return Ok(Some(found));
         }
-        let read = match parent.kind {
-            ParentKind::ApplySet => ApplySet::api(client.clone(), parent.namespace.as_deref())
-                .get_opt(&parent.name)
-                .await
-                .map(|o| o.map(|o| Found::ApplySet(Arc::new(o)))),
-            ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
-                .get_opt(&parent.name)
-                .await
-                .map(|o| o.map(|o| Found::ClusterApplySet(Arc::new(o)))),
-        };
-        read.map_err(|e| NotReady::Unreadable {
-            dependency: parent.clone(),
-            cause: e.to_string(),
-        })
+        AnyParent::get(client, parent)
+            .await
+            .map_err(|e| NotReady::Unreadable {
+                dependency: parent.clone(),
+                cause: e.to_string(),
+            })
     }
 
     /// The gate of a reconcile (docs/design.md §4, step 0): records what `parent` depends on, then
@@ -644,9 +580,7 @@ impl Dependencies {
 
     /// Records whether `parent`'s gate refused it for a cycle; returns the sets so refused.
     fn mark_cycle(&self, parent: &ParentRef, in_cycle: bool) -> HashSet<ParentRef> {
-        let Ok(mut index) = self.index.lock() else {
-            return HashSet::new();
-        };
+        let mut index = self.index.lock();
         if in_cycle {
             index.in_cycle.insert(parent.clone());
         } else {
@@ -668,9 +602,7 @@ impl Dependencies {
                 let parent = o.parent_ref();
                 let verdict = verdict(&parent, Some((o.meta(), o.status())));
                 let dependents = {
-                    let Ok(mut index) = self.index.lock() else {
-                        return Vec::new();
-                    };
+                    let mut index = self.index.lock();
                     if !index.dependents.contains_key(&parent) {
                         return Vec::new();
                     }
@@ -688,13 +620,11 @@ impl Dependencies {
             }
             watcher::Event::Delete(o) => {
                 let parent = o.parent_ref();
-                let dependents = match self.index.lock() {
-                    Ok(mut index) => {
-                        index.verdicts.remove(&parent);
-                        index.set(&parent, Vec::new());
-                        index.dependents_of(&parent)
-                    }
-                    Err(_) => Vec::new(),
+                let dependents = {
+                    let mut index = self.index.lock();
+                    index.verdicts.remove(&parent);
+                    index.set(&parent, Vec::new());
+                    index.dependents_of(&parent)
                 };
                 let mut out = self.not_ready(dependents);
                 out.extend(resolve_lenient(&parent, o.spec()).into_iter().filter(|d| {
@@ -711,7 +641,7 @@ impl Dependencies {
     fn not_ready(&self, parents: Vec<ParentRef>) -> Vec<ParentRef> {
         parents
             .into_iter()
-            .filter(|p| self.cached(p).is_none_or(|f| f.verdict().is_err()))
+            .filter(|p| self.cached(p).is_none_or(|f| verdict_of(&f).is_err()))
             .collect()
     }
 
@@ -721,25 +651,14 @@ impl Dependencies {
     /// `now`: the current time.
     pub fn waiting_for(&self, me: &ParentRef, spec: &ApplySetSpec, now: Timestamp) -> Waiting {
         let mut candidates = Vec::new();
-        if let Some(s) = self.applysets.get() {
-            if s.wait_until_ready().now_or_never().is_none() {
+        for store in [self.applysets.get(), self.cluster_applysets.get()]
+            .into_iter()
+            .flatten()
+        {
+            let Some(parents) = store.listed() else {
                 return Waiting::Caches;
-            }
-            candidates.extend(
-                s.state()
-                    .into_iter()
-                    .map(|o| Found::ApplySet(o).candidate()),
-            );
-        }
-        if let Some(s) = self.cluster_applysets.get() {
-            if s.wait_until_ready().now_or_never().is_none() {
-                return Waiting::Caches;
-            }
-            candidates.extend(
-                s.state()
-                    .into_iter()
-                    .map(|o| Found::ClusterApplySet(o).candidate()),
-            );
+            };
+            candidates.extend(parents.iter().map(candidate));
         }
         // Only the dependencies the gate would let through (see `confined`).
         let candidates: Vec<Candidate> = candidates
@@ -769,7 +688,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     use super::*;
-    use crate::api::Dependency;
+    use crate::api::{ApplySet, Dependency};
 
     fn a(ns: &str, name: &str) -> ParentRef {
         ParentRef::applyset(ns, name)
@@ -1249,7 +1168,7 @@ mod tests {
         d.forget(&api);
         d.forget(&web);
         assert_eq!(d.dependents_of(&crds), Vec::<ParentRef>::new());
-        let index = d.index.lock().expect("lock");
+        let index = d.index.lock();
         assert!(index.depends_on.is_empty() && index.dependents.is_empty());
     }
 

@@ -17,10 +17,12 @@
 //! - [`kinds`]: kind rules (stages of apply, order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
-//! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink).
-//! - [`engine`]: the per-set engine — a scope computed once per reconcile (ID, field manager,
-//!   selector, client, write bound) and its verbs: learn what is live, apply staged, decide
-//!   and carry out a prune, reporting per member in one vocabulary.
+//! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink),
+//!   and either parent kind as one value (`AnyParent`).
+//! - [`engine`]: the per-set engine — `SetEngine`, one API for one set, built from a scope
+//!   computed once per reconcile (ID, field manager, selector, client, write bound), whose
+//!   methods are the verbs in order: observe, plan (a dry run), apply, prune, and the paged
+//!   listing views read; every verb reports per member in one vocabulary, classified once.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction;
 //!   health between reconciles).
 //! - [`kind_refs`]: which sets hold which member kinds (when a kind's watch starts and stops).

@@ -285,6 +285,12 @@ spec:
         shown(&out)
     );
 
+    build_errors_name_file_and_line(&dir).await;
+}
+
+/// `build` without a cluster refuses a source it would read from one, and names the file of a
+/// YAML syntax error (the rest of the test above).
+async fn build_errors_name_file_and_line(dir: &Path) {
     let source = dir.join("source.yaml");
     std::fs::write(
         &source,
@@ -373,53 +379,7 @@ async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
     ]});
     write_set(&file, &set, &changed);
     let out = on_cluster(&["diff", "-f", path]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
-    let text = stdout(&out);
-    assert!(
-        text.contains("1 to create, 2 to change, 1 to prune, 1 conflicts, 0 unchanged"),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!(
-            "--- live/v1.ConfigMap.{ns}.a\n+++ merged/v1.ConfigMap.{ns}.a\n"
-        )),
-        "{}",
-        shown(&out)
-    );
-    assert!(text.contains("-  k: a\n+  k: changed\n"), "{}", shown(&out));
-    assert!(
-        text.contains(&format!("--- /dev/null\n+++ merged/v1.ConfigMap.{ns}.c\n")),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!("--- live/v1.Secret.{ns}.gone\n+++ /dev/null\n")),
-        "{}",
-        shown(&out)
-    );
-    // Secret values never show; a changed one is marked.
-    for value in [
-        "b2xkLXNlY3JldA==",
-        "bmV3LXNlY3JldA==",
-        "YWRtaW4=",
-        "c2VjcmV0",
-    ] {
-        assert!(!text.contains(value), "{value} shown:\n{}", shown(&out));
-    }
-    assert!(
-        text.contains("-  password: '*** (before)'\n+  password: '*** (after)'\n")
-            || text.contains("-  password: \"*** (before)\"\n+  password: \"*** (after)\"\n"),
-        "{}",
-        shown(&out)
-    );
-    assert!(
-        text.contains(&format!(
-            "# conflict ConfigMap {ns}/b: conflict with field manager(s) \"someone-else\""
-        )),
-        "{}",
-        shown(&out)
-    );
+    assert_changes_shown(&out, ns);
 
     // Nothing was written by the diff.
     let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
@@ -436,7 +396,60 @@ async fn diff_shows_changes_prunes_masked_secrets_and_conflicts() {
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
 }
 
-/// `kubectl applyset diff` and Plan mode run one plan (the library's `engine::plan`): on a set
+/// What the diff of the changed file shows (see the test above): exit 1, the counts, a
+/// unified diff of the change, the creation and the prune, Secret values masked and a changed
+/// one marked, and the conflict with another field manager.
+fn assert_changes_shown(out: &Output, ns: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", shown(out));
+    let text = stdout(out);
+    assert!(
+        text.contains("1 to create, 2 to change, 1 to prune, 1 conflicts, 0 unchanged"),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!(
+            "--- live/v1.ConfigMap.{ns}.a\n+++ merged/v1.ConfigMap.{ns}.a\n"
+        )),
+        "{}",
+        shown(out)
+    );
+    assert!(text.contains("-  k: a\n+  k: changed\n"), "{}", shown(out));
+    assert!(
+        text.contains(&format!("--- /dev/null\n+++ merged/v1.ConfigMap.{ns}.c\n")),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!("--- live/v1.Secret.{ns}.gone\n+++ /dev/null\n")),
+        "{}",
+        shown(out)
+    );
+    // Secret values never show; a changed one is marked.
+    for value in [
+        "b2xkLXNlY3JldA==",
+        "bmV3LXNlY3JldA==",
+        "YWRtaW4=",
+        "c2VjcmV0",
+    ] {
+        assert!(!text.contains(value), "{value} shown:\n{}", shown(out));
+    }
+    assert!(
+        text.contains("-  password: '*** (before)'\n+  password: '*** (after)'\n")
+            || text.contains("-  password: \"*** (before)\"\n+  password: \"*** (after)\"\n"),
+        "{}",
+        shown(out)
+    );
+    assert!(
+        text.contains(&format!(
+            "# conflict ConfigMap {ns}/b: conflict with field manager(s) \"someone-else\""
+        )),
+        "{}",
+        shown(out)
+    );
+}
+
+/// `kubectl applyset diff` and Plan mode run one plan (the library's `SetEngine::plan`): on a set
 /// that adds a member (c), changes one (a), prunes one (gone) and refuses one (b: another
 /// field manager owns the field it sets), both refuse b with the same message; once b no
 /// longer conflicts, Plan mode's lists are exactly the diff's creations, changes and prunes.
@@ -514,14 +527,31 @@ async fn diff_and_plan_mode_agree() {
     );
     set.patch_spec(agreeing).await;
     let st = set.wait_ready_reason(None, "PlanReady").await;
+    assert_plan_lists(&st);
+    assert_diffs_named(&out, ns);
+    // Neither wrote anything.
+    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
+    assert_eq!(a.data["data"]["k"], "a");
+    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
+    assert!(exists(&h.client, &configmap_ar(), Some(ns), "gone").await);
+}
+
+/// Plan mode's lists of the agreeing set (see the test above): c to create, a to update,
+/// gone to prune, one unchanged.
+fn assert_plan_lists(st: &applyset_operator::api::ApplySetStatus) {
     let plan = st.plan.clone().expect("status.plan");
     let named = |list: &[applyset_operator::api::MemberRef]| -> Vec<String> {
         list.iter().map(|m| m.name.clone()).collect()
     };
-    assert_eq!(named(&plan.create), ["c"], "{}", status_json(&st));
-    assert_eq!(named(&plan.update), ["a"], "{}", status_json(&st));
-    assert_eq!(named(&plan.prune), ["gone"], "{}", status_json(&st));
-    assert_eq!(plan.unchanged, 1, "{}", status_json(&st));
+    assert_eq!(named(&plan.create), ["c"], "{}", status_json(st));
+    assert_eq!(named(&plan.update), ["a"], "{}", status_json(st));
+    assert_eq!(named(&plan.prune), ["gone"], "{}", status_json(st));
+    assert_eq!(plan.unchanged, 1, "{}", status_json(st));
+}
+
+/// The agreeing diff (see the test above) shows the creation of c, the change of a and the
+/// prune of gone, each under the names `kubectl diff` gives them.
+fn assert_diffs_named(out: &Output, ns: &str) {
     for (name, old, new) in [
         (
             "c",
@@ -540,16 +570,11 @@ async fn diff_and_plan_mode_agree() {
         ),
     ] {
         assert!(
-            text.contains(&format!("--- {old}\n+++ {new}\n")),
+            stdout(out).contains(&format!("--- {old}\n+++ {new}\n")),
             "{name}: {}",
-            shown(&out)
+            shown(out)
         );
     }
-    // Neither wrote anything.
-    let a = must_get(&h.client, &configmap_ar(), Some(ns), "a").await;
-    assert_eq!(a.data["data"]["k"], "a");
-    assert!(!exists(&h.client, &configmap_ar(), Some(ns), "c").await);
-    assert!(exists(&h.client, &configmap_ar(), Some(ns), "gone").await);
 }
 
 /// The operator echoes the reconcile request it handled in status.lastHandledReconcileAt;
@@ -803,5 +828,110 @@ async fn diff_of_a_large_set() {
     assert!(
         took < std::time::Duration::from_secs(60),
         "diff of {N} members took {took:?}"
+    );
+}
+
+/// `diff` refuses, as the operator would, the members of a namespace being terminated — one
+/// that exists (the API server would accept its dry-run) and one that does not — names the
+/// reason on a `# refused` line and exits 1. An object of the test with a finalizer of its
+/// own keeps the namespace Terminating until the end.
+#[tokio::test]
+async fn diff_refuses_members_of_a_terminating_namespace_and_names_why() {
+    let h = Harness::new("cli-refused").await;
+    let doomed = h.extra_namespace("cli-doomed").await;
+    let set = Parent {
+        namespace: Some(doomed.clone()),
+        ..h.applyset("app")
+    };
+    let mut kept = configmap_in(&doomed, "kept", json!({"k": "v"}));
+    kept["metadata"]["labels"] = json!({LABEL_PART_OF: set.id()});
+    ssa(
+        &h.client,
+        &configmap_ar(),
+        Some(&doomed),
+        &set.manager(),
+        kept,
+    )
+    .await;
+    let configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(h.client.clone(), &doomed);
+    let hold = json!({"metadata": {"finalizers": ["applyset.dev/test-hold"]}});
+    configmaps
+        .patch("kept", &PatchParams::default(), &Patch::Merge(hold))
+        .await
+        .expect("hold the namespace");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(h.client.clone());
+    namespaces
+        .delete(&doomed, &Default::default())
+        .await
+        .expect("delete the namespace");
+
+    let dir = scratch("cli-refused");
+    let file = dir.join("app.yaml");
+    let spec = json!({"manifests": [
+        configmap("kept", json!({"k": "v"})),
+        configmap("new", json!({"k": "v"})),
+    ]});
+    write_set(&file, &set, &spec);
+    let out = on_cluster(&["diff", "-f", file.to_str().expect("path")]).await;
+    let text = stdout(&out);
+
+    let release = json!({"metadata": {"finalizers": null}});
+    configmaps
+        .patch("kept", &PatchParams::default(), &Patch::Merge(release))
+        .await
+        .expect("release the namespace");
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    for name in ["kept", "new"] {
+        let line = format!(
+            "# refused ConfigMap {doomed}/{name}: namespace {doomed} is being terminated\n"
+        );
+        assert!(text.contains(&line), "no {line:?} in\n{}", shown(&out));
+    }
+    assert!(
+        text.contains("0 conflicts, 2 refused, 0 unchanged"),
+        "{}",
+        shown(&out)
+    );
+}
+
+/// `tree` and `diff` list the set's members through the engine, a page at a time: with
+/// `--chunk-size 2` every one of five members is found (the tree shows each; the diff prunes
+/// the four no longer declared).
+#[tokio::test]
+async fn tree_and_diff_list_members_a_page_at_a_time() {
+    let h = Harness::new("cli-pages").await;
+    let op = h.start_operator();
+    let ns = h.ns.as_str();
+    let set = h.applyset("paged");
+    let manifests: Vec<Value> = (0..5)
+        .map(|i| configmap(&format!("c{i}"), json!({"i": i.to_string()})))
+        .collect();
+    set.create(json!({"manifests": manifests.clone()})).await;
+    set.wait_ready().await;
+    stop(op).await;
+
+    let out = on_cluster(&["tree", "paged", "-n", ns, "--chunk-size", "2"]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let text = stdout(&out);
+    for i in 0..5 {
+        assert!(
+            text.contains(&format!("ConfigMap/{ns}/c{i}  Current")),
+            "c{i} missing:\n{}",
+            shown(&out)
+        );
+    }
+
+    let dir = scratch("cli-pages");
+    let file = dir.join("paged.yaml");
+    write_set(&file, &set, &json!({"manifests": [manifests[0].clone()]}));
+    let path = file.to_str().expect("path");
+    let out = on_cluster(&["diff", "-f", path, "--chunk-size", "2"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("0 to create, 0 to change, 4 to prune, 0 conflicts, 1 unchanged"),
+        "{}",
+        shown(&out)
     );
 }

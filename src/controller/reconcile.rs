@@ -19,11 +19,11 @@ use crate::{
     api::{ApplySetSpec, Mode},
     dependencies::Refusal,
     engine::{
-        Extent, SetScope,
-        live::{self, Live},
+        Extent, SetEngine, SetScope, SetView,
+        live::Live,
         outcome::{MemberResult, Outcome, tally},
-        plan::{self, Before, Clock, Desired, Pruning, Run, SetView},
-        prune::{self, Listing},
+        plan::{self, Before, Desired, Pruning, Run},
+        prune::Listing,
     },
     members::{CheckTarget, Targets},
     parent::{self, Parent, Shrink},
@@ -131,7 +131,8 @@ struct Reconcile<'a, P: Parent> {
     scope: &'a SetScope,
     obj: &'a P,
     spec: &'a ApplySetSpec,
-    clock: Clock,
+    /// The set's verbs, and the reconcile's clock.
+    engine: SetEngine<'a>,
 }
 
 impl<'a, P: Parent> Reconcile<'a, P> {
@@ -142,7 +143,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             scope,
             obj,
             spec,
-            clock: Clock::start(spec),
+            engine: SetEngine::new(scope, &ctx.resolver, spec),
         }
     }
 
@@ -158,20 +159,14 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// docs/design.md §4, steps 0 to 6, then the wait for the set's health (step 7).
     async fn steps(mut self) -> Step<Report> {
         self.dependencies().await?;
-        self.clock = Clock::start(self.spec);
+        self.engine.restart_clock();
         let desired = self.render().await?;
         let checks = health_checks(self.ctx, self.scope, self.spec).await?;
         let before = self.recorded().await?;
         self.guard_empty(&desired, &before.recorded)?;
-        let extent = Extent::new(
-            self.scope.parent.namespace.as_deref(),
-            &before.recorded,
-            desired.recorded(),
-        );
+        let extent = self.engine.extent(&before.recorded, &desired);
         let live = self.observe(&extent, &desired).await?;
         let view = SetView {
-            scope: self.scope,
-            resolver: &self.ctx.resolver,
             desired: &desired,
             extent: &extent,
             live: &live,
@@ -389,8 +384,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             &scope.parent,
             &desired.declared.keys().cloned().collect(),
         );
-        let (known, declared) = (&desired.known, &desired.declared);
-        let live = live::observe(scope, &ctx.resolver, extent, known, declared).await?;
+        let live = self.engine.observe(extent, desired).await?;
         tracing::debug!(
             live = live.existing.len(),
             ms = t0.elapsed().as_millis(),
@@ -399,11 +393,11 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         Ok(live)
     }
 
-    /// Plan mode, instead of steps 2 to 7 (see [`plan::plan`]): a server-side dry-run of the apply and the prune
-    /// decision; nothing is written.
+    /// Plan mode, instead of steps 2 to 7 (see [`SetEngine::plan`]): a server-side dry-run of
+    /// the apply and the prune decision; nothing is written.
     async fn plan(&self, view: &SetView<'_>, before: &Before) -> Step<Report> {
         let revision = &view.desired.set.revision;
-        let planned = plan::plan(view, self.spec, &before.recorded, &self.clock, false).await?;
+        let planned = self.engine.plan(view, &before.recorded, false).await?;
         let planned =
             planned.map_err(|_| self.timed_out(Run::DryRun { preview: false }, revision))?;
         self.accepted(view.desired, &planned.members);
@@ -468,15 +462,9 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     async fn apply(&self, view: &SetView<'_>) -> Step<Vec<MemberResult>> {
         let t0 = std::time::Instant::now();
         let revision = &view.desired.set.revision;
-        let applied = plan::apply_set(
-            self.scope,
-            self.spec,
-            view.desired,
-            view.live,
-            &self.clock,
-            Run::Apply,
-        );
-        let results = applied
+        let results = self
+            .engine
+            .apply(view)
             .await?
             .map_err(|_| self.timed_out(Run::Apply, revision))?;
         self.accepted(view.desired, &results);
@@ -521,7 +509,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         Err(self.stop(applied, r).await)
     }
 
-    /// Step 4, prune, only after every member applied (see [`prune::decide`] for the
+    /// Step 4, prune, only after every member applied (see [`crate::engine::prune::decide`] for the
     /// listing a decision is made on); a prune that cannot be decided or does not finish
     /// stops the reconcile with PruneFailed (the parent keeps its superset).
     /// `applied`: the apply's results, for the summary of a stop.
@@ -531,7 +519,11 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         }
         let (scope, revision) = (self.scope, &view.desired.set.revision);
         let t0 = std::time::Instant::now();
-        let selection = match view.decide_prune(applied, Listing::Fresh).await {
+        let selection = match self
+            .engine
+            .decide_prune(view, applied, Listing::Fresh)
+            .await
+        {
             Ok(selection) => selection,
             Err(e) => {
                 // Every member applied: a prune that cannot be decided is a prune failure.
@@ -545,7 +537,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
                 return Err(self.stop(applied, r).await);
             }
         };
-        let results = prune::prune(scope, selection).await;
+        let results = self.engine.prune(selection).await;
         tracing::debug!(ms = t0.elapsed().as_millis(), "pruned");
         let parent = scope.parent.to_string();
         if let Some(r) = report::prune_failure(&parent, &results, revision) {

@@ -64,7 +64,7 @@ pub const MAKERS: [&str; 10] = [
 /// status, an HPA's scale) do not count: a forced apply of the main resource leaves them.
 /// Any other owner (another tool's server-side apply, a controller) keeps its conflicts
 /// reported.
-pub fn made_by_makers(meta: &ObjectMeta, ours: &str) -> bool {
+fn made_by_makers(meta: &ObjectMeta, ours: &str) -> bool {
     meta.managed_fields.iter().flatten().all(|e| {
         let manager = e.manager.as_deref().unwrap_or_default();
         let subresource = e.subresource.as_deref().unwrap_or_default();
@@ -227,7 +227,7 @@ fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: &str) ->
 
 /// Whether an adopted member must carry the adoption mark: Namespaces and CRDs, which the
 /// set then never deletes (their deletion would take what others put in them).
-pub fn needs_mark(member: &MemberRef) -> bool {
+pub(super) fn needs_mark(member: &MemberRef) -> bool {
     kinds::is_namespace(&member.group, &member.kind) || kinds::is_crd(&member.group, &member.kind)
 }
 

@@ -1,5 +1,6 @@
 //! What of a set is live: metadata-only LISTs of the objects labelled `part-of=<id>`, or the
-//! member watches' answer when they cover every kind involved.
+//! member watches' answer when they cover every kind involved; and the same paged LISTs of
+//! whole objects for views (`kubectl applyset tree`, through [`super::SetEngine::members`]).
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -37,6 +38,18 @@ pub struct LiveMember {
     pub namespaced: bool,
     pub reference: MemberRef,
     pub meta: ObjectMeta,
+    /// The whole object (with its apiVersion and kind), when listed in full
+    /// (for views); `None` when listed metadata only.
+    pub object: Option<Box<DynamicObject>>,
+}
+
+/// What a LIST of members returns of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// Metadata only: what the reconcile needs.
+    Metadata,
+    /// The whole objects: what a view (health, a diff's text) needs.
+    Objects,
 }
 
 impl LiveMember {
@@ -48,7 +61,7 @@ impl LiveMember {
 }
 
 /// Whether `manager` owns the `part-of` label according to managedFields.
-pub fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
+pub(super) fn label_owned_by(meta: &ObjectMeta, manager: &str) -> bool {
     let key = format!("f:{LABEL_PART_OF}");
     meta.managed_fields.iter().flatten().any(|mf| {
         mf.manager.as_deref() == Some(manager)
@@ -155,14 +168,35 @@ pub async fn list(
     kinds: &BTreeSet<GroupKind>,
     namespaces: &BTreeSet<String>,
 ) -> Result<Vec<LiveMember>> {
+    let extent = Listed { kinds, namespaces };
+    list_in(scope, resolver, known, extent, Detail::Metadata).await
+}
+
+/// The kinds and namespaces a listing covers.
+#[derive(Clone, Copy)]
+pub(super) struct Listed<'a> {
+    pub(super) kinds: &'a BTreeSet<GroupKind>,
+    pub(super) namespaces: &'a BTreeSet<String>,
+}
+
+/// [`list`], returning `detail` of each member: every page (the scope's page size), and a
+/// LIST answered 404 settled by a discovery made after it.
+pub(super) async fn list_in(
+    scope: &SetScope,
+    resolver: &Resolver,
+    known: &HashMap<GroupKind, Resolved>,
+    listed: Listed<'_>,
+    detail: Detail,
+) -> Result<Vec<LiveMember>> {
+    let Listed { kinds, namespaces } = listed;
     let since = Instant::now();
     let targets = targets(resolver, known, kinds, namespaces).await?;
-    let (mut found, missed) = list_targets(scope, targets).await?;
+    let (mut found, missed) = list_targets(scope, targets, detail).await?;
     if missed.is_empty() {
         return Ok(found);
     }
     let moved = relocate(resolver, &missed, namespaces, since).await?;
-    let (more, still) = list_targets(scope, moved).await?;
+    let (more, still) = list_targets(scope, moved, detail).await?;
     if let Some(t) = still.first() {
         return Err(Error::Prune(PruneError::NotListed {
             kind: t.kind.clone(),
@@ -177,10 +211,14 @@ pub async fn list(
 async fn list_targets(
     scope: &SetScope,
     targets: Vec<Target>,
+    detail: Detail,
 ) -> Result<(Vec<LiveMember>, Vec<Target>)> {
     let answers: Vec<(Target, Option<Vec<LiveMember>>)> = stream::iter(targets)
         .map(|t| async move {
-            let items = list_one(scope, &t).await?;
+            let items = match detail {
+                Detail::Metadata => list_one(scope, &t).await?,
+                Detail::Objects => list_objects(scope, &t).await?,
+            };
             Ok::<_, Error>((t, items))
         })
         .buffer_unordered(scope.concurrency)
@@ -272,19 +310,11 @@ async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>
     let api: Api<PartialObjectMeta<DynamicObject>> =
         crate::discovery::api_in(&scope.client, t.namespace.as_deref(), resource);
     let mut out = Vec::new();
-    let mut params = ListParams::default().labels(&scope.selector).limit(500);
+    let mut params = first_page(scope);
     loop {
-        let page = match api.list_metadata(&params).await {
-            Ok(p) => p,
-            Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                return Err(Error::Forbidden {
-                    who: scope.identity.to_string(),
-                    what: list_description(resource, t.namespace.as_deref()),
-                    message: s.message.clone(),
-                });
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let page = match listed(scope, t, api.list_metadata(&params).await)? {
+            Some(p) => p,
+            None => return Ok(None),
         };
         for item in page.items {
             // Listed objects always have a name.
@@ -298,12 +328,73 @@ async fn list_one(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>
                 namespaced: t.resolved.namespaced,
                 reference,
                 meta: item.metadata,
+                object: None,
             });
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => return Ok(Some(out)),
         }
+    }
+}
+
+/// One LIST of whole objects, every page; `None` when the server answers 404. Items of a
+/// list carry no apiVersion and kind: they are given the listed resource's.
+async fn list_objects(scope: &SetScope, t: &Target) -> Result<Option<Vec<LiveMember>>> {
+    let resource = &t.resolved.resource;
+    let api: Api<DynamicObject> =
+        crate::discovery::api_in(&scope.client, t.namespace.as_deref(), resource);
+    let mut out = Vec::new();
+    let mut params = first_page(scope);
+    loop {
+        let page = match listed(scope, t, api.list(&params).await)? {
+            Some(p) => p,
+            None => return Ok(None),
+        };
+        for mut item in page.items {
+            let Some(reference) =
+                MemberRef::of_live(&t.kind, t.resolved.namespaced, &item.metadata)
+            else {
+                continue;
+            };
+            item.types = Some(kube::api::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            });
+            out.push(LiveMember {
+                resource: resource.clone(),
+                namespaced: t.resolved.namespaced,
+                reference,
+                meta: item.metadata.clone(),
+                object: Some(Box::new(item)),
+            });
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(Some(out)),
+        }
+    }
+}
+
+/// The first page's parameters: the set's selector, the scope's page size.
+fn first_page(scope: &SetScope) -> ListParams {
+    ListParams::default()
+        .labels(&scope.selector)
+        .limit(scope.page_size)
+}
+
+/// A page as the server answered it: `None` for a 404 (the route is not served); a 403 is
+/// [`Error::Forbidden`], naming who may not list what.
+fn listed<T>(scope: &SetScope, t: &Target, answer: kube::Result<T>) -> Result<Option<T>> {
+    match answer {
+        Ok(p) => Ok(Some(p)),
+        Err(kube::Error::Api(s)) if s.is_forbidden() => Err(Error::Forbidden {
+            who: scope.identity.to_string(),
+            what: list_description(&t.resolved.resource, t.namespace.as_deref()),
+            message: s.message.clone(),
+        }),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

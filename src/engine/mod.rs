@@ -1,13 +1,15 @@
-//! The per-set engine: a library of verbs over one set's [`SetScope`] — learn what is live
-//! ([`live::observe`], [`live::list`]), apply staged ([`apply::apply_staged`]), decide and
-//! carry out a prune ([`prune::decide`], [`prune::prune`]), tell which members would be
-//! adopted ([`adopt::unlabelled`]) — that the controller
-//! orchestrates. Every verb acts with the scope's client, under the scope's field manager,
-//! within the scope's write bound, and reports per member in one vocabulary
-//! ([`outcome::Outcome`]). The reconcile's extent ([`Extent`]) is pure.
+//! The per-set engine: one API for one set, [`SetEngine`], built from a [`SetScope`], whose
+//! methods are the reconcile's verbs in order — observe, plan (a dry run), apply, prune — and
+//! the paged listing views read; each answers in one vocabulary ([`outcome::Outcome`],
+//! classified once by [`class::Class`]) that the status, the events and every view read.
+//! Below it, the modules of each verb: what is live ([`live`]), apply staged ([`apply`]),
+//! decide and carry out a prune ([`prune`]), which members would be adopted ([`adopt`]).
+//! Every verb acts with the scope's client, under the scope's field manager, within the
+//! scope's write bound. The reconcile's extent ([`Extent`]) is pure.
 
 pub mod adopt;
 pub mod apply;
+pub mod class;
 pub mod create;
 pub mod extent;
 pub mod live;
@@ -15,6 +17,9 @@ pub mod outcome;
 pub mod plan;
 pub mod prune;
 pub mod scope;
+pub mod set;
+pub mod shown;
 
 pub use extent::Extent;
 pub use scope::SetScope;
+pub use set::{SetEngine, SetView};

@@ -1,6 +1,8 @@
 //! What happened to each member in one reconcile: one vocabulary for the apply and the
-//! prune, tallied once into the status summary ([`tally`]).
+//! prune, classified once ([`super::class`]) and tallied from that class into the status
+//! summary ([`tally`]).
 
+use super::class::{Class, ConflictKind};
 use crate::api::{MemberRef, Summary};
 
 /// What happened to one member (or prune candidate).
@@ -43,29 +45,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// An apply that succeeded.
+    /// An apply that succeeded (see [`Class::is_applied`]).
     pub fn is_applied(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Created | Outcome::Configured | Outcome::Unchanged | Outcome::Adopted
-        )
-    }
-
-    /// An outcome of applying a declared member (as opposed to pruning a candidate).
-    pub fn is_member(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Created
-                | Outcome::Configured
-                | Outcome::Unchanged
-                | Outcome::Adopted
-                | Outcome::Conflict { .. }
-                | Outcome::Owned { .. }
-                | Outcome::AdoptionRefused { .. }
-                | Outcome::Forbidden { .. }
-                | Outcome::NamespaceTerminating { .. }
-                | Outcome::Failed { .. }
-        )
+        self.class().is_applied()
     }
 
     /// A prune that did not finish: the parent must keep recording every kind (and the
@@ -73,12 +55,7 @@ impl Outcome {
     /// should go before it may still be there). An object re-created meanwhile counts: it is
     /// left alone, and may live in a Namespace the prune would delete next.
     pub fn is_unfinished_prune(&self) -> bool {
-        matches!(
-            self,
-            Outcome::Changed
-                | Outcome::DeleteFailed { .. }
-                | Outcome::Retained(Retained::Recreated)
-        )
+        self.class().is_unfinished_prune()
     }
 }
 
@@ -90,11 +67,11 @@ pub fn changes(results: &[MemberResult], cap: usize) -> Option<String> {
     let changed: Vec<String> = results
         .iter()
         .filter_map(|r| {
-            let verb = match r.outcome {
-                Outcome::Created => "created",
-                Outcome::Configured => "configured",
-                Outcome::Adopted => "adopted",
-                Outcome::Pruned => "pruned",
+            let verb = match (r.outcome.class(), &r.outcome) {
+                (Class::Create, _) => "created",
+                (Class::Change, Outcome::Adopted) => "adopted",
+                (Class::Change, _) => "configured",
+                (Class::Prune, _) => "pruned",
                 _ => return None,
             };
             Some(format!("{} {verb}", r.reference))
@@ -159,7 +136,7 @@ impl MemberResult {
         }
     }
 
-    pub fn with_uid(self, uid: Option<String>) -> Self {
+    pub(super) fn with_uid(self, uid: Option<String>) -> Self {
         Self { uid, ..self }
     }
 }
@@ -176,22 +153,22 @@ pub fn count(n: usize) -> i64 {
 pub fn tally(results: &[MemberResult]) -> Summary {
     let mut s = Summary::default();
     for r in results {
-        if r.outcome.is_member() {
+        let class = r.outcome.class();
+        if class.is_member() {
             s.members += 1;
         }
-        match r.outcome {
-            Outcome::Created => s.created += 1,
-            Outcome::Configured | Outcome::Adopted => s.configured += 1,
-            Outcome::Unchanged => s.unchanged += 1,
-            Outcome::Conflict { .. } => s.conflicts += 1,
-            Outcome::Owned { .. }
-            | Outcome::AdoptionRefused { .. }
-            | Outcome::Forbidden { .. }
-            | Outcome::NamespaceTerminating { .. }
-            | Outcome::Failed { .. } => s.failed += 1,
-            Outcome::Pruned => s.pruned += 1,
-            Outcome::Retained(_) => s.retained += 1,
-            Outcome::Gone | Outcome::Changed | Outcome::DeleteFailed { .. } => {}
+        match class {
+            Class::Create => s.created += 1,
+            Class::Change => s.configured += 1,
+            Class::Unchanged => s.unchanged += 1,
+            Class::Conflict {
+                kind: ConflictKind::Fields,
+                ..
+            } => s.conflicts += 1,
+            Class::Conflict { .. } | Class::Refused(_) | Class::Failed { .. } => s.failed += 1,
+            Class::Prune => s.pruned += 1,
+            Class::Retained(_) => s.retained += 1,
+            Class::Gone | Class::Unfinished { .. } => {}
         }
     }
     s
@@ -335,8 +312,8 @@ mod tests {
     fn classification() {
         assert!(Outcome::Unchanged.is_applied());
         assert!(!failed().is_applied());
-        assert!(failed().is_member());
-        assert!(!Outcome::Pruned.is_member());
+        assert!(failed().class().is_member());
+        assert!(!Outcome::Pruned.class().is_member());
         assert!(Outcome::Changed.is_unfinished_prune());
         assert!(
             Outcome::DeleteFailed {

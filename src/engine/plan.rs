@@ -1,9 +1,8 @@
-//! What applying a set would do, and the pieces of a reconcile both modes share: the
-//! rendered set and what is derived from it ([`Desired`]), the parent's record
-//! ([`Before`]), the empty-set guard, the apply under the set's timeout ([`apply_set`]), and
-//! [`plan`]: a server-side dry-run of every member and the prune decision, writing nothing.
-//! Plan mode (the reconcile) and `kubectl applyset diff` both run [`plan`] and only present
-//! its [`Plan`].
+//! The values a reconcile's verbs ([`super::SetEngine`]) share: the rendered set and what is
+//! derived from it ([`Desired`]), the parent's record ([`Before`]), the clock, the empty-set
+//! guard, and what a plan found ([`Plan`]: each member's dry-run and the prune decision).
+//! Plan mode (the reconcile) and `kubectl applyset diff` both run
+//! [`super::SetEngine::plan`] and only present its [`Plan`].
 
 use std::{
     collections::HashMap,
@@ -14,10 +13,8 @@ use std::{
 use kube::api::ObjectMeta;
 
 use super::{
-    Extent, SetScope, adopt, apply,
-    live::Live,
     outcome::MemberResult,
-    prune::{self, Declared, Keep, Listing, Selection},
+    prune::{Declared, Selection},
 };
 use crate::{
     Error, Result,
@@ -146,79 +143,6 @@ pub struct TimedOut {
     pub timeout: Duration,
 }
 
-/// Applies (or dry-runs) the members within spec.timeout, after looking up which members
-/// exist unlabelled (they are adopted only if allowed). The outer `Result` is I/O of the
-/// lookup.
-pub async fn apply_set(
-    scope: &SetScope,
-    spec: &ApplySetSpec,
-    desired: &Desired,
-    live: &Live,
-    clock: &Clock,
-    run: Run,
-) -> Result<std::result::Result<Vec<MemberResult>, TimedOut>> {
-    let members = &desired.set.members;
-    let dry_run = run != Run::Apply;
-    let applying = async {
-        // A plan looks at what exists first; an apply creates what is absent without a look
-        // (see engine::create) and looks only at what exists.
-        let lookup = match dry_run {
-            true => adopt::unlabelled(scope, members, &live.owned).await?,
-            false => adopt::Lookup::default(),
-        };
-        let opts = apply::Options {
-            force: spec.force,
-            dry_run,
-            existing: &live.existing,
-            started: clock.epoch,
-            deadline: clock.deadline,
-            lookup: &lookup,
-            adopt_existing: spec.adopt_existing,
-            preview: run == Run::DryRun { preview: true },
-            create_only: (!dry_run).then_some(&live.owned),
-        };
-        Ok::<_, Error>(apply::apply_staged(scope, members, &opts).await)
-    };
-    let remaining = clock.deadline.saturating_duration_since(Instant::now());
-    match tokio::time::timeout(remaining, applying).await {
-        Ok(results) => Ok(Ok(results?)),
-        Err(_) => Ok(Err(TimedOut {
-            timeout: spec.timeout(),
-        })),
-    }
-}
-
-/// One reconcile's view of its set: who acts, what is declared, over which extent, and what
-/// is live.
-pub struct SetView<'a> {
-    pub scope: &'a SetScope,
-    pub resolver: &'a Resolver,
-    pub desired: &'a Desired,
-    pub extent: &'a Extent,
-    pub live: &'a Live,
-}
-
-impl SetView<'_> {
-    /// What to prune, keeping the declared members and what `applied` just wrote (see
-    /// [`prune::decide`] for `listing`).
-    pub async fn decide_prune(
-        &self,
-        applied: &[MemberResult],
-        listing: Listing,
-    ) -> Result<Selection> {
-        let keep = Keep::new(&self.desired.known, &self.desired.declared, applied);
-        prune::decide(
-            self.scope,
-            self.resolver,
-            self.extent,
-            &keep,
-            self.live,
-            listing,
-        )
-        .await
-    }
-}
-
 /// What a set would do.
 pub struct Plan {
     /// Each member's dry-run, in apply order.
@@ -236,37 +160,6 @@ pub enum Pruning {
     Decided(Selection),
     /// The decision could not be made (nothing would be pruned).
     Undecided(Error),
-}
-
-/// Plans a set: every member dry-run with server-side apply as the set would apply it (within
-/// spec.timeout), then — unless the empty-set guard refuses it (`before`: what the parent
-/// recorded) or prune is off — the prune decision, keeping what the dry-run found (decided
-/// even when a member would fail, so that a diff shows it; Plan mode reports the failure
-/// instead). `preview`: keep what the dry-run showed of each member. Writes nothing.
-pub async fn plan(
-    view: &SetView<'_>,
-    spec: &ApplySetSpec,
-    before: &Recorded,
-    clock: &Clock,
-    preview: bool,
-) -> Result<std::result::Result<Plan, TimedOut>> {
-    let run = Run::DryRun { preview };
-    let applied = apply_set(view.scope, spec, view.desired, view.live, clock, run).await?;
-    let members = match applied {
-        Ok(members) => members,
-        Err(timed_out) => return Ok(Err(timed_out)),
-    };
-    let prune = if empty_set_refused(spec, view.desired.set.members.is_empty(), before) {
-        Pruning::EmptySetRefused
-    } else if !spec.prune {
-        Pruning::Off
-    } else {
-        match view.decide_prune(&members, Listing::Earlier).await {
-            Ok(selection) => Pruning::Decided(selection),
-            Err(e) => Pruning::Undecided(e),
-        }
-    };
-    Ok(Ok(Plan { members, prune }))
 }
 
 #[cfg(test)]

@@ -327,7 +327,7 @@ fn precondition_verdict(live_uid: Option<&str>, decided_uid: &str) -> Deleted {
 /// re-created meanwhile) stops the later groups: a Namespace or CRD is never
 /// deleted while something that should go before it is still there. Returns one result per
 /// item attempted.
-pub async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberResult> {
+async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberResult> {
     let mut groups: BTreeMap<u8, Vec<&LiveMember>> = BTreeMap::new();
     for m in items {
         let order = kinds::prune_order(&m.reference.group, &m.reference.kind, m.namespaced);
@@ -416,6 +416,7 @@ mod tests {
                 managed_fields: managed,
                 ..Default::default()
             },
+            object: None,
         }
     }
 

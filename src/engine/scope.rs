@@ -14,6 +14,10 @@ use crate::{
     terminating::Terminating,
 };
 
+/// Objects per page of a LIST of members, unless the scope says otherwise (as `kubectl
+/// --chunk-size` defaults to).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
 /// One parent's identity and the means to act on its members.
 #[derive(Clone)]
 pub struct SetScope {
@@ -32,6 +36,8 @@ pub struct SetScope {
     pub identity: Identity,
     /// Requests in flight at once within this set (applies, lists, deletes).
     pub concurrency: usize,
+    /// Objects per page of a LIST of members ([`DEFAULT_PAGE_SIZE`] unless set).
+    pub page_size: u32,
     /// Shared bound on member writes in flight across sets, if any.
     writes: Option<Arc<Semaphore>>,
     /// Where unchanged members are recognised and successful applies recorded, if anywhere.
@@ -57,6 +63,7 @@ impl SetScope {
             client,
             identity: Identity::Operator,
             concurrency: concurrency.max(1),
+            page_size: DEFAULT_PAGE_SIZE,
             writes: None,
             watches: None,
             terminating: None,
@@ -68,6 +75,12 @@ impl SetScope {
     pub fn acting_as(mut self, identity: Identity, client: Client) -> Self {
         self.identity = identity;
         self.client = client;
+        self
+    }
+
+    /// Lists members `page_size` objects a page (at least one).
+    pub fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size.max(1);
         self
     }
 
@@ -110,7 +123,7 @@ impl SetScope {
 
     /// A permit of the shared bound on member writes, held while one write is in flight
     /// (`None` without a bound; a closed semaphore, which nothing closes, lifts it).
-    pub async fn write_permit(&self) -> Option<SemaphorePermit<'_>> {
+    pub(super) async fn write_permit(&self) -> Option<SemaphorePermit<'_>> {
         match &self.writes {
             Some(s) => s.acquire().await.ok(),
             None => None,

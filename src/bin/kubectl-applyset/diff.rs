@@ -1,54 +1,58 @@
 //! `diff`: what the operator would do with the sets of a file, against the current cluster.
 //! The set is rendered by the operator's render stage and planned by the operator's own plan
-//! ([`applyset_operator::engine::plan::plan`], Plan mode's code path): every member dry-run
+//! ([`applyset_operator::engine::SetEngine::plan`], Plan mode's code path): every member dry-run
 //! with server-side apply as the set's field manager (and as its ServiceAccount when it names
 //! one), concurrently within a bound, and the prune decision over the live parent's record.
-//! This command only presents the plan: a unified diff per object created, changed or pruned
-//! (Secret values masked as `kubectl diff` masks them), and one `# conflict` line per member
-//! the operator would not apply.
+//! This command only presents the plan, by the engine's classification of each outcome (the
+//! one the operator's status reads): a unified diff per object created, changed or pruned
+//! (Secret values masked as `kubectl diff` masks them), one `# conflict` line per member the
+//! operator would not apply, and one `# refused` line, with the reason, per member it refuses
+//! (its namespace is being terminated).
 
 use std::{collections::HashMap, path::Path, sync::Arc};
 
 use applyset_operator::{
-    api::{ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet, MemberRef, Mode},
-    applyset::{ParentKind, ParentRef},
-    discovery::{self, Resolver},
+    api::{ApplySetSpec, MemberRef, Mode},
+    applyset::ParentRef,
+    discovery::Resolver,
     engine::{
-        Extent, SetScope,
-        live::{self, LiveMember},
-        outcome::{MemberResult, Outcome},
-        plan::{self, Before, Clock, Desired, Plan, Pruning, SetView},
+        SetEngine, SetScope, SetView,
+        class::Class,
+        live::LiveMember,
+        outcome::MemberResult,
+        plan::{Before, Desired, Plan, Pruning},
+        shown,
     },
-    parent::{self, Parent},
+    parent::{self, AnyParent},
     render::DesiredSet,
     tenancy::{Defaults, Identity},
+    terminating::Terminating,
 };
 use futures::StreamExt;
-use kube::{
-    Api, Client,
-    api::{DynamicObject, ObjectMeta},
-};
+use kube::Client;
 use serde_json::Value;
 
 use crate::{
     Global, conn,
     error::CliError,
     file,
-    output::{file_name, shown, unified},
+    output::{file_name, unified},
     progress::Progress,
     render_file::Renderer,
 };
 
-/// How `diff` shows one member.
+/// How `diff` shows one member: its class ([`Class`], the engine's, which the operator's
+/// status reads too) with the objects a dry-run showed.
 #[derive(Debug)]
 enum Change {
     Unchanged,
+    /// `after`: the object as it would be created (none when the dry-run kept none).
     Create {
-        after: Value,
+        after: Option<Value>,
     },
     Update {
-        before: Value,
-        after: Value,
+        before: Option<Value>,
+        after: Option<Value>,
     },
     Prune {
         before: Value,
@@ -56,6 +60,8 @@ enum Change {
     /// The operator would not apply it (another manager's fields, another set's object, an
     /// object it may not adopt).
     Conflict(String),
+    /// The operator refuses to apply it: `member: reason`.
+    Refused(String),
     /// The dry-run failed.
     Failed(String),
 }
@@ -67,16 +73,21 @@ struct Counts {
     update: usize,
     prune: usize,
     conflicts: usize,
+    refused: usize,
     unchanged: usize,
     failed: usize,
 }
 
-pub async fn run(
-    g: &Global,
-    path: &Path,
-    concurrency: usize,
-    allow_cross_namespace: bool,
-) -> Result<u8, CliError> {
+/// How `diff` runs: requests in flight, objects per page of a LIST, and whether to validate
+/// as an operator run with `--allow-cross-namespace-sets`.
+pub struct Options {
+    pub concurrency: usize,
+    pub page_size: u32,
+    pub allow_cross_namespace: bool,
+}
+
+pub async fn run(g: &Global, path: &Path, opts: Options) -> Result<u8, CliError> {
+    let allow_cross_namespace = opts.allow_cross_namespace;
     let c = conn::connect(g).await?;
     let file = file::read_sets(path, &c.namespace)?;
     let defaults = Defaults {
@@ -110,7 +121,8 @@ pub async fn run(
             spec: &doc.spec,
             identity: &rendered.identity,
             desired: rendered.set,
-            concurrency,
+            concurrency: opts.concurrency,
+            page_size: opts.page_size,
         };
         match diff_set(&c.client, &resolver, set).await {
             Ok((text, counts)) => {
@@ -130,11 +142,12 @@ pub async fn run(
 }
 
 /// The exit code after a set's diff: an error stays an error; a failed dry-run is one;
-/// otherwise 1 when anything would change or conflict.
+/// otherwise 1 when anything would change, conflict or be refused.
 fn exit_code(code: u8, counts: &Counts) -> u8 {
+    let noted = counts.create + counts.update + counts.prune + counts.conflicts + counts.refused;
     if counts.failed > 0 {
         crate::EXIT_ERROR
-    } else if code == 0 && counts.create + counts.update + counts.prune + counts.conflicts > 0 {
+    } else if code == 0 && noted > 0 {
         1
     } else {
         code
@@ -148,6 +161,8 @@ struct Set<'a> {
     identity: &'a Identity,
     desired: DesiredSet,
     concurrency: usize,
+    /// Objects per page of a LIST of members.
+    page_size: u32,
 }
 
 /// The diff of one set: its text and counts.
@@ -157,30 +172,28 @@ async fn diff_set(
     set: Set<'_>,
 ) -> Result<(String, Counts), String> {
     let parent = set.parent;
-    let mut scope = SetScope::new(parent.clone(), client.clone(), set.concurrency);
-    if let Some(user) = set.identity.user() {
-        let impersonating = conn::impersonating(client, &user)
-            .ok_or_else(|| format!("{} cannot be impersonated", set.identity))?;
-        scope = scope.acting_as(set.identity.clone(), impersonating);
-    }
+    let scope = scope(client, &set)?;
+    let engine = SetEngine::new(&scope, resolver, set.spec);
+    let live = AnyParent::get(client, parent)
+        .await
+        .map_err(|e| format!("reading the live {parent}: {e}"))?;
     let mut notes = Vec::new();
-    let before = match live_parent(client, parent).await? {
-        None => Before::default(),
-        Some((meta, status)) => {
-            if let Err(e) = parent::check_ownership(&meta, parent) {
-                notes.push(format!("# conflict {parent}: {e}\n"));
-            }
-            plan::before(&meta, status.as_ref(), resolver)
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("its ApplySet annotations are malformed ({e})"))?
-        }
-    };
+    if let Some(Err(e)) = live
+        .as_ref()
+        .map(|p| parent::check_ownership(p.meta(), parent))
+    {
+        notes.push(format!("# conflict {parent}: {e}\n"));
+    }
+    let before = engine
+        .recorded(live.as_ref())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("its ApplySet annotations are malformed ({e})"))?;
     let desired = Desired::new(set.desired, Vec::new());
     let progress = Progress::new();
     let members = desired.set.members.len();
     progress.say(&format!("diff {parent}: planning {members} members ..."));
-    let planned = planned(&scope, resolver, set.spec, &desired, &before).await;
+    let planned = planned(&engine, &desired, &before).await;
     progress.finish();
     let planned = planned?;
     let mut changes = member_changes(&desired.set, &planned.members);
@@ -194,7 +207,7 @@ async fn diff_set(
             for (m, why) in &selection.retained {
                 notes.push(format!("# retained {}: {why:?}\n", m.reference));
             }
-            changes.extend(prune_changes(&scope, selection.delete).await);
+            changes.extend(prune_changes(&engine, selection.delete).await);
         }
     }
     let presented = present(
@@ -217,29 +230,43 @@ async fn diff_set(
     Ok((text, counts))
 }
 
-/// The operator's plan of the set (Plan mode's code path), with what each dry-run showed.
+/// The set's scope: its field manager, acting as its identity (impersonated), listing
+/// `page_size` objects a page, and learning which member namespaces are being terminated
+/// (with the user's own client, as the operator looks with its own).
+fn scope(client: &Client, set: &Set<'_>) -> Result<SetScope, String> {
+    let terminating = Arc::new(Terminating::new(client.clone()));
+    let mut scope = SetScope::new(set.parent.clone(), client.clone(), set.concurrency)
+        .with_page_size(set.page_size)
+        .with_terminating(terminating);
+    if let Some(user) = set.identity.user() {
+        let impersonating = conn::impersonating(client, &user)
+            .ok_or_else(|| format!("{} cannot be impersonated", set.identity))?;
+        scope = scope.acting_as(set.identity.clone(), impersonating);
+    }
+    Ok(scope)
+}
+
+/// The operator's plan of the set (Plan mode's code path), with what each dry-run showed;
+/// the member namespaces being terminated are looked at first, as the operator's namespace
+/// watch would have told it.
 async fn planned(
-    scope: &SetScope,
-    resolver: &Resolver,
-    spec: &ApplySetSpec,
+    engine: &SetEngine<'_>,
     desired: &Desired,
     before: &Before,
 ) -> Result<Plan, String> {
-    let namespace = scope.parent.namespace.as_deref();
-    let extent = Extent::new(namespace, &before.recorded, desired.recorded());
-    let (known, declared) = (&desired.known, &desired.declared);
-    let live = live::observe(scope, resolver, &extent, known, declared)
+    engine.look_at_namespaces(desired).await;
+    let extent = engine.extent(&before.recorded, desired);
+    let live = engine
+        .observe(&extent, desired)
         .await
         .map_err(|e| e.to_string())?;
     let view = SetView {
-        scope,
-        resolver,
         desired,
         extent: &extent,
         live: &live,
     };
-    let clock = Clock::start(spec);
-    plan::plan(&view, spec, &before.recorded, &clock, true)
+    engine
+        .plan(&view, &before.recorded, true)
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the plan {e}"))
@@ -260,8 +287,12 @@ fn header(
     if spec.mode == Mode::Plan {
         mode.push_str(" (spec.mode: Plan: the operator only plans)");
     }
+    let refused = match counts.refused {
+        0 => String::new(),
+        n => format!(", {n} refused"),
+    };
     format!(
-        "# {}: {} to create, {} to change, {} to prune, {} conflicts, {} unchanged; field manager {}, acting as {}{mode}\n",
+        "# {}: {} to create, {} to change, {} to prune, {} conflicts{refused}, {} unchanged; field manager {}, acting as {}{mode}\n",
         parent,
         counts.create,
         counts.update,
@@ -287,55 +318,40 @@ fn member_changes(set: &DesiredSet, results: &[MemberResult]) -> Vec<(String, Me
         .collect()
 }
 
-/// How a member's dry-run shows.
+/// How a member's dry-run shows: its class, with what the dry-run showed of it (server-set
+/// metadata left out, see [`shown`]).
 fn member_change(r: &MemberResult) -> Change {
-    match &r.outcome {
-        Outcome::Conflict { message, .. }
-        | Outcome::Owned { message }
-        | Outcome::AdoptionRefused { message } => Change::Conflict(message.clone()),
-        Outcome::Forbidden { message } | Outcome::Failed { message } => {
-            Change::Failed(message.clone())
-        }
-        o if o.is_applied() => match r.preview.as_deref() {
-            None => Change::Unchanged,
-            Some(p) => {
-                let after = shown_value(&p.after);
-                match &p.before {
-                    None => Change::Create { after },
-                    Some(before) => {
-                        let before = shown_value(before);
-                        if before == after {
-                            Change::Unchanged
-                        } else {
-                            Change::Update { before, after }
-                        }
-                    }
-                }
-            }
+    let preview = r.preview.as_deref();
+    let after = || preview.map(|p| shown::value(&p.after));
+    match r.outcome.class() {
+        Class::Create => Change::Create { after: after() },
+        Class::Change => Change::Update {
+            before: preview.and_then(|p| p.before.as_ref()).map(shown::value),
+            after: after(),
         },
-        _ => Change::Unchanged,
-    }
-}
-
-/// An object (as JSON) as shown in a diff.
-fn shown_value(v: &Value) -> Value {
-    match serde_json::from_value::<DynamicObject>(v.clone()) {
-        Ok(o) => shown(&o),
-        Err(_) => v.clone(),
+        Class::Conflict { message, .. } => Change::Conflict(message.to_string()),
+        Class::Refused(reason) => Change::Refused(format!("{}: {reason}", r.reference)),
+        Class::Failed { message, .. } => Change::Failed(message.to_string()),
+        // The classes of a prune candidate are not a member's.
+        Class::Unchanged
+        | Class::Prune
+        | Class::Retained(_)
+        | Class::Unfinished { .. }
+        | Class::Gone => Change::Unchanged,
     }
 }
 
 /// The removals of the members the operator would prune, sorted.
 async fn prune_changes(
-    scope: &SetScope,
+    engine: &SetEngine<'_>,
     delete: Vec<LiveMember>,
 ) -> Vec<(String, MemberRef, Change)> {
     let mut pruned = futures::stream::iter(delete)
         .map(|m| async move {
-            let change = prune_change(scope, &m).await;
+            let change = prune_change(engine, &m).await;
             (m.resource.api_version.clone(), m.reference, change)
         })
-        .buffer_unordered(scope.concurrency)
+        .buffer_unordered(engine.scope().concurrency)
         .collect::<Vec<_>>()
         .await;
     pruned.sort_by(|a, b| a.1.cmp(&b.1));
@@ -359,12 +375,12 @@ fn present(
             Change::Create { after } => {
                 counts.create += 1;
                 let new = format!("merged/{name}");
-                body.push_str(&unified("/dev/null", &new, None, Some(after))?);
+                body.push_str(&unified("/dev/null", &new, None, after.as_ref())?);
             }
             Change::Update { before, after } => {
                 counts.update += 1;
                 let (old, new) = (format!("live/{name}"), format!("merged/{name}"));
-                body.push_str(&unified(&old, &new, Some(before), Some(after))?);
+                body.push_str(&unified(&old, &new, before.as_ref(), after.as_ref())?);
             }
             Change::Prune { before } => {
                 counts.prune += 1;
@@ -375,6 +391,10 @@ fn present(
                 counts.conflicts += 1;
                 body.push_str(&format!("# conflict {message}\n"));
             }
+            Change::Refused(why) => {
+                counts.refused += 1;
+                body.push_str(&format!("# refused {why}\n"));
+            }
             Change::Failed(message) => {
                 counts.failed += 1;
                 eprintln!("error: {message}");
@@ -384,36 +404,11 @@ fn present(
     Ok((body, counts))
 }
 
-/// The live parent's metadata and status, if it exists.
-async fn live_parent(
-    client: &Client,
-    parent: &ParentRef,
-) -> Result<Option<(ObjectMeta, Option<ApplySetStatus>)>, String> {
-    let got = match parent.kind {
-        ParentKind::ApplySet => ApplySet::api(client.clone(), parent.namespace.as_deref())
-            .get_opt(&parent.name)
-            .await
-            .map(|o| o.map(|o| (o.metadata, o.status))),
-        ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
-            .get_opt(&parent.name)
-            .await
-            .map(|o| o.map(|o| (o.metadata, o.status))),
-    };
-    match got {
-        Ok(found) => Ok(found),
-        // The CRDs are not installed: the parent does not exist.
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
-        Err(e) => Err(format!("reading the live {parent}: {e}")),
-    }
-}
-
 /// The removal of a member the operator would prune.
-async fn prune_change(scope: &SetScope, m: &LiveMember) -> Change {
-    let namespace = m.reference.namespace.as_deref();
-    let api: Api<DynamicObject> = discovery::api_in(&scope.client, namespace, &m.resource);
-    match api.get_opt(&m.reference.name).await {
+async fn prune_change(engine: &SetEngine<'_>, m: &LiveMember) -> Change {
+    match engine.live_object(m).await {
         Ok(Some(live)) => Change::Prune {
-            before: shown(&live),
+            before: shown::object(&live),
         },
         Ok(None) => Change::Unchanged,
         Err(e) => Change::Failed(format!("{}: reading it: {e}", m.reference)),

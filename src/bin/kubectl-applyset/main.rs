@@ -125,6 +125,9 @@ changes; 1: changes or conflicts; 2: error."
         /// Members dry-run at once.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
         concurrency: u16,
+        /// Objects per page when listing the set's live members (as kubectl's --chunk-size).
+        #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_parser = chunk_size())]
+        chunk_size: u32,
         /// Validate as an operator run with --allow-cross-namespace-sets.
         #[arg(long)]
         allow_cross_namespace_sets: bool,
@@ -136,6 +139,9 @@ changes; 1: changes or conflicts; 2: error."
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Objects per page when listing the set's members (as kubectl's --chunk-size).
+        #[arg(long, default_value_t = DEFAULT_CHUNK_SIZE, value_parser = chunk_size())]
+        chunk_size: u32,
     },
     /// List sets with their Ready status, counts and message.
     Get {
@@ -201,6 +207,14 @@ pub enum Output {
     Json,
 }
 
+/// Objects per page of a LIST unless `--chunk-size` says otherwise (kubectl's default).
+const DEFAULT_CHUNK_SIZE: u32 = applyset_operator::engine::scope::DEFAULT_PAGE_SIZE;
+
+/// `--chunk-size`: 1 to 10000 objects a page.
+fn chunk_size() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=10_000)
+}
+
 /// A Go-style duration (`30s`, `5m`, `1h30m`).
 fn parse_timeout(s: &str) -> Result<Duration, String> {
     applyset_operator::api::parse_duration(s)
@@ -242,17 +256,21 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
         Command::Diff {
             file,
             concurrency,
+            chunk_size,
             allow_cross_namespace_sets,
         } => {
-            diff::run(
-                g,
-                &file,
-                usize::from(concurrency),
-                allow_cross_namespace_sets,
-            )
-            .await
+            let opts = diff::Options {
+                concurrency: usize::from(concurrency),
+                page_size: chunk_size,
+                allow_cross_namespace: allow_cross_namespace_sets,
+            };
+            diff::run(g, &file, opts).await
         }
-        Command::Tree { name, output } => tree::run(g, &name, output).await,
+        Command::Tree {
+            name,
+            output,
+            chunk_size,
+        } => tree::run(g, &name, output, chunk_size).await,
         Command::Get {
             name,
             all_namespaces,

@@ -1,11 +1,10 @@
-//! Output helpers of `build` and `diff`: objects as YAML, as shown in a diff (server
-//! bookkeeping removed, Secret values masked as `kubectl diff` masks them), unified diffs and
-//! the names `kubectl diff` gives objects.
+//! Output helpers of `build` and `diff`: objects as YAML, Secret values masked as `kubectl
+//! diff` masks them, unified diffs and the names `kubectl diff` gives objects. (What a diff
+//! leaves out of an object is the library's: `applyset_operator::engine::shown`.)
 
 use std::collections::BTreeSet;
 
 use applyset_operator::{api::MemberRef, render::Member};
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::error::CliError;
@@ -13,24 +12,6 @@ use crate::error::CliError;
 /// The body the operator applies for `member`: its object with the `part-of` label.
 pub fn applied_object(member: &Member, id: &str) -> Value {
     applyset_operator::engine::apply::body(member, id)
-}
-
-/// An object as shown in a diff: without what changes on every write or is the server's
-/// bookkeeping (managedFields, resourceVersion, generation, uid, creationTimestamp).
-pub fn shown(o: &DynamicObject) -> Value {
-    let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
-    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "managedFields",
-            "resourceVersion",
-            "generation",
-            "uid",
-            "creationTimestamp",
-        ] {
-            meta.remove(k);
-        }
-    }
-    v
 }
 
 /// `v1.ConfigMap.team.a`, `apps.v1.Deployment.team.web`, `v1.Namespace.team`: how an object

@@ -5,12 +5,12 @@ use std::time::Duration;
 use applyset_operator::{
     api::{ApplySet, ApplySetStatus, ClusterApplySet},
     applyset::{ANNOTATION_RECONCILE_REQUESTED_AT, ParentKind, ParentRef},
-    parent::Parent,
+    parent::{AnyParent, Parent},
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 use kube::{
-    Api, Client,
-    api::{ListParams, Patch, PatchParams},
+    Client,
+    api::{Patch, PatchParams},
     runtime::wait::await_condition,
 };
 use serde_json::json;
@@ -37,7 +37,7 @@ struct Row {
     message: String,
 }
 
-fn row<P: Parent>(p: &P, now: Timestamp) -> Row {
+fn row(p: &AnyParent, now: Timestamp) -> Row {
     let status = p.status();
     let ready = ready(status);
     let summary = status.and_then(|s| s.summary.as_ref());
@@ -81,41 +81,27 @@ pub async fn get(g: &Global, name: Option<&str>, all: bool) -> Result<u8, CliErr
     let c = conn::connect(g).await?;
     let now = Timestamp::now();
     let mut rows = Vec::new();
-    let missing_crds = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
     match name.map(|n| conn::parse_set(n, &c.namespace)).transpose()? {
         Some(parent) => {
-            let r = match parent.kind {
-                ParentKind::ApplySet => fetch::<ApplySet>(&c.client, &parent)
-                    .await?
-                    .map(|p| row(&p, now)),
-                ParentKind::ClusterApplySet => fetch::<ClusterApplySet>(&c.client, &parent)
-                    .await?
-                    .map(|p| row(&p, now)),
-            };
-            rows.push(r.ok_or(CliError::NotFound(parent))?);
+            let found = AnyParent::get(&c.client, &parent).await;
+            let found = found.map_err(|error| CliError::Api {
+                doing: format!("reading {parent}"),
+                error,
+            })?;
+            rows.push(row(&found.ok_or(CliError::NotFound(parent))?, now));
         }
         None => {
-            let sets: Api<ApplySet> = if all {
-                Api::all(c.client.clone())
-            } else {
-                Api::namespaced(c.client.clone(), &c.namespace)
-            };
-            match sets.list(&ListParams::default()).await {
-                Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
-                Err(e) if missing_crds(&e) => {}
-                Err(error) => {
-                    let doing = "listing ApplySets".to_string();
-                    return Err(CliError::Api { doing, error });
-                }
-            }
-            let cluster: Api<ClusterApplySet> = Api::all(c.client.clone());
-            match cluster.list(&ListParams::default()).await {
-                Ok(l) => rows.extend(l.items.iter().map(|p| row(p, now))),
-                Err(e) if missing_crds(&e) => {}
-                Err(error) => {
-                    let doing = "listing ClusterApplySets".to_string();
-                    return Err(CliError::Api { doing, error });
-                }
+            let namespace = (!all).then_some(c.namespace.as_str());
+            for (kind, plural) in [
+                (ParentKind::ApplySet, "ApplySets"),
+                (ParentKind::ClusterApplySet, "ClusterApplySets"),
+            ] {
+                let listed = AnyParent::list(&c.client, kind, namespace).await;
+                let listed = listed.map_err(|error| CliError::Api {
+                    doing: format!("listing {plural}"),
+                    error,
+                })?;
+                rows.extend(listed.iter().map(|p| row(p, now)));
             }
         }
     }
@@ -176,21 +162,6 @@ fn table(rows: &[Row], namespaces: bool) -> String {
         out.push('\n');
     }
     out
-}
-
-/// The set `parent`, if it exists.
-pub async fn fetch<P: Parent>(client: &Client, parent: &ParentRef) -> Result<Option<P>, CliError> {
-    match P::api(client.clone(), parent.namespace.as_deref())
-        .get_opt(&parent.name)
-        .await
-    {
-        Ok(p) => Ok(p),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(error) => Err(CliError::Api {
-            doing: format!("reading {parent}"),
-            error,
-        }),
-    }
 }
 
 /// `suspend` / `resume`: sets spec.suspend.

@@ -1,27 +1,35 @@
 //! `tree`: a set and its members from the cluster, each with its health (kstatus rules,
 //! `applyset_operator::health`), nested sets expanded, as a tree like `flux tree` or JSON.
 //! Members are the objects labelled with the set's ID in the kinds and namespaces its parent
-//! records, plus those its status lists that do not exist (NotFound).
+//! records, as the engine lists them ([`SetEngine::members`]: paged, a 404 settled by a fresh
+//! discovery), plus those its status lists that do not exist (NotFound).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use applyset_operator::{
-    api::{ApplySet, ClusterApplySet, MemberRef},
-    applyset::{self, GROUP, LABEL_PART_OF, ParentKind, ParentRef},
+    api::MemberRef,
+    applyset::{GROUP, ParentRef},
     discovery::Resolver,
-    engine::plan,
+    engine::{SetEngine, SetScope},
     health,
-    parent::Parent,
+    parent::AnyParent,
 };
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Api, Client,
-    api::{DynamicObject, ListParams},
-};
+use kube::{Client, api::DynamicObject};
 use serde::Serialize;
 
 use crate::{Global, Output, conn, error::CliError, sets};
+
+/// LISTs of one set's members in flight at once.
+const CONCURRENCY: usize = 8;
+
+/// How the tree reads the cluster: with whom, resolving kinds how, listing how many objects
+/// a page.
+struct Reader<'a> {
+    client: &'a Client,
+    resolver: &'a Resolver,
+    page_size: u32,
+}
 
 /// How deep nested sets are expanded.
 const MAX_DEPTH: usize = 8;
@@ -58,12 +66,17 @@ pub struct Health {
     pub message: String,
 }
 
-pub async fn run(g: &Global, name: &str, output: Output) -> Result<u8, CliError> {
+pub async fn run(g: &Global, name: &str, output: Output, page_size: u32) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let parent = conn::parse_set(name, &c.namespace)?;
     let resolver = Resolver::new(c.client.clone());
+    let reader = Reader {
+        client: &c.client,
+        resolver: &resolver,
+        page_size,
+    };
     let mut seen = BTreeSet::new();
-    let root = set_node(&c.client, &resolver, &parent, 0, &mut seen)
+    let root = set_node(&reader, &parent, 0, &mut seen)
         .await
         .map_err(CliError::Set)?
         .ok_or(CliError::NotFound(parent))?;
@@ -80,34 +93,21 @@ pub async fn run(g: &Global, name: &str, output: Output) -> Result<u8, CliError>
 
 /// The node of set `parent` with its members, or `None` when it does not exist.
 async fn set_node(
-    client: &Client,
-    resolver: &Resolver,
+    reader: &Reader<'_>,
     parent: &ParentRef,
     depth: usize,
     seen: &mut BTreeSet<String>,
 ) -> Result<Option<Node>, String> {
-    match parent.kind {
-        ParentKind::ApplySet => {
-            let fetched = sets::fetch::<ApplySet>(client, parent).await;
-            let Some(p) = fetched.map_err(|e| e.to_string())? else {
-                return Ok(None);
-            };
-            node_of(client, resolver, &p, depth, seen).await.map(Some)
-        }
-        ParentKind::ClusterApplySet => {
-            let fetched = sets::fetch::<ClusterApplySet>(client, parent).await;
-            let Some(p) = fetched.map_err(|e| e.to_string())? else {
-                return Ok(None);
-            };
-            node_of(client, resolver, &p, depth, seen).await.map(Some)
-        }
-    }
+    let fetched = AnyParent::get(reader.client, parent).await;
+    let Some(p) = fetched.map_err(|e| format!("reading {parent}: {e}"))? else {
+        return Ok(None);
+    };
+    node_of(reader, &p, depth, seen).await.map(Some)
 }
 
-async fn node_of<P: Parent>(
-    client: &Client,
-    resolver: &Resolver,
-    p: &P,
+async fn node_of(
+    reader: &Reader<'_>,
+    p: &AnyParent,
     depth: usize,
     seen: &mut BTreeSet<String>,
 ) -> Result<Node, String> {
@@ -118,7 +118,7 @@ async fn node_of<P: Parent>(
         reason: c.reason.clone(),
         message: c.message.clone(),
     });
-    let objects = members(client, resolver, p).await?;
+    let objects = members(reader, p).await?;
     let now = Timestamp::now();
     let mut nodes = Vec::new();
     for (reference, object) in objects {
@@ -133,8 +133,7 @@ async fn node_of<P: Parent>(
                 _ => ParentRef::cluster(&reference.name),
             };
             if !seen.contains(&child.id())
-                && let Some(node) =
-                    Box::pin(set_node(client, resolver, &child, depth + 1, seen)).await?
+                && let Some(node) = Box::pin(set_node(reader, &child, depth + 1, seen)).await?
             {
                 nodes.push(node);
                 continue;
@@ -168,80 +167,33 @@ async fn node_of<P: Parent>(
     })
 }
 
-/// The set's members: live objects labelled with its ID (full objects, for their health), and
-/// the members its status lists that were not found; sorted by reference.
-async fn members<P: Parent>(
-    client: &Client,
-    resolver: &Resolver,
-    p: &P,
+/// The set's members: live objects labelled with its ID (whole objects, for their health,
+/// listed by the engine over what the parent records, completed with what its status lists,
+/// as the operator reads it), and the members its status lists that were not found; sorted by
+/// reference.
+async fn members(
+    reader: &Reader<'_>,
+    p: &AnyParent,
 ) -> Result<BTreeMap<MemberRef, Option<DynamicObject>>, String> {
     let parent = p.parent_ref();
-    // The parent's record, completed with what its status lists (as the operator reads it).
-    let recorded = plan::before(p.meta(), p.status(), resolver)
+    let scope = SetScope::new(parent.clone(), reader.client.clone(), CONCURRENCY)
+        .with_page_size(reader.page_size);
+    let engine = SetEngine::new(&scope, reader.resolver, p.spec());
+    let recorded = engine
+        .recorded(Some(p))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{parent}: its ApplySet annotations are malformed ({e})"))?
         .recorded;
-    let listed = p.status().map(|s| s.members.clone()).unwrap_or_default();
-    let kinds: Vec<_> = recorded.group_kinds.iter().cloned().collect();
-    let resolved = resolver
-        .resolve_group_kinds(&kinds)
+    let live = engine
+        .members(&recorded)
         .await
-        .map_err(|e| e.to_string())?;
-    let namespaces = applyset::prune_namespaces(parent.effective_namespace(), &recorded.namespaces);
-    let selector = format!("{LABEL_PART_OF}={}", parent.id());
-    let mut lists = Vec::new();
-    for r in resolved.values() {
-        if r.namespaced {
-            for ns in &namespaces {
-                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &r.resource);
-                lists.push((api, r.resource.clone()));
-            }
-        } else {
-            lists.push((
-                Api::all_with(client.clone(), &r.resource),
-                r.resource.clone(),
-            ));
-        }
-    }
-    let params = ListParams::default().labels(&selector);
-    let found: Vec<Vec<(MemberRef, DynamicObject)>> = futures::stream::iter(lists)
-        .map(|(api, resource)| {
-            let params = params.clone();
-            async move {
-                let list = match api.list(&params).await {
-                    Ok(l) => l.items,
-                    // A kind whose CRD is gone has no members left.
-                    Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-                    Err(e) => return Err(format!("listing members: {e}")),
-                };
-                // Items of a list carry no apiVersion and kind: they are the listed resource's.
-                Ok(list
-                    .into_iter()
-                    .filter_map(|mut o| {
-                        let r = MemberRef {
-                            group: resource.group.clone(),
-                            kind: resource.kind.clone(),
-                            namespace: o.metadata.namespace.clone(),
-                            name: o.metadata.name.clone()?,
-                        };
-                        o.types = Some(kube::api::TypeMeta {
-                            api_version: resource.api_version.clone(),
-                            kind: resource.kind.clone(),
-                        });
-                        Some((r, o))
-                    })
-                    .collect())
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect()
-        .await?;
-    let mut out: BTreeMap<MemberRef, Option<DynamicObject>> = BTreeMap::new();
-    for (r, o) in found.into_iter().flatten() {
-        out.insert(r, Some(o));
-    }
-    for m in listed {
+        .map_err(|e| format!("listing members: {e}"))?;
+    let mut out: BTreeMap<MemberRef, Option<DynamicObject>> = live
+        .into_iter()
+        .map(|m| (m.reference, m.object.map(|o| *o)))
+        .collect();
+    for m in p.status().map(|s| s.members.clone()).unwrap_or_default() {
         out.entry(m).or_insert(None);
     }
     Ok(out)

@@ -1,7 +1,7 @@
 //! The parent: the ApplySet or ClusterApplySet object itself, carrying the KEP-3659 parent
 //! label and annotations. Its metadata is written with server-side apply under the manager
 //! [`PARENT_FIELD_MANAGER`], and only when it differs, so a user's or GitOps tool's apply of
-//! the object never fights the operator.
+//! the object never fights the operator. Either kind as one value: [`AnyParent`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,6 +14,10 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
+
+mod any;
+
+pub use any::{AnyParent, AnyStore};
 
 use crate::{
     Error, Result,
@@ -40,6 +44,10 @@ pub trait Parent:
     fn status(&self) -> Option<&ApplySetStatus>;
     /// The API for objects of this kind in the object's scope.
     fn api(client: Client, namespace: Option<&str>) -> Api<Self>;
+    /// The object as a parent of either kind.
+    fn into_any(self: std::sync::Arc<Self>) -> AnyParent;
+    /// A cache of objects of this kind, as a cache of either kind.
+    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore;
 
     fn parent_ref(&self) -> ParentRef {
         ParentRef {
@@ -67,6 +75,12 @@ impl Parent for ApplySet {
             None => Api::all(client),
         }
     }
+    fn into_any(self: std::sync::Arc<Self>) -> AnyParent {
+        AnyParent::ApplySet(self)
+    }
+    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore {
+        AnyStore::ApplySet(store)
+    }
 }
 
 impl Parent for ClusterApplySet {
@@ -79,6 +93,12 @@ impl Parent for ClusterApplySet {
     }
     fn api(client: Client, _namespace: Option<&str>) -> Api<Self> {
         Api::all(client)
+    }
+    fn into_any(self: std::sync::Arc<Self>) -> AnyParent {
+        AnyParent::ClusterApplySet(self)
+    }
+    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore {
+        AnyStore::ClusterApplySet(store)
     }
 }
 

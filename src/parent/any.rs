@@ -1,0 +1,168 @@
+//! [`AnyParent`]: an ApplySet or a ClusterApplySet, as one value — read by its
+//! [`ParentRef`] ([`AnyParent::get`]) or listed ([`AnyParent::list`]), from the API server or
+//! a controller's cache ([`AnyStore`]). What every reader of "a set, of either kind" uses:
+//! the plugin's `get`, `tree` and `diff`, and the dependency gate.
+
+use std::sync::Arc;
+
+use kube::{
+    Client, Resource,
+    api::{ListParams, ObjectMeta},
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use super::Parent;
+use crate::{
+    api::{ApplySet, ApplySetSpec, ApplySetStatus, ClusterApplySet},
+    applyset::{ParentKind, ParentRef},
+};
+
+/// A parent of either kind.
+#[derive(Clone, Debug)]
+pub enum AnyParent {
+    ApplySet(Arc<ApplySet>),
+    ClusterApplySet(Arc<ClusterApplySet>),
+}
+
+/// A controller's cache of the parents of one kind.
+#[derive(Clone)]
+pub enum AnyStore {
+    ApplySet(Store<ApplySet>),
+    ClusterApplySet(Store<ClusterApplySet>),
+}
+
+impl AnyParent {
+    /// The parent `parent`, if it exists (`None` too when its CRD is not installed: the
+    /// server answers 404).
+    pub async fn get(client: &Client, parent: &ParentRef) -> kube::Result<Option<AnyParent>> {
+        let ns = parent.namespace.as_deref();
+        let got = match parent.kind {
+            ParentKind::ApplySet => ApplySet::api(client.clone(), ns)
+                .get_opt(&parent.name)
+                .await
+                .map(|o| o.map(|o| AnyParent::ApplySet(Arc::new(o)))),
+            ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
+                .get_opt(&parent.name)
+                .await
+                .map(|o| o.map(|o| AnyParent::ClusterApplySet(Arc::new(o)))),
+        };
+        match got {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            got => got,
+        }
+    }
+
+    /// The parents of `kind`: ApplySets of `namespace` (of every namespace when `None`), or
+    /// every ClusterApplySet; none when the kind's CRD is not installed.
+    pub async fn list(
+        client: &Client,
+        kind: ParentKind,
+        namespace: Option<&str>,
+    ) -> kube::Result<Vec<AnyParent>> {
+        let params = ListParams::default();
+        let listed = match kind {
+            ParentKind::ApplySet => ApplySet::api(client.clone(), namespace)
+                .list(&params)
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|o| Arc::new(o).into_any())
+                        .collect()
+                }),
+            ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
+                .list(&params)
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|o| Arc::new(o).into_any())
+                        .collect()
+                }),
+        };
+        match listed {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+            listed => listed,
+        }
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            AnyParent::ApplySet(o) => o.meta(),
+            AnyParent::ClusterApplySet(o) => o.meta(),
+        }
+    }
+
+    pub fn spec(&self) -> &ApplySetSpec {
+        match self {
+            AnyParent::ApplySet(o) => Parent::spec(&**o),
+            AnyParent::ClusterApplySet(o) => Parent::spec(&**o),
+        }
+    }
+
+    pub fn status(&self) -> Option<&ApplySetStatus> {
+        match self {
+            AnyParent::ApplySet(o) => Parent::status(&**o),
+            AnyParent::ClusterApplySet(o) => Parent::status(&**o),
+        }
+    }
+
+    /// Its reference: kind, name and (an ApplySet's) namespace.
+    pub fn parent_ref(&self) -> ParentRef {
+        match self {
+            AnyParent::ApplySet(o) => o.parent_ref(),
+            AnyParent::ClusterApplySet(o) => o.parent_ref(),
+        }
+    }
+
+    /// Its ApplySet ID (`applyset-<hash>-v1`).
+    pub fn id(&self) -> String {
+        self.parent_ref().id()
+    }
+}
+
+impl AnyStore {
+    /// `parent` from the cache, if it holds it (a store of the other kind holds none).
+    pub fn get(&self, parent: &ParentRef) -> Option<AnyParent> {
+        match (self, parent.kind) {
+            (AnyStore::ApplySet(s), ParentKind::ApplySet) => {
+                let r = ObjectRef::new(&parent.name).within(parent.namespace.as_deref()?);
+                Some(AnyParent::ApplySet(s.get(&r)?))
+            }
+            (AnyStore::ClusterApplySet(s), ParentKind::ClusterApplySet) => Some(
+                AnyParent::ClusterApplySet(s.get(&ObjectRef::new(&parent.name))?),
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl AnyStore {
+    /// Every parent the cache holds, once it has been listed (`None` before).
+    pub fn listed(&self) -> Option<Vec<AnyParent>> {
+        use futures::FutureExt;
+        match self {
+            AnyStore::ApplySet(s) => {
+                s.wait_until_ready().now_or_never()?.ok()?;
+                Some(s.state().into_iter().map(AnyParent::ApplySet).collect())
+            }
+            AnyStore::ClusterApplySet(s) => {
+                s.wait_until_ready().now_or_never()?.ok()?;
+                let all = s.state().into_iter();
+                Some(all.map(AnyParent::ClusterApplySet).collect())
+            }
+        }
+    }
+}
+
+impl From<Arc<ApplySet>> for AnyParent {
+    fn from(o: Arc<ApplySet>) -> Self {
+        AnyParent::ApplySet(o)
+    }
+}
+
+impl From<Arc<ClusterApplySet>> for AnyParent {
+    fn from(o: Arc<ClusterApplySet>) -> Self {
+        AnyParent::ClusterApplySet(o)
+    }
+}
