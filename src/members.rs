@@ -10,11 +10,11 @@
 //!   resourceVersion moves away from the recorded one) triggers a reconcile of its parent at
 //!   once, rather than at the next interval.
 //! - **Health.** Kinds with a status to assess (every kind but the built-in ones without
-//!   status, see [`health::needs_object`]) are watched whole: each event's object is assessed
-//!   (kstatus rules) and only the verdict is kept. Sets that wait or have health checks are
-//!   tracked: when the health of one of their objects changes, they are marked for the
-//!   health reporter (`controller::healthy`). Objects named by `spec.healthChecks` get a watch
-//!   of their own (one object each).
+//!   status, see [`crate::health::needs_object`]) are watched whole: each event's object is
+//!   assessed (kstatus rules) and only the verdict is kept. Sets that wait or have health
+//!   checks are tracked: when the health of one of their objects changes, they are marked for
+//!   the health reporter (`controller::healthy`). Objects named by `spec.healthChecks` get a
+//!   watch of their own (one object each).
 //!
 //! State is compact: per member a body hash and a resourceVersion; per watched object a
 //! resourceVersion (and, for kinds with status, its health: a status and a short message).
