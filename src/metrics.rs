@@ -487,6 +487,24 @@ mod tests {
     }
 
     #[test]
+    fn kustomize_builds_are_exported_by_result_from_the_start() {
+        let m = Metrics::new();
+        let builds = KustomizeBuilds::default();
+        m.register_kustomize_builds(&builds);
+        let text = m.encode();
+        for r in ["built", "failed"] {
+            let line = format!("applyset_kustomize_builds_total{{result=\"{r}\"}} 0");
+            assert!(text.contains(&line), "{line} in:\n{text}");
+        }
+        builds.counted(true);
+        builds.counted(false);
+        builds.counted(true);
+        let text = m.encode();
+        assert!(text.contains("applyset_kustomize_builds_total{result=\"built\"} 2"));
+        assert!(text.contains("applyset_kustomize_builds_total{result=\"failed\"} 1"));
+    }
+
+    #[test]
     fn request_counts_show_in_the_exposition() {
         let m = Metrics::new();
         m.request("PATCH");

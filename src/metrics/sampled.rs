@@ -152,3 +152,67 @@ impl Metrics {
 fn reader<T: Observed>(state: Weak<T>, read: fn(&T) -> usize) -> Sampler {
     Box::new(move || state.upgrade().map_or(0, |s| read(&s)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state that answers `n` to every gauge.
+    struct Fixed(usize);
+
+    impl Observed for Fixed {
+        fn member_watches(&self) -> usize {
+            self.0
+        }
+        fn health_watches(&self) -> usize {
+            self.0
+        }
+        fn reconciling_namespaces(&self) -> usize {
+            self.0
+        }
+        fn workers(&self, _: ParentKind) -> usize {
+            self.0
+        }
+        fn build_slots_in_use(&self) -> usize {
+            self.0
+        }
+        fn builds_waiting(&self) -> (usize, usize) {
+            (self.0, self.0)
+        }
+        fn tracked_sets(&self) -> Vec<(&'static str, usize)> {
+            vec![("member_applies", self.0)]
+        }
+        fn impersonation_clients(&self) -> usize {
+            self.0
+        }
+    }
+
+    const GAUGES: [&str; 10] = [
+        "applyset_member_watches ",
+        "applyset_health_watches ",
+        "applyset_reconciling_namespaces ",
+        "controller_runtime_active_workers{controller=\"applyset\"} ",
+        "controller_runtime_active_workers{controller=\"clusterapplyset\"} ",
+        "applyset_kustomize_build_slots_in_use ",
+        "applyset_kustomize_builds_waiting ",
+        "applyset_kustomize_build_namespaces_waiting ",
+        "applyset_tracked_sets{map=\"member_applies\"} ",
+        "applyset_impersonation_clients ",
+    ];
+
+    #[test]
+    fn every_sampled_gauge_reads_the_state_and_zero_once_it_is_gone() {
+        let m = Metrics::new();
+        let state = Arc::new(Fixed(3));
+        m.sample_operator(&state);
+        let text = m.encode();
+        for g in GAUGES {
+            assert!(text.contains(&format!("{g}3\n")), "{g}3 in:\n{text}");
+        }
+        drop(state);
+        let text = m.encode();
+        for g in GAUGES.iter().filter(|g| !g.contains("tracked_sets")) {
+            assert!(text.contains(&format!("{g}0\n")), "{g}0 in:\n{text}");
+        }
+    }
+}
