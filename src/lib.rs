@@ -14,7 +14,8 @@
 //! - [`stage`]: what a render stage (substitution, decryption) may spend for one set: bytes
 //!   counted as they are written, against the set's bound and the operator-wide memory
 //!   budget, and time, on the blocking pool.
-//! - [`kinds`]: kind rules (stages of apply, order of prune).
+//! - [`kind_order`]: the order of kinds: CRDs and Namespaces apply first and prune last (the
+//!   stages of apply, the order of prune).
 //! - [`tenancy`]: which identity a set acts with, and what a set may declare (pure).
 //! - [`render`]: the desired set of a parent: manifests resolved to API resources and scopes.
 //! - [`parent`]: the parent's ApplySet labels and annotations (ownership, superset, shrink),
@@ -24,12 +25,11 @@
 //!   methods are the verbs in order: observe, plan (a dry run), apply, prune, and the paged
 //!   listing views read; every verb reports per member in one vocabulary, classified once.
 //! - [`members`]: member watches (no write when nothing changed; prompt drift correction;
-//!   health between reconciles).
-//! - [`kind_refs`]: which sets hold which member kinds (when a kind's watch starts and stops).
+//!   health between reconciles); which sets hold which member kinds (`members::watch_refs`).
 //! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
 //!   and of many, as pure functions.
 //! - [`terminating`]: namespaces being terminated (no apply is sent into one).
-//! - [`watch`]: how the operator's watches retry after an error.
+//! - [`backoff`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`dependencies`]: the rules of `spec.dependsOn` (readiness, cycles, deletion order)
@@ -43,6 +43,7 @@
 
 pub mod api;
 pub mod applyset;
+pub mod backoff;
 pub mod controller;
 pub mod decryption;
 pub mod dependencies;
@@ -50,8 +51,7 @@ pub mod discovery;
 pub mod engine;
 pub mod fair;
 pub mod health;
-pub mod kind_refs;
-pub mod kinds;
+pub mod kind_order;
 pub mod leader;
 pub mod manifest;
 pub mod members;
@@ -67,7 +67,11 @@ pub mod status;
 pub mod substitute;
 pub mod tenancy;
 pub mod terminating;
-pub mod watch;
+
+/// The former name of [`kind_order`], until its users move.
+pub use kind_order as kinds;
+/// The former name of [`members::watch_refs`], until its users move.
+pub use members::watch_refs as kind_refs;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).

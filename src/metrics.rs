@@ -2,22 +2,39 @@
 //! (`applyset_*`), the process's (`process_*`, on Linux), and the families the Kubernetes
 //! controller ecosystem's dashboards query under controller-runtime's and client-go's names
 //! (the work queue's in [`workqueue`]).
+//!
+//! The one place where every metric is defined (name, help, labels) and registered: the rest
+//! of the operator counts through [`Metrics`]' methods, the kustomize builder through its
+//! [`KustomizeBuilds`], and the gauges of [`sampled`] read the controller's state through
+//! [`Observed`]. Files: this one (the registry, our own families, the exposition),
+//! [`ecosystem`] (controller-runtime's and client-go's names), [`workqueue`], [`info`]
+//! (`applyset_info`), [`sampled`] (gauges read at each scrape), [`client`] (the client that
+//! counts API requests).
 
+pub mod client;
+pub mod ecosystem;
+pub mod info;
+pub mod sampled;
 pub mod workqueue;
 
 use std::{
     collections::HashMap,
-    sync::{
-        Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
+use parking_lot::Mutex;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+
+pub use client::{counting_client, verb};
+pub use ecosystem::controller_name;
+pub use info::{INFO_LABELS, Info};
+pub use sampled::{LabelledSampler, Observed, Sampler};
+
+use ecosystem::Ecosystem;
 
 pub struct Metrics {
     registry: Registry,
@@ -47,147 +64,6 @@ pub struct Metrics {
     sampled: Mutex<HashMap<&'static str, (IntGauge, Sampler)>>,
     /// Labelled gauges read when the metrics are encoded, by name.
     sampled_labelled: Mutex<HashMap<&'static str, (IntGaugeVec, LabelledSampler)>>,
-}
-
-/// Reads a gauge's value (see [`Metrics::sample_gauge`]).
-pub type Sampler = Box<dyn Fn() -> usize + Send + Sync>;
-
-/// Reads a labelled gauge's values, by label value (see [`Metrics::sample_labelled`]).
-pub type LabelledSampler = Box<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
-
-/// controller-runtime's and client-go's metric names.
-struct Ecosystem {
-    reconcile_total: IntCounterVec,
-    reconcile_errors_total: IntCounterVec,
-    reconcile_time: HistogramVec,
-    workqueue_depth: IntGaugeVec,
-    rest_client_requests_total: IntCounterVec,
-    rest_client_request_duration: HistogramVec,
-}
-
-impl Ecosystem {
-    fn new() -> Self {
-        Ecosystem {
-            reconcile_total: IntCounterVec::new(
-                Opts::new(
-                    "controller_runtime_reconcile_total",
-                    "Reconciles by controller and result (success, error), as controller-runtime names it",
-                ),
-                &["controller", "result"],
-            )
-            .expect("valid metric"),
-            reconcile_errors_total: IntCounterVec::new(
-                Opts::new(
-                    "controller_runtime_reconcile_errors_total",
-                    "Reconciles that ended in an error, by controller",
-                ),
-                &["controller"],
-            )
-            .expect("valid metric"),
-            reconcile_time: HistogramVec::new(
-                HistogramOpts::new(
-                    "controller_runtime_reconcile_time_seconds",
-                    "Duration of one reconcile, by controller",
-                )
-                .buckets(vec![
-                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                ]),
-                &["controller"],
-            )
-            .expect("valid metric"),
-            workqueue_depth: IntGaugeVec::new(
-                Opts::new(
-                    "workqueue_depth",
-                    "Parents whose reconcile was triggered and has not started yet, by controller",
-                ),
-                &["name"],
-            )
-            .expect("valid metric"),
-            rest_client_requests_total: IntCounterVec::new(
-                Opts::new(
-                    "rest_client_requests_total",
-                    "Requests to the API server by HTTP status code (<error>: no answer) and method",
-                ),
-                &["code", "method"],
-            )
-            .expect("valid metric"),
-            rest_client_request_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "rest_client_request_duration_seconds",
-                    "Request latency in seconds. Broken down by verb, and host",
-                )
-                .buckets(vec![
-                    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
-                ]),
-                &["verb", "host"],
-            )
-            .expect("valid metric"),
-        }
-    }
-
-    /// Every series a dashboard or alert queries exists from the start (at 0), so a query
-    /// of a quiet operator returns 0 rather than nothing.
-    fn start_at_zero(&self) {
-        for controller in ["applyset", "clusterapplyset"] {
-            for result in ["success", "error"] {
-                self.reconcile_total
-                    .with_label_values(&[controller, result]);
-            }
-            self.reconcile_errors_total.with_label_values(&[controller]);
-            self.workqueue_depth.with_label_values(&[controller]);
-        }
-    }
-
-    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
-        vec![
-            Box::new(self.reconcile_total.clone()),
-            Box::new(self.reconcile_errors_total.clone()),
-            Box::new(self.reconcile_time.clone()),
-            Box::new(self.workqueue_depth.clone()),
-            Box::new(self.rest_client_requests_total.clone()),
-            Box::new(self.rest_client_request_duration.clone()),
-        ]
-    }
-}
-
-/// The labels of `applyset_info`, in order.
-pub const INFO_LABELS: [&str; 7] = [
-    "name",
-    "namespace",
-    "kind",
-    "ready",
-    "reason",
-    "suspended",
-    "revision",
-];
-
-/// What `applyset_info` says of one parent.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Info {
-    pub name: String,
-    /// Empty for a ClusterApplySet.
-    pub namespace: String,
-    pub kind: String,
-    /// The Ready condition's status ("True", "False", "Unknown").
-    pub ready: String,
-    pub reason: String,
-    pub suspended: bool,
-    /// The revision last applied (empty when none).
-    pub revision: String,
-}
-
-impl Info {
-    fn values(&self) -> Vec<String> {
-        vec![
-            self.name.clone(),
-            self.namespace.clone(),
-            self.kind.clone(),
-            self.ready.clone(),
-            self.reason.clone(),
-            self.suspended.to_string(),
-            self.revision.clone(),
-        ]
-    }
 }
 
 impl Default for Metrics {
@@ -301,57 +177,12 @@ impl Metrics {
         }
     }
 
-    /// A gauge `name` whose value `read` gives when the metrics are encoded (the size of a
-    /// cache, the number of watches). Registering a name again replaces its reader.
-    pub fn sample_gauge(&self, name: &'static str, help: &str, read: Sampler) {
-        let Ok(mut sampled) = self.sampled.lock() else {
-            return;
-        };
-        if let Some(entry) = sampled.get_mut(name) {
-            entry.1 = read;
-            return;
-        }
-        let Ok(gauge) = IntGauge::new(name, help) else {
-            return;
-        };
-        if self.registry.register(Box::new(gauge.clone())).is_ok() {
-            sampled.insert(name, (gauge, read));
-        }
-    }
-
-    /// A gauge `name` with one label, `label`, whose series `read` gives (label value and
-    /// value) when the metrics are encoded. Registering a name again replaces its reader.
-    pub fn sample_labelled(
-        &self,
-        name: &'static str,
-        help: &str,
-        label: &str,
-        read: LabelledSampler,
-    ) {
-        let Ok(mut sampled) = self.sampled_labelled.lock() else {
-            return;
-        };
-        if let Some(entry) = sampled.get_mut(name) {
-            entry.1 = read;
-            return;
-        }
-        let Ok(gauge) = IntGaugeVec::new(Opts::new(name, help), &[label]) else {
-            return;
-        };
-        if self.registry.register(Box::new(gauge.clone())).is_ok() {
-            sampled.insert(name, (gauge, read));
-        }
-    }
-
     /// The size of the metrics' own per-set maps (`applyset_tracked_sets`): the
     /// `applyset_info` series, the member counts, the sets in the work queue.
     pub fn tracked_sets(&self) -> [(&'static str, usize); 3] {
-        fn len<V>(m: &Mutex<HashMap<String, V>>) -> usize {
-            m.lock().map_or(0, |m| m.len())
-        }
         [
-            ("info_series", len(&self.info_labels)),
-            ("member_counts", len(&self.managed_by_parent)),
+            ("info_series", self.info_labels.lock().len()),
+            ("member_counts", self.managed_by_parent.lock().len()),
             ("queue", self.workqueue.tracked()),
         ]
     }
@@ -421,12 +252,6 @@ impl Metrics {
         self.workqueue.retried(&controller_name(kind));
     }
 
-    /// `read` tells how many workers the controller of `kind` holds now
-    /// (`controller_runtime_active_workers`).
-    pub fn sample_workers(&self, kind: &str, read: Sampler) {
-        self.workqueue.sample_workers(&controller_name(kind), read);
-    }
-
     /// The most reconciles each controller runs at once (`--concurrency`).
     pub fn set_max_concurrent_reconciles(&self, n: u16) {
         self.workqueue.set_max_concurrent(n);
@@ -437,33 +262,6 @@ impl Metrics {
             .workqueue_depth
             .with_label_values(&[controller])
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
-    }
-
-    /// Sets the `applyset_info` series of `parent` (replacing its earlier one), or removes it
-    /// (`None`: the parent is gone).
-    pub fn set_info(&self, parent: &str, info: Option<&Info>) {
-        let Ok(mut labels) = self.info_labels.lock() else {
-            return;
-        };
-        let new = info.map(Info::values);
-        let old = labels.get(parent).cloned();
-        if old == new {
-            return;
-        }
-        if let Some(old) = old {
-            let old: Vec<&str> = old.iter().map(String::as_str).collect();
-            let _ = self.info.remove_label_values(&old);
-        }
-        match new {
-            Some(values) => {
-                let v: Vec<&str> = values.iter().map(String::as_str).collect();
-                self.info.with_label_values(&v).set(1);
-                labels.insert(parent.to_string(), values);
-            }
-            None => {
-                labels.remove(parent);
-            }
-        }
     }
 
     /// One answer (or failure: `code` "<error>") of the API server `host` to a request
@@ -513,13 +311,12 @@ impl Metrics {
     pub fn set_members(&self, parent: &str, n: i64) {
         // The gauge moves by the difference: summing every parent's count on each call would
         // cost a reconcile time in proportion to the number of sets.
-        if let Ok(mut m) = self.managed_by_parent.lock() {
-            let before = match n {
-                0 => m.remove(parent),
-                n => m.insert(parent.to_string(), n),
-            };
-            self.managed_members.add(n - before.unwrap_or(0));
-        }
+        let mut m = self.managed_by_parent.lock();
+        let before = match n {
+            0 => m.remove(parent),
+            n => m.insert(parent.to_string(), n),
+        };
+        self.managed_members.add(n - before.unwrap_or(0));
     }
 
     /// Counts one API request.
@@ -534,71 +331,57 @@ impl Metrics {
 
     /// Reports the use of the sources' memory budget `b` (read at each encoding).
     pub fn watch_source_memory(&self, b: crate::sources::memory::MemoryBudget) {
-        if let Ok(mut m) = self.source_memory.lock() {
-            *m = Some(b);
-        }
+        *self.source_memory.lock() = Some(b);
     }
 
-    /// Registers a metric another part of the operator owns (the kustomize builds).
-    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) {
+    /// Registers the kustomize builder's count of builds (`applyset_kustomize_builds_total`).
+    pub fn register_kustomize_builds(&self, builds: &KustomizeBuilds) {
         // Registering a name twice fails; the first registration stands.
-        let _ = self.registry.register(collector);
+        let _ = self.registry.register(Box::new(builds.0.clone()));
     }
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         self.workqueue.refresh();
-        if let Ok(m) = self.source_memory.lock()
-            && let Some(b) = m.as_ref()
-        {
+        if let Some(b) = self.source_memory.lock().as_ref() {
             self.source_memory_bytes
                 .set(i64::try_from(b.held_bytes()).unwrap_or(i64::MAX));
             self.source_memory_peak_bytes
                 .set(i64::try_from(b.peak_bytes()).unwrap_or(i64::MAX));
         }
-        if let Ok(sampled) = self.sampled.lock() {
-            for (gauge, read) in sampled.values() {
-                gauge.set(i64::try_from(read()).unwrap_or(i64::MAX));
-            }
-        }
-        if let Ok(sampled) = self.sampled_labelled.lock() {
-            for (gauge, read) in sampled.values() {
-                for (value, n) in read() {
-                    gauge
-                        .with_label_values(&[value])
-                        .set(i64::try_from(n).unwrap_or(i64::MAX));
-                }
-            }
-        }
+        self.read_sampled();
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
 }
 
-/// The controller label of the ecosystem's series: the parent kind in lower case, as
-/// controller-runtime names a controller after its kind.
-pub fn controller_name(kind: &str) -> String {
-    kind.to_ascii_lowercase()
+/// `applyset_kustomize_builds_total{result}`: kustomize builds run, by result (`built`,
+/// `failed`), both results present from the start. The kustomize builder holds it and counts;
+/// the operator's registry registers it ([`Metrics::register_kustomize_builds`]).
+#[derive(Clone)]
+pub struct KustomizeBuilds(IntCounterVec);
+
+impl Default for KustomizeBuilds {
+    fn default() -> Self {
+        let c = counter_vec(
+            "applyset_kustomize_builds_total",
+            "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again, except a build that reads SOPS files (per set, each reconcile)",
+            &["result"],
+        );
+        for r in ["built", "failed"] {
+            c.with_label_values(&[r]);
+        }
+        KustomizeBuilds(c)
+    }
 }
 
-/// The verb of a request: the HTTP method, with watches told apart from reads.
-pub fn verb<B>(req: &http::Request<B>) -> &'static str {
-    match *req.method() {
-        http::Method::GET
-            if req
-                .uri()
-                .query()
-                .is_some_and(|q| q.contains("watch=true") || q.contains("watch=1")) =>
-        {
-            "WATCH"
-        }
-        http::Method::GET => "GET",
-        http::Method::POST => "POST",
-        http::Method::PUT => "PUT",
-        http::Method::PATCH => "PATCH",
-        http::Method::DELETE => "DELETE",
-        _ => "OTHER",
+impl KustomizeBuilds {
+    /// One build ended: built (`ok`) or failed.
+    pub fn counted(&self, ok: bool) {
+        self.0
+            .with_label_values(&[if ok { "built" } else { "failed" }])
+            .inc();
     }
 }
 
@@ -632,97 +415,9 @@ fn gauge(name: &str, help: &str) -> IntGauge {
     IntGauge::new(name, help).expect("valid metric")
 }
 
-/// A client that counts every request it sends in `metrics`, and every answer by status
-/// code.
-pub fn counting_client(
-    config: kube::Config,
-    metrics: std::sync::Arc<Metrics>,
-) -> Result<kube::Client, kube::Error> {
-    let host = config.cluster_url.host().unwrap_or_default().to_string();
-    let layer = tower::layer::layer_fn(move |inner| Counted {
-        inner,
-        metrics: metrics.clone(),
-        host: host.clone(),
-    });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&layer)
-        .build())
-}
-
-/// The service of [`counting_client`]: counts each request, then its answer.
-#[derive(Clone)]
-struct Counted<S> {
-    inner: S,
-    metrics: std::sync::Arc<Metrics>,
-    /// The API server's host (client-go's `host` label).
-    host: String,
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for Counted<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-    S::Error: 'static,
-    R: 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        self.metrics.request(verb(&req));
-        let method = req.method().as_str().to_owned();
-        let (metrics, host) = (self.metrics.clone(), self.host.clone());
-        let sent = std::time::Instant::now();
-        let answer = self.inner.call(req);
-        Box::pin(async move {
-            let answer = answer.await;
-            let code = match &answer {
-                Ok(resp) => resp.status().as_u16().to_string(),
-                Err(_) => "<error>".to_string(),
-            };
-            metrics.answered(&code, &method, &host, sent.elapsed());
-            answer
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn verbs() {
-        let r = |m: http::Method, uri: &str| {
-            http::Request::builder()
-                .method(m)
-                .uri(uri)
-                .body(())
-                .expect("request")
-        };
-        assert_eq!(
-            verb(&r(
-                http::Method::GET,
-                "/api/v1/configmaps?watch=true&labelSelector=x"
-            )),
-            "WATCH"
-        );
-        assert_eq!(
-            verb(&r(http::Method::GET, "/api/v1/configmaps?labelSelector=x")),
-            "GET"
-        );
-        assert_eq!(
-            verb(&r(http::Method::PATCH, "/api/v1/namespaces/a/configmaps/b")),
-            "PATCH"
-        );
-    }
 
     #[test]
     fn the_ecosystem_series_follow_reconciles_queue_and_info() {
@@ -789,6 +484,24 @@ mod tests {
         assert_eq!(m.managed_members.get(), 1);
         m.set_members("ns/a", 0);
         assert_eq!(m.managed_members.get(), 0);
+    }
+
+    #[test]
+    fn kustomize_builds_are_exported_by_result_from_the_start() {
+        let m = Metrics::new();
+        let builds = KustomizeBuilds::default();
+        m.register_kustomize_builds(&builds);
+        let text = m.encode();
+        for r in ["built", "failed"] {
+            let line = format!("applyset_kustomize_builds_total{{result=\"{r}\"}} 0");
+            assert!(text.contains(&line), "{line} in:\n{text}");
+        }
+        builds.counted(true);
+        builds.counted(false);
+        builds.counted(true);
+        let text = m.encode();
+        assert!(text.contains("applyset_kustomize_builds_total{result=\"built\"} 2"));
+        assert!(text.contains("applyset_kustomize_builds_total{result=\"failed\"} 1"));
     }
 
     #[test]

@@ -11,7 +11,6 @@
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -22,6 +21,7 @@ use kube::{
     core::{PartialObjectMeta, Status},
     runtime::{WatchStreamExt, watcher},
 };
+use parking_lot::Mutex;
 
 /// The cause type of the namespace lifecycle admission's refusal (`v1.NamespaceTerminatingCause`).
 pub const CAUSE_NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
@@ -111,9 +111,7 @@ impl Terminating {
     /// whether it was not known so before.
     pub fn learn(&self, namespace: &str) -> bool {
         let now = Instant::now();
-        let Ok(mut known) = self.known.lock() else {
-            return false;
-        };
+        let mut known = self.known.lock();
         if known.contains_key(namespace) {
             return false;
         }
@@ -134,9 +132,7 @@ impl Terminating {
 
     /// Forgets `namespace` (gone, or not being deleted).
     fn forget(&self, namespace: &str) {
-        if let Ok(mut known) = self.known.lock()
-            && known.remove(namespace).is_some()
-        {
+        if self.known.lock().remove(namespace).is_some() {
             tracing::info!(
                 namespace,
                 "namespace no longer being terminated: applies go on"
@@ -151,7 +147,7 @@ impl Terminating {
     pub async fn follow(&self, on_learnt: impl Fn(&str)) {
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(self.client.clone());
         let mut events = watcher(api, watcher::Config::default().any_semantic())
-            .backoff(crate::watch::backoff())
+            .backoff(crate::backoff::backoff())
             .boxed();
         while let Some(event) = events.next().await {
             match event {
@@ -191,10 +187,7 @@ impl Terminating {
     /// Whether `namespace` is known terminating (no I/O: for the member watches, which
     /// start no reconcile for what is deleted there).
     pub fn contains(&self, namespace: &str) -> bool {
-        self.known
-            .lock()
-            .map(|k| k.contains_key(namespace))
-            .unwrap_or(false)
+        self.known.lock().contains_key(namespace)
     }
 
     /// One metadata GET of `namespace`: what it finds (see [`look`]).
@@ -224,9 +217,7 @@ impl Terminating {
     /// look at it (at most every [`RECHECK`], shared) did not find it gone or back.
     pub async fn blocks(&self, namespace: &str) -> bool {
         let due = {
-            let Ok(mut known) = self.known.lock() else {
-                return false;
-            };
+            let mut known = self.known.lock();
             let Some(entry) = known.get_mut(namespace) else {
                 return false;
             };
@@ -250,9 +241,7 @@ impl Terminating {
 
     /// Records a look's finding; returns whether the namespace stays blocked.
     fn looked(&self, namespace: &str, found: Look) -> bool {
-        let Ok(mut known) = self.known.lock() else {
-            return false;
-        };
+        let mut known = self.known.lock();
         match found {
             Look::GoneOrBack => {
                 tracing::info!(

@@ -9,7 +9,6 @@
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -22,6 +21,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
+use parking_lot::Mutex;
 use serde_json::json;
 
 /// How long a published event is remembered: the same note within it is a repeat.
@@ -148,17 +148,15 @@ impl Events {
             None => self.create(regarding, &key, now).await,
         };
         let (name, namespace, count) = stored?;
-        if let Ok(mut published) = self.published.lock() {
-            published.by_key.insert(
-                key.hash64(),
-                Published {
-                    name,
-                    namespace,
-                    count,
-                    last: Instant::now(),
-                },
-            );
-        }
+        self.published.lock().by_key.insert(
+            key.hash64(),
+            Published {
+                name,
+                namespace,
+                count,
+                last: Instant::now(),
+            },
+        );
         Ok(())
     }
 
@@ -203,7 +201,7 @@ impl Events {
     /// The earlier event `key` repeats (its name, namespace and the count this one makes),
     /// if one was published within the window; forgets those older than that.
     fn repeat_of(&self, key: &Key) -> Option<(String, String, i32)> {
-        let mut published = self.published.lock().ok()?;
+        let mut published = self.published.lock();
         if published
             .forgotten
             .is_none_or(|t| t.elapsed() >= FORGET_EVERY)

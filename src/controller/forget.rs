@@ -86,9 +86,7 @@ impl Context {
     /// go. `uid`: its UID, when known (the spec sizes are kept by UID).
     pub(super) fn forget(&self, parent: &ParentRef, uid: Option<&str>) {
         let key = parent.to_string();
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(&key);
-        }
+        self.failures.lock().remove(&key);
         self.sources.index.remove(parent);
         let id = parent.id();
         self.members.forget(&id);
@@ -107,38 +105,31 @@ impl Context {
     /// Records the user `parent` acts as (`None`: the operator), dropping the impersonating
     /// client of a user no set acts as any more.
     pub(super) fn acting_as(&self, parent: &ParentRef, user: Option<&str>) {
-        let unused = match self.identities.lock() {
-            Ok(mut ids) => match user {
+        let unused = {
+            let mut ids = self.identities.lock();
+            match user {
                 Some(user) => ids.set(parent, user),
                 None => ids.forget(parent),
-            },
-            Err(_) => None,
+            }
         };
         self.drop_client(unused);
     }
 
     fn forget_identity(&self, parent: &ParentRef) {
-        let unused = self
-            .identities
-            .lock()
-            .ok()
-            .and_then(|mut ids| ids.forget(parent));
+        let unused = self.identities.lock().forget(parent);
         self.drop_client(unused);
     }
 
     fn drop_client(&self, user: Option<String>) {
-        if let Some(user) = user
-            && let Ok(mut clients) = self.impersonated.lock()
-        {
-            clients.remove(&user);
+        if let Some(user) = user {
+            self.impersonated.lock().remove(&user);
         }
     }
 
     /// The size of each per-set map (see the module documentation).
     pub(super) fn tracked_sets(&self) -> Vec<(&'static str, usize)> {
-        let len = |m: &std::sync::Mutex<HashMap<String, u32>>| m.lock().map_or(0, |m| m.len());
         let mut out = vec![
-            ("backoff", len(&self.failures)),
+            ("backoff", self.failures.lock().len()),
             ("source_index", self.sources.index.len()),
         ];
         out.extend(self.members.tracked_sets());
@@ -152,10 +143,7 @@ impl Context {
                 self.sources.kustomize.slots().namespaces(),
             ),
             ("spec_sizes", self.spec_sizes.len()),
-            (
-                "identities",
-                self.identities.lock().map_or(0, |ids| ids.len()),
-            ),
+            ("identities", self.identities.lock().len()),
         ]);
         out.extend(self.metrics.tracked_sets());
         out

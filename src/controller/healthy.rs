@@ -7,7 +7,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -17,6 +17,7 @@ use kube::{
     Api,
     api::{Patch, PatchParams},
 };
+use parking_lot::Mutex;
 use serde_json::json;
 
 use super::{
@@ -163,9 +164,7 @@ impl Reporter {
     /// Notes what the parent's status already says of its health (so an unchanged health
     /// is not written again, after a restart too) and the generation to report it for.
     pub fn seed(&self, id: &str, status: Option<&ApplySetStatus>, generation: Option<i64>) {
-        let Ok(mut w) = self.written.lock() else {
-            return;
-        };
+        let mut w = self.written.lock();
         let found = Written {
             generation,
             health: status.and_then(|s| s.health.clone()),
@@ -185,10 +184,7 @@ impl Reporter {
     /// Has the reporter look at set `id` again after `wait` (once, however often asked
     /// meanwhile).
     fn look_again(&self, members: &Arc<crate::members::MemberWatches>, id: &str, wait: Duration) {
-        let Ok(mut later) = self.later.lock() else {
-            return;
-        };
-        if !later.insert(id.to_string()) {
+        if !self.later.lock().insert(id.to_string()) {
             return;
         }
         let members = members.clone();
@@ -196,18 +192,14 @@ impl Reporter {
         let later = self.later.clone();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            if let Ok(mut l) = later.lock() {
-                l.remove(&id);
-            }
+            later.lock().remove(&id);
             members.touch(&id);
         });
     }
 
     /// Forgets a set (no longer tracked).
     pub fn forget(&self, id: &str) {
-        if let Ok(mut w) = self.written.lock() {
-            w.remove(id);
-        }
+        self.written.lock().remove(id);
         self.end_wait(id);
     }
 
@@ -220,9 +212,7 @@ impl Reporter {
         now_status: Status,
         timeout: Duration,
     ) -> Verdict {
-        let Ok(mut waits) = self.waits.lock() else {
-            return verdict(now_status, Duration::ZERO, timeout);
-        };
+        let mut waits = self.waits.lock();
         let now = Instant::now();
         let waited = match waits.get(id) {
             Some(w) if w.key == key => now.saturating_duration_since(w.since),
@@ -244,23 +234,18 @@ impl Reporter {
     /// How many sets the reporter's maps hold (`applyset_tracked_sets`).
     pub fn tracked_sets(&self) -> [(&'static str, usize); 2] {
         [
-            ("health_reports", self.written.lock().map_or(0, |w| w.len())),
-            ("health_waits", self.waits.lock().map_or(0, |w| w.len())),
+            ("health_reports", self.written.lock().len()),
+            ("health_waits", self.waits.lock().len()),
         ]
     }
 
     /// Ends a wait in progress, if any.
     pub fn end_wait(&self, id: &str) {
-        if let Ok(mut waits) = self.waits.lock() {
-            waits.remove(id);
-        }
+        self.waits.lock().remove(id);
     }
 
     fn is_waiting(&self, id: &str) -> bool {
-        self.waits
-            .lock()
-            .map(|w| w.contains_key(id))
-            .unwrap_or(false)
+        self.waits.lock().contains_key(id)
     }
 }
 
@@ -307,13 +292,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Writes one set's health if it changed since the reporter last wrote (or found) it.
 async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::Summary) {
-    let Some(previous) = ctx
-        .health
-        .written
-        .lock()
-        .ok()
-        .and_then(|w| w.get(id).cloned())
-    else {
+    let Some(previous) = ctx.health.written.lock().get(id).cloned() else {
         return;
     };
     let health = Some(health_status(summary));
@@ -333,9 +312,7 @@ async fn report(ctx: &Context, id: &str, parent: &ParentRef, summary: &health::S
     match tokio::time::timeout(WRITE_TIMEOUT, patch(ctx, parent, body)).await {
         Ok(Ok(())) => {
             // Merged under the lock: a reconcile may have moved the generation meanwhile.
-            if let Ok(mut w) = ctx.health.written.lock()
-                && let Some(known) = w.get_mut(id)
-            {
+            if let Some(known) = ctx.health.written.lock().get_mut(id) {
                 known.health = health;
                 known.condition = condition;
                 known.at = Some(Instant::now());

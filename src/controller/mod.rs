@@ -2,20 +2,24 @@
 //! reconcile, and the reconcile's entry point (a span per reconcile, panics contained,
 //! deletion through the finalizer). The reconcile itself, docs/design.md §4 as a straight line of
 //! steps, is in [`reconcile`]; deletion in [`cleanup`]; what is written to status in
-//! [`report`].
+//! [`report`]; the workers shared between namespaces in [`workers`]; `/readyz`'s answer in
+//! [`readiness`]. The metrics read the controller's state through [`crate::metrics::Observed`].
 
 mod cleanup;
+mod config;
 mod events;
 mod forget;
 mod healthy;
 pub mod impersonate;
+mod readiness;
 mod reconcile;
 mod report;
+mod workers;
 
 use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -33,6 +37,7 @@ use kube::{
         watcher,
     },
 };
+use parking_lot::Mutex;
 use tokio::{
     sync::{Semaphore, watch},
     task::JoinHandle,
@@ -54,70 +59,16 @@ use crate::{
     status::Reason,
     tenancy::{self, Identity},
 };
+pub use config::{Config, DEFAULT_MIN_INTERVAL};
+pub use readiness::Readiness;
 pub use report::MAX_OBJECT_BYTES;
 use report::Report;
+pub use workers::Workers;
 
 /// The field manager of status writes.
 pub const STATUS_FIELD_MANAGER: &str = "applyset.dev/status";
 /// status.members and the plan lists are capped at this many entries.
 pub const MAX_LISTED: usize = 500;
-
-/// Default of `--min-interval`.
-pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(10);
-
-/// How the operator runs.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Workers of each controller: reconciles doing their work at once (a reconcile reading
-    /// its sources gives its worker back meanwhile), shared round robin between namespaces
-    /// (see [`crate::fair`]); also how many reconciles of one namespace are in progress at
-    /// once (their source reads included).
-    pub concurrency: u16,
-    /// Member writes (applies and deletes) in flight, across all parents at once: one large
-    /// set may use them all, many small ones share them.
-    pub apply_concurrency: usize,
-    /// Only ApplySets in this namespace (ClusterApplySets are always watched).
-    pub watch_namespace: Option<String>,
-    /// Only parents (both kinds) whose labels match this selector.
-    pub label_selector: Option<String>,
-    /// Bounds on what sources may download and unpack.
-    pub source_limits: sources::Limits,
-    /// Scratch directory of the sources (default: the system's temporary directory).
-    pub source_dir: Option<std::path::PathBuf>,
-    /// Which hosts and addresses sources may reach (`--source-deny-cidrs`,
-    /// `--source-allowed-hosts`, `--source-insecure`).
-    pub source_policy: sources::egress::Policy,
-    /// Lock-down defaults: which ServiceAccount sets that name none act as, and whether a
-    /// set acting as the operator may reach beyond its namespace.
-    pub tenancy: tenancy::Defaults,
-    /// What one set may declare: members, parsed YAML/JSON.
-    pub set_limits: crate::render::SetLimits,
-    /// `--max-impersonation-clients`: impersonating clients kept (least recently used out).
-    pub max_impersonation_clients: usize,
-    /// `--max-health-watches`: objects of health checks watched at once, for all sets.
-    pub max_health_watches: usize,
-    /// `--min-interval`: shorter `spec.interval`s are raised to it (and status says so).
-    pub min_interval: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            concurrency: 8,
-            apply_concurrency: 64,
-            watch_namespace: None,
-            label_selector: None,
-            source_limits: sources::Limits::default(),
-            source_dir: None,
-            source_policy: sources::egress::Policy::default(),
-            tenancy: tenancy::Defaults::default(),
-            set_limits: crate::render::SetLimits::default(),
-            max_impersonation_clients: impersonate::DEFAULT_MAX_CLIENTS,
-            max_health_watches: crate::members::MAX_CHECKED_OBJECTS,
-            min_interval: DEFAULT_MIN_INTERVAL,
-        }
-    }
-}
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -147,57 +98,6 @@ pub struct Context {
     pub workers: Workers,
 }
 
-/// The workers of both controllers, each shared round robin between namespaces, and the
-/// per-namespace bound on reconciles in progress (reading sources, which they do without a
-/// worker, included).
-#[derive(Clone)]
-pub struct Workers {
-    applysets: fair::Gate,
-    cluster_applysets: fair::Gate,
-    in_progress: fair::Slots<ParentRef>,
-}
-
-impl Workers {
-    /// `per_controller` workers each; a parked parent is reconciled again through `members`'
-    /// triggers.
-    pub fn new(per_controller: usize, members: Arc<MemberWatches>) -> Self {
-        Workers {
-            applysets: fair::Gate::new(per_controller),
-            cluster_applysets: fair::Gate::new(per_controller),
-            in_progress: fair::Slots::new(per_controller, move |p| {
-                members.trigger_parents(vec![p]);
-            }),
-        }
-    }
-
-    fn gate(&self, kind: applyset::ParentKind) -> &fair::Gate {
-        match kind {
-            applyset::ParentKind::ApplySet => &self.applysets,
-            applyset::ParentKind::ClusterApplySet => &self.cluster_applysets,
-        }
-    }
-
-    /// A worker of `parent`'s controller, in its namespace's turn, if its namespace (`""`:
-    /// cluster-scoped) has fewer reconciles in progress than its bound; else it is parked.
-    async fn start(&self, parent: &ParentRef) -> fair::Start {
-        let key = parent.namespace.as_deref().unwrap_or_default();
-        let gate = self.gate(parent.kind);
-        fair::Worker::start(gate, key, &self.in_progress, parent.clone()).await
-    }
-
-    /// `parent` is gone: it is no longer parked, nor a slot kept for it.
-    fn forget(&self, parent: &ParentRef) {
-        let key = parent.namespace.as_deref().unwrap_or_default();
-        self.in_progress.forget(key, parent);
-    }
-
-    /// Stops handing out workers: reconciles still waiting for one end at once.
-    fn close(&self) {
-        self.applysets.close();
-        self.cluster_applysets.close();
-    }
-}
-
 impl Context {
     pub fn new(
         client: Client,
@@ -214,7 +114,7 @@ impl Context {
             config.source_policy.clone(),
             config.source_dir.clone(),
         );
-        metrics.register(sources.kustomize.collector());
+        metrics.register_kustomize_builds(sources.kustomize.counter());
         let workers = Workers::new(usize::from(config.concurrency), members.clone());
         Self {
             sources,
@@ -242,15 +142,12 @@ impl Context {
     /// The delay before retrying a failed parent: `retry` doubled per consecutive failure,
     /// at most `cap`.
     fn backoff(&self, key: &str, retry: Duration, cap: Duration) -> Duration {
-        let n = self
-            .failures
-            .lock()
-            .map(|mut f| {
-                let n = f.entry(key.to_string()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            })
-            .unwrap_or(1);
+        let n = {
+            let mut failures = self.failures.lock();
+            let n = failures.entry(key.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
         let factor = 2u32.saturating_pow(n.saturating_sub(1).min(16));
         retry.saturating_mul(factor).min(cap.max(retry))
     }
@@ -281,135 +178,51 @@ impl Context {
     /// The client impersonating `user`, kept among the most recently used.
     fn impersonating(&self, user: &str) -> Option<Client> {
         let make = || impersonate::client(&self.client, user);
-        match self.impersonated.lock() {
-            Ok(mut clients) => clients.get_or_make(user, make),
-            Err(_) => make(),
-        }
+        self.impersonated.lock().get_or_make(user, make)
     }
 
     /// How many impersonating clients are kept (`applyset_impersonation_clients`).
     pub fn impersonation_clients(&self) -> usize {
-        self.impersonated.lock().map(|c| c.len()).unwrap_or(0)
+        self.impersonated.lock().len()
     }
 
     fn succeeded(&self, key: &str) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
+        self.failures.lock().remove(key);
     }
 }
 
-/// The gauges of what the sets make the operator hold (each bounded per set; see the
-/// bounds table of docs/security.md).
-fn sample_bounded_resources(metrics: &Metrics, ctx: &Arc<Context>) {
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_member_watches",
-        "Member kinds watched now (one watch each; a kind is watched while some set declares it)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.members.watch_count())),
-    );
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_health_watches",
-        "Objects of spec.healthChecks watched now (one watch each; at most 2000, 64 per set)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.members.health_watch_count())),
-    );
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_reconciling_namespaces",
-        "Namespaces with reconciles in progress or waiting to start (each at most --concurrency in progress)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.workers.in_progress.keys())),
-    );
-    for kind in [
-        applyset::ParentKind::ApplySet,
-        applyset::ParentKind::ClusterApplySet,
-    ] {
-        let c = Arc::downgrade(ctx);
-        metrics.sample_workers(
-            kind.kind(),
-            Box::new(move || c.upgrade().map_or(0, |c| c.workers.gate(kind).in_use())),
-        );
-    }
-    sample_build_slots(metrics, ctx);
-    let c = Arc::downgrade(ctx);
-    metrics.sample_labelled(
-        "applyset_tracked_sets",
-        "Sets (or namespaces) each per-set map of the operator holds now, by map; a deleted set is forgotten by every one",
-        "map",
-        Box::new(move || c.upgrade().map_or_else(Vec::new, |c| c.tracked_sets())),
-    );
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_impersonation_clients",
-        "Impersonating clients kept (--max-impersonation-clients, least recently used out)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.impersonation_clients())),
-    );
-}
-
-/// The gauges of the kustomize build slots (`--kustomize-concurrency`, shared between
-/// namespaces: [`crate::fair::BuildSlots`]).
-fn sample_build_slots(metrics: &Metrics, ctx: &Arc<Context>) {
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_kustomize_build_slots_in_use",
-        "Kustomize build slots held now by running builds (at most --kustomize-concurrency; one namespace alone holds at most all but one)",
-        Box::new(move || c.upgrade().map_or(0, |c| c.sources.kustomize.slots().in_use())),
-    );
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_kustomize_builds_waiting",
-        "Kustomize builds waiting for a build slot now (served round robin between namespaces)",
-        Box::new(move || {
-            c.upgrade()
-                .map_or(0, |c| c.sources.kustomize.slots().waiting().0)
-        }),
-    );
-    let c = Arc::downgrade(ctx);
-    metrics.sample_gauge(
-        "applyset_kustomize_build_namespaces_waiting",
-        "Namespaces with kustomize builds waiting for a build slot now",
-        Box::new(move || {
-            c.upgrade()
-                .map_or(0, |c| c.sources.kustomize.slots().waiting().1)
-        }),
-    );
-}
-
-/// Whether the caches (reflector stores) of both controllers have synced.
-#[derive(Default)]
-pub struct Readiness {
-    applysets: std::sync::atomic::AtomicBool,
-    cluster_applysets: std::sync::atomic::AtomicBool,
-}
-
-impl Readiness {
-    fn mark(&self, kind: applyset::ParentKind) {
-        use std::sync::atomic::Ordering::SeqCst;
-        match kind {
-            applyset::ParentKind::ApplySet => self.applysets.store(true, SeqCst),
-            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.store(true, SeqCst),
-        }
+/// What the operator's sampled gauges read ([`Metrics::sample_operator`]).
+impl crate::metrics::Observed for Context {
+    fn member_watches(&self) -> usize {
+        self.members.watch_count()
     }
 
-    fn is_synced(&self, kind: applyset::ParentKind) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        match kind {
-            applyset::ParentKind::ApplySet => self.applysets.load(SeqCst),
-            applyset::ParentKind::ClusterApplySet => self.cluster_applysets.load(SeqCst),
-        }
+    fn health_watches(&self) -> usize {
+        self.members.health_watch_count()
     }
 
-    /// `None` when both caches synced, else which kinds are still listing.
-    pub fn waiting_for(&self) -> Option<String> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let mut waiting = Vec::new();
-        if !self.applysets.load(SeqCst) {
-            waiting.push("applysets.applyset.dev");
-        }
-        if !self.cluster_applysets.load(SeqCst) {
-            waiting.push("clusterapplysets.applyset.dev");
-        }
-        (!waiting.is_empty()).then(|| waiting.join(", "))
+    fn reconciling_namespaces(&self) -> usize {
+        self.workers.in_progress.keys()
+    }
+
+    fn workers(&self, kind: applyset::ParentKind) -> usize {
+        self.workers.gate(kind).in_use()
+    }
+
+    fn build_slots_in_use(&self) -> usize {
+        self.sources.kustomize.slots().in_use()
+    }
+
+    fn builds_waiting(&self) -> (usize, usize) {
+        self.sources.kustomize.slots().waiting()
+    }
+
+    fn tracked_sets(&self) -> Vec<(&'static str, usize)> {
+        Context::tracked_sets(self)
+    }
+
+    fn impersonation_clients(&self) -> usize {
+        Context::impersonation_clients(self)
     }
 }
 
@@ -445,7 +258,7 @@ impl Operator {
         let workers = ctx.workers.clone();
         metrics.watch_source_memory(source_memory.clone());
         metrics.set_max_concurrent_reconciles(ctx.config.concurrency);
-        sample_bounded_resources(&metrics, &ctx);
+        metrics.sample_operator(&ctx);
         let readiness = Arc::new(Readiness::default());
         let ready = readiness.clone();
         let stop_watches = members.clone();
@@ -556,7 +369,7 @@ fn parent_stream<P: Parent>(
     }
     let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
     watcher(api, wc)
-        .backoff(crate::watch::backoff())
+        .backoff(crate::backoff::backoff())
         .modify(|o: &mut P| o.managed_fields_mut().clear())
         .reflect(writer)
         // A parent deleted, or no longer selected (moved to another shard by its label):
@@ -630,7 +443,7 @@ async fn run_controller<P: Parent>(
         // ([`Workers`]). The bounds on work are those, not kube-runtime's.
         .with_config(controller::Config::default().concurrency(0))
         // Each trigger stream backs off by itself; a wait here would pause them all.
-        .trigger_backoff(crate::watch::NoWait)
+        .trigger_backoff(crate::backoff::NoWait)
         .graceful_shutdown_on(stop)
         .run(reconcile::<P>, error_policy::<P>, ctx.clone())
         .for_each(|r| {
@@ -698,7 +511,7 @@ where
         None => Api::all(ctx.client.clone()),
     };
     watcher(api, watcher::Config::default().any_semantic())
-        .backoff(crate::watch::backoff())
+        .backoff(crate::backoff::backoff())
         .touched_objects()
 }
 

@@ -20,10 +20,10 @@
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
     time::{Duration, Instant},
 };
 
+use parking_lot::Mutex;
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, core::Collector,
 };
@@ -142,10 +142,13 @@ impl WorkQueue {
         ]
     }
 
-    /// Runs `f` on `controller`'s queue; returns its result (`None` if the lock is poisoned).
-    fn with<T>(&self, controller: &str, f: impl FnOnce(&mut Queue) -> T) -> Option<T> {
-        let mut queues = self.queues.lock().ok()?;
-        Some(f(queues.entry(controller.to_string()).or_default()))
+    /// Runs `f` on `controller`'s queue; returns its result.
+    fn with<T>(&self, controller: &str, f: impl FnOnce(&mut Queue) -> T) -> T {
+        f(self
+            .queues
+            .lock()
+            .entry(controller.to_string())
+            .or_default())
     }
 
     /// `parent` was triggered: an add unless it waits already. Returns the queue's depth.
@@ -157,7 +160,6 @@ impl WorkQueue {
             }
             q.waiting.len()
         })
-        .unwrap_or_default()
     }
 
     /// `parent`'s reconcile started: it leaves the queue (its wait observed, if it was
@@ -173,7 +175,6 @@ impl WorkQueue {
             q.running.insert(parent.to_string(), now);
             q.waiting.len()
         })
-        .unwrap_or_default()
     }
 
     /// `parent` is gone (deleted, or no longer selected) before its reconcile started (a
@@ -184,14 +185,13 @@ impl WorkQueue {
             q.waiting.remove(parent);
             q.waiting.len()
         })
-        .unwrap_or_default()
     }
 
     /// Sets waiting in the queues or being reconciled, both controllers together.
     pub fn tracked(&self) -> usize {
-        self.queues.lock().map_or(0, |q| {
-            q.values().map(|q| q.waiting.len() + q.running.len()).sum()
-        })
+        (self.queues.lock().values())
+            .map(|q| q.waiting.len() + q.running.len())
+            .sum()
     }
 
     /// `parent`'s reconcile ended.
@@ -208,9 +208,7 @@ impl WorkQueue {
     /// `read` tells how many of `controller`'s workers are held
     /// (`controller_runtime_active_workers`).
     pub fn sample_workers(&self, controller: &str, read: super::Sampler) {
-        if let Ok(mut workers) = self.workers.lock() {
-            workers.insert(controller.to_string(), read);
-        }
+        self.workers.lock().insert(controller.to_string(), read);
     }
 
     /// A reconcile of `controller` comes back with backoff (after an error or a failure).
@@ -231,16 +229,12 @@ impl WorkQueue {
 
     /// Brings the gauges of work in progress up to now (before an encoding).
     pub fn refresh(&self) {
-        if let Ok(workers) = self.workers.lock() {
-            for (controller, read) in workers.iter() {
-                self.active_workers
-                    .with_label_values(&[controller])
-                    .set(i64::try_from(read()).unwrap_or(i64::MAX));
-            }
+        for (controller, read) in self.workers.lock().iter() {
+            self.active_workers
+                .with_label_values(&[controller])
+                .set(i64::try_from(read()).unwrap_or(i64::MAX));
         }
-        let Ok(queues) = self.queues.lock() else {
-            return;
-        };
+        let queues = self.queues.lock();
         let now = Instant::now();
         for (controller, q) in queues.iter() {
             let (total, longest) = in_progress(q.running.values().copied(), now);

@@ -33,10 +33,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::Duration,
 };
 
@@ -103,9 +100,8 @@ pub enum CopyError {
 pub struct Builder {
     settings: Settings,
     slots: BuildSlots,
-    builds: AtomicU64,
     /// `applyset_kustomize_builds_total{result}`.
-    counter: prometheus::IntCounterVec,
+    counter: crate::metrics::KustomizeBuilds,
 }
 
 impl Builder {
@@ -113,15 +109,14 @@ impl Builder {
         Self {
             slots: BuildSlots::new(settings.concurrency),
             settings,
-            builds: AtomicU64::new(0),
-            counter: builds_counter(),
+            counter: crate::metrics::KustomizeBuilds::default(),
         }
     }
 
-    /// The metric counting builds, `applyset_kustomize_builds_total{result}` (`built`,
-    /// `failed`), for the operator's registry.
-    pub fn collector(&self) -> Box<dyn prometheus::core::Collector> {
-        Box::new(self.counter.clone())
+    /// The count of builds, `applyset_kustomize_builds_total{result}`, for the operator's
+    /// registry.
+    pub fn counter(&self) -> &crate::metrics::KustomizeBuilds {
+        &self.counter
     }
 
     /// The build slots (`--kustomize-concurrency`), shared between namespaces.
@@ -129,16 +124,8 @@ impl Builder {
         &self.slots
     }
 
-    /// Builds run so far (whatever their result).
-    pub fn builds(&self) -> u64 {
-        self.builds.load(Ordering::Relaxed)
-    }
-
     fn counted(&self, ok: bool) {
-        self.builds.fetch_add(1, Ordering::Relaxed);
-        self.counter
-            .with_label_values(&[if ok { "built" } else { "failed" }])
-            .inc();
+        self.counter.counted(ok);
     }
 
     /// The binary to run: the configured one, else `kustomize` beside the running
@@ -271,20 +258,6 @@ pub async fn within<F: std::future::Future>(scope: BuildScope, read: F) -> F::Ou
 /// The scope [`within`] set for the current task, if any.
 pub fn current_scope() -> Option<BuildScope> {
     SCOPE.try_with(Clone::clone).ok()
-}
-
-/// `applyset_kustomize_builds_total{result}`, both results present from the start.
-fn builds_counter() -> prometheus::IntCounterVec {
-    let opts = prometheus::Opts::new(
-        "applyset_kustomize_builds_total",
-        "Kustomize builds run, by result (built, failed); a source whose revision is cached is not built again, except a build that reads SOPS files (per set, each reconcile)",
-    );
-    // A constant name and label set: creating it cannot fail.
-    let c = prometheus::IntCounterVec::new(opts, &["result"]).expect("valid metric");
-    for r in ["built", "failed"] {
-        c.with_label_values(&[r]);
-    }
-    c
 }
 
 /// One build: the tree and the directory to build, the set's overrides and the bounds.

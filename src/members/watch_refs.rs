@@ -1,4 +1,6 @@
-//! Which sets hold which member kinds: the reference count behind the member watches.
+//! The reference count of the member-kind watches: which sets hold which member kinds (not
+//! the kinds a parent records, `applyset::group_kinds`, nor the plugin's offline
+//! `known_kinds`).
 //!
 //! A set holds a kind once the API server has accepted an apply (or a server-side dry-run) of
 //! a member of that kind for it, and for as long as it still declares the kind. A kind no set
@@ -17,7 +19,7 @@ use crate::applyset::GroupKind;
 pub const GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-pub struct KindRefs {
+pub struct WatchRefs {
     /// Set ID → the kinds it holds.
     by_set: HashMap<String, HashSet<GroupKind>>,
     /// Kind → how many sets hold it (absent: none).
@@ -26,7 +28,7 @@ pub struct KindRefs {
     released: HashMap<GroupKind, Instant>,
 }
 
-impl KindRefs {
+impl WatchRefs {
     /// Set `id` holds `gk` (an apply of it was accepted).
     pub fn hold(&mut self, id: &str, gk: &GroupKind) {
         if self
@@ -122,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_kind_is_released_when_the_last_set_stops_declaring_it() {
-        let mut r = KindRefs::default();
+        let mut r = WatchRefs::default();
         let t0 = Instant::now();
         r.hold("a", &gk("Foo"));
         r.hold("a", &gk("Foo"));
@@ -147,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_released_kind_expires_after_the_grace_unless_held_again() {
-        let mut r = KindRefs::default();
+        let mut r = WatchRefs::default();
         let t0 = Instant::now();
         let grace = Duration::from_secs(10);
         r.hold("a", &gk("Foo"));

@@ -1,5 +1,6 @@
-//! Kind rules: which kinds are definitions (applied first, pruned last) and the order in
-//! which prune deletes kinds. Pure functions of group and kind.
+//! The order of kinds: which kinds are definitions (applied first, pruned last) and the order
+//! in which prune deletes kinds. Pure functions of group and kind (not the kinds a parent
+//! records, `applyset::group_kinds`, nor which kinds are watched, `members::watch_refs`).
 
 /// Apply order: definitions (CRDs and Namespaces) before everything that may live in or
 /// depend on them. Prune goes the other way (see [`prune_order`]).
