@@ -70,8 +70,6 @@ pub mod terminating;
 
 /// The former name of [`kind_order`], until its users move.
 pub use kind_order as kinds;
-/// The former name of [`members::watch_refs`], until its users move.
-pub use members::watch_refs as kind_refs;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).

@@ -416,7 +416,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
 
     /// The kinds of which the API server accepted an apply (or a dry-run) for this set are
     /// held by it: watched from now on, until no set declares them (see
-    /// [`crate::kind_refs`]). A kind never accepted (not served, or nobody may write it) is
+    /// [`crate::members::watch_refs`]). A kind never accepted (not served, or nobody may write it) is
     /// never watched.
     fn accepted(&self, desired: &Desired, results: &[MemberResult]) {
         let kinds: std::collections::HashSet<crate::applyset::GroupKind> = results

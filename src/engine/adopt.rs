@@ -20,7 +20,7 @@ use crate::{
     Error, Result,
     api::MemberRef,
     applyset::{ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF},
-    kinds,
+    kind_order,
     render::Member,
 };
 
@@ -228,7 +228,7 @@ fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: &str) ->
 /// Whether an adopted member must carry the adoption mark: Namespaces and CRDs, which the
 /// set then never deletes (their deletion would take what others put in them).
 pub(super) fn needs_mark(member: &MemberRef) -> bool {
-    kinds::is_namespace(&member.group, &member.kind) || kinds::is_crd(&member.group, &member.kind)
+    kind_order::is_namespace(&member.group, &member.kind) || kind_order::is_crd(&member.group, &member.kind)
 }
 
 /// Puts the adoption mark on an adopted member through `api` (the member's), under a field

@@ -30,7 +30,7 @@ use crate::{
     api::MemberRef,
     applyset::{self, GroupKind},
     discovery::{Resolved, Resolver},
-    kinds,
+    kind_order,
 };
 
 /// The outcome of [`select`].
@@ -147,11 +147,11 @@ pub fn select(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent, manager: &s
 fn retained(m: &LiveMember, manager: &str, home: Option<&str>) -> Option<Retained> {
     let meta = &m.meta;
     let (group, kind) = (&m.reference.group, &m.reference.kind);
-    let container = kinds::is_namespace(group, kind) || kinds::is_crd(group, kind);
+    let container = kind_order::is_namespace(group, kind) || kind_order::is_crd(group, kind);
     if applyset::is_prune_disabled(meta.annotations.as_ref()) {
         return Some(Retained::PruneDisabled);
     }
-    if kinds::is_namespace(group, kind) && home == Some(m.reference.name.as_str()) {
+    if kind_order::is_namespace(group, kind) && home == Some(m.reference.name.as_str()) {
         return Some(Retained::ParentNamespace);
     }
     if container && applyset::is_adopted(meta.annotations.as_ref()) {
@@ -196,9 +196,9 @@ fn keep_holders(mut s: Selection, declared: &Declared) -> Selection {
     }
     let holder = |m: &LiveMember| {
         let (group, kind) = (&m.reference.group, &m.reference.kind);
-        if kinds::is_namespace(group, kind) {
+        if kind_order::is_namespace(group, kind) {
             pinned_namespaces.get(&m.reference.name).cloned()
-        } else if kinds::is_crd(group, kind) {
+        } else if kind_order::is_crd(group, kind) {
             pinned_crds.get(&m.reference.name).cloned()
         } else {
             None
@@ -330,7 +330,7 @@ fn precondition_verdict(live_uid: Option<&str>, decided_uid: &str) -> Deleted {
 async fn delete_all(scope: &SetScope, items: &[LiveMember]) -> Vec<MemberResult> {
     let mut groups: BTreeMap<u8, Vec<&LiveMember>> = BTreeMap::new();
     for m in items {
-        let order = kinds::prune_order(&m.reference.group, &m.reference.kind, m.namespaced);
+        let order = kind_order::prune_order(&m.reference.group, &m.reference.kind, m.namespaced);
         groups.entry(order).or_default().push(m);
     }
     let mut out = Vec::with_capacity(items.len());

@@ -7,7 +7,7 @@ use std::{collections::HashMap, path::Path};
 use applyset_operator::{
     api::ApplySetSpec,
     applyset::{GROUP, ParentRef},
-    kinds,
+    kind_order,
     manifest::{self, Manifest, Origin},
 };
 use serde::Deserialize;
@@ -116,7 +116,7 @@ fn parse(path: &str, text: &str, namespace: &str) -> Result<File, String> {
     for doc in documents {
         let line = doc.origin.line().unwrap_or(0);
         let kind = doc.kind.as_str();
-        if kinds::is_crd(&doc.group, kind) {
+        if kind_order::is_crd(&doc.group, kind) {
             file.crds.push(doc);
             continue;
         }
