@@ -268,6 +268,7 @@ mod tests {
     use super::*;
     #[allow(unused_imports)]
     use crate::api::*;
+    use std::time::Duration;
 
     #[test]
     fn spec_defaults_match_an_empty_object() {

@@ -190,6 +190,7 @@ pub fn estimate_bytes(manifests: &[Manifest]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::{Origin, parse_documents};
 
     fn cached(r: &str, bytes: u64) -> Cached {
         Cached {

@@ -154,6 +154,7 @@ pub fn under_path(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn empty_sources_are_refused() {

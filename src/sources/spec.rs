@@ -159,6 +159,10 @@ pub fn validate(parent: &ParentRef, spec: &ApplySetSpec) -> Result<(), SourceErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{
+        GitReference, GitSource, HttpSource, ObjectSource, OciSource, SecretReference,
+    };
+    use crate::sources::{ObjectKey, ObjectKind, Sources};
 
     fn cm(ns: Option<&str>) -> Source {
         Source {
