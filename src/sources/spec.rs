@@ -259,11 +259,37 @@ mod tests {
             };
             assert!(validate(&parent, &spec).is_ok(), "{ns:?}");
         }
+        for (source, field) in other_namespace_references() {
+            let spec = ApplySetSpec {
+                sources: vec![source],
+                ..Default::default()
+            };
+            let err = validate(&parent, &spec).expect_err(field).to_string();
+            assert!(err.starts_with("spec.sources[0] ("), "{err}");
+            assert!(err.contains(field), "{field}: {err}");
+            assert!(
+                err.contains("only reference ConfigMaps and Secrets in its own namespace"),
+                "{err}"
+            );
+            assert!(
+                Sources::references(&parent, &spec).is_empty(),
+                "a refused reference is not watched"
+            );
+            // The fetch path refuses it too (defence in depth).
+            assert!(resolve_namespace(&parent, Some("team-b")).is_err());
+            // A ClusterApplySet may name any namespace.
+            assert!(validate(&ParentRef::cluster("c"), &spec).is_ok(), "{field}");
+        }
+    }
+
+    /// A source of each kind referencing (or whose credentials reference) the namespace
+    /// `team-b`, with the field its error names.
+    fn other_namespace_references() -> [(Source, &'static str); 5] {
         let secret_ref = Some(SecretReference {
             name: "creds".into(),
             namespace: Some("team-b".into()),
         });
-        let cases = [
+        [
             (cm(Some("team-b")), "configMap.namespace"),
             (
                 Source {
@@ -314,28 +340,7 @@ mod tests {
                 },
                 "oci.secretRef.namespace",
             ),
-        ];
-        for (source, field) in cases {
-            let spec = ApplySetSpec {
-                sources: vec![source],
-                ..Default::default()
-            };
-            let err = validate(&parent, &spec).expect_err(field).to_string();
-            assert!(err.starts_with("spec.sources[0] ("), "{err}");
-            assert!(err.contains(field), "{field}: {err}");
-            assert!(
-                err.contains("only reference ConfigMaps and Secrets in its own namespace"),
-                "{err}"
-            );
-            assert!(
-                Sources::references(&parent, &spec).is_empty(),
-                "a refused reference is not watched"
-            );
-            // The fetch path refuses it too (defence in depth).
-            assert!(resolve_namespace(&parent, Some("team-b")).is_err());
-            // A ClusterApplySet may name any namespace.
-            assert!(validate(&ParentRef::cluster("c"), &spec).is_ok(), "{field}");
-        }
+        ]
     }
 
     #[test]

@@ -309,6 +309,7 @@ pub(super) fn http_options(
             connect_timeout: Some(CONNECT_TIMEOUT),
             low_speed_limit_bytes_per_second: 1024,
             low_speed_time_seconds: 30,
+            // gix's own option type: a std Mutex that gix locks, not one of ours.
             backend: Some(Arc::new(std::sync::Mutex::new(backend))),
             ..Default::default()
         },
