@@ -95,8 +95,7 @@ pub fn reflow(doc: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[allow(unused_imports)]
-    use crate::api::*;
+    use crate::api::ApplySetStatus;
 
     #[test]
     fn reflow_joins_wrapped_lines_and_keeps_paragraphs_and_lists() {

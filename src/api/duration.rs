@@ -86,8 +86,6 @@ impl ApplySetSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[allow(unused_imports)]
-    use crate::api::*;
 
     #[test]
     fn durations() {

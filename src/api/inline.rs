@@ -180,8 +180,7 @@ pub fn json_depth(text: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[allow(unused_imports)]
-    use crate::api::*;
+    use crate::api::ApplySetSpec;
 
     #[test]
     fn json_depth_counts_open_brackets_outside_strings() {

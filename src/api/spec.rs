@@ -266,8 +266,6 @@ impl Default for ApplySetSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[allow(unused_imports)]
-    use crate::api::*;
     use std::time::Duration;
 
     #[test]

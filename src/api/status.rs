@@ -221,8 +221,6 @@ pub struct Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[allow(unused_imports)]
-    use crate::api::*;
 
     #[test]
     fn a_defaulted_status_is_not_observed() {
