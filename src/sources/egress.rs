@@ -522,7 +522,7 @@ impl Policy {
             match policy.check_url(attempt.url()) {
                 Ok(()) => attempt.follow(),
                 Err(e) => {
-                    let to = super::redact(attempt.url().as_str());
+                    let to = super::redact_url(attempt.url().as_str());
                     attempt.error(Refused(format!("redirect to {to}: {e}")))
                 }
             }

@@ -12,7 +12,7 @@ use reqwest::{StatusCode, header};
 
 use super::{
     Cached, Fetched, Naming, Parsed, SourceError, SourceFile, Sources, archive, egress,
-    memory::Lease, parse_blocking, read_secret, redact, secret_text, sha256_hex, under_path,
+    memory::Lease, parse_blocking, read_secret, redact_url, secret_text, sha256_hex, under_path,
 };
 use crate::{api::HttpSource, applyset::ParentRef};
 
@@ -182,7 +182,7 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     validate(h)?;
     let prefix = super::paths::directory_prefix(h.path.as_deref())?;
-    let url = redact(&h.url);
+    let url = redact_url(&h.url);
     let dest = egress::checked_destination(&s.policy, &h.url)?;
     let auth = Auth::from_secret(client, parent, h.secret_ref.as_ref(), &dest).await?;
     let desc = format!("http {url}");
