@@ -68,9 +68,6 @@ pub mod substitute;
 pub mod tenancy;
 pub mod terminating;
 
-/// The former name of [`kind_order`], until its users move.
-pub use kind_order as kinds;
-
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).
 #[derive(Debug, thiserror::Error)]

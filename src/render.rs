@@ -16,7 +16,7 @@ use crate::{
     applyset::{GroupKind, ParentRef, ScopeError},
     decryption::{self, DecryptionError},
     discovery::Resolved,
-    kinds::Stage,
+    kind_order::Stage,
     manifest::{self, Manifest, ManifestError, Origin},
     set_reads::SetReader,
     sops::redact::Redaction,
@@ -61,12 +61,6 @@ impl Member {
             Some(r) if !r.is_empty() => r.apply(&message),
             _ => message,
         }
-    }
-
-    /// The former name of [`Self::withhold_decrypted`], kept for its callers outside the
-    /// render (the apply, the plugin's diff) until they use the new name.
-    pub fn redact(&self, message: String) -> String {
-        self.withhold_decrypted(message)
     }
 
     pub fn group_kind(&self) -> GroupKind {

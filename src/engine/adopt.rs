@@ -228,7 +228,8 @@ fn forbidden(scope: &SetScope, verb: &str, member: &MemberRef, message: &str) ->
 /// Whether an adopted member must carry the adoption mark: Namespaces and CRDs, which the
 /// set then never deletes (their deletion would take what others put in them).
 pub(super) fn needs_mark(member: &MemberRef) -> bool {
-    kind_order::is_namespace(&member.group, &member.kind) || kind_order::is_crd(&member.group, &member.kind)
+    kind_order::is_namespace(&member.group, &member.kind)
+        || kind_order::is_crd(&member.group, &member.kind)
 }
 
 /// Puts the adoption mark on an adopted member through `api` (the member's), under a field

@@ -403,10 +403,10 @@ fn failed(member: &Member, e: kube::Error, dry_run: bool) -> Outcome {
             message: format!("{}: {}", member.reference, status.message),
         },
         kube::Error::Api(status) => Outcome::Failed {
-            message: member.redact(format!("{}: {}", member.reference, status.message)),
+            message: member.withhold_decrypted(format!("{}: {}", member.reference, status.message)),
         },
         e => Outcome::Failed {
-            message: member.redact(format!("{}: {e}", member.reference)),
+            message: member.withhold_decrypted(format!("{}: {e}", member.reference)),
         },
     }
 }

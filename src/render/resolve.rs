@@ -15,7 +15,7 @@ use crate::{
     api::{ApplySetSpec, MemberRef},
     applyset::{self, ParentRef},
     discovery::{Resolved, Resolver},
-    kinds::{self, Stage},
+    kind_order::{self, Stage},
     manifest::{self, Manifest, MemberKey},
 };
 
@@ -24,7 +24,7 @@ pub fn declared_kinds(manifests: &[Manifest]) -> BTreeMap<Gvk, Resolved> {
     let mut out = BTreeMap::new();
     for m in manifests
         .iter()
-        .filter(|m| kinds::is_crd(&m.group, &m.kind))
+        .filter(|m| kind_order::is_crd(&m.group, &m.kind))
     {
         let spec = m.object.get("spec");
         let group = spec.and_then(|s| s.get("group")).and_then(Value::as_str);

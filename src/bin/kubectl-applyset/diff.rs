@@ -226,7 +226,7 @@ async fn diff_set(
         .set
         .members
         .iter()
-        .fold(text, |text, m| m.redact(text));
+        .fold(text, |text, m| m.withhold_decrypted(text));
     Ok((text, counts))
 }
 

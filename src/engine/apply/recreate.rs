@@ -35,7 +35,7 @@ pub(super) async fn recreate_for_immutable(
     opts: &Options<'_>,
 ) -> Option<Outcome> {
     if !member.force_recreate {
-        let message = member.redact(format!(
+        let message = member.withhold_decrypted(format!(
             "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
             member.reference, status.message
         ));

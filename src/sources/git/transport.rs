@@ -310,6 +310,10 @@ pub(super) fn http_options(
             low_speed_limit_bytes_per_second: 1024,
             low_speed_time_seconds: 30,
             // gix's own option type: a std Mutex that gix locks, not one of ours.
+            #[expect(
+                clippy::disallowed_types,
+                reason = "gix's http Options take a std Mutex"
+            )]
             backend: Some(Arc::new(std::sync::Mutex::new(backend))),
             ..Default::default()
         },
