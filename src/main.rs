@@ -90,6 +90,10 @@ struct RunArgs {
     /// Largest unpacked size of a source's archive or manifests, in MiB.
     #[arg(long, env = "APPLYSET_SOURCE_MAX_UNPACKED_MIB", default_value_t = 256)]
     source_max_unpacked_mib: u64,
+    /// Most entries of a source: of an HTTP bundle, of an OCI artifact's layers together,
+    /// under a Git source's path (files and directories).
+    #[arg(long, env = "APPLYSET_SOURCE_MAX_ENTRIES", default_value_t = 10_000)]
+    source_max_entries: usize,
     /// Deadline for reading all the sources of one ApplySet, in seconds.
     #[arg(long, env = "APPLYSET_SOURCE_TIMEOUT", default_value_t = 120)]
     source_timeout: u64,
@@ -347,6 +351,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         source_limits: applyset_operator::sources::Limits {
             max_download: args.source_max_download_mib.saturating_mul(1 << 20),
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),
+            max_entries: args.source_max_entries.max(1),
             timeout: std::time::Duration::from_secs(args.source_timeout.max(1)),
             memory: args.source_memory_mib.max(1).saturating_mul(1 << 20),
             memory_per_set: args.source_memory_per_set.max(1).saturating_mul(1 << 20),

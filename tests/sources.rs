@@ -1420,7 +1420,7 @@ async fn git_fetches_are_bounded() {
         ("many-entries", "more than 8 entries under the path"),
         (
             "large-manifest",
-            "exceed 262144 bytes (the limit) at deploy/a.yaml",
+            "exceed 262144 bytes (the operator's --source-max-unpacked-mib) at deploy/a.yaml",
         ),
     ];
     let mut sets = Vec::new();

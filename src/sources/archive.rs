@@ -99,14 +99,14 @@ impl Budget {
 
     fn too_big(&self) -> SourceError {
         SourceError::Failed(format!(
-            "the archive decompresses to more than {} bytes (the limit); refusing it",
+            "the archive decompresses to more than {} bytes (the operator's --source-max-unpacked-mib); refusing it",
             self.max_unpacked
         ))
     }
 
     fn too_many_entries(&self) -> SourceError {
         SourceError::Failed(format!(
-            "the archive has more than {} entries (the limit); refusing it",
+            "the archive has more than {} entries (the operator's --source-max-entries); refusing it",
             self.max_entries
         ))
     }

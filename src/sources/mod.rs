@@ -100,7 +100,7 @@ pub struct Limits {
     /// single Git object).
     pub max_unpacked: u64,
     /// Most entries: of an HTTP bundle, of all layers of an OCI artifact together, under the
-    /// `path` of a Git commit (files of any kind and directories).
+    /// `path` of a Git commit (files of any kind and directories) (`--source-max-entries`).
     pub max_entries: usize,
     /// Bound on reading all sources of a parent (connect, transfer, unpack, parse); one
     /// deadline for all of them, which are read concurrently.

@@ -23,7 +23,7 @@ impl TreeBudget {
     fn take_bytes(&mut self, size: u64, what: &str) -> Result<(), String> {
         if size > self.bytes {
             return Err(format!(
-                "the files under the path exceed {} bytes (the limit) at {what} ({size} bytes); refusing them",
+                "the files under the path exceed {} bytes (the operator's --source-max-unpacked-mib) at {what} ({size} bytes); refusing them",
                 self.limits.max_unpacked
             ));
         }
@@ -34,7 +34,7 @@ impl TreeBudget {
     fn take_entry(&mut self) -> Result<(), String> {
         if self.entries == 0 {
             return Err(format!(
-                "more than {} entries under the path (the limit); refusing them",
+                "more than {} entries under the path (the operator's --source-max-entries); refusing them",
                 self.limits.max_entries
             ));
         }
