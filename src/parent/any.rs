@@ -138,16 +138,19 @@ impl AnyStore {
 }
 
 impl AnyStore {
-    /// Every parent the cache holds, once it has been listed (`None` before).
+    /// Every parent the cache holds, once it has been listed (`None` before; a cache whose
+    /// watch has ended answers with what it last held).
     pub fn listed(&self) -> Option<Vec<AnyParent>> {
         use futures::FutureExt;
         match self {
             AnyStore::ApplySet(s) => {
-                s.wait_until_ready().now_or_never()?.ok()?;
+                // Ready, or its writer gone (then its last state is all there is).
+                let _ = s.wait_until_ready().now_or_never()?;
                 Some(s.state().into_iter().map(AnyParent::ApplySet).collect())
             }
             AnyStore::ClusterApplySet(s) => {
-                s.wait_until_ready().now_or_never()?.ok()?;
+                // Ready, or its writer gone (then its last state is all there is).
+                let _ = s.wait_until_ready().now_or_never()?;
                 let all = s.state().into_iter();
                 Some(all.map(AnyParent::ClusterApplySet).collect())
             }

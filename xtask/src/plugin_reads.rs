@@ -1,7 +1,7 @@
 //! The kubectl plugin lists no cluster objects itself: it reads members and parents through
 //! the library (the engine's paged listing, `parent::AnyParent`), so that it cannot drift from
-//! what the operator reads. A file under `src/bin/` that names `ListParams` or calls `.list(`
-//! outside a comment is reported with the line.
+//! what the operator reads. A file under `src/bin/` that names `ListParams`, calls `.list(`,
+//! `.list_metadata(` or starts a `watcher(` outside a comment is reported with the line.
 
 use std::{fmt, path::Path};
 
@@ -9,7 +9,7 @@ use std::{fmt, path::Path};
 pub const BIN_DIR: &str = "src/bin";
 
 /// What a line must not hold.
-pub const FORBIDDEN: [&str; 2] = ["ListParams", ".list("];
+pub const FORBIDDEN: [&str; 4] = ["ListParams", ".list(", ".list_metadata(", "watcher("];
 
 /// A listing found in a binary's code.
 #[derive(Debug, PartialEq, Eq)]
@@ -67,12 +67,22 @@ mod tests {
                     // the library lists with .list( and ListParams\n\
                     let l = api.list(&params).await;\n\
                     let x = members::list_members(&api).await; // not .list( itself\n\
-                    let v = items.iter().collect::<Vec<_>>();\n";
+                    let v = items.iter().collect::<Vec<_>>();\n\
+                    let m = api.list_metadata(&params).await;\n\
+                    let w = watcher(api, config);\n";
         let found: Vec<(usize, &str)> = listings("src/bin/x.rs", text)
             .iter()
             .map(|l| (l.line, l.found))
             .collect();
-        assert_eq!(found, [(1, "ListParams"), (3, ".list(")]);
+        assert_eq!(
+            found,
+            [
+                (1, "ListParams"),
+                (3, ".list("),
+                (6, ".list_metadata("),
+                (7, "watcher(")
+            ]
+        );
         let said = listings("src/bin/x.rs", text)[0].to_string();
         assert_eq!(said, "src/bin/x.rs:1: `ListParams`");
     }

@@ -1,7 +1,10 @@
 //! The connection to the cluster (kubectl's `--kubeconfig`, `--context`, `-n`) and the names
 //! of sets on the command line.
 
-use applyset_operator::applyset::{ParentKind, ParentRef};
+use applyset_operator::{
+    applyset::{ParentKind, ParentRef},
+    tenancy::Identity,
+};
 use kube::{
     Client, Config,
     config::{KubeConfigOptions, Kubeconfig},
@@ -100,9 +103,57 @@ pub fn impersonating(base: &Client, user: &str) -> Option<Client> {
     applyset_operator::controller::impersonate::client(base, user)
 }
 
+/// An error of the library as the plugin's user reads it: a request refused to the plugin
+/// acting as itself (no ServiceAccount impersonated) was refused to the kubeconfig's user,
+/// not to the operator the library's message names.
+pub fn said(e: applyset_operator::Error, identity: &Identity) -> String {
+    match e {
+        applyset_operator::Error::Forbidden { what, message, .. }
+            if *identity == Identity::Operator =>
+        {
+            format!(
+                "your kubeconfig's user may not {what}: {message}; ask for this permission, or use a context that has it"
+            )
+        }
+        e => e.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn forbidden() -> applyset_operator::Error {
+        applyset_operator::Error::Forbidden {
+            who: Identity::Operator.to_string(),
+            what: "list configmaps in team".into(),
+            message: "configmaps is forbidden".into(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_to_the_plugin_itself_names_the_kubeconfigs_user() {
+        let text = said(forbidden(), &Identity::Operator);
+        assert!(
+            text.starts_with(
+                "your kubeconfig's user may not list configmaps in team: configmaps is forbidden"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("operator"), "{text}");
+        // Acting as a ServiceAccount, the library's message (naming it) stands.
+        let account = Identity::ServiceAccount {
+            namespace: "team".into(),
+            name: "deployer".into(),
+        };
+        let e = applyset_operator::Error::Forbidden {
+            who: account.to_string(),
+            what: "list configmaps in team".into(),
+            message: "configmaps is forbidden".into(),
+        };
+        let library = e.to_string();
+        assert_eq!(said(e, &account), library);
+    }
 
     #[test]
     fn set_names() {

@@ -173,7 +173,7 @@ async fn diff_set(
 ) -> Result<(String, Counts), String> {
     let parent = set.parent;
     let scope = scope(client, &set)?;
-    let engine = SetEngine::new(&scope, resolver, set.spec);
+    let mut engine = SetEngine::new(&scope, resolver, set.spec);
     let live = AnyParent::get(client, parent)
         .await
         .map_err(|e| format!("reading the live {parent}: {e}"))?;
@@ -193,7 +193,7 @@ async fn diff_set(
     let progress = Progress::new();
     let members = desired.set.members.len();
     progress.say(&format!("diff {parent}: planning {members} members ..."));
-    let planned = planned(&engine, &desired, &before).await;
+    let planned = planned(&mut engine, &desired, &before).await;
     progress.finish();
     let planned = planned?;
     let mut changes = member_changes(&desired.set, &planned.members);
@@ -202,7 +202,7 @@ async fn diff_set(
         Pruning::EmptySetRefused => notes.push(format!(
             "# conflict {parent}: the desired set is empty; the operator refuses to prune every member (EmptySetRefused) unless spec.allowEmpty is true\n"
         )),
-        Pruning::Undecided(e) => return Err(e.to_string()),
+        Pruning::Undecided(e) => return Err(crate::conn::said(e, &scope.identity)),
         Pruning::Decided(selection) => {
             for (m, why) in &selection.retained {
                 notes.push(format!("# retained {}: {why:?}\n", m.reference));
@@ -248,27 +248,30 @@ fn scope(client: &Client, set: &Set<'_>) -> Result<SetScope, String> {
 
 /// The operator's plan of the set (Plan mode's code path), with what each dry-run showed;
 /// the member namespaces being terminated are looked at first, as the operator's namespace
-/// watch would have told it.
+/// watch would have told it. `spec.timeout` counts from the plan's start, as in a reconcile
+/// (the reads before it are not the plan's).
 async fn planned(
-    engine: &SetEngine<'_>,
+    engine: &mut SetEngine<'_>,
     desired: &Desired,
     before: &Before,
 ) -> Result<Plan, String> {
+    let who = &engine.scope().identity;
     engine.look_at_namespaces(desired).await;
     let extent = engine.extent(&before.recorded, desired);
     let live = engine
         .observe(&extent, desired)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::conn::said(e, who))?;
     let view = SetView {
         desired,
         extent: &extent,
         live: &live,
     };
+    engine.restart_clock();
     engine
         .plan(&view, &before.recorded, true)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| crate::conn::said(e, who))?
         .map_err(|e| format!("the plan {e}"))
 }
 

@@ -47,7 +47,7 @@ static VERSION: LazyLock<String> = LazyLock::new(|| {
     after_help = "Sets are named NAME (an ApplySet in the namespace of -n or of the kubeconfig context) \
 or clusterapplyset/NAME (also caset/NAME) for a ClusterApplySet; applyset/NAME and aset/NAME \
 name an ApplySet.\n\nExit codes: 0 success (diff: no changes; reconcile: Ready), 1 diff found \
-changes or reconcile ended not Ready, 2 error."
+changes, conflicts or members the operator would refuse, or reconcile ended not Ready, 2 error."
 )]
 struct Cli {
     #[command(flatten)]
@@ -115,8 +115,9 @@ the sets; another kind is assumed namespaced, with a warning (--cluster resolves
 a server-side dry-run apply of every member as the set's field manager (and as its ServiceAccount \
 when spec.serviceAccountName names one, through impersonation), printed as a unified diff of each \
 object that would be created or changed (Secret values masked), the objects that would be pruned, \
-and conflicts with other field managers or other sets. Nothing is written.\n\nExit code 0: no \
-changes; 1: changes or conflicts; 2: error."
+conflicts with other field managers or other sets, and members the operator would refuse (a \
+`# refused` line with the reason, e.g. their namespace is being terminated). Nothing is \
+written.\n\nExit code 0: no changes; 1: changes, conflicts or refusals; 2: error."
     )]
     Diff {
         /// File with ApplySet and ClusterApplySet documents; - reads standard input.

@@ -188,7 +188,7 @@ async fn members(
     let live = engine
         .members(&recorded)
         .await
-        .map_err(|e| format!("listing members: {e}"))?;
+        .map_err(|e| format!("listing members: {}", crate::conn::said(e, &scope.identity)))?;
     let mut out: BTreeMap<MemberRef, Option<DynamicObject>> = live
         .into_iter()
         .map(|m| (m.reference, m.object.map(|o| *o)))
