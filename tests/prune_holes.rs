@@ -11,8 +11,7 @@ use applyset_operator::{
     applyset::{GroupKind, ParentRef},
     discovery::Resolver,
     engine::{
-        SetScope, live,
-        outcome::Outcome,
+        Outcome, SetScope, live,
         prune::{self, Selection},
     },
 };

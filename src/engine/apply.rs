@@ -31,9 +31,6 @@ mod crd_wait;
 mod recreate;
 mod request;
 
-pub use conflict::Conflict;
-pub use recreate::not_deletable;
-
 use conflict::refuse_conflict;
 use crd_wait::wait_for_crds;
 use recreate::{is_immutable, recreate_for_immutable};

@@ -7,19 +7,26 @@
 //! Every verb acts with the scope's client, under the scope's field manager, within the
 //! scope's write bound. The reconcile's extent ([`Extent`]) is pure.
 
-pub mod adopt;
-pub mod apply;
-pub mod class;
-pub mod create;
-pub mod extent;
+// The engine's surface is what is re-exported here, and the lower verbs `live` and `prune`
+// (which the safety tests probe one by one) and `shown`; the other modules are the engine's
+// own.
+pub(crate) mod adopt;
+pub(crate) mod apply;
+pub(crate) mod class;
+pub(crate) mod create;
+pub(crate) mod extent;
 pub mod live;
-pub mod outcome;
-pub mod plan;
+pub(crate) mod outcome;
+pub(crate) mod plan;
 pub mod prune;
-pub mod scope;
-pub mod set;
+pub(crate) mod scope;
+pub(crate) mod set;
 pub mod shown;
 
+pub use apply::body;
+pub use class::{Class, ConflictKind, Refusal};
 pub use extent::Extent;
-pub use scope::SetScope;
+pub use outcome::{MemberResult, Outcome, Preview, Retained};
+pub use plan::{Before, Desired, Plan, Pruning};
+pub use scope::{DEFAULT_PAGE_SIZE, SetScope};
 pub use set::{SetEngine, SetView};

@@ -141,11 +141,6 @@ impl MemberResult {
     }
 }
 
-/// Saturating `usize` → `i64` for status counts.
-pub fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 /// The status summary of a reconcile's results: `members` counts the declared members
 /// (every apply outcome, failed ones included), the rest one field per outcome (an adopted
 /// member counts as configured, a refused adoption as failed). `Gone`, `Changed` and
@@ -324,11 +319,5 @@ mod tests {
         assert!(!Outcome::Gone.is_unfinished_prune());
         assert!(Outcome::Retained(Retained::Recreated).is_unfinished_prune());
         assert!(!Outcome::Retained(Retained::PruneDisabled).is_unfinished_prune());
-    }
-
-    #[test]
-    fn count_saturates() {
-        assert_eq!(count(3), 3);
-        assert_eq!(count(usize::MAX), i64::MAX);
     }
 }

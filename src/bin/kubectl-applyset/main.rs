@@ -209,7 +209,7 @@ pub enum Output {
 }
 
 /// Objects per page of a LIST unless `--chunk-size` says otherwise (kubectl's default).
-const DEFAULT_CHUNK_SIZE: u32 = applyset_operator::engine::scope::DEFAULT_PAGE_SIZE;
+const DEFAULT_CHUNK_SIZE: u32 = applyset_operator::engine::DEFAULT_PAGE_SIZE;
 
 /// `--chunk-size`: 1 to 10000 objects a page.
 fn chunk_size() -> clap::builder::RangedI64ValueParser<u32> {

@@ -11,7 +11,7 @@ use crate::error::CliError;
 
 /// The body the operator applies for `member`: its object with the `part-of` label.
 pub fn applied_object(member: &Member, id: &str) -> Value {
-    applyset_operator::engine::apply::body(member, id)
+    applyset_operator::engine::body(member, id)
 }
 
 /// `v1.ConfigMap.team.a`, `apps.v1.Deployment.team.web`, `v1.Namespace.team`: how an object
