@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use kube::{
-    Client, Resource,
+    Api, Client, Resource,
     api::{ListParams, ObjectMeta},
     runtime::reflector::{ObjectRef, Store},
 };
@@ -59,26 +59,9 @@ impl AnyParent {
         kind: ParentKind,
         namespace: Option<&str>,
     ) -> kube::Result<Vec<AnyParent>> {
-        let params = ListParams::default();
         let listed = match kind {
-            ParentKind::ApplySet => ApplySet::api(client.clone(), namespace)
-                .list(&params)
-                .await
-                .map(|l| {
-                    l.items
-                        .into_iter()
-                        .map(|o| Arc::new(o).into_any())
-                        .collect()
-                }),
-            ParentKind::ClusterApplySet => ClusterApplySet::api(client.clone(), None)
-                .list(&params)
-                .await
-                .map(|l| {
-                    l.items
-                        .into_iter()
-                        .map(|o| Arc::new(o).into_any())
-                        .collect()
-                }),
+            ParentKind::ApplySet => listed(ApplySet::api(client.clone(), namespace)).await,
+            ParentKind::ClusterApplySet => listed(ClusterApplySet::api(client.clone(), None)).await,
         };
         match listed {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
@@ -119,6 +102,16 @@ impl AnyParent {
     pub fn id(&self) -> String {
         self.parent_ref().id()
     }
+}
+
+/// Every object `api` lists, as parents of either kind.
+async fn listed<P: Parent>(api: Api<P>) -> kube::Result<Vec<AnyParent>> {
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| Arc::new(o).into_any())
+        .collect())
 }
 
 impl AnyStore {
