@@ -183,6 +183,11 @@ struct RunArgs {
     /// it), in KiB: checked before any of it is parsed. Larger sets fail with ValidationFailed.
     #[arg(long, env = "APPLYSET_MAX_INLINE_MANIFESTS_KIB", default_value_t = applyset_operator::render::DEFAULT_MAX_INLINE_MANIFESTS_KIB)]
     max_inline_manifests_kib: usize,
+    /// Largest member as JSON, in KiB (the API server reads at most 3 MiB in one request):
+    /// checked after substitution and decryption, before the apply. Larger members fail their
+    /// set with ValidationFailed.
+    #[arg(long, env = "APPLYSET_MAX_MEMBER_KIB", default_value_t = applyset_operator::render::DEFAULT_MAX_MEMBER_KIB)]
+    max_member_kib: usize,
     /// Largest SOPS-encrypted file, and largest plaintext one may decrypt to, in KiB.
     #[arg(long, env = "APPLYSET_SOPS_MAX_FILE_KIB", default_value_t = applyset_operator::sops::DEFAULT_MAX_FILE_KIB)]
     sops_max_file_kib: usize,
@@ -333,6 +338,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
             bytes: args.max_yaml_mib_per_set.saturating_mul(1 << 20),
         },
         max_inline_bytes: args.max_inline_manifests_kib.saturating_mul(1 << 10),
+        max_member_bytes: args.max_member_kib.max(1).saturating_mul(1 << 10),
         sops: applyset_operator::sops::Limits {
             max_bytes: args.sops_max_file_kib.saturating_mul(1 << 10),
             max_values: args.sops_max_values,

@@ -151,6 +151,12 @@ pub const DEFAULT_MAX_KINDS_PER_SET: usize = 64;
 /// belong in a source.
 pub const DEFAULT_MAX_INLINE_MANIFESTS_KIB: usize = 512;
 
+/// Default of `--max-member-kib`: one member as JSON, in KiB. The API server reads a request
+/// body of at most 3 MiB (k8s.io/apiserver's `MaxRequestBodyBytes`, not a flag of
+/// kube-apiserver): a larger member can never be applied, so it is refused before any copy of
+/// it is made for the apply.
+pub const DEFAULT_MAX_MEMBER_KIB: usize = 3 << 10;
+
 /// What one set may declare (operator flags): members, kinds (each may cost a watch), and
 /// parsed YAML/JSON summed over its inline manifests and all its sources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +173,9 @@ pub struct SetLimits {
     /// SOPS: a file's text and plaintext, its values, the age identities and stanzas tried
     /// (`--sops-max-*`).
     pub sops: crate::sops::Limits,
+    /// `--max-member-kib`, in bytes: one member as JSON (estimated as [`check_limits`]
+    /// charges it, never above its real size).
+    pub max_member_bytes: usize,
 }
 
 impl Default for SetLimits {
@@ -177,6 +186,7 @@ impl Default for SetLimits {
             yaml: manifest::YamlBudget::default().limit,
             max_inline_bytes: DEFAULT_MAX_INLINE_MANIFESTS_KIB << 10,
             sops: crate::sops::Limits::default(),
+            max_member_bytes: DEFAULT_MAX_MEMBER_KIB << 10,
         }
     }
 }
@@ -196,8 +206,8 @@ pub fn check_inline_size(spec: &ApplySetSpec, limits: &SetLimits) -> Result<(), 
 }
 
 /// Checks the declared objects of one set (inline first, then the sources in order) against
-/// `limits`: the YAML/JSON budget (the error names the manifest at which it ran out), then the
-/// number of members. The message says which flag sets the bound.
+/// `limits`: the YAML/JSON budget (the error names the manifest at which it ran out), each
+/// member's size, then the number of members. The message says which flag sets the bound.
 pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), LimitError> {
     let mut budget = manifest::YamlBudget::new(limits.yaml);
     for m in manifests {
@@ -206,6 +216,14 @@ pub fn check_limits(manifests: &[Manifest], limits: &SetLimits) -> Result<(), Li
             return Err(LimitError::Yaml {
                 origin: Box::new(m.origin.clone()),
                 exceeded: budget.describe(exceeded),
+            });
+        }
+        if cost.bytes > limits.max_member_bytes {
+            return Err(LimitError::Member {
+                origin: Box::new(m.origin.clone()),
+                object: format!("{} {}", m.kind, m.name),
+                bytes: cost.bytes,
+                max_kib: limits.max_member_bytes >> 10,
             });
         }
     }
@@ -237,6 +255,17 @@ pub enum LimitError {
     Yaml {
         origin: Box<Origin>,
         exceeded: String,
+    },
+    /// A member larger as JSON than `--max-member-kib` (what the API server accepts).
+    #[error(
+        "{origin} ({object}): it is at least {bytes} bytes as JSON, more than the {max_kib} KiB the API server accepts in one request (the operator's --max-member-kib); split it into smaller objects"
+    )]
+    Member {
+        origin: Box<Origin>,
+        /// `Kind name`.
+        object: String,
+        bytes: usize,
+        max_kib: usize,
     },
     /// More members than `--max-members-per-set`.
     #[error(
@@ -430,7 +459,9 @@ impl SetError {
             SetError::Manifest(e) => manifest_path(e),
             SetError::Render(RenderError::Manifest(e)) => manifest_path(e),
             SetError::Render(e) => inline(e.origin()),
-            SetError::Limits(LimitError::Yaml { origin, .. }) => inline(origin),
+            SetError::Limits(
+                LimitError::Yaml { origin, .. } | LimitError::Member { origin, .. },
+            ) => inline(origin),
             SetError::Limits(
                 LimitError::Members { .. }
                 | LimitError::Kinds { .. }
@@ -709,8 +740,13 @@ async fn post_build(
     let Some(vars) = substitute::variables(reader, input.parent, input.spec).await? else {
         return Ok((manifests, None));
     };
+    let member_text = input
+        .limits
+        .max_member_bytes
+        .saturating_mul(substitute::MEMBER_TEXT_FACTOR) as u64;
     let (out, held) = stages
         .run(input.limits.yaml.bytes, move |budget| {
+            budget.limit_member_text(member_text);
             substitute::apply_within(manifests, &vars, budget)
         })
         .await;
@@ -832,6 +868,29 @@ mod tests {
         assert!(err.contains("declares 4 members"), "{err}");
         assert!(err.contains("--max-members-per-set"), "{err}");
         assert_eq!(SetLimits::default().max_members, 10_000);
+    }
+
+    #[test]
+    fn a_member_larger_than_the_api_server_reads_is_refused_naming_it_and_the_flag() {
+        let all = manifests(2);
+        let one = crate::manifest::object_cost(&all[0].object).bytes;
+        // The estimate never exceeds the member's JSON text: what is refused, the API server
+        // would refuse too.
+        let text = serde_json::to_string(&all[0].object).expect("json");
+        assert!(one <= text.len(), "{one} > {}", text.len());
+        let limits = |max_member_bytes: usize| SetLimits {
+            max_member_bytes,
+            ..SetLimits::default()
+        };
+        assert_eq!(check_limits(&all, &limits(one)), Ok(()));
+        let err = check_limits(&all, &limits(one - 1))
+            .expect_err("too large")
+            .to_string();
+        let named = format!("{} ({} {})", all[0].origin, all[0].kind, all[0].name);
+        assert!(err.starts_with(&named), "{err}");
+        assert!(err.contains(&format!("at least {one} bytes")), "{err}");
+        assert!(err.contains("--max-member-kib"), "{err}");
+        assert_eq!(SetLimits::default().max_member_bytes, 3 << 20);
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct StageBudget {
     /// pure callers and tests).
     lease: Option<(Lease, tokio::runtime::Handle)>,
     deadline: Option<(Instant, Duration)>,
+    /// The most text one member may be written as (none: only the set's bound).
+    member_text: Option<u64>,
 }
 
 impl StageBudget {
@@ -73,6 +75,7 @@ impl StageBudget {
                 .ok()
                 .map(|rt| (memory.lease(), rt)),
             deadline: Some((deadline, allowed)),
+            member_text: None,
         }
     }
 
@@ -83,7 +86,18 @@ impl StageBudget {
             used: 0,
             lease: None,
             deadline: None,
+            member_text: None,
         }
+    }
+
+    /// Bounds the text one member may be written as to `bytes` too.
+    pub fn limit_member_text(&mut self, bytes: u64) {
+        self.member_text = Some(bytes);
+    }
+
+    /// The most text one member may be written as, if bounded.
+    pub fn member_text(&self) -> Option<u64> {
+        self.member_text
     }
 
     /// The per-set bound in bytes.

@@ -35,6 +35,13 @@ use crate::{
 /// serializes into 57 MiB more.
 const KEPT_COPIES: u64 = 2;
 
+/// How much longer than its JSON a member's YAML text may be: the substituted text of one
+/// member is bounded at this many times `--max-member-kib` while it is counted, before any of
+/// it is written (YAML's indentation can make the text several times its JSON; the exact
+/// bound is checked on the parsed member, [`crate::render::check_limits`]). A member past it
+/// could never be applied, and is refused before it takes memory.
+pub const MEMBER_TEXT_FACTOR: usize = 8;
+
 /// The opt-out keys (label or annotation, value `disabled`).
 pub const OPT_OUT: [&str; 2] = [
     "kustomize.toolkit.fluxcd.io/substitute",
@@ -82,6 +89,18 @@ pub enum SubstituteError {
         limit >> 20
     )]
     TooLarge {
+        member: String,
+        var: Option<String>,
+        limit: u64,
+    },
+    /// One member's substituted text would pass `limit` bytes: many times what the API
+    /// server reads in one request (`--max-member-kib`), so it could never be applied.
+    #[error(
+        "{member}: {} makes it more than {limit} bytes of YAML/JSON, far more than the API server accepts in one request (the operator's --max-member-kib, {} KiB, times {MEMBER_TEXT_FACTOR} for the text's layout): it could never be applied; use shorter values or fewer references, or split it into smaller objects",
+        what_passed(var.as_deref()),
+        (limit / MEMBER_TEXT_FACTOR as u64) >> 10
+    )]
+    MemberTooLarge {
         member: String,
         var: Option<String>,
         limit: u64,
@@ -226,6 +245,15 @@ struct Counted<'b> {
 
 impl Sink for Counted<'_> {
     fn put(&mut self, piece: &str, var: Option<&str>) -> Result<(), SubstituteError> {
+        if let Some(limit) = self.budget.member_text()
+            && (self.bytes + piece.len()) as u64 > limit
+        {
+            return Err(SubstituteError::MemberTooLarge {
+                member: self.member.to_string(),
+                var: var.map(str::to_string),
+                limit,
+            });
+        }
         self.budget
             .count(piece.len() as u64)
             .map_err(|e| SubstituteError::stopped(self.member, var, e))?;
@@ -548,6 +576,41 @@ mod tests {
             s("${name"),
             Err(SubstituteError::Unterminated { .. })
         ));
+    }
+
+    #[test]
+    fn one_members_text_is_bounded_before_it_is_written_naming_the_variable_and_the_flag() {
+        let v = vars(&[("b", "0123456789")]);
+        let mut budget = StageBudget::bytes_only(1 << 20);
+        budget.limit_member_text(8 * 30);
+        // 30 bytes of value per reference: 8 references fit exactly, a 9th does not.
+        let text = |n: usize| "${b}${b}${b}".repeat(n);
+        assert_eq!(
+            substitute(&text(8), &v, "m", &mut budget).map(|s| s.len()),
+            Ok(240)
+        );
+        let mut budget = StageBudget::bytes_only(1 << 20);
+        budget.limit_member_text(8 * 30);
+        let err = substitute(
+            &text(9),
+            &v,
+            "spec.manifests[0] (ConfigMap near)",
+            &mut budget,
+        )
+        .expect_err("past the member's bound");
+        assert!(
+            matches!(&err, SubstituteError::MemberTooLarge { var: Some(b), limit: 240, .. } if b == "b"),
+            "{err:?}"
+        );
+        let said = err.to_string();
+        assert!(
+            said.starts_with("spec.manifests[0] (ConfigMap near): substituting ${b}"),
+            "{said}"
+        );
+        assert!(said.contains("--max-member-kib"), "{said}");
+        assert!(!err.is_transient() && !err.retry());
+        // Counted only: nothing of the set's bound is taken past the refusal.
+        assert!(budget.used() <= 240, "{}", budget.used());
     }
 
     /// `text` substituted within a per-set bound of `limit` bytes: the output, or the

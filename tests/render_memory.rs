@@ -95,14 +95,15 @@ async fn refusal(set: &Parent) -> String {
     operator::ready(&st).message.clone()
 }
 
-/// Checks the refusal's message: the member, the variable, the limit and its flag; never
-/// the value.
+/// Checks the refusal's message: the member, the variable, the first bound its expansion
+/// passes and its flag (one member's text, 8 times --max-member-kib, comes before the set's
+/// 64 MiB); never the value.
 fn assert_names_the_bound(msg: &str) {
     let parts = [
         "spec.manifests[0] (ConfigMap bomb)".to_string(),
         "substituting ${b}".to_string(),
-        format!("{SET_LIMIT} bytes (64 MiB)"),
-        "--max-yaml-mib-per-set".to_string(),
+        format!("more than {} bytes", 8 * (3 << 20)),
+        "--max-member-kib".to_string(),
     ];
     for part in &parts {
         assert!(msg.contains(part.as_str()), "{part:?} not in {msg}");
@@ -116,7 +117,7 @@ fn assert_names_the_bound(msg: &str) {
 /// Attack 1 alone: refused with ValidationFailed naming the member, the variable and the
 /// limit, the operator's peak RSS under the chart's limit.
 #[tokio::test]
-async fn a_substitution_bomb_is_refused_at_the_sets_bound_within_the_charts_memory() {
+async fn a_substitution_bomb_is_refused_at_its_first_bound_within_the_charts_memory() {
     let h = Harness::new("mem-bomb").await;
     let selector = format!("applyset.dev/test={}", h.label);
     let op = OperatorProcess::start(
@@ -299,19 +300,19 @@ async fn age_decryption_is_bounded_by_identities_and_recipients() {
     assert_eq!(password, b"hunter2-age");
 }
 
-/// The per-set bound alone is not enough: `--concurrency` (8) sets whose substituted members
-/// are just under it (600 references to the 100 KB variable: 60 MB each, in 8 namespaces) are
-/// rendered at once within the chart's limit, because the substituted text, its parse and
-/// the members kept draw on the operator-wide budget (`--source-memory-mib`, 256): a set that
-/// finds no room waits, and fails alone naming the flag (retried), while the others go on
-/// (their one 60 MB ConfigMap is then refused by the API server). On main (e1dfac3, a debug
-/// build), the same 8 sets took the operator to 1,188 MiB; with the stages budgeted, 388 to
-/// 446 MiB.
+/// `--concurrency` (8) sets whose one member substitutes to just under the per-set bound
+/// (600 references to the 100 KB variable: 60 MB each, in 8 namespaces) stay far within the
+/// chart's limit: one member's text is bounded too (8 times --max-member-kib: a member the
+/// API server could never read in one request), so each is refused while its expansion is
+/// counted, before any of it is written (ValidationFailed naming the member and the flag). On
+/// main (e1dfac3, a debug build), the same 8 sets took the operator to 1,188 MiB; with the
+/// stages budgeted but such members written, parsed and sent, 364 to 513 MiB.
 #[tokio::test]
 async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
     const SETS: usize = 8;
     const NEAR: usize = 600;
     const { assert!(NEAR * VALUE_BYTES < SET_LIMIT) };
+    const { assert!(NEAR * VALUE_BYTES > 8 * (3 << 20)) };
     let h = Harness::new("mem-near").await;
     let selector = format!("applyset.dev/test={}", h.label);
     // A set waits for room at most half of --source-timeout: 10 s here.
@@ -337,7 +338,7 @@ async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
     let outcomes = sets.iter().map(|set| {
         set.wait_until("the first outcome", DEADLINE, |_, st| {
             let c = operator::condition(st?, "Ready")?;
-            matches!(c.reason.as_str(), "SourceFailed" | "ApplyFailed")
+            matches!(c.reason.as_str(), "SourceFailed" | "ValidationFailed")
                 .then(|| (c.reason.clone(), c.message.clone()))
         })
     });
@@ -350,8 +351,11 @@ async fn concurrency_sets_at_their_bound_stay_within_the_charts_memory() {
     );
     for (reason, msg) in &outcomes {
         match reason.as_str() {
-            // Substituted, then refused by the API server (a ConfigMap is at most 1 MiB).
-            "ApplyFailed" => assert!(msg.contains("ConfigMap"), "{msg}"),
+            // Refused while its expansion is counted, nothing written.
+            "ValidationFailed" => assert!(
+                msg.contains("(ConfigMap near)") && msg.contains("--max-member-kib"),
+                "{msg}"
+            ),
             _ => assert!(
                 msg.contains("substituting its variables")
                     && msg.contains("--source-memory-mib=256"),
