@@ -174,6 +174,9 @@ done
 rm -rf "$dir"
 "#;
 
+/// How many times [`ControlPlane::start`] tries a start whose process exited early.
+pub const START_ATTEMPTS: u32 = 3;
+
 fn free_port() -> Result<u16> {
     let l = io("binding a loopback port", TcpListener::bind("127.0.0.1:0"))?;
     Ok(io("reading the bound port", l.local_addr())?.port())
@@ -191,8 +194,24 @@ fn random_hex(bytes: usize) -> Result<String> {
 
 impl ControlPlane {
     /// Starts etcd, kube-apiserver and (optionally) kube-controller-manager and waits until
-    /// the API server answers `/readyz`.
+    /// the API server answers `/readyz`. A port found free may be taken before the process
+    /// binds it (by another test's control plane, or the local end of any connection): that
+    /// process exits early, and the whole start is tried again on new ports, at most
+    /// [`START_ATTEMPTS`] times.
     pub fn start(opts: &Options) -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(opts) {
+                Err(e @ Error::Exited { .. }) if attempt < START_ATTEMPTS => {
+                    eprintln!("testenv: {e}; starting again on new ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once(opts: &Options) -> Result<Self> {
         for b in [
             "etcd",
             "kube-apiserver",
@@ -240,7 +259,17 @@ impl ControlPlane {
             children: Vec::new(),
             guard: guard_stdin.map(|s| (guard_child, s)),
         };
-        cp.launch(opts)?;
+        if let Err(e) = cp.launch(opts) {
+            // The state directory goes with `cp`: say what the process said first.
+            if let Error::Exited { log, .. } = &e {
+                let text = fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                for line in tail.iter().rev() {
+                    eprintln!("testenv: {line}");
+                }
+            }
+            return Err(e);
+        }
         Ok(cp)
     }
 
