@@ -48,7 +48,17 @@ async fn two_shards_split_the_sets_without_overlap() {
     for (set, _) in &sets {
         set.wait_ready().await;
     }
-    // Each shard's info series name exactly its own sets.
+    // Each shard's info series name exactly its own sets. A reconcile sets its series after
+    // the status write (and its event), so Ready may be seen first: each set's series is
+    // waited for in its own shard, then both shards are read.
+    for (set, is_blue) in &sets {
+        let series = format!("name=\"{}\"", set.name);
+        let shard = if *is_blue { &blue } else { &rest };
+        support::wait_for("the set's series in its shard", DEADLINE, || async {
+            shard.metrics().encode().contains(&series).then_some(())
+        })
+        .await;
+    }
     let (in_blue, in_rest) = (blue.metrics().encode(), rest.metrics().encode());
     for (set, is_blue) in &sets {
         let series = format!("name=\"{}\"", set.name);
