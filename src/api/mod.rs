@@ -5,6 +5,8 @@ mod crd;
 mod decryption;
 mod dependencies;
 mod duration;
+mod health_exprs;
+mod ignore;
 mod inline;
 mod kustomize;
 mod post_build;
@@ -16,6 +18,8 @@ pub use crd::{crds, crds_yaml, reflow};
 pub use decryption::{Decryption, DecryptionProvider};
 pub use dependencies::{Dependency, DependencyKind, HealthCheck};
 pub use duration::{MAX_INTERVAL, MAX_TIMEOUT, MIN_DURATION, parse_duration};
+pub use health_exprs::CustomHealthCheck;
+pub use ignore::IgnoreRule;
 pub use inline::{
     InlineManifest, MAX_INLINE_MANIFESTS, MAX_MANIFEST_DEPTH, MAX_MANIFEST_FIELDS,
     UnreadableManifest, json_depth,

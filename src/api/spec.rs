@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Decryption, Dependency, HealthCheck, InlineManifest, KustomizeOverrides, PostBuild, Source,
-    inline::manifests_schema, status::ApplySetStatus,
+    CustomHealthCheck, Decryption, Dependency, HealthCheck, IgnoreRule, InlineManifest,
+    KustomizeOverrides, PostBuild, Source, inline::manifests_schema, status::ApplySetStatus,
 };
 
 /// Desired state of an ApplySet: the objects it keeps exactly as declared.
@@ -94,8 +94,10 @@ pub struct ApplySetSpec {
     #[serde(default)]
     pub suspend: bool,
 
-    /// On deletion of this object: Delete prunes every member (in reverse dependency order)
-    /// before the finalizer is removed; Orphan leaves them in place.
+    /// On deletion of this object: Delete (the default) prunes every member (in reverse
+    /// dependency order) before the finalizer is removed; WaitForTermination does too and waits
+    /// (at most spec.timeout) until they are gone; MirrorPrune deletes them when spec.prune is
+    /// true and leaves them otherwise; Orphan leaves them in place.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 
@@ -143,6 +145,21 @@ pub struct ApplySetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub health_checks: Vec<HealthCheck>,
+
+    /// CEL expressions that say when objects of a kind are Current, InProgress or Failed,
+    /// for kinds whose status the standard conditions do not describe (as Flux's
+    /// healthCheckExprs). Used wherever health is assessed (wait, healthChecks, Healthy). An
+    /// expression that does not compile is refused (ValidationFailed) naming it; Secrets are
+    /// never assessed by expression.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub health_check_exprs: Vec<CustomHealthCheck>,
+
+    /// Drift-ignore rules (as Flux's spec.ignore): the fields they name are set when a member
+    /// is created, then neither corrected nor reported as drift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub ignore: Vec<IgnoreRule>,
 
     /// Sets that must be ready before this one is applied: each must have Ready=True for its
     /// current generation (and Healthy=True when it has a Healthy condition). Until then
@@ -231,6 +248,11 @@ pub enum DeletionPolicy {
     /// Prune every member before the ApplySet goes away.
     #[default]
     Delete,
+    /// Prune every member, then wait (at most spec.timeout) until they are gone before the
+    /// ApplySet goes away.
+    WaitForTermination,
+    /// Prune every member when spec.prune is true; leave them in place when it is false.
+    MirrorPrune,
     /// Leave the members in place.
     Orphan,
 }
@@ -255,6 +277,8 @@ impl Default for ApplySetSpec {
             adopt_existing: false,
             wait: false,
             health_checks: Vec::new(),
+            health_check_exprs: Vec::new(),
+            ignore: Vec::new(),
             depends_on: Vec::new(),
             kustomize: None,
             post_build: None,
