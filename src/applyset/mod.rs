@@ -26,6 +26,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
 
 pub mod controls;
+pub mod field_managers;
 mod group_kinds;
 mod namespaces;
 mod parents;

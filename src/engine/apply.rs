@@ -30,6 +30,7 @@ mod conflict;
 mod crd_wait;
 mod recreate;
 mod request;
+pub(crate) mod take_over;
 
 use conflict::refuse_conflict;
 use crd_wait::wait_for_crds;
