@@ -44,7 +44,8 @@ pub struct Member {
     pub namespaced: bool,
     pub reference: MemberRef,
     pub stage: Stage,
-    /// `applyset.dev/force: enabled`: may be deleted and re-created on an immutable change.
+    /// `force: enabled` on the manifest (either prefix of [`crate::applyset::controls`], label
+    /// or annotation): may be deleted and re-created on an immutable change.
     pub force_recreate: bool,
     /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
     pub adopt: bool,

@@ -35,5 +35,6 @@ pub use spec::{
     ApplySet, ApplySetSpec, ClusterApplySet, ClusterApplySetSpec, DeletionPolicy, Mode,
 };
 pub use status::{
-    ApplySetStatus, HealthStatus, MemberRef, NOT_OBSERVED, NotCurrentObject, Plan, Summary,
+    ApplySetStatus, HealthStatus, MemberRef, NOT_OBSERVED, NotCurrentObject, Plan, PlanSkip,
+    Summary,
 };

@@ -139,8 +139,26 @@ pub struct Summary {
     pub failed: i64,
     /// Members whose apply hit a field-manager conflict.
     pub conflicts: i64,
-    /// Objects no longer declared but kept (applyset.dev/prune: disabled, or not ours).
+    /// Objects no longer declared but kept (prune: disabled, reconcile: disabled, ssa:
+    /// Ignore, or not ours).
     pub retained: i64,
+    /// Members not applied for their own controls (ssa: Ignore, reconcile: disabled, or ssa:
+    /// IfNotPresent on an object that exists).
+    #[serde(default)]
+    pub skipped: i64,
+}
+
+/// A member a plan would not apply for its own controls, and why.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSkip {
+    /// The member.
+    #[serde(flatten)]
+    pub member: MemberRef,
+    /// Why: `ssa: Ignore`, `reconcile: disabled` or `IfNotPresent, exists`.
+    pub reason: String,
 }
 
 /// A reference to a member object.
@@ -212,6 +230,9 @@ pub struct Plan {
     /// Members already as declared.
     #[serde(default)]
     pub unchanged: i64,
+    /// Members that would not be applied for their own controls, each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip: Vec<PlanSkip>,
     /// True when one of the lists was capped (at 500 entries, or shorter to keep the parent
     /// under 1 MiB).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

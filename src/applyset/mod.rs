@@ -59,11 +59,13 @@ pub const LABEL_IS_PARENT_TYPE: &str = "applyset.kubernetes.io/is-parent-type";
 pub const TOOLING_NAME: &str = "applyset-operator";
 /// Field manager for the parent's labels and annotations.
 pub const PARENT_FIELD_MANAGER: &str = "applyset.dev/parent";
-/// Per-member annotation: with value [`PRUNE_DISABLED`] the member is never deleted.
+/// Per-member annotation: with value [`PRUNE_DISABLED`] the member is never deleted (read
+/// by [`controls::Marks`], with Flux's prefix, as a label too, in any case).
 pub const ANNOTATION_PRUNE: &str = "applyset.dev/prune";
 /// Value of [`ANNOTATION_PRUNE`] that disables pruning.
 pub const PRUNE_DISABLED: &str = "disabled";
-/// Per-member annotation: with value [`FORCE_ENABLED`] the member may be re-created.
+/// Per-member annotation: with value [`FORCE_ENABLED`] the member may be re-created (read
+/// by [`controls::Marks`] as [`ANNOTATION_PRUNE`] is).
 pub const ANNOTATION_FORCE: &str = "applyset.dev/force";
 /// Value of [`ANNOTATION_FORCE`] that allows delete-and-recreate on immutable changes.
 pub const FORCE_ENABLED: &str = "enabled";
@@ -183,13 +185,6 @@ pub enum ScopeError {
     },
 }
 
-/// Whether a member is annotated `applyset.dev/prune: disabled`.
-pub fn is_prune_disabled(annotations: Option<&BTreeMap<String, String>>) -> bool {
-    annotations
-        .and_then(|a| a.get(ANNOTATION_PRUNE))
-        .is_some_and(|v| v == PRUNE_DISABLED)
-}
-
 /// Whether a member is annotated `applyset.dev/adopt: enabled`.
 pub fn is_adopt_enabled(annotations: Option<&BTreeMap<String, String>>) -> bool {
     annotations
@@ -200,13 +195,6 @@ pub fn is_adopt_enabled(annotations: Option<&BTreeMap<String, String>>) -> bool 
 /// Whether a live object carries the operator's adoption mark.
 pub fn is_adopted(annotations: Option<&BTreeMap<String, String>>) -> bool {
     annotations.is_some_and(|a| a.contains_key(ANNOTATION_ADOPTED))
-}
-
-/// Whether a member is annotated `applyset.dev/force: enabled`.
-pub fn is_force_enabled(annotations: Option<&BTreeMap<String, String>>) -> bool {
-    annotations
-        .and_then(|a| a.get(ANNOTATION_FORCE))
-        .is_some_and(|v| v == FORCE_ENABLED)
 }
 
 #[cfg(test)]
@@ -261,47 +249,16 @@ mod tests {
     // ---- per-member annotations ------------------------------------------------------
 
     #[test]
-    fn prune_disabled_annotation() {
-        assert!(!is_prune_disabled(None));
-        assert!(!is_prune_disabled(Some(&BTreeMap::new())));
-        assert!(is_prune_disabled(Some(&labels(&[(
-            ANNOTATION_PRUNE,
-            "disabled"
-        )]))));
-        assert!(!is_prune_disabled(Some(&labels(&[(
-            ANNOTATION_PRUNE,
-            "enabled"
-        )]))));
-        assert!(!is_prune_disabled(Some(&labels(&[(
-            ANNOTATION_PRUNE,
-            "Disabled"
-        )]))));
-        assert!(!is_prune_disabled(Some(&labels(&[(ANNOTATION_PRUNE, "")]))));
-        assert!(!is_prune_disabled(Some(&labels(&[(
-            ANNOTATION_FORCE,
-            "disabled"
-        )]))));
-    }
-
-    #[test]
-    fn force_enabled_annotation() {
-        assert!(!is_force_enabled(None));
-        assert!(!is_force_enabled(Some(&BTreeMap::new())));
-        assert!(is_force_enabled(Some(&labels(&[(
-            ANNOTATION_FORCE,
-            "enabled"
-        )]))));
-        assert!(!is_force_enabled(Some(&labels(&[(
-            ANNOTATION_FORCE,
-            "true"
-        )]))));
-        assert!(!is_force_enabled(Some(&labels(&[(
-            ANNOTATION_FORCE,
-            "Enabled"
-        )]))));
-        assert!(!is_force_enabled(Some(&labels(&[(
-            ANNOTATION_PRUNE,
-            "enabled"
-        )]))));
+    fn the_old_annotations_are_read_as_controls() {
+        // What `applyset.dev/prune` and `applyset.dev/force` meant before is a subset of
+        // what the controls read (which also take labels, Flux's prefix and any case).
+        use super::controls::Marks;
+        let prune = labels(&[(ANNOTATION_PRUNE, PRUNE_DISABLED)]);
+        let force = labels(&[(ANNOTATION_FORCE, FORCE_ENABLED)]);
+        assert!(Marks::of(None, Some(&prune)).prune_disabled);
+        assert!(Marks::of(None, Some(&force)).force_enabled);
+        assert!(!Marks::of(None, Some(&labels(&[(ANNOTATION_PRUNE, "")]))).any());
+        assert!(!Marks::of(None, Some(&labels(&[(ANNOTATION_FORCE, "true")]))).any());
+        assert!(!Marks::of(None, Some(&labels(&[(ANNOTATION_FORCE, "disabled")]))).any());
     }
 }

@@ -368,6 +368,32 @@ async fn patch(ctx: &Context, parent: &ParentRef, mut body: serde_json::Value) -
 /// apply's answer) before deciding on what it has.
 const SETTLE: Duration = Duration::from_secs(3);
 
+/// The members a set assesses: none unless it waits (`wait`); then every declared member but
+/// those skipped by their own controls (see [`crate::applyset::controls`]; Flux leaves
+/// skipped objects out of its health checks too).
+pub(super) fn wait_targets(
+    wait: bool,
+    desired: &crate::engine::plan::Desired,
+    results: &[crate::engine::outcome::MemberResult],
+) -> Vec<MemberRef> {
+    if !wait {
+        return Vec::new();
+    }
+    let skipped: std::collections::HashSet<&MemberRef> = results
+        .iter()
+        .filter(|r| matches!(r.outcome.class(), crate::engine::class::Class::Skipped(_)))
+        .map(|r| &r.reference)
+        .collect();
+    desired
+        .set
+        .members
+        .iter()
+        .map(|m| &m.reference)
+        .filter(|r| !skipped.contains(r))
+        .cloned()
+        .collect()
+}
+
 /// How often a set waiting for members the operator cannot watch reads them again.
 pub(super) const POLL_UNWATCHED: Duration = Duration::from_secs(10);
 

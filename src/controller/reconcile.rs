@@ -25,7 +25,7 @@ use crate::{
         plan::{self, Before, Desired, Pruning, Run},
         prune::Listing,
     },
-    members::{CheckTarget, Targets},
+    members::Targets,
     parent::{self, Parent, Shrink},
     render::{self, KeySource, KindLookup, Readers, RenderError, RenderInput, SetError},
     set_reads::SetReader,
@@ -184,7 +184,9 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         let finished = match self.shrink(&stored, &extent).await {
             Ok(()) => {
                 let done = self.succeeded(&desired, &results);
-                self.wait(&desired, checks, done).await
+                let members = super::healthy::wait_targets(self.spec.wait, &desired, &results);
+                let targets = Targets { members, checks };
+                self.wait(&desired, targets, done).await
             }
             Err(stop) => Err(stop),
         };
@@ -578,13 +580,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     }
 
     /// Step 7: see [`wait`].
-    async fn wait(
-        &self,
-        desired: &Desired,
-        checks: Vec<CheckTarget>,
-        done: Report,
-    ) -> Step<Report> {
-        wait(self.ctx, self.obj, self.scope, desired, checks, done).await
+    async fn wait(&self, desired: &Desired, targets: Targets, done: Report) -> Step<Report> {
+        wait(self.ctx, self.obj, self.scope, desired, targets, done).await
     }
 }
 
@@ -616,7 +613,7 @@ async fn wait<P: Parent>(
     obj: &P,
     scope: &SetScope,
     desired: &Desired,
-    checks: Vec<CheckTarget>,
+    targets: Targets,
     done: Report,
 ) -> Step<Report> {
     let spec = obj.spec();
@@ -626,19 +623,9 @@ async fn wait<P: Parent>(
         super::healthy::clear(ctx, &scope.parent, obj.status()).await;
         return Ok(done);
     }
-    let members = match spec.wait {
-        true => desired
-            .set
-            .members
-            .iter()
-            .map(|m| m.reference.clone())
-            .collect(),
-        false => Vec::new(),
-    };
     ctx.health
         .seed(&scope.id, obj.status(), obj.meta().generation);
-    ctx.members
-        .track(&scope.id, &scope.parent, Targets { members, checks });
+    ctx.members.track(&scope.id, &scope.parent, targets);
     let Some((health, polled)) = observed_health(ctx, scope, desired).await else {
         return Ok(done);
     };

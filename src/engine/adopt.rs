@@ -3,7 +3,10 @@
 //! manager): someone else's objects, which a set takes over only when allowed — learnt with
 //! few reads. Members known to be the set's own are not looked at; the others are read
 //! metadata only: one LIST per kind and namespace where several share one, else one GET
-//! each. (An object labelled by another set is left to the apply, which refuses it.)
+//! each. (An object labelled by another set is left to the apply, which refuses it.) The
+//! same read gives each existing object's per-object controls (see
+//! [`crate::applyset::controls`]), so that `ssa: IfNotPresent` skips an object that exists
+//! unlabelled instead of adopting or refusing it, at no extra request.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -19,7 +22,7 @@ use super::{SetScope, live::label_owned_by};
 use crate::{
     Error, Result,
     api::MemberRef,
-    applyset::{ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF},
+    applyset::{ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF, controls::Marks},
     kind_order,
     render::Member,
 };
@@ -38,6 +41,10 @@ pub struct Lookup {
     /// Of the unlabelled members, those whose fields only their makers own (see
     /// [`made_by_makers`]): adopting one takes the declared fields over from them.
     pub handover: HashSet<MemberRef>,
+    /// Every looked-at member that exists (whoever's it is), with its per-object controls
+    /// (see [`crate::applyset::controls`]): `ssa: IfNotPresent` on the manifest skips it, as
+    /// does `ssa: Ignore` or `reconcile: disabled` on it.
+    pub existing: HashMap<MemberRef, Marks>,
 }
 
 /// The field managers that make objects imperatively (each with operation `Update`):
@@ -106,6 +113,7 @@ pub async fn unlabelled(
         out.unlabelled.extend(l.unlabelled);
         out.unknown.extend(l.unknown);
         out.handover.extend(l.handover);
+        out.existing.extend(l.existing);
     }
     Ok(out)
 }
@@ -121,14 +129,15 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
         match list_names(scope, &api).await {
             Ok(foreign) => {
                 for m in group {
-                    match foreign.get(&m.reference.name) {
-                        Some(Found::Foreign { made_by_makers }) => {
-                            out.unlabelled.insert(m.reference.clone());
-                            if *made_by_makers {
-                                out.handover.insert(m.reference.clone());
-                            }
+                    let Some((found, marks)) = foreign.get(&m.reference.name) else {
+                        continue;
+                    };
+                    out.existing.insert(m.reference.clone(), *marks);
+                    if let Found::Foreign { made_by_makers } = found {
+                        out.unlabelled.insert(m.reference.clone());
+                        if *made_by_makers {
+                            out.handover.insert(m.reference.clone());
                         }
-                        Some(Found::Ours) | None => {}
                     }
                 }
             }
@@ -144,13 +153,17 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
     }
     for m in group {
         match api.get_metadata_opt(&m.reference.name).await {
-            Ok(Some(o)) if foreign(scope, &o.metadata) => {
-                out.unlabelled.insert(m.reference.clone());
-                if made_by_makers(&o.metadata, &scope.manager) {
-                    out.handover.insert(m.reference.clone());
+            Ok(Some(o)) => {
+                let marks = Marks::of_meta(&o.metadata);
+                out.existing.insert(m.reference.clone(), marks);
+                if foreign(scope, &o.metadata) {
+                    out.unlabelled.insert(m.reference.clone());
+                    if made_by_makers(&o.metadata, &scope.manager) {
+                        out.handover.insert(m.reference.clone());
+                    }
                 }
             }
-            Ok(_) => {}
+            Ok(None) => {}
             // The kind is not served yet (its CRD is in this set): nothing exists.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(kube::Error::Api(s)) if s.is_forbidden() => {
@@ -182,11 +195,11 @@ enum Found {
 }
 
 /// Names of the objects of a kind in a namespace (the scope of `api`), each with whether it
-/// is [`foreign`]; none when the kind is not served (yet).
+/// is [`foreign`] and its per-object controls; none when the kind is not served (yet).
 async fn list_names(
     scope: &SetScope,
     api: &Api<PartialObjectMeta<DynamicObject>>,
-) -> kube::Result<HashMap<String, Found>> {
+) -> kube::Result<HashMap<String, (Found, Marks)>> {
     let mut out = HashMap::new();
     let mut params = ListParams::default().limit(500);
     loop {
@@ -202,7 +215,8 @@ async fn list_names(
                 },
                 false => Found::Ours,
             };
-            out.insert(o.metadata.name.unwrap_or_default(), found);
+            let marks = Marks::of_meta(&o.metadata);
+            out.insert(o.metadata.name.unwrap_or_default(), (found, marks));
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),

@@ -5,8 +5,10 @@
 //! object belongs to another ApplySet: that is reported and the object is left alone. Other
 //! conflicts are reported naming the managers, or, with `force`, applied again with force.
 //!
-//! This file holds the stages and one member's way through them (skipped when the member
-//! watches know it unchanged, create-only first for a member not known to be the set's,
+//! This file holds the stages and one member's way through them (skipped by its own
+//! controls — `ssa: Ignore`, `reconcile: disabled`, `ssa: IfNotPresent` on an object that
+//! exists, see [`crate::applyset::controls`] — or when the member watches know it
+//! unchanged, create-only first for a member not known to be the set's,
 //! adoption, the outcome); [`request`] the requests and the server's answer; [`conflict`]
 //! what a conflict means; [`recreate`] the re-creation after an immutable change;
 //! [`crd_wait`] the wait for CRDs to be Established.
@@ -23,7 +25,14 @@ use super::{
     outcome::{MemberResult, Outcome, Preview},
 };
 use crate::{
-    api::MemberRef, applyset::LABEL_PART_OF, kind_order::Stage, members::Applied, render::Member,
+    api::MemberRef,
+    applyset::{
+        LABEL_PART_OF,
+        controls::{self, Marks, Skip},
+    },
+    kind_order::Stage,
+    members::Applied,
+    render::Member,
 };
 
 mod conflict;
@@ -160,6 +169,10 @@ async fn apply_one(
     member: &Member,
     opts: &Options<'_>,
 ) -> (Outcome, Option<Answer>) {
+    // A member's own controls win over the "known unchanged" shortcut: a skip is reported.
+    if let Some(skip) = skip_of(member, opts, opts.lookup) {
+        return skipped(scope, member, skip, opts);
+    }
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
     let hash = crate::members::body_hash(&body);
@@ -194,6 +207,7 @@ async fn apply_one(
             rv: rv.clone(),
             uid: uid.clone(),
             shape: *shape,
+            marks: Marks::of_object(&member.object),
         });
     }
     (outcome, answer)
@@ -267,6 +281,10 @@ async fn apply_looked(
     opts: &Options<'_>,
     lookup: &adopt::Lookup,
 ) -> (Outcome, Option<Answer>) {
+    // What the look found of an existing object's controls (IfNotPresent: it exists).
+    if let Some(skip) = skip_of(member, opts, lookup) {
+        return skipped(scope, member, skip, opts);
+    }
     if let Some(why) = lookup.unknown.get(&member.reference) {
         // The lookup could not look at it: its identity may not get or list the kind.
         let message = format!("{}: {why}; not applied", member.reference);
@@ -287,6 +305,32 @@ async fn apply_looked(
         o if adopting && o.is_applied() => (Outcome::Adopted, answer),
         o => (o, answer),
     }
+}
+
+/// Why the member is not applied by its own controls (see [`controls::skip_apply`]), if it
+/// is not: read from its manifest and from what is already known of its live object — the
+/// member watches or the LISTs (`opts.existing`), or the look at an object not known as the
+/// set's (`lookup`). No request.
+fn skip_of(member: &Member, opts: &Options<'_>, lookup: &adopt::Lookup) -> Option<Skip> {
+    let r = &member.reference;
+    let live = (opts.existing.get(r).map(|l| l.marks)).or_else(|| lookup.existing.get(r).copied());
+    controls::skip_apply(Marks::of_object(&member.object), live)
+}
+
+/// The outcome of a member skipped by its own controls: nothing is sent, and what the set
+/// last applied of it is forgotten (another writer's changes to it are not drift; it is
+/// sent in full once it is no longer skipped).
+fn skipped(
+    scope: &SetScope,
+    member: &Member,
+    skip: Skip,
+    opts: &Options<'_>,
+) -> (Outcome, Option<Answer>) {
+    if let Some(w) = scope.watches().filter(|_| !opts.dry_run) {
+        w.skipped(&scope.id, &member.reference);
+    }
+    tracing::debug!(member = %member.reference, reason = %skip, "skipped by its controls");
+    (Outcome::Skipped(skip), None)
 }
 
 /// The outcome of a member whose namespace is known to be terminating (nothing is sent), if

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::outcome::{Outcome, Retained};
+use crate::applyset::controls::Skip;
 
 /// What an outcome means to a reader of the set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,9 @@ pub enum Class<'a> {
     Refused(Refusal<'a>),
     /// The member's apply failed (forbidden, or any other error).
     Failed { forbidden: bool, message: &'a str },
+    /// The member is not applied by its own controls (`ssa: Ignore`, `reconcile: disabled`,
+    /// `ssa: IfNotPresent` on an object that exists): not a failure, and not assessed.
+    Skipped(Skip),
     /// A candidate deleted (or that would be).
     Prune,
     /// A candidate kept (see [`Retained`]); one re-created meanwhile
@@ -89,6 +93,7 @@ impl Outcome {
                 forbidden: false,
                 message,
             },
+            Outcome::Skipped(why) => Class::Skipped(*why),
             Outcome::Pruned => Class::Prune,
             Outcome::Changed => Class::Unfinished { message: None },
             Outcome::DeleteFailed { message } => Class::Unfinished {
@@ -111,8 +116,17 @@ impl Class<'_> {
         self.is_applied()
             || matches!(
                 self,
-                Class::Conflict { .. } | Class::Refused(_) | Class::Failed { .. }
+                Class::Conflict { .. }
+                    | Class::Refused(_)
+                    | Class::Failed { .. }
+                    | Class::Skipped(_)
             )
+    }
+
+    /// A declared member settled for the prune and the report: applied, or skipped by its
+    /// own controls (left as it is, on purpose).
+    pub fn is_settled(&self) -> bool {
+        self.is_applied() || matches!(self, Class::Skipped(_))
     }
 
     /// A prune that did not finish (see [`Outcome::is_unfinished_prune`]).
@@ -150,6 +164,7 @@ mod tests {
                 namespace: "gone".into(),
             },
             Outcome::Failed { message: m() },
+            Outcome::Skipped(Skip::Ignore),
             Outcome::Pruned,
             Outcome::Retained(Retained::PruneDisabled),
             Outcome::Retained(Retained::Recreated),
@@ -189,6 +204,7 @@ mod tests {
                 forbidden: false,
                 message: "m",
             },
+            Class::Skipped(Skip::Ignore),
             Class::Prune,
             Class::Retained(&Retained::PruneDisabled),
             Class::Retained(&Retained::Recreated),
@@ -208,8 +224,9 @@ mod tests {
                 .collect()
         };
         assert_eq!(which(&|c| c.is_applied()), vec![0, 1, 2, 3]);
-        assert_eq!(which(&|c| c.is_member()), (0..10).collect::<Vec<_>>());
-        assert_eq!(which(&|c| c.is_unfinished_prune()), vec![12, 14, 15]);
+        assert_eq!(which(&|c| c.is_member()), (0..11).collect::<Vec<_>>());
+        assert_eq!(which(&|c| c.is_settled()), vec![0, 1, 2, 3, 10]);
+        assert_eq!(which(&|c| c.is_unfinished_prune()), vec![13, 15, 16]);
     }
 
     #[test]

@@ -21,14 +21,16 @@ use super::{Extent, SetScope};
 use crate::{
     Error, PruneError, Result,
     api::MemberRef,
-    applyset::{GroupKind, LABEL_PART_OF},
+    applyset::{GroupKind, LABEL_PART_OF, controls::Marks},
     discovery::{Resolved, Resolver},
 };
 
-/// What is known of a member's live object before the apply.
+/// What is known of a member's live object before the apply: its version, and its
+/// per-object controls (read from the metadata the watches or the LISTs already have).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveObject {
     pub resource_version: String,
+    pub marks: Marks,
 }
 
 /// A live object labelled with our ApplySet ID.
@@ -56,6 +58,7 @@ impl LiveMember {
     pub fn live(&self) -> LiveObject {
         LiveObject {
             resource_version: self.meta.resource_version.clone().unwrap_or_default(),
+            marks: Marks::of_meta(&self.meta),
         }
     }
 }
@@ -113,7 +116,13 @@ pub async fn observe(
         let undeclared = members.keys().any(|r| !declared.contains_key(r));
         let existing = members
             .into_iter()
-            .map(|(r, resource_version)| (r, LiveObject { resource_version }))
+            .map(|(r, (resource_version, marks))| {
+                let live = LiveObject {
+                    resource_version,
+                    marks,
+                };
+                (r, live)
+            })
             .collect();
         return Ok(Live {
             observed: Observed::Watched { undeclared },

@@ -3,7 +3,10 @@
 //! summary ([`tally`]).
 
 use super::class::{Class, ConflictKind};
-use crate::api::{MemberRef, Summary};
+use crate::{
+    api::{MemberRef, Summary},
+    applyset::controls::{Keep, Skip},
+};
 
 /// What happened to one member (or prune candidate).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +35,10 @@ pub enum Outcome {
     NamespaceTerminating { namespace: String },
     /// Not applied: any other failure.
     Failed { message: String },
+    /// Not applied, by its own controls (see [`crate::applyset::controls`]): `ssa: Ignore` or
+    /// `reconcile: disabled` on the manifest or the live object, or `ssa: IfNotPresent` on
+    /// the manifest of an object that exists. Nothing is sent; not a failure.
+    Skipped(Skip),
     /// No longer declared, and deleted.
     Pruned,
     /// No longer declared, and kept.
@@ -60,11 +67,13 @@ impl Outcome {
 }
 
 /// What a reconcile changed, as an event note: "ConfigMap demo/web configured,
-/// Deployment.apps demo/api created, Secret demo/old pruned" in the order of the results,
-/// at most `cap` named and the rest counted. None when nothing changed (unchanged members,
-/// failures and retained candidates are not changes).
+/// Deployment.apps demo/api created, Secret demo/old pruned, ConfigMap demo/ca skipped (ssa:
+/// Ignore)" in the order of the results, at most `cap` named and the rest counted. None
+/// when nothing changed (unchanged members, failures, retained candidates and skipped
+/// members are not changes; skipped members are named only beside a change).
 pub fn changes(results: &[MemberResult], cap: usize) -> Option<String> {
-    let changed: Vec<String> = results
+    let mut changed = false;
+    let named: Vec<String> = results
         .iter()
         .filter_map(|r| {
             let verb = match (r.outcome.class(), &r.outcome) {
@@ -72,14 +81,19 @@ pub fn changes(results: &[MemberResult], cap: usize) -> Option<String> {
                 (Class::Change, Outcome::Adopted) => "adopted",
                 (Class::Change, _) => "configured",
                 (Class::Prune, _) => "pruned",
+                (Class::Skipped(why), _) => {
+                    return Some(format!("{} skipped ({why})", r.reference));
+                }
                 _ => return None,
             };
+            changed = true;
             Some(format!("{} {verb}", r.reference))
         })
         .collect();
-    if changed.is_empty() {
+    if !changed {
         return None;
     }
+    let changed = named;
     let mut note = changed[..changed.len().min(cap)].join(", ");
     if changed.len() > cap {
         note.push_str(&format!(", and {} more", changed.len() - cap));
@@ -90,8 +104,12 @@ pub fn changes(results: &[MemberResult], cap: usize) -> Option<String> {
 /// Why a prune candidate is kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retained {
-    /// Annotated `applyset.dev/prune: disabled`.
+    /// Marked `prune: disabled` (either prefix, label or annotation).
     PruneDisabled,
+    /// Marked `reconcile: disabled` (either prefix, label or annotation).
+    ReconcileDisabled,
+    /// Marked `ssa: Ignore` (either prefix, label or annotation).
+    SsaIgnore,
     /// Its `part-of` label is not managed by our member field manager (someone copied it).
     LabelNotOurs,
     /// It has a controller owner reference (something else manages its life).
@@ -163,10 +181,21 @@ pub fn tally(results: &[MemberResult]) -> Summary {
             Class::Conflict { .. } | Class::Refused(_) | Class::Failed { .. } => s.failed += 1,
             Class::Prune => s.pruned += 1,
             Class::Retained(_) => s.retained += 1,
+            Class::Skipped(_) => s.skipped += 1,
             Class::Gone | Class::Unfinished { .. } => {}
         }
     }
     s
+}
+
+impl From<Keep> for Retained {
+    fn from(keep: Keep) -> Self {
+        match keep {
+            Keep::PruneDisabled => Retained::PruneDisabled,
+            Keep::ReconcileDisabled => Retained::ReconcileDisabled,
+            Keep::SsaIgnore => Retained::SsaIgnore,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,8 +229,17 @@ mod tests {
             r("c", Outcome::Retained(Retained::PruneDisabled)),
             r("d", Outcome::Gone),
             r("e", Outcome::Changed),
+            r("f", Outcome::Skipped(Skip::Ignore)),
         ];
         assert_eq!(changes(&quiet, 10), None, "no change, no note");
+        let skipped = [
+            r("ca", Outcome::Skipped(Skip::IfNotPresentExists)),
+            r("web", Outcome::Configured),
+        ];
+        assert_eq!(
+            changes(&skipped, 10).as_deref(),
+            Some("ConfigMap team/ca skipped (IfNotPresent, exists), ConfigMap team/web configured")
+        );
         let results = [
             r("web", Outcome::Configured),
             r("same", Outcome::Unchanged),
@@ -279,19 +317,22 @@ mod tests {
                     message: "m".into(),
                 },
             ),
+            r("n", Outcome::Skipped(Skip::ReconcileDisabled)),
+            r("o", Outcome::Retained(Retained::SsaIgnore)),
         ];
         let s = tally(&results);
         assert_eq!(
             s,
             Summary {
-                members: 9,
+                members: 10,
                 created: 2,
                 configured: 2,
                 unchanged: 1,
                 pruned: 1,
                 failed: 3,
                 conflicts: 1,
-                retained: 2,
+                retained: 3,
+                skipped: 1,
             }
         );
     }

@@ -3,8 +3,8 @@
 //!
 //! Candidates come from metadata-only LISTs by the `part-of` label ([`super::live`]) for every
 //! kind the parent recorded before this reconcile, in the namespaces it recorded. [`select`]
-//! keeps only what is provably ours: not declared, not annotated
-//! `applyset.dev/prune: disabled`, its `part-of` label owned by our member field manager, and
+//! keeps only what is provably ours: not declared, not marked `prune: disabled`,
+//! `reconcile: disabled` or `ssa: Ignore` (see [`crate::applyset::controls`]), its `part-of` label owned by our member field manager, and
 //! no controller owner reference; a Namespace or CRD that holds something kept is kept too.
 //! Deletes carry UID and resourceVersion preconditions (an object re-created or changed since
 //! it was listed — an annotation added, a new owner — is left alone, and looked at again by
@@ -28,7 +28,10 @@ use super::{
 use crate::{
     Error, Result,
     api::MemberRef,
-    applyset::{self, GroupKind},
+    applyset::{
+        self, GroupKind,
+        controls::{self, Marks},
+    },
     discovery::{Resolved, Resolver},
     kind_order,
 };
@@ -148,8 +151,8 @@ fn retained(m: &LiveMember, manager: &str, home: Option<&str>) -> Option<Retaine
     let meta = &m.meta;
     let (group, kind) = (&m.reference.group, &m.reference.kind);
     let container = kind_order::is_namespace(group, kind) || kind_order::is_crd(group, kind);
-    if applyset::is_prune_disabled(meta.annotations.as_ref()) {
-        return Some(Retained::PruneDisabled);
+    if let Some(keep) = controls::keep_on_prune(Marks::of_meta(meta)) {
+        return Some(keep.into());
     }
     if kind_order::is_namespace(group, kind) && home == Some(m.reference.name.as_str()) {
         return Some(Retained::ParentNamespace);
@@ -513,6 +516,58 @@ mod tests {
         );
         assert!(s.delete.is_empty());
         assert_eq!(s.retained[0].1, Retained::PruneDisabled);
+    }
+
+    #[test]
+    fn live_controls_keep_a_candidate_but_if_not_present_does_not() {
+        let marked = |name: &str, labels: bool, key: &str, value: &str| {
+            let mut m = live("ConfigMap", name, Some(MANAGER));
+            let map = BTreeMap::from([(key.to_string(), value.to_string())]);
+            if labels {
+                m.meta.labels.get_or_insert_default().extend(map);
+            } else {
+                m.meta.annotations = Some(map);
+            }
+            m
+        };
+        let l = [
+            marked("a", true, "kustomize.toolkit.fluxcd.io/prune", "Disabled"),
+            marked(
+                "b",
+                false,
+                "kustomize.toolkit.fluxcd.io/reconcile",
+                "disabled",
+            ),
+            marked("c", true, "applyset.dev/ssa", "ignore"),
+            marked(
+                "d",
+                false,
+                "kustomize.toolkit.fluxcd.io/ssa",
+                "IfNotPresent",
+            ),
+            marked("e", false, "applyset.dev/ssa", "Merge"),
+        ];
+        let s = select(
+            &l,
+            &keep(&none()),
+            &ext(kinds(&["ConfigMap"]), team()),
+            MANAGER,
+        );
+        let retained: Vec<(&str, &Retained)> = s
+            .retained
+            .iter()
+            .map(|(m, r)| (m.reference.name.as_str(), r))
+            .collect();
+        assert_eq!(
+            retained,
+            [
+                ("a", &Retained::PruneDisabled),
+                ("b", &Retained::ReconcileDisabled),
+                ("c", &Retained::SsaIgnore)
+            ]
+        );
+        let deleted: Vec<&str> = s.delete.iter().map(|m| m.reference.name.as_str()).collect();
+        assert_eq!(deleted, ["d", "e"]);
     }
 
     #[test]

@@ -17,10 +17,13 @@ use std::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::core::DynamicObject;
 
-use super::{MemberWatches, labelled::Labelled};
+use super::{
+    MemberWatches,
+    labelled::{Labelled, Tag},
+};
 use crate::{
     api::MemberRef,
-    applyset::{GroupKind, ParentRef},
+    applyset::{GroupKind, ParentRef, controls::Marks},
     health::Health,
 };
 
@@ -33,13 +36,15 @@ pub fn body_hash(body: &serde_json::Value) -> u64 {
 }
 
 /// A successful apply: the body's hash, and the object's resourceVersion, UID and
-/// [`shape`] as answered.
+/// [`shape`] as answered; `marks`, the applied body's per-object controls (what the live
+/// object carries at least, until the watch delivers that version).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub hash: u64,
     pub rv: String,
     pub uid: String,
     pub shape: Option<u64>,
+    pub marks: Marks,
 }
 
 /// The hash of everything of an object but its status, its resourceVersion, and the
@@ -102,8 +107,9 @@ impl MemberWatches {
         rv: Option<String>,
         whole: Option<(Health, u64)>,
         event_rv: Option<String>,
-        id: Option<String>,
+        tag: impl Into<Tag>,
     ) -> Vec<ParentRef> {
+        let Tag { id, marks } = tag.into();
         let (health, shape) = whole.unzip();
         let mut s = self.state.lock();
         // An event older than what our own apply returned (delivered after we recorded it)
@@ -123,6 +129,7 @@ impl MemberWatches {
                     id: id.clone(),
                     health: health.clone(),
                     shape,
+                    marks,
                 },
             ),
             None => s.live.remove(&r),
@@ -197,14 +204,14 @@ impl MemberWatches {
     }
 
     /// The live objects labelled `part-of=<id>` of `kinds`, as the watches see them
-    /// (reference → resourceVersion), if every one of those kinds is watched and its initial
+    /// (reference → resourceVersion and per-object controls), if every one of those kinds is watched and its initial
     /// list is done; `None` otherwise. Eventually consistent: an object labelled a moment ago
     /// may be missing, which makes a prune decision later, never a wrong one.
     pub fn members_of(
         &self,
         id: &str,
         kinds: &std::collections::BTreeSet<GroupKind>,
-    ) -> Option<HashMap<MemberRef, String>> {
+    ) -> Option<HashMap<MemberRef, (String, Marks)>> {
         let s = self.state.lock();
         if !kinds.iter().all(|gk| s.synced.contains(gk)) {
             return None;
@@ -217,9 +224,18 @@ impl MemberWatches {
                         .iter()
                         .any(|gk| gk.group == r.group && gk.kind == r.kind)
                 })
-                .map(|(r, l)| (r.clone(), l.rv.clone()))
+                .map(|(r, l)| (r.clone(), (l.rv.clone(), l.marks)))
                 .collect(),
         )
+    }
+
+    /// Forgets what parent `id` last applied of `member`, which it skips now (its own
+    /// controls, see [`crate::applyset::controls`]): another writer's changes to it are not
+    /// drift, and it is sent again in full once it is no longer skipped.
+    pub fn skipped(&self, id: &str, member: &MemberRef) {
+        if let Some(a) = self.state.lock().applied.get_mut(id) {
+            a.remove(member);
+        }
     }
 
     /// The members parent `id` applied successfully (in this process), which are therefore
@@ -275,6 +291,7 @@ impl MemberWatches {
             // the watch already delivered that very version.
             let seen = s.live.get(member).filter(|l| l.rv == applied.rv);
             let health = seen.and_then(|l| l.health.clone());
+            let marks = seen.map_or(applied.marks, |l| l.marks);
             let changed = s.live.get(member).map(|l| &l.health) != Some(&health);
             s.live.insert(
                 member.clone(),
@@ -283,6 +300,7 @@ impl MemberWatches {
                     id: Some(id.to_string()),
                     health,
                     shape: applied.shape,
+                    marks,
                 },
             );
             if changed {

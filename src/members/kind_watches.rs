@@ -23,12 +23,12 @@ use super::{
     KindGone, MemberWatches, State,
     drift::{only_status_moved, shape},
     health::health_of,
-    labelled::Labelled,
+    labelled::{Labelled, Tag},
     watch_refs::{self, WatchRefs},
 };
 use crate::{
     api::MemberRef,
-    applyset::{GroupKind, LABEL_PART_OF, ParentRef},
+    applyset::{GroupKind, LABEL_PART_OF, ParentRef, controls::Marks},
     discovery::Resolved,
     health::{self, Health},
 };
@@ -176,6 +176,7 @@ impl MemberWatches {
                 watcher::Event::InitApply((meta, whole)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
                         let (health, shape) = whole.unzip();
+                        let marks = Marks::of_meta(&meta);
                         pending.insert(
                             r,
                             Labelled {
@@ -183,6 +184,7 @@ impl MemberWatches {
                                 id,
                                 health,
                                 shape,
+                                marks,
                             },
                         );
                     }
@@ -193,7 +195,11 @@ impl MemberWatches {
                 }
                 watcher::Event::Apply((meta, whole)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
-                        let drifted = self.observe_seen(r, Some(rv.clone()), whole, Some(rv), id);
+                        let tag = Tag {
+                            id,
+                            marks: Marks::of_meta(&meta),
+                        };
+                        let drifted = self.observe_seen(r, Some(rv.clone()), whole, Some(rv), tag);
                         self.trigger(drifted);
                     }
                 }
@@ -206,7 +212,11 @@ impl MemberWatches {
                             .namespace
                             .clone()
                             .filter(|ns| self.terminating.contains(ns));
-                        let mut drifted = self.observe_seen(r, None, None, Some(rv), id);
+                        let tag = Tag {
+                            id,
+                            marks: Marks::default(),
+                        };
+                        let mut drifted = self.observe_seen(r, None, None, Some(rv), tag);
                         if let Some(ns) = terminating {
                             drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
                         }

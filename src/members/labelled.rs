@@ -8,7 +8,11 @@ use std::{
     sync::Arc,
 };
 
-use crate::{api::MemberRef, applyset::GroupKind, health::Health};
+use crate::{
+    api::MemberRef,
+    applyset::{GroupKind, controls::Marks},
+    health::Health,
+};
 
 /// One labelled object as its watch (or our own apply) last saw it.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +25,27 @@ pub(super) struct Labelled {
     pub health: Option<Health>,
     /// The object's shape (see `members::shape`) at `rv`, for kinds watched whole.
     pub shape: Option<u64>,
+    /// Its per-object controls (see [`crate::applyset::controls`]) at `rv` (six flags):
+    /// what the apply reads of the live object without a request.
+    pub marks: Marks,
+}
+
+/// What an event says of an object besides its version: its `part-of` label and its
+/// per-object controls.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Tag {
+    pub id: Option<String>,
+    pub marks: Marks,
+}
+
+impl From<Option<String>> for Tag {
+    /// An object with a `part-of` label and no controls.
+    fn from(id: Option<String>) -> Self {
+        Tag {
+            id,
+            marks: Marks::default(),
+        }
+    }
 }
 
 /// Labelled objects by reference, indexed by `part-of` value.
@@ -118,6 +143,7 @@ mod tests {
             id: id.map(str::to_string),
             health: None,
             shape: None,
+            marks: Marks::default(),
         }
     }
 

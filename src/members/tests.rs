@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     api::MemberRef,
-    applyset::{GroupKind, ParentKind, ParentRef},
+    applyset::{GroupKind, ParentKind, ParentRef, controls::Marks},
     discovery::Resolved,
     health::{self, Health},
 };
@@ -23,6 +23,7 @@ fn applied(hash: u64, rv: &str) -> Applied {
         rv: rv.into(),
         uid: "uid".into(),
         shape: None,
+        marks: Marks::default(),
     }
 }
 
@@ -96,8 +97,8 @@ async fn members_of_a_parent_come_from_synced_watches_only() {
     assert_eq!(
         got,
         HashMap::from([
-            (a.clone(), "10".to_string()),
-            (member("stray"), "11".to_string())
+            (a.clone(), ("10".to_string(), Marks::default())),
+            (member("stray"), ("11".to_string(), Marks::default()))
         ])
     );
     // A kind whose watch has not listed yet: unknown, so the caller lists.

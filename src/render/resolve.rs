@@ -152,7 +152,8 @@ fn member(
         };
     }
     let annotations = annotations_of(&object);
-    let force_recreate = applyset::is_force_enabled(annotations.as_ref());
+    // `force: enabled` under either prefix, as a label or an annotation (Flux's matching).
+    let force_recreate = applyset::controls::Marks::of_object(&object).force_enabled;
     let adopt = applyset::is_adopt_enabled(annotations.as_ref());
     Ok(Member {
         reference: MemberRef {

@@ -60,6 +60,8 @@ enum Change {
     Refused(String),
     /// The dry-run failed.
     Failed(String),
+    /// Not applied by its own controls: `member: reason` (not a change, not an error).
+    Skipped(String),
 }
 
 /// The result of one set's diff.
@@ -72,6 +74,7 @@ struct Counts {
     refused: usize,
     unchanged: usize,
     failed: usize,
+    skipped: usize,
 }
 
 /// How `diff` runs: requests in flight, objects per page of a LIST, and whether to validate
@@ -290,8 +293,12 @@ fn header(
         0 => String::new(),
         n => format!(", {n} refused"),
     };
+    let skipped = match counts.skipped {
+        0 => String::new(),
+        n => format!(", {n} skipped"),
+    };
     format!(
-        "# {}: {} to create, {} to change, {} to prune, {} conflicts{refused}, {} unchanged; field manager {}, acting as {}{mode}\n",
+        "# {}: {} to create, {} to change, {} to prune, {} conflicts{refused}, {} unchanged{skipped}; field manager {}, acting as {}{mode}\n",
         parent,
         counts.create,
         counts.update,
@@ -331,6 +338,7 @@ fn member_change(r: &MemberResult) -> Change {
         Class::Conflict { message, .. } => Change::Conflict(message.to_string()),
         Class::Refused(reason) => Change::Refused(format!("{}: {reason}", r.reference)),
         Class::Failed { message, .. } => Change::Failed(message.to_string()),
+        Class::Skipped(why) => Change::Skipped(format!("{}: {why}", r.reference)),
         // The classes of a prune candidate are not a member's.
         Class::Unchanged
         | Class::Prune
@@ -397,6 +405,13 @@ fn present(
             Change::Failed(message) => {
                 counts.failed += 1;
                 eprintln!("error: {message}");
+            }
+            Change::Skipped(why) => {
+                counts.skipped += 1;
+                body.push_str(&format!(
+                    "# skipped {why}
+"
+                ));
             }
         }
     }

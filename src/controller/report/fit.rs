@@ -24,7 +24,7 @@ pub(super) fn json_len(status: &ApplySetStatus) -> usize {
 
 /// `status`, cut so that it takes at most `MAX_OBJECT_BYTES - other` bytes (`other`: what the
 /// rest of the object takes). First the lists shrink — `members` (then `membersTruncated`
-/// is set) and the plan's create, update and prune lists (then `plan.truncated`), all to the
+/// is set) and the plan's create, update, prune and skip lists (then `plan.truncated`), all to the
 /// longest common length that fits — then the messages (conditions and `lastError`) are cut,
 /// to the longest common length that fits. A status that fits is returned unchanged. When even
 /// empty lists and messages of [`MIN_MESSAGE`] bytes do not fit (the spec alone is too large),
@@ -39,7 +39,10 @@ pub fn fit(status: ApplySetStatus, other: usize) -> ApplySetStatus {
         status
             .plan
             .as_ref()
-            .map(|p| p.create.len().max(p.update.len()).max(p.prune.len()))
+            .map(|p| {
+                let longest = p.create.len().max(p.update.len()).max(p.prune.len());
+                longest.max(p.skip.len())
+            })
             .unwrap_or(0),
     );
     // The largest number of list entries that fits (binary search; 0 always is a candidate).
@@ -89,6 +92,10 @@ pub(super) fn with_lists(status: &ApplySetStatus, n: usize) -> ApplySetStatus {
                 list.truncate(n);
                 plan.truncated = true;
             }
+        }
+        if plan.skip.len() > n {
+            plan.skip.truncate(n);
+            plan.truncated = true;
         }
     }
     s

@@ -13,7 +13,7 @@ pub(super) use step::{Step, Stop};
 pub use write::{announce_changes, mark_progressing, orphaned, write};
 
 use crate::{
-    api::{ApplySetStatus, MemberRef, Plan, Summary},
+    api::{ApplySetStatus, MemberRef, Plan, PlanSkip, Summary},
     engine::{
         class::{Class, ConflictKind, Refusal},
         outcome::MemberResult,
@@ -207,6 +207,10 @@ pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> 
         match r.outcome.class() {
             Class::Create => plan.create.push(r.reference.clone()),
             Class::Change => plan.update.push(r.reference.clone()),
+            Class::Skipped(why) => plan.skip.push(PlanSkip {
+                member: r.reference.clone(),
+                reason: why.to_string(),
+            }),
             _ => plan.unchanged += 1,
         }
     }
@@ -217,8 +221,17 @@ pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> 
             plan.truncated = true;
         }
     }
+    plan.skip.sort();
+    if plan.skip.len() > MAX_LISTED {
+        plan.skip.truncate(MAX_LISTED);
+        plan.truncated = true;
+    }
+    let skipped = match plan.skip.len() {
+        0 => String::new(),
+        n => format!(", {n} skipped"),
+    };
     let msg = format!(
-        "plan: {} to create, {} to update, {} to prune, {} unchanged (mode: Plan writes nothing)",
+        "plan: {} to create, {} to update, {} to prune, {} unchanged{skipped} (mode: Plan writes nothing)",
         plan.create.len(),
         plan.update.len(),
         plan.prune.len(),
@@ -232,8 +245,12 @@ pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> 
 
 /// The report of a complete reconcile.
 pub fn succeeded(summary: Summary, members: Vec<MemberRef>, revision: &str) -> Report {
+    let skipped = match summary.skipped {
+        0 => String::new(),
+        n => format!(", {n} skipped"),
+    };
     let msg = format!(
-        "applied {} members ({} created, {} configured, {} unchanged), pruned {}",
+        "applied {} members ({} created, {} configured, {} unchanged{skipped}), pruned {}",
         summary.members, summary.created, summary.configured, summary.unchanged, summary.pruned
     );
     Report {

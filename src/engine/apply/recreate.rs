@@ -1,5 +1,7 @@
-//! Re-creation after an immutable change: a member annotated `applyset.dev/force: enabled`
-//! whose apply changes a field that cannot change is deleted and created again.
+//! Re-creation after an immutable change: a member marked `force: enabled` (on its manifest
+//! or its live object, either prefix, label or annotation: see
+//! [`crate::applyset::controls`]) whose apply changes a field that cannot change is deleted
+//! and created again.
 //!
 //! Promises: only a refusal the API server gives for an immutable field counts (the exact
 //! details apimachinery gives, not a message that mentions immutability); only the set's own
@@ -18,14 +20,17 @@ use kube::{
 use super::Options;
 use crate::{
     api::MemberRef,
-    applyset::LABEL_PART_OF,
+    applyset::{
+        LABEL_PART_OF,
+        controls::{self, Marks},
+    },
     engine::{SetScope, live::label_owned_by, outcome::Outcome},
     kind_order,
     render::Member,
 };
 
-/// After an immutable-field error: deletes and re-creates a member annotated
-/// `applyset.dev/force: enabled` (`None`: apply again), else the outcome to report. A plan
+/// After an immutable-field error: deletes and re-creates a member marked `force: enabled`
+/// (`None`: apply again), else the outcome to report. A plan
 /// reports it as configured.
 pub(super) async fn recreate_for_immutable(
     api: &Api<DynamicObject>,
@@ -34,7 +39,7 @@ pub(super) async fn recreate_for_immutable(
     status: &Status,
     opts: &Options<'_>,
 ) -> Option<Outcome> {
-    if !member.force_recreate {
+    if !force_recreate(member, opts) {
         let message = member.withhold_decrypted(format!(
             "{}: {}; annotate the manifest with applyset.dev/force: enabled to allow deleting and re-creating it",
             member.reference, status.message
@@ -53,6 +58,18 @@ pub(super) async fn recreate_for_immutable(
             ),
         }),
     }
+}
+
+/// Whether `force: enabled` is on the manifest or on the live object as already known (the
+/// member watches or the LISTs; no request), under either prefix, as a label or an
+/// annotation (see [`controls::force_recreate`]).
+fn force_recreate(member: &Member, opts: &Options<'_>) -> bool {
+    let desired = Marks {
+        force_enabled: member.force_recreate,
+        ..Marks::default()
+    };
+    let live = opts.existing.get(&member.reference).map(|l| l.marks);
+    controls::force_recreate(desired, live.unwrap_or_default())
 }
 
 /// Deletes the live object — only if it is this set's (its `part-of` label ours and owned
