@@ -174,21 +174,28 @@ impl Case {
 
     /// Creates the set with the witness at "1" and `more`, and waits until it is Ready.
     async fn create(&self, more: Vec<Value>) -> Status {
+        self.create_with(more, false).await
+    }
+
+    /// [`Case::create`], waiting for the members' health when `wait` (a skipped member is
+    /// not assessed: one that does not exist does not hold the set back).
+    async fn create_with(&self, more: Vec<Value>, wait: bool) -> Status {
         let mut manifests = vec![configmap("a", json!({"k": "1"}))];
         manifests.extend(more);
-        self.set.create(json!({ "manifests": manifests })).await;
+        let spec = json!({ "manifests": manifests, "wait": wait });
+        self.set.create(spec).await;
         self.set.wait_ready().await
     }
 }
 
 /// `ssa: Ignore` on the manifest: never written (not even when someone else creates the
-/// object: not adopted, not refused), reported skipped with its reason in the status, the
-/// event and a plan; never pruned when removed (it was never the set's).
+/// object: not adopted, not refused) and not waited for, reported skipped with its reason in
+/// the status, the event and a plan; never pruned when removed (it was never the set's).
 async fn ssa_ignore(f: Family) {
     let c = Case::new(f, "ignore").await;
     let (h, set) = (&c.h, &c.set);
     let ignored = |v: &str| f.marked(configmap("ign", json!({"k": v})), "ssa", "Ignore");
-    let st = c.create(vec![ignored("mine")]).await;
+    let st = c.create_with(vec![ignored("mine")], true).await;
     let s = summary(&st);
     assert_eq!((s.members, s.created, s.skipped), (2, 1, 1), "{s:?}");
     assert!(
@@ -333,14 +340,15 @@ async fn diff(file: &std::path::Path, set: &Parent, spec: &Value) -> std::proces
         .expect("run kubectl-applyset")
 }
 
-/// `reconcile: disabled`: on a manifest, never written; put on the live member by someone
-/// else, the set leaves it alone (their edits stay) and keeps it when it is removed.
+/// `reconcile: disabled`: on a manifest, never written (and not waited for); put on the live
+/// member by someone else, the set leaves it alone (their edits stay) and keeps it when it is
+/// removed.
 async fn reconcile_disabled(f: Family) {
     let c = Case::new(f, "reconcile").await;
     let (h, set) = (&c.h, &c.set);
     let x = |v: &str| configmap("x", json!({"k": v}));
     let z = f.marked(configmap("z", json!({"k": "1"})), "reconcile", "disabled");
-    let st = c.create(vec![x("1"), z.clone()]).await;
+    let st = c.create_with(vec![x("1"), z.clone()], true).await;
     assert_eq!(summary(&st).skipped, 1, "{}", status_json(&st));
     assert!(cm(h, "z").await.is_none(), "never written");
 

@@ -9,6 +9,7 @@ use kube::{Client, runtime::watcher};
 
 use super::{
     Applied, CheckTarget, MemberWatches, Targets, Triggers, drift::older, kind_watches::not_served,
+    labelled::Tag,
 };
 use crate::{
     api::MemberRef,
@@ -417,4 +418,57 @@ fn stale_events_are_recognised() {
         !older("x", "42"),
         "unparsable is not stale: it counts as drift"
     );
+}
+
+#[tokio::test]
+async fn the_controls_of_live_objects_are_known_without_a_request() {
+    let (w, _t, id, a) = registry();
+    let cm = GroupKind::new("", "ConfigMap");
+    let kinds = std::collections::BTreeSet::from([cm]);
+    let marks_of = |w: &MemberWatches| {
+        w.members_of(&id, &kinds)
+            .and_then(|m| m.get(&a).map(|l| l.1))
+    };
+    let ignore = Marks {
+        ssa_ignore: true,
+        ..Marks::default()
+    };
+    let force = Marks {
+        force_enabled: true,
+        ..Marks::default()
+    };
+    // Our apply answered before the watch delivered that version: the body's controls.
+    w.applying(&id, &a).record(Applied {
+        marks: force,
+        ..applied(1, "10")
+    });
+    assert_eq!(marks_of(&w), Some(force));
+    // The event of that very version replaces them with the live object's.
+    let tag = Tag {
+        id: Some(id.clone()),
+        marks: Marks {
+            prune_disabled: true,
+            ..force
+        },
+    };
+    assert!(
+        w.observe_seen(a.clone(), Some("10".into()), None, Some("10".into()), tag)
+            .is_empty()
+    );
+    assert!(marks_of(&w).is_some_and(|m| m.prune_disabled && m.force_enabled));
+    // Someone marks the live object: seen (and drift, so the set looks at once).
+    let tag = Tag {
+        id: Some(id.clone()),
+        marks: ignore,
+    };
+    assert_eq!(
+        w.observe_seen(a.clone(), Some("11".into()), None, Some("11".into()), tag)
+            .len(),
+        1
+    );
+    assert_eq!(marks_of(&w), Some(ignore));
+    // A skipped member's last apply is forgotten: someone else's edits are not drift.
+    w.skipped(&id, &a);
+    assert!(w.applied_by(&id).is_empty());
+    assert!(event(&w, &a, "12", &id).is_empty());
 }

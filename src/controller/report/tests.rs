@@ -4,7 +4,10 @@ use super::{
     fit::{MIN_MESSAGE, json_len, largest, with_lists},
     *,
 };
-use crate::engine::outcome::{Outcome, Retained};
+use crate::{
+    applyset::controls::Skip,
+    engine::outcome::{Outcome, Retained},
+};
 
 fn member(name: &str) -> MemberRef {
     MemberRef {
@@ -137,6 +140,47 @@ fn a_plan_lists_creates_updates_and_prunes_sorted() {
 }
 
 #[test]
+fn a_plan_says_which_members_it_would_skip_and_why() {
+    let results = [
+        r("n", Outcome::Created),
+        r("s2", Outcome::Skipped(Skip::IfNotPresentExists)),
+        r("s1", Outcome::Skipped(Skip::Ignore)),
+        r("s3", Outcome::Skipped(Skip::ReconcileDisabled)),
+    ];
+    let report = plan(&results, Vec::new(), "rev");
+    let p = report.plan.expect("a plan");
+    let skip: Vec<(String, String)> = p
+        .skip
+        .iter()
+        .map(|s| (s.member.name.clone(), s.reason.clone()))
+        .collect();
+    let want = [
+        ("s1", "ssa: Ignore"),
+        ("s2", "IfNotPresent, exists"),
+        ("s3", "reconcile: disabled"),
+    ]
+    .map(|(n, r)| (n.to_string(), r.to_string()));
+    assert_eq!(skip, want);
+    assert_eq!((p.create.len(), p.unchanged), (1, 0));
+    assert_eq!(
+        report.message,
+        "plan: 1 to create, 0 to update, 0 to prune, 0 unchanged, 3 skipped (mode: Plan writes nothing)"
+    );
+    // The skip list is capped and cut to fit as the others are.
+    let many: Vec<MemberResult> = (0..MAX_LISTED + 1)
+        .map(|i| r(&format!("s{i:04}"), Outcome::Skipped(Skip::Ignore)))
+        .collect();
+    let p = plan(&many, Vec::new(), "rev").plan.expect("a plan");
+    assert!(p.truncated && p.skip.len() == MAX_LISTED);
+    let status = ApplySetStatus {
+        plan: Some(p),
+        ..ApplySetStatus::default()
+    };
+    let cut = with_lists(&status, 3).plan.expect("a plan");
+    assert_eq!(cut.skip.len(), 3);
+}
+
+#[test]
 fn a_plan_caps_each_list() {
     let results: Vec<MemberResult> = (0..MAX_LISTED + 3)
         .map(|i| r(&format!("m{i:04}"), Outcome::Created))
@@ -169,6 +213,31 @@ fn success_counts_and_records_the_revision() {
     assert_eq!(s.last_error, None);
     assert_eq!(s.members, [member("a")]);
     assert_eq!(s.applyset_id.as_deref(), Some("id"));
+}
+
+#[test]
+fn skipped_members_are_counted_in_the_success_message() {
+    let summary = Summary {
+        members: 2,
+        unchanged: 1,
+        skipped: 1,
+        ..Summary::default()
+    };
+    let report = succeeded(summary, vec![member("a")], "rev");
+    assert_eq!(
+        report.message,
+        "applied 2 members (0 created, 0 configured, 1 unchanged, 1 skipped), pruned 0"
+    );
+    assert!(report.ready);
+}
+
+#[test]
+fn skipped_members_are_no_failure() {
+    let results = [
+        r("a", Outcome::Created),
+        r("b", Outcome::Skipped(Skip::Ignore)),
+    ];
+    assert_eq!(apply_failure(&results, "rev"), None);
 }
 
 #[test]
