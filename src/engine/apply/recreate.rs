@@ -30,8 +30,7 @@ use crate::{
 };
 
 /// After an immutable-field error: deletes and re-creates a member marked `force: enabled`
-/// (`None`: apply again), else the outcome to report. A plan
-/// reports it as configured.
+/// (`None`: apply again), else the outcome to report. A plan reports it as configured.
 pub(super) async fn recreate_for_immutable(
     api: &Api<DynamicObject>,
     scope: &SetScope,
