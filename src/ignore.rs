@@ -62,29 +62,49 @@ pub const PROTECTED: &[(&str, &str)] = &[
     ("/metadata/resourceVersion", "the object's resourceVersion"),
     ("/metadata/generation", "the object's generation"),
     ("/metadata/managedFields", "the object's managedFields"),
-    ("/metadata/creationTimestamp", "the object's creationTimestamp"),
-    ("/metadata/deletionTimestamp", "the object's deletionTimestamp"),
+    (
+        "/metadata/creationTimestamp",
+        "the object's creationTimestamp",
+    ),
+    (
+        "/metadata/deletionTimestamp",
+        "the object's deletionTimestamp",
+    ),
 ];
 
 /// Why `spec.ignore` is refused (ValidationFailed, Stalled).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum IgnoreError {
-    #[error("spec.ignore has {count} rules, more than {MAX_RULES}; merge rules that share a target")]
+    #[error(
+        "spec.ignore has {count} rules, more than {MAX_RULES}; merge rules that share a target"
+    )]
     TooManyRules { count: usize },
     #[error("spec.ignore[{rule}].paths is empty; name at least one field, e.g. /spec/replicas")]
     NoPaths { rule: usize },
-    #[error("spec.ignore[{rule}].paths has {count} paths, more than {MAX_PATHS}; split the rule in two")]
+    #[error(
+        "spec.ignore[{rule}].paths has {count} paths, more than {MAX_PATHS}; split the rule in two"
+    )]
     TooManyPaths { rule: usize, count: usize },
-    #[error("spec.ignore[{rule}].paths[{index}] is {len} characters long, more than {MAX_PATH_LEN}; name a shorter path")]
-    PathTooLong { rule: usize, index: usize, len: usize },
-    #[error("spec.ignore[{rule}].paths[{index}] ({path:?}) is not a JSON pointer (RFC 6901): {cause}; write it as /spec/replicas, with ~1 for a / and ~0 for a ~ inside a key")]
+    #[error(
+        "spec.ignore[{rule}].paths[{index}] is {len} characters long, more than {MAX_PATH_LEN}; name a shorter path"
+    )]
+    PathTooLong {
+        rule: usize,
+        index: usize,
+        len: usize,
+    },
+    #[error(
+        "spec.ignore[{rule}].paths[{index}] ({path:?}) is not a JSON pointer (RFC 6901): {cause}; write it as /spec/replicas, with ~1 for a / and ~0 for a ~ inside a key"
+    )]
     Malformed {
         rule: usize,
         index: usize,
         path: String,
         cause: PointerError,
     },
-    #[error("spec.ignore[{rule}].paths[{index}] ({path:?}) touches {what}, which the set relies on to know its members; remove the path, or name a field below metadata that is not the set's")]
+    #[error(
+        "spec.ignore[{rule}].paths[{index}] ({path:?}) touches {what}, which the set relies on to know its members; remove the path, or name a field below metadata that is not the set's"
+    )]
     Protected {
         rule: usize,
         index: usize,
@@ -285,7 +305,10 @@ impl Target {
             && is(&self.kind, &text(object.get("kind")))
             && is(&self.name, &field("name"))
             && is(&self.namespace, &field("namespace"))
-            && self.labels.as_ref().is_none_or(|s| s.matches(&map("labels")))
+            && self
+                .labels
+                .as_ref()
+                .is_none_or(|s| s.matches(&map("labels")))
             && (self.annotations.as_ref()).is_none_or(|s| s.matches(&map("annotations")))
     }
 }

@@ -21,9 +21,13 @@ pub enum SelectorError {
         expected: &'static str,
         found: String,
     },
-    #[error("{key:?} is not a qualified name (an optional DNS subdomain and /, then at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends)")]
+    #[error(
+        "{key:?} is not a qualified name (an optional DNS subdomain and /, then at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends)"
+    )]
     Key { key: String },
-    #[error("{value:?} is not a label value (at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends)")]
+    #[error(
+        "{value:?} is not a label value (at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends)"
+    )]
     Value { value: String },
     #[error("{value:?} after {op} is not an integer")]
     NotInteger { op: &'static str, value: String },
@@ -228,7 +232,9 @@ impl Parser {
 
     fn integer(&mut self, op: &'static str) -> Result<i64, SelectorError> {
         match self.next() {
-            Some(Tok::Ident(v)) => v.parse().map_err(|_| SelectorError::NotInteger { op, value: v }),
+            Some(Tok::Ident(v)) => v
+                .parse()
+                .map_err(|_| SelectorError::NotInteger { op, value: v }),
             t => Err(unexpected("an integer", t.as_ref())),
         }
     }
@@ -365,22 +371,37 @@ mod tests {
     #[test]
     fn errors_are_typed() {
         let err = |t: &str| Selector::parse(t).expect_err(t);
-        assert!(matches!(err("a in ()"), SelectorError::EmptySet { op: "in" }));
+        assert!(matches!(
+            err("a in ()"),
+            SelectorError::EmptySet { op: "in" }
+        ));
         assert!(matches!(err("a in (b"), SelectorError::Unexpected { .. }));
         assert!(matches!(err("a b"), SelectorError::Unexpected { .. }));
         assert!(matches!(err("a=b,"), SelectorError::Unexpected { .. }));
         assert!(matches!(err(",a"), SelectorError::Unexpected { .. }));
-        assert!(matches!(err("a>b"), SelectorError::NotInteger { op: ">", .. }));
+        assert!(matches!(
+            err("a>b"),
+            SelectorError::NotInteger { op: ">", .. }
+        ));
         assert!(matches!(err("-a=b"), SelectorError::Key { .. }));
         assert!(matches!(err("Bad_Prefix/a=b"), SelectorError::Key { .. }));
         assert!(matches!(err("a=b c"), SelectorError::Unexpected { .. }));
         assert!(matches!(err("a=-b"), SelectorError::Value { .. }));
         let long = "x".repeat(64);
-        assert!(matches!(err(&format!("a={long}")), SelectorError::Value { .. }));
-        assert!(matches!(err(&format!("{long}=b")), SelectorError::Key { .. }));
+        assert!(matches!(
+            err(&format!("a={long}")),
+            SelectorError::Value { .. }
+        ));
+        assert!(matches!(
+            err(&format!("{long}=b")),
+            SelectorError::Key { .. }
+        ));
         assert!(matches!(err("!"), SelectorError::Unexpected { .. }));
         assert!(matches!(err("a=(b)"), SelectorError::Unexpected { .. }));
         let msg = err("a b").to_string();
-        assert!(msg.contains("an operator") && msg.contains("\"b\""), "{msg}");
+        assert!(
+            msg.contains("an operator") && msg.contains("\"b\""),
+            "{msg}"
+        );
     }
 }

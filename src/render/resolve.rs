@@ -168,6 +168,7 @@ fn member(
         namespaced: resolved.namespaced,
         force_recreate,
         adopt,
+        ignore: Vec::new(),
         redaction: m.redaction,
     })
 }

@@ -61,7 +61,12 @@ fn another_apply_manager_strips() {
         entry("other-applier", "Apply", "", replicas()),
     ]);
     let mut b = body(json!(2));
-    let s = settle(&mut b, &live(json!(7), entries), &[p("/spec/replicas")], OURS);
+    let s = settle(
+        &mut b,
+        &live(json!(7), entries),
+        &[p("/spec/replicas")],
+        OURS,
+    );
     assert_eq!(b["spec"].get("replicas"), None);
     assert_eq!(s.stripped, ["/spec/replicas"]);
 }
@@ -73,7 +78,12 @@ fn shared_with_another_apply_manager_strips_as_flux() {
         entry("other-applier", "Apply", "", replicas()),
     ]);
     let mut b = body(json!(3));
-    settle(&mut b, &live(json!(2), entries), &[p("/spec/replicas")], OURS);
+    settle(
+        &mut b,
+        &live(json!(2), entries),
+        &[p("/spec/replicas")],
+        OURS,
+    );
     assert_eq!(b["spec"].get("replicas"), None);
 }
 
@@ -87,7 +97,12 @@ fn an_update_manager_or_a_subresource_entry_strips_without_taking_the_field() {
     ] {
         let entries = json!([entry(OURS, "Apply", "", json!({"f:spec": {}})), e]);
         let mut b = body(json!(2));
-        let s = settle(&mut b, &live(json!(5), entries), &[p("/spec/replicas")], OURS);
+        let s = settle(
+            &mut b,
+            &live(json!(5), entries),
+            &[p("/spec/replicas")],
+            OURS,
+        );
         assert_eq!(b["spec"].get("replicas"), None);
         assert_eq!(s.stripped, ["/spec/replicas"]);
     }
@@ -108,7 +123,11 @@ fn a_field_only_live_has_is_kept_if_ours_and_left_alone_otherwise() {
     let mut b = body(json!(2));
     b["spec"].as_object_mut().map(|s| s.remove("replicas"));
     let s = settle(&mut b, &ours, &[p("/spec/replicas")], OURS);
-    assert_eq!(b["spec"]["replicas"], json!(5), "ours: carried, not removed");
+    assert_eq!(
+        b["spec"]["replicas"],
+        json!(5),
+        "ours: carried, not removed"
+    );
     assert_eq!(s.adopted, ["/spec/replicas"]);
 
     let nobody = live(json!(5), json!([]));
@@ -132,21 +151,45 @@ fn a_field_live_lacks_is_not_set() {
 fn list_items_map_to_their_merge_key() {
     let path = p("/spec/template/spec/containers/0/image");
     let other = json!([
-        entry(OURS, "Apply", "", json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
-            "k:{\"name\":\"app\"}": {".": {}, "f:name": {}}}}}}})),
+        entry(
+            OURS,
+            "Apply",
+            "",
+            json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"app\"}": {".": {}, "f:name": {}}}}}}})
+        ),
         entry("image-updater", "Apply", "", image()),
     ]);
     let mut b = body(json!(2));
-    let s = settle(&mut b, &live(json!(2), other), std::slice::from_ref(&path), OURS);
+    let s = settle(
+        &mut b,
+        &live(json!(2), other),
+        std::slice::from_ref(&path),
+        OURS,
+    );
     assert_eq!(s.stripped, [path.to_string()]);
-    assert_eq!(b["spec"]["template"]["spec"]["containers"][0].get("image"), None);
-    assert_eq!(b["spec"]["template"]["spec"]["containers"][0]["name"], "app");
+    assert_eq!(
+        b["spec"]["template"]["spec"]["containers"][0].get("image"),
+        None
+    );
+    assert_eq!(
+        b["spec"]["template"]["spec"]["containers"][0]["name"],
+        "app"
+    );
 
     let ours = json!([entry(OURS, "Apply", "", image())]);
     let mut b = body(json!(2));
-    let s = settle(&mut b, &live(json!(2), ours), std::slice::from_ref(&path), OURS);
+    let s = settle(
+        &mut b,
+        &live(json!(2), ours),
+        std::slice::from_ref(&path),
+        OURS,
+    );
     assert_eq!(s.adopted, [path.to_string()]);
-    assert_eq!(b["spec"]["template"]["spec"]["containers"][0]["image"], "live:2");
+    assert_eq!(
+        b["spec"]["template"]["spec"]["containers"][0]["image"],
+        "live:2"
+    );
 }
 
 #[test]
@@ -154,16 +197,32 @@ fn an_unmapped_list_index_counts_as_ours_as_in_flux() {
     // No entry names the item: it cannot be mapped, so the live value is carried.
     let path = p("/spec/template/spec/containers/0/image");
     let mut b = body(json!(2));
-    let s = settle(&mut b, &live(json!(2), json!([])), std::slice::from_ref(&path), OURS);
+    let s = settle(
+        &mut b,
+        &live(json!(2), json!([])),
+        std::slice::from_ref(&path),
+        OURS,
+    );
     assert_eq!(s.adopted, [path.to_string()]);
-    assert_eq!(b["spec"]["template"]["spec"]["containers"][0]["image"], "live:2");
+    assert_eq!(
+        b["spec"]["template"]["spec"]["containers"][0]["image"],
+        "live:2"
+    );
 }
 
 #[test]
 fn keys_with_slashes_map_to_their_field() {
     let path = p("/metadata/annotations/example.com~1hash");
-    let mut l = live(json!(2), json!([entry("webhook", "Apply", "", json!({
-        "f:metadata": {"f:annotations": {"f:example.com/hash": {}}}}))]));
+    let mut l = live(
+        json!(2),
+        json!([entry(
+            "webhook",
+            "Apply",
+            "",
+            json!({
+        "f:metadata": {"f:annotations": {"f:example.com/hash": {}}}})
+        )]),
+    );
     l["metadata"]["annotations"] = json!({"example.com/hash": "live"});
     let mut b = body(json!(2));
     b["metadata"]["annotations"] = json!({"example.com/hash": "git"});
@@ -175,7 +234,9 @@ fn keys_with_slashes_map_to_their_field() {
 #[test]
 fn no_managed_fields_strips_a_live_field() {
     let mut l = live(json!(5), json!([]));
-    l["metadata"].as_object_mut().map(|m| m.remove("managedFields"));
+    l["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("managedFields"));
     let mut b = body(json!(2));
     let s = settle(&mut b, &l, &[p("/spec/replicas")], OURS);
     assert_eq!(s.stripped, ["/spec/replicas"]);
