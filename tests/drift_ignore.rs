@@ -253,3 +253,54 @@ async fn an_ignore_path_on_identity_is_refused_and_nothing_is_applied() {
     assert!(!exists(&h.client, &configmap_ar(), Some(&h.ns), "c").await);
     stop(op).await;
 }
+
+/// `kubectl applyset diff` never shows an ignored field: neither the live value another tool
+/// wrote nor the manifest's; the un-ignored change of the same object is shown.
+#[tokio::test]
+async fn diff_does_not_show_ignored_fields() {
+    let h = Harness::new("ignore-diff").await;
+    let op = h.start_operator();
+    let set = h.applyset("app");
+    let ignore = json!([{"paths": ["/data/a"]}]);
+    set.create(
+        json!({"manifests": [configmap("x", json!({"a": "1", "b": "1"}))], "ignore": ignore}),
+    )
+    .await;
+    set.wait_ready().await;
+    stop(op).await;
+    edit(
+        &h,
+        &configmap_ar(),
+        "x",
+        "kubectl-edit",
+        json!({"data": {"a": "theirs"}}),
+    )
+    .await;
+    let doc = json!({
+        "apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+        "metadata": {"name": "app", "namespace": h.ns},
+        "spec": {"manifests": [configmap("x", json!({"a": "2", "b": "2"}))], "ignore": ignore},
+    });
+    let file = support::scratch("ignore-diff").join(format!("{}.yaml", h.ns));
+    std::fs::write(&file, doc.to_string()).expect("write the set file");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubectl-applyset"))
+        .arg(format!(
+            "--kubeconfig={}",
+            support::cluster().kubeconfig().display()
+        ))
+        .args(["diff", "-f", file.to_str().expect("a path")])
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl-applyset");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let shown = format!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(text.contains("0 to create, 1 to change"), "{shown}");
+    assert!(text.contains("-  b: \"1\"\n+  b: \"2\"\n"), "{shown}");
+    let ignored = text
+        .lines()
+        .filter(|l| l.trim_start_matches(['-', '+', ' ']).starts_with("a:"));
+    assert_eq!(ignored.count(), 0, "{shown}");
+}
