@@ -120,6 +120,35 @@ async fn replicas_an_autoscaler_or_another_applier_sets_are_kept_while_the_rest_
         "given up to the autoscaler"
     );
 
+    // A scale alone: the reconciles after it (proven by the correction of another member)
+    // read `web` and apply it, writing nothing (no new resourceVersion, no loop; no
+    // deployment controller runs in the test's control plane).
+    let scaled = deployments
+        .patch_scale("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 6}})))
+        .await
+        .expect("scale");
+    let scaled_rv = live(&h, &deployment_ar(), "web").await["metadata"]["resourceVersion"].clone();
+    assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(6));
+    edit(
+        &h,
+        &configmap_ar(),
+        "marker",
+        "kubectl-edit",
+        json!({"data": {"kept": "edited"}}),
+    )
+    .await;
+    eventually("marker's kept key corrected", DEADLINE, || async {
+        let cm = live(&h, &configmap_ar(), "marker").await;
+        (cm["data"]["kept"] == "git").then_some(())
+    })
+    .await;
+    let d = live(&h, &deployment_ar(), "web").await;
+    assert_eq!(d["spec"]["replicas"], 6);
+    assert_eq!(
+        d["metadata"]["resourceVersion"], scaled_rv,
+        "nothing written to web"
+    );
+
     // Another Apply manager takes replicas (forced).
     ssa_forced(
         &h,
