@@ -189,6 +189,17 @@ async fn replicas_an_autoscaler_or_another_applier_sets_are_kept_while_the_rest_
     assert_eq!(cm["data"]["ignored"], "edited");
     let st = set.wait_ready().await;
     assert_eq!(summary(&st).failed, 0, "{}", status_json(&st));
+
+    // The rule on replicas removed: the manifest's value is applied again (forced).
+    set.patch_spec(json!({"ignore": [{"paths": ["/data/ignored"]}]}))
+        .await;
+    set.wait_ready().await;
+    let d = eventually("web's replicas back to 2", DEADLINE, || async {
+        let d = live(&h, &deployment_ar(), "web").await;
+        (d["spec"]["replicas"] == 2).then_some(d)
+    })
+    .await;
+    assert!(owns_replicas(&d, &set.manager()));
     stop(op).await;
 }
 

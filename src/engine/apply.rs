@@ -169,7 +169,7 @@ async fn apply_one(
 ) -> (Outcome, Option<Answer>) {
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
-    let hash = crate::members::body_hash(&body);
+    let hash = ignore::body_hash(member, &body);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));

@@ -5,7 +5,10 @@
 //! costs nothing more; one being created is sent whole (its ignored fields set from the
 //! manifest, as Flux does); in a dry-run (a plan, `diff`) the same body is sent.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    hash::{DefaultHasher, Hash, Hasher},
+};
 
 use kube::{Api, api::DynamicObject};
 use serde_json::Value;
@@ -15,6 +18,22 @@ use crate::{
     engine::{live::LiveObject, outcome::Outcome},
     render::Member,
 };
+
+/// The hash the member watches know an applied body of `member` by: the body's, with the
+/// member's ignored paths when it has any (so that a rule added or removed applies it again,
+/// rather than it being known unchanged).
+pub(super) fn body_hash(member: &Member, body: &Value) -> u64 {
+    let hash = crate::members::body_hash(body);
+    if member.ignore.is_empty() {
+        return hash;
+    }
+    let mut h = DefaultHasher::new();
+    hash.hash(&mut h);
+    for p in &member.ignore {
+        p.as_str().hash(&mut h);
+    }
+    h.finish()
+}
 
 /// The body to send for `member`, as field manager `manager`: `body` settled against the
 /// live object when a rule names the member and `existing` knows it; `body` itself
