@@ -28,6 +28,8 @@
 //!   health between reconciles); which sets hold which member kinds (`members::watch_refs`).
 //! - [`health`]: the health of an object (kstatus's rules: Current, InProgress, Failed, ...)
 //!   and of many, as pure functions.
+//! - [`ignore`]: drift-ignore rules (`spec.ignore`): which fields of which members the set
+//!   neither corrects nor reports, and what an apply sends of them (pure).
 //! - [`terminating`]: namespaces being terminated (no apply is sent into one).
 //! - [`backoff`]: how the operator's watches retry after an error.
 //! - [`status`]: conditions without timestamp churn.
@@ -51,6 +53,7 @@ pub mod discovery;
 pub mod engine;
 pub mod fair;
 pub mod health;
+pub mod ignore;
 pub mod kind_order;
 pub mod leader;
 pub mod manifest;

@@ -49,6 +49,8 @@ pub struct Member {
     pub force_recreate: bool,
     /// `applyset.dev/adopt: enabled`: may take over an object that exists unlabelled.
     pub adopt: bool,
+    /// The paths of the `spec.ignore` rules whose target matches it (see [`crate::ignore`]).
+    pub ignore: Vec<crate::ignore::Pointer>,
     /// Decrypted values withheld from messages about this member (`None`: the set decrypted
     /// nothing).
     pub redaction: Option<Arc<Redaction>>,
@@ -379,6 +381,9 @@ pub enum SetError {
     /// spec.postBuild: a variable source could not be read now, or a variable is missing.
     #[error(transparent)]
     Substitute(#[from] SubstituteError),
+    /// spec.ignore is invalid.
+    #[error(transparent)]
+    Ignore(#[from] crate::ignore::IgnoreError),
     /// An error of a set that decrypted something, shown without the decrypted values (a
     /// message may quote a build's input: kustomize's errors, a parse error of its output).
     #[error("{}", .withheld.apply(&.error.to_string()))]
@@ -445,6 +450,7 @@ impl SetError {
             SetError::Tenancy(e) => format!("{parent}: {e}"),
             SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
             SetError::Substitute(e) => format!("{parent}: {e}"),
+            SetError::Ignore(e) => format!("{parent}: {e}"),
             SetError::Withheld { error, withheld } => withheld.apply(&error.message(parent)),
         }
     }
@@ -470,7 +476,8 @@ impl SetError {
             )
             | SetError::Tenancy(_)
             | SetError::Decryption(_)
-            | SetError::Substitute(_) => None,
+            | SetError::Substitute(_)
+            | SetError::Ignore(_) => None,
         }
     }
 }
@@ -511,6 +518,7 @@ pub async fn render_set(
     let mut stage_memory = Vec::new();
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
+        let ignore = crate::ignore::Rules::compile(&spec.ignore)?;
         check_inline_size(spec, input.limits)?;
         let mut manifests = inline_manifests(spec)?;
         let fetch = readers
@@ -547,15 +555,21 @@ pub async fn render_set(
         // Members substituted anew are parsed anew: they carry the values again.
         withhold(&mut manifests, &mut withheld);
         check_limits(&manifests, input.limits)?;
-        Ok::<_, SetError>((manifests, fetched))
+        Ok::<_, SetError>((manifests, fetched, ignore))
     };
-    let (manifests, fetched) = match read.await {
+    let (manifests, fetched, ignore) = match read.await {
         Ok(read) => read,
         Err(e) => return Ok(Err(SetError::withholding(e, &withheld))),
     };
     let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
     let stage_memory = stage_memory.into_iter().map(Arc::new).collect();
     Ok(finish(input, manifests, served, &fetched)
+        .map(|mut set| {
+            for m in &mut set.members {
+                m.ignore = ignore.paths_for(&m.object);
+            }
+            set
+        })
         .map(|set| Rendered {
             set,
             fetched,

@@ -11,9 +11,12 @@ use super::KustomizeSelector;
 #[serde(rename_all = "camelCase")]
 pub struct IgnoreRule {
     /// JSON pointers (RFC 6901; `~1` stands for `/` in a key, `~0` for `~`) to the ignored
-    /// fields, e.g. /spec/replicas or /metadata/annotations/example.com~1hash. A path that
-    /// touches the object's identity (apiVersion, kind, metadata.name, metadata.namespace) or
-    /// the set's own labels is refused (ValidationFailed).
+    /// fields, e.g. /spec/replicas or /metadata/annotations/example.com~1hash. A malformed
+    /// pointer, and a path that touches the object's identity (apiVersion, kind,
+    /// metadata.name, metadata.namespace), the set's part-of label or adoption mark (so also
+    /// the whole metadata.labels or metadata.annotations) or what the server keeps per object
+    /// (uid, resourceVersion, generation, managedFields, timestamps) is refused
+    /// (ValidationFailed).
     #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 1024)))]
     pub paths: Vec<String>,
 

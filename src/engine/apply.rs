@@ -1,5 +1,6 @@
 //! Apply: server-side apply of the members, staged (CRDs and Namespaces first, waiting for
-//! CRDs to be Established) and concurrent within a stage, with no read before a write.
+//! CRDs to be Established) and concurrent within a stage, with no read before a write (but
+//! for a member a drift-ignore rule names: [`ignore`]).
 //!
 //! A member is first applied without force. A conflict on the `part-of` label means the live
 //! object belongs to another ApplySet: that is reported and the object is left alone. Other
@@ -11,6 +12,7 @@
 //! unchanged, create-only first for a member not known to be the set's,
 //! adoption, the outcome); [`request`] the requests and the server's answer; [`conflict`]
 //! what a conflict means; [`recreate`] the re-creation after an immutable change;
+//! [`ignore`] the body of a member with ignored fields, settled against its live object;
 //! [`crd_wait`] the wait for CRDs to be Established.
 
 use std::{collections::HashMap, time::Instant};
@@ -37,6 +39,7 @@ use crate::{
 
 mod conflict;
 mod crd_wait;
+mod ignore;
 mod recreate;
 mod request;
 pub(crate) mod take_over;
@@ -141,15 +144,19 @@ async fn preview(
     if result.outcome == Outcome::Unchanged {
         return;
     }
-    let after = answer
+    let mut after = answer
         .and_then(|a| a.object)
         .unwrap_or_else(|| body(member, &scope.id));
+    crate::ignore::strip(&member.ignore, &mut after);
     match member_api(scope, member)
         .get_opt(&member.reference.name)
         .await
     {
         Ok(live) => {
-            let before = live.and_then(|o| serde_json::to_value(o).ok());
+            let mut before = live.and_then(|o| serde_json::to_value(o).ok());
+            before
+                .iter_mut()
+                .for_each(|b| crate::ignore::strip(&member.ignore, b));
             result.preview = Some(Box::new(Preview { before, after }));
         }
         Err(e) => {
@@ -175,7 +182,7 @@ async fn apply_one(
     }
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
-    let hash = crate::members::body_hash(&body);
+    let hash = ignore::body_hash(member, &body);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));
@@ -186,6 +193,10 @@ async fn apply_one(
     if let Some(refused) = into_terminating(scope, member).await {
         return (refused, None);
     }
+    let body = match ignore::settled(&api, member, body, &scope.manager, opts.existing).await {
+        Ok(body) => body,
+        Err(failed) => return (failed, None),
+    };
     let (outcome, answer) = match create_first(&api, scope, member, &body, opts).await {
         First::Done(outcome, answer) => (outcome, answer),
         First::Looked(lookup) => apply_looked(&api, scope, member, &body, opts, &lookup).await,

@@ -169,6 +169,7 @@ fn member(
         namespaced: resolved.namespaced,
         force_recreate,
         adopt,
+        ignore: Vec::new(),
         redaction: m.redaction,
     })
 }
