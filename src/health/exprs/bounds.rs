@@ -21,7 +21,7 @@ pub const MAX_AST_DEPTH: usize = 48;
 pub const MAX_COMPREHENSION_NESTING: usize = 2;
 
 /// Most cost units one evaluation may be estimated at (see [`cost`]).
-pub const COST_BUDGET: u64 = 1_000_000;
+pub const COST_BUDGET: u64 = 500_000;
 
 /// Why a call of function `name` (called as `namespace.name(...)` when `namespace` is
 /// given) is refused, if it is: Flux's CEL environment has these, ours does not, because
