@@ -199,7 +199,10 @@ pub fn assess(object: &Value, now: Timestamp) -> Health {
 /// it has one ([`exprs::HealthExprs::for_kind`]; an object being deleted is `Terminating`
 /// all the same), else by [`assess`].
 pub fn assess_with(object: &Value, now: Timestamp, exprs: &HealthExprs) -> Health {
-    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
     let deleting = object
         .pointer("/metadata/deletionTimestamp")

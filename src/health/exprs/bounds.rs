@@ -8,8 +8,8 @@
 
 use std::collections::BTreeSet;
 
-use cel::common::ast::{EntryExpr, Expr};
 use cel::IdedExpr;
+use cel::common::ast::{EntryExpr, Expr};
 
 /// Most nodes one expression's AST may have (macros expanded).
 pub const MAX_NODES: usize = 512;
@@ -146,9 +146,7 @@ pub enum Bound {
     Nodes(usize),
     #[error("nested {0} deep, more than the {MAX_AST_DEPTH} allowed")]
     Depth(usize),
-    #[error(
-        "comprehensions nested {0} deep, more than the {MAX_COMPREHENSION_NESTING} allowed"
-    )]
+    #[error("comprehensions nested {0} deep, more than the {MAX_COMPREHENSION_NESTING} allowed")]
     Nesting(usize),
     #[error("function {0} is not allowed: {1}")]
     Function(String, &'static str),

@@ -38,7 +38,11 @@ impl<'a> ObjectFields<'a> {
             ObjectFields::Dynamic { object, kind } => match name {
                 "metadata" => serde_json::to_value(&object.metadata).ok().map(Cow::Owned),
                 "kind" => Some(Cow::Owned(Value::String(
-                    object.types.as_ref().map_or(*kind, |t| t.kind.as_str()).into(),
+                    object
+                        .types
+                        .as_ref()
+                        .map_or(*kind, |t| t.kind.as_str())
+                        .into(),
                 ))),
                 "apiVersion" => object
                     .types

@@ -69,7 +69,11 @@ pub enum ExprError {
         "spec.healthCheckExprs[{index}].{}: {len} bytes, more than the {MAX_EXPR_BYTES} allowed; shorten it",
         field.as_str()
     )]
-    TooLong { index: usize, field: Field, len: usize },
+    TooLong {
+        index: usize,
+        field: Field,
+        len: usize,
+    },
     #[error("spec.healthCheckExprs[{index}].{}: empty; write an expression or remove the field", field.as_str())]
     Empty { index: usize, field: Field },
     #[error(

@@ -60,7 +60,10 @@ fn timing() {
         let builtin = builtin.elapsed() / rounds;
         println!(
             "n={n} nodes={} nesting={} units={units}: {el:?} per object ({:.1} ns/unit), built-in rules {builtin:?}: {:?}",
-            shape.nodes, shape.nesting, el.as_nanos() as f64 / units as f64, h.status
+            shape.nodes,
+            shape.nesting,
+            el.as_nanos() as f64 / units as f64,
+            h.status
         );
     }
 }
