@@ -304,9 +304,59 @@ async fn a_pathological_expression_is_stopped_by_the_cost_bound() {
         .await;
     other.wait_ready().await;
     // New expressions assess the object again, although it did not change.
-    set.patch_spec(json!({"healthCheckExprs": [{"apiVersion": format!("{group}/v1"),
-        "kind": "Gadget", "current": "size(status.items) == 2000"}]}))
+    set.patch_spec(
+        json!({"healthCheckExprs": [{"apiVersion": format!("{group}/v1"),
+        "kind": "Gadget", "current": "size(status.items) == 2000"}]}),
+    )
+    .await;
+    healthy_is(&set, "True", "Current").await;
+    stop(op).await;
+    delete_crds(&h.client, &ars).await;
+}
+
+#[tokio::test]
+async fn objects_of_health_checks_are_assessed_by_the_checking_sets_expressions() {
+    let h = Harness::new("cel-checks").await;
+    let group = unique_group();
+    let ars = create_crds(&h.client, &group, &["CephCluster"]).await;
+    // Another tool's object, checked by the set.
+    let api: Api<DynamicObject> = Api::namespaced_with(h.client.clone(), &h.ns, &ars[0]);
+    let external: DynamicObject =
+        serde_json::from_value(object(&group, "CephCluster", "ceph")).expect("object");
+    api.create(&PostParams::default(), &external)
+        .await
+        .expect("create the external CephCluster");
+    write_status(
+        &h.client,
+        &ars[0],
+        &h.ns,
+        "ceph",
+        json!({"ceph": {"health": "HEALTH_ERR"}}),
+    )
+    .await;
+    let op = h.start_operator();
+    let set = h.applyset(&unique("checks"));
+    set.create(json!({"interval": "1h",
+        "healthChecks": [{"apiVersion": format!("{group}/v1"), "kind": "CephCluster", "name": "ceph"}],
+        "healthCheckExprs": [{"apiVersion": format!("{group}/v1"),
+            "failed": "status.ceph.health == 'HEALTH_ERR'",
+            "current": "status.ceph.health == 'HEALTH_OK'"}],
+        "manifests": [configmap("app", json!({"k": "v"}))]}))
         .await;
+    // Without a Ready condition the built-in rules would call it Current.
+    let (msg, _) = healthy_is(&set, "False", "HealthCheckFailed").await;
+    assert!(
+        msg.contains("failed: spec.healthCheckExprs[0].failed is true"),
+        "{msg}"
+    );
+    write_status(
+        &h.client,
+        &ars[0],
+        &h.ns,
+        "ceph",
+        json!({"ceph": {"health": "HEALTH_OK"}}),
+    )
+    .await;
     healthy_is(&set, "True", "Current").await;
     stop(op).await;
     delete_crds(&h.client, &ars).await;
