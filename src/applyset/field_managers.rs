@@ -20,9 +20,6 @@ pub fn has_takeover(meta: &ObjectMeta) -> bool {
 
 /// The `managedFields` once every entry [`takes_over`] matches is merged into `owner`'s Apply
 /// entry; `None` when there is nothing to take over.
-pub fn taken_over(
-    _managed: &[ManagedFieldsEntry],
-    _owner: &str,
-) -> Option<Vec<ManagedFieldsEntry>> {
+pub fn taken_over(_managed: &[ManagedFieldsEntry], _owner: &str) -> Option<Vec<ManagedFieldsEntry>> {
     None
 }
