@@ -95,8 +95,11 @@ impl MemberWatches {
     /// members are applied, so that every event of them after this call is assessed with
     /// them. When they changed, the objects already assessed with the former ones are
     /// assessed again: the watch of each member kind they concern (by either) that holds
-    /// objects of the set lists again, and so does the watch of each object the set checks.
+    /// objects of the set, or has not finished listing, lists again, and so does the watch of
+    /// each object the set checks that they concern.
     pub fn use_exprs(self: &Arc<Self>, id: &str, exprs: Arc<HealthExprs>) {
+        // Taken before the state (the lock order of `relist`).
+        let running: Vec<GroupKind> = self.watches.lock().running.keys().cloned().collect();
         let (kinds, checks) = {
             let mut s = self.state.lock();
             let previous = match exprs.is_empty() {
@@ -110,12 +113,18 @@ impl MemberWatches {
             let concerned = |group: &str, kind: &str| {
                 previous.for_kind(group, kind).is_some() || exprs.for_kind(group, kind).is_some()
             };
-            let kinds: HashSet<GroupKind> = s
+            let mut kinds: HashSet<GroupKind> = s
                 .live
                 .of_id(id)
                 .filter(|(r, _)| concerned(&r.group, &r.kind))
                 .map(|(r, _)| GroupKind::new(r.group.clone(), r.kind.clone()))
                 .collect();
+            // A kind still listing may have assessed objects of the set with the former ones.
+            kinds.extend(
+                running
+                    .into_iter()
+                    .filter(|gk| !s.synced.contains(gk) && concerned(&gk.group, &gk.kind)),
+            );
             let checks: Vec<MemberRef> = s
                 .checked
                 .iter()
