@@ -128,6 +128,7 @@ impl MemberWatches {
         let unused = match s.checked.get_mut(r) {
             Some(c) => {
                 c.users.remove(id);
+                c.by_set.remove(id);
                 c.users.is_empty()
             }
             None => false,

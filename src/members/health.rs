@@ -71,10 +71,24 @@ impl MemberWatches {
                 self.stop_checking(&mut s, id, &c.reference);
             }
         }
+        let exprs = s.exprs.get(id).cloned();
         for c in &targets.checks {
             let entry = s.checked.entry(c.reference.clone()).or_default();
-            entry.users.insert(id.to_string());
+            let new_user = entry.users.insert(id.to_string());
             entry.target = Some(c.clone());
+            // Already watched for other sets: watched anew, to be assessed by this set's
+            // expressions too.
+            let r = &c.reference;
+            if new_user
+                && exprs
+                    .as_ref()
+                    .is_some_and(|e| e.for_kind(&r.group, &r.kind).is_some())
+                && let Some(h) = entry.watch.take()
+            {
+                h.abort();
+                entry.health = None;
+                entry.by_set.clear();
+            }
         }
         self.start_waiting_checks(&mut s);
         let members: HashSet<MemberRef> = targets.members.iter().cloned().collect();
