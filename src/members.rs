@@ -80,6 +80,8 @@ struct State {
     checked: HashMap<MemberRef, Checked>,
     /// Tracked sets whose health may have changed since the health reporter last looked.
     dirty: HashSet<String>,
+    /// The compiled spec.healthCheckExprs of the tracked sets that have some, by parent ID.
+    exprs: HashMap<String, Arc<crate::health::HealthExprs>>,
 }
 
 /// Member watches and applied-state records, shared by all reconciles.

@@ -31,7 +31,7 @@ use crate::{
     },
     applyset::{ParentKind, ParentRef},
     engine::{SetScope, plan::Desired},
-    health::{self, Status},
+    health::{self, HealthExprs, Status, exprs::ExprError},
     members::{CheckTarget, SetHealth},
     status::{self, HEALTHY, Reason},
     tenancy,
@@ -158,6 +158,9 @@ pub struct Reporter {
     waits: Mutex<HashMap<String, Waiting>>,
     /// Sets the reporter will look at again (a write held back).
     later: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Each set's spec.healthCheckExprs as last compiled (compiled again only when they
+    /// change).
+    compiled: Mutex<HashMap<String, Arc<HealthExprs>>>,
 }
 
 impl Reporter {
@@ -200,6 +203,7 @@ impl Reporter {
     /// Forgets a set (no longer tracked).
     pub fn forget(&self, id: &str) {
         self.written.lock().remove(id);
+        self.compiled.lock().remove(id);
         self.end_wait(id);
     }
 
@@ -237,6 +241,25 @@ impl Reporter {
             ("health_reports", self.written.lock().len()),
             ("health_waits", self.waits.lock().len()),
         ]
+    }
+
+    /// Set `id`'s spec.healthCheckExprs compiled: as compiled last time when they did not
+    /// change, else compiled now (on a thread of their own, see [`HealthExprs`]).
+    pub async fn compile_exprs(
+        &self,
+        id: &str,
+        entries: &[crate::api::CustomHealthCheck],
+    ) -> Result<Arc<HealthExprs>, ExprError> {
+        if let Some(known) = self.compiled.lock().get(id)
+            && known.source() == entries
+        {
+            return Ok(known.clone());
+        }
+        let compiled = Arc::new(HealthExprs::compile_async(entries).await?);
+        self.compiled
+            .lock()
+            .insert(id.to_string(), compiled.clone());
+        Ok(compiled)
     }
 
     /// Ends a wait in progress, if any.
@@ -427,17 +450,19 @@ pub(super) async fn observed_health(
         .filter(|m| unwatched.contains(&m.reference))
         .map(|m| (m.reference.clone(), m.resource.clone()))
         .collect();
-    let fetched = read_healths(scope.client.clone(), targets, scope.concurrency).await;
+    let exprs = ctx.members.exprs(&scope.id);
+    let fetched = read_healths(scope.client.clone(), targets, scope.concurrency, exprs).await;
     ctx.members.fetched(&scope.id, fetched);
     Some((ctx.members.health(&scope.id)?, true))
 }
 
 /// The health of each member read with a GET by `client` (the set's identity), `concurrency`
-/// at a time.
+/// at a time, by the set's `exprs` where they have an entry for its kind.
 async fn read_healths(
     client: kube::Client,
     targets: Vec<(MemberRef, kube::discovery::ApiResource)>,
     concurrency: usize,
+    exprs: Option<Arc<HealthExprs>>,
 ) -> Vec<(MemberRef, crate::health::Health)> {
     use crate::health::{Health, Status};
     use futures::StreamExt;
@@ -445,9 +470,12 @@ async fn read_healths(
         .map(move |(r, resource)| {
             let api: Api<kube::core::DynamicObject> =
                 crate::discovery::api_in(&client, r.namespace.as_deref(), &resource);
+            let exprs = exprs.clone();
             async move {
                 let h = match api.get_opt(&r.name).await {
-                    Ok(Some(o)) => crate::members::health_of(&o, &r.group, &r.kind),
+                    Ok(Some(o)) => {
+                        crate::members::health_of(&o, &r.group, &r.kind, exprs.as_deref())
+                    }
                     Ok(None) => Health::not_found(),
                     Err(e) => Health::new(Status::Unknown, format!("cannot be read: {e}")),
                 };
@@ -462,18 +490,40 @@ async fn read_healths(
 /// Step 1b, the objects of spec.healthChecks, resolved before anything is written: each kind
 /// served, each object within the set's scope (as a member would be) and readable by the
 /// set's identity — otherwise ValidationFailed, naming the entry, and the set's health is no
-/// longer kept. A failure of the API itself is retried (ApplyFailed).
+/// longer kept. A failure of the API itself is retried (ApplyFailed). Then
+/// spec.healthCheckExprs, compiled (ValidationFailed naming the entry when one does not) and
+/// handed to the member watches when the set waits or checks (before any member is applied,
+/// so that every event of its members is assessed with them).
 pub(super) async fn health_checks(
     ctx: &Context,
     scope: &SetScope,
     spec: &ApplySetSpec,
 ) -> Step<Vec<CheckTarget>> {
-    let resolved = resolve_checks(ctx, scope, spec).await;
+    let resolved = match health_exprs(ctx, scope, spec).await {
+        Ok(()) => resolve_checks(ctx, scope, spec).await,
+        Err(stop) => Err(stop),
+    };
     if let Err(Stop::Report(_)) = &resolved {
         ctx.members.untrack(&scope.id);
         ctx.health.forget(&scope.id);
     }
     resolved
+}
+
+/// spec.healthCheckExprs compiled (see [`health_checks`]).
+async fn health_exprs(ctx: &Context, scope: &SetScope, spec: &ApplySetSpec) -> Step<()> {
+    let compiled = ctx
+        .health
+        .compile_exprs(&scope.id, &spec.health_check_exprs)
+        .await
+        .map_err(|e| {
+            let msg = format!("{}: {e}", scope.parent);
+            Stop::from(Report::failed(Reason::ValidationFailed, msg))
+        })?;
+    let used = spec.wait || !spec.health_checks.is_empty();
+    let exprs = if used { compiled } else { Arc::default() };
+    ctx.members.use_exprs(&scope.id, exprs);
+    Ok(())
 }
 
 /// Most entries spec.healthChecks may have (the CRD says so too).

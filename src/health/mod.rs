@@ -39,10 +39,12 @@ use serde_json::Value;
 mod apps;
 mod batch;
 mod core_group;
+pub mod exprs;
 mod summary;
 #[cfg(test)]
 mod tests;
 
+pub use exprs::HealthExprs;
 pub use summary::{NotCurrent, Summary, summarize};
 
 /// The status of one object, kstatus's vocabulary.
@@ -190,6 +192,24 @@ pub fn assess(object: &Value, now: Timestamp) -> Health {
     match Object::from_value(object) {
         Ok(o) => o.assess(now),
         Err(m) => m.into_health(),
+    }
+}
+
+/// The health of an object given as its whole JSON, by the entry of `exprs` for its kind if
+/// it has one ([`exprs::HealthExprs::for_kind`]; an object being deleted is `Terminating`
+/// all the same), else by [`assess`].
+pub fn assess_with(object: &Value, now: Timestamp, exprs: &HealthExprs) -> Health {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let deleting = object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    match exprs.for_kind(group_of(api_version), kind) {
+        Some(check) if !deleting => check.assess(&exprs::ObjectFields::Json(object)),
+        _ => assess(object, now),
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::task::AbortHandle;
 use super::{MemberWatches, State, health::health_of};
 use crate::{
     api::MemberRef,
-    health::{self, Health},
+    health::{self, Health, HealthExprs},
 };
 
 /// An object of spec.healthChecks.
@@ -35,7 +35,10 @@ pub struct CheckTarget {
 
 #[derive(Default)]
 pub(super) struct Checked {
+    /// By the built-in rules.
     pub(super) health: Option<Health>,
+    /// By the spec.healthCheckExprs of each set that checks it and has an entry for its kind.
+    pub(super) by_set: HashMap<String, Health>,
     pub(super) users: HashSet<String>,
     /// How to watch it (from the last set that checks it).
     pub(super) target: Option<CheckTarget>,
@@ -79,14 +82,16 @@ impl MemberWatches {
                 .any(|u| per_set.get(u).copied().unwrap_or(0) < MAX_CHECK_WATCHES_PER_SET);
             if running >= cap || !set_room {
                 let h = Health::new(health::Status::Unknown, waiting_why(running >= cap, cap));
-                if c.health.as_ref() != Some(&h) {
+                if c.health.as_ref() != Some(&h) || !c.by_set.is_empty() {
                     c.health = Some(h);
+                    c.by_set.clear();
                     marked.extend(c.users.iter().cloned());
                 }
                 continue;
             }
             // Not known until its watch lists.
             c.health = None;
+            c.by_set.clear();
             let this = self.clone();
             let handle = tokio::spawn(async move { this.watch_check(target).await }).abort_handle();
             c.watch = Some(handle);
@@ -123,6 +128,7 @@ impl MemberWatches {
         let unused = match s.checked.get_mut(r) {
             Some(c) => {
                 c.users.remove(id);
+                c.by_set.remove(id);
                 c.users.is_empty()
             }
             None => false,
@@ -142,7 +148,7 @@ impl MemberWatches {
             crate::discovery::api_in(&self.client, r.namespace.as_deref(), &target.resource);
         let cfg = watcher::Config::default().fields(&format!("metadata.name={}", r.name));
         let mut events = watcher(api, cfg).backoff(crate::backoff::backoff()).boxed();
-        let assess = |o: &DynamicObject| health_of(o, &r.group, &r.kind);
+        let assess = |o: &DynamicObject| self.assess_checked(&r, o);
         let mut pending = None;
         while let Some(event) = events.next().await {
             match event {
@@ -157,10 +163,12 @@ impl MemberWatches {
                 Ok(watcher::Event::Init) => pending = None,
                 Ok(watcher::Event::InitApply(o)) => pending = Some(assess(&o)),
                 Ok(watcher::Event::InitDone) => {
-                    let h = pending.take().unwrap_or_else(Health::not_found);
-                    self.checked_is(&r, h);
+                    let h = pending
+                        .take()
+                        .unwrap_or_else(|| (Health::not_found(), Vec::new()));
+                    self.checked_are(&r, h);
                 }
-                Ok(watcher::Event::Apply(o)) => self.checked_is(&r, assess(&o)),
+                Ok(watcher::Event::Apply(o)) => self.checked_are(&r, assess(&o)),
                 Ok(watcher::Event::Delete(_)) => self.checked_is(&r, Health::not_found()),
             }
         }
@@ -175,18 +183,64 @@ impl MemberWatches {
         })
     }
 
-    /// Records the health of a checked object; marks the sets that check it when it changed.
+    /// Records the health of a checked object (by every rule); marks the sets that check it
+    /// when it changed.
     fn checked_is(&self, r: &MemberRef, h: Health) {
+        self.checked_are(r, (h, Vec::new()));
+    }
+
+    /// Records the health of a checked object by the built-in rules and by the expressions
+    /// of the sets that have some for its kind; marks the sets that check it when it changed.
+    fn checked_are(&self, r: &MemberRef, (h, by_set): (Health, Vec<(String, Health)>)) {
         let mut s = self.state.lock();
         let Some(c) = s.checked.get_mut(r) else {
             return;
         };
-        if c.health.as_ref() == Some(&h) {
+        let by_set: HashMap<String, Health> = by_set.into_iter().collect();
+        if c.health.as_ref() == Some(&h) && c.by_set == by_set {
             return;
         }
         c.health = Some(h);
+        c.by_set = by_set;
         let users = c.users.iter().cloned().collect();
         self.mark_dirty(&mut s, users);
+    }
+
+    /// The health of checked object `o` by the built-in rules, and by the expressions of
+    /// each set that checks it and has an entry for its kind (evaluated outside the lock).
+    fn assess_checked(&self, r: &MemberRef, o: &DynamicObject) -> (Health, Vec<(String, Health)>) {
+        let users: Vec<(String, Arc<HealthExprs>)> = {
+            let s = self.state.lock();
+            let Some(c) = s.checked.get(r) else {
+                return (health_of(o, &r.group, &r.kind, None), Vec::new());
+            };
+            c.users
+                .iter()
+                .filter_map(|u| Some((u.clone(), s.exprs.get(u)?.clone())))
+                .filter(|(_, e)| e.for_kind(&r.group, &r.kind).is_some())
+                .collect()
+        };
+        let by_set = users
+            .into_iter()
+            .map(|(u, e)| (u, health_of(o, &r.group, &r.kind, Some(&e))))
+            .collect();
+        (health_of(o, &r.group, &r.kind, None), by_set)
+    }
+
+    /// Watches checked objects `refs` anew (a set that checks them changed its expressions):
+    /// each is not known until its new watch lists.
+    pub(super) fn recheck(self: &Arc<Self>, refs: &[MemberRef]) {
+        let mut s = self.state.lock();
+        for r in refs {
+            if let Some(c) = s.checked.get_mut(r)
+                && let Some(h) = c.watch.take()
+            {
+                h.abort();
+                c.health = None;
+                c.by_set.clear();
+            }
+        }
+        self.start_waiting_checks(&mut s);
     }
 }
 

@@ -14,13 +14,15 @@ use std::{
     sync::Arc,
 };
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
+use parking_lot::Mutex;
 
 use super::{MemberWatches, State, checks::CheckTarget};
 use crate::{
     api::MemberRef,
-    applyset::{GroupKind, ParentRef},
-    health::{self, Health},
+    applyset::{GroupKind, LABEL_PART_OF, ParentRef},
+    health::{self, Health, HealthExprs},
 };
 
 /// What the health of a tracked set is made of.
@@ -69,10 +71,24 @@ impl MemberWatches {
                 self.stop_checking(&mut s, id, &c.reference);
             }
         }
+        let exprs = s.exprs.get(id).cloned();
         for c in &targets.checks {
             let entry = s.checked.entry(c.reference.clone()).or_default();
-            entry.users.insert(id.to_string());
+            let new_user = entry.users.insert(id.to_string());
             entry.target = Some(c.clone());
+            // Already watched for other sets: watched anew, to be assessed by this set's
+            // expressions too.
+            let r = &c.reference;
+            if new_user
+                && exprs
+                    .as_ref()
+                    .is_some_and(|e| e.for_kind(&r.group, &r.kind).is_some())
+                && let Some(h) = entry.watch.take()
+            {
+                h.abort();
+                entry.health = None;
+                entry.by_set.clear();
+            }
         }
         self.start_waiting_checks(&mut s);
         let members: HashSet<MemberRef> = targets.members.iter().cloned().collect();
@@ -89,10 +105,89 @@ impl MemberWatches {
         self.mark_dirty(&mut s, vec![id.to_string()]);
     }
 
+    /// Sets the compiled spec.healthCheckExprs of parent `id` (none: empty), before its
+    /// members are applied, so that every event of them after this call is assessed with
+    /// them. When they changed, the objects already assessed with the former ones are
+    /// assessed again: the watch of each member kind they concern (by either) that holds
+    /// objects of the set, or has not finished listing, lists again, and so does the watch of
+    /// each object the set checks that they concern.
+    pub fn use_exprs(self: &Arc<Self>, id: &str, exprs: Arc<HealthExprs>) {
+        // Taken before the state (the lock order of `relist`).
+        let running: Vec<GroupKind> = self.watches.lock().running.keys().cloned().collect();
+        let (kinds, checks) = {
+            let mut s = self.state.lock();
+            let previous = match exprs.is_empty() {
+                true => s.exprs.remove(id),
+                false => s.exprs.insert(id.to_string(), exprs.clone()),
+            };
+            let previous = previous.unwrap_or_default();
+            if previous.source() == exprs.source() {
+                return;
+            }
+            let concerned = |group: &str, kind: &str| {
+                previous.for_kind(group, kind).is_some() || exprs.for_kind(group, kind).is_some()
+            };
+            let mut kinds: HashSet<GroupKind> = s
+                .live
+                .of_id(id)
+                .filter(|(r, _)| concerned(&r.group, &r.kind))
+                .map(|(r, _)| GroupKind::new(r.group.clone(), r.kind.clone()))
+                .collect();
+            // A kind still listing may have assessed objects of the set with the former ones.
+            kinds.extend(
+                running
+                    .into_iter()
+                    .filter(|gk| !s.synced.contains(gk) && concerned(&gk.group, &gk.kind)),
+            );
+            let checks: Vec<MemberRef> = s
+                .checked
+                .iter()
+                .filter(|(r, c)| c.users.contains(id) && concerned(&r.group, &r.kind))
+                .map(|(r, _)| r.clone())
+                .collect();
+            (kinds, checks)
+        };
+        for gk in kinds {
+            self.relist(&gk);
+        }
+        if !checks.is_empty() {
+            self.recheck(&checks);
+        }
+    }
+
+    /// The compiled spec.healthCheckExprs of parent `id`, if it has some.
+    pub fn exprs(&self, id: &str) -> Option<Arc<HealthExprs>> {
+        self.state.lock().exprs.get(id).cloned()
+    }
+
+    /// Lists the objects of kind `gk` again, if it is watched: its watch starts over, and
+    /// until it has listed, the kind counts as not listed (its objects are not observed).
+    fn relist(self: &Arc<Self>, gk: &GroupKind) {
+        let mut w = self.watches.lock();
+        let Some(resolved) = w.resolved.get(gk).cloned() else {
+            return;
+        };
+        let Some(old) = w.running.remove(gk) else {
+            return;
+        };
+        old.abort();
+        {
+            let mut s = self.state.lock();
+            s.synced.remove(gk);
+            s.live.remove_kind(gk);
+        }
+        let this = self.clone();
+        let gk2 = gk.clone();
+        let handle = tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
+        w.running.insert(gk.clone(), handle);
+        tracing::debug!(kind = %gk, "member watch listing again: a set's healthCheckExprs changed");
+    }
+
     /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone);
     /// checks of other sets that waited for room get the watches it frees.
     pub fn untrack(self: &Arc<Self>, id: &str) {
         let mut s = self.state.lock();
+        s.exprs.remove(id);
         if let Some(t) = s.tracked.remove(id) {
             for c in &t.targets.checks {
                 self.stop_checking(&mut s, id, &c.reference);
@@ -206,7 +301,10 @@ impl MemberWatches {
             .iter()
             .map(|r| (r, member_health(&s, id, r, &t.fetched)));
         let checks = t.targets.checks.iter().map(|c| {
-            let h = s.checked.get(&c.reference).and_then(|c| c.health.clone());
+            let h = s
+                .checked
+                .get(&c.reference)
+                .and_then(|c| c.by_set.get(id).or(c.health.as_ref()).cloned());
             (&c.reference, h)
         });
         let mut unobserved = 0;
@@ -240,14 +338,33 @@ impl MemberWatches {
 /// Longest health message kept per object (condition messages come from anyone).
 const HEALTH_MESSAGE_BYTES: usize = 256;
 
-/// The health of object `o` of kind `group`/`kind`, its message cut to
-/// [`HEALTH_MESSAGE_BYTES`].
-pub fn health_of(o: &DynamicObject, group: &str, kind: &str) -> Health {
-    let mut h = health::assess_dynamic(o, group, kind, k8s_openapi::jiff::Timestamp::now());
+/// The health of object `o` of kind `group`/`kind`, by the entry of `exprs` (its set's
+/// spec.healthCheckExprs) for the kind if there is one, else by the built-in rules; its
+/// message cut to [`HEALTH_MESSAGE_BYTES`].
+pub fn health_of(
+    o: &DynamicObject,
+    group: &str,
+    kind: &str,
+    exprs: Option<&HealthExprs>,
+) -> Health {
+    let check = exprs.and_then(|e| e.for_kind(group, kind));
+    let mut h = match check {
+        Some(c) if o.metadata.deletion_timestamp.is_none() => {
+            c.assess(&health::exprs::ObjectFields::Dynamic { object: o, kind })
+        }
+        _ => health::assess_dynamic(o, group, kind, k8s_openapi::jiff::Timestamp::now()),
+    };
     if h.message.len() > HEALTH_MESSAGE_BYTES {
         h.message = crate::status::truncate(&h.message, HEALTH_MESSAGE_BYTES);
     }
     h
+}
+
+/// The compiled spec.healthCheckExprs of the set an object is part of (its part-of label),
+/// if that set has some.
+pub(super) fn exprs_of(state: &Mutex<State>, meta: &ObjectMeta) -> Option<Arc<HealthExprs>> {
+    let id = meta.labels.as_ref()?.get(LABEL_PART_OF)?;
+    state.lock().exprs.get(id).cloned()
 }
 
 /// How many objects that are not current a set's health names.

@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use super::{
     KindGone, MemberWatches, State,
     drift::{only_status_moved, shape},
-    health::health_of,
+    health::{exprs_of, health_of},
     labelled::{Labelled, Tag},
     watch_refs::{self, WatchRefs},
 };
@@ -39,6 +39,8 @@ use crate::{
 #[derive(Default)]
 pub(super) struct Watches {
     pub(super) running: HashMap<GroupKind, AbortHandle>,
+    /// How each running kind is watched (to list it again: [`MemberWatches::relist`]).
+    pub(super) resolved: HashMap<GroupKind, Resolved>,
     pub(super) refs: WatchRefs,
 }
 
@@ -54,6 +56,7 @@ impl MemberWatches {
         let mut w = self.watches.lock();
         for (gk, resolved) in kinds {
             w.refs.hold(id, gk);
+            w.resolved.insert(gk.clone(), resolved.clone());
             if w.running.contains_key(gk) {
                 continue;
             }
@@ -101,6 +104,7 @@ impl MemberWatches {
             return;
         }
         w.refs.stopped(gk);
+        w.resolved.remove(gk);
         if let Some(h) = w.running.remove(gk) {
             h.abort();
             tracing::debug!(kind = %gk, "member watch stopped: no set declares the kind");
@@ -135,6 +139,7 @@ impl MemberWatches {
         let cfg = watcher::Config::default().labels(LABEL_PART_OF);
         if health::needs_object(&gk.group, &gk.kind) {
             let gk = gk.clone();
+            let state = self.state.clone();
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resolved.resource);
             // Whole objects (a CRD can be a megabyte): listed in small pages.
             watcher(api, cfg.page_size(WHOLE_PAGE))
@@ -142,7 +147,8 @@ impl MemberWatches {
                 .map(move |e| {
                     e.map(|e| {
                         map_event(e, |o| {
-                            let h = health_of(&o, &gk.group, &gk.kind);
+                            let exprs = exprs_of(&state, &o.metadata);
+                            let h = health_of(&o, &gk.group, &gk.kind, exprs.as_deref());
                             let shape = shape(&o);
                             (o.metadata, Some((h, shape)))
                         })
@@ -159,7 +165,7 @@ impl MemberWatches {
         }
     }
 
-    async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
+    pub(super) async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
         let mut events = self.seen(&gk, &resolved);
         let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
         while let Some(event) = events.next().await {

@@ -120,6 +120,9 @@ async fn node_of(
     });
     let objects = members(reader, p).await?;
     let now = Timestamp::now();
+    // The set's healthCheckExprs, as the operator uses them (one that does not compile is
+    // the set's ValidationFailed: its members are then assessed by the built-in rules).
+    let exprs = health::HealthExprs::compile(&p.spec().health_check_exprs).unwrap_or_default();
     let mut nodes = Vec::new();
     for (reference, object) in objects {
         let nested = reference.group == GROUP
@@ -140,7 +143,9 @@ async fn node_of(
             }
         }
         let h = match &object {
-            Some(o) => health::assess(&serde_json::to_value(o).unwrap_or_default(), now),
+            Some(o) => {
+                health::assess_with(&serde_json::to_value(o).unwrap_or_default(), now, &exprs)
+            }
             None => health::Health::not_found(),
         };
         nodes.push(Node {
