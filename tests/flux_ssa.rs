@@ -6,6 +6,9 @@
 //! `ssa.PatchReplaceFieldsManagers` with its field managers), and its answers are compared
 //! with ours.
 //!
+//! The set's own Update entry is matched by its exact name (kustomize-controller matches its
+//! name as a prefix; each set has a manager of its own here), and the program is told so.
+//!
 //! One deliberate difference: when a matching entry comes before the owner's Apply entry, Flux
 //! also keeps the owner's original entry (its loop compares entries by value after merging into
 //! a copy), so the object would list two Apply entries of the owner; the operator keeps only
@@ -222,6 +225,10 @@ fn managed_cases() -> Vec<Vec<Value>> {
             entry("before-first-apply", "Apply", data("b")),
         ],
         vec![ours(data("a")), entry(OWNER, "Update", data("u"))],
+        vec![
+            ours(data("a")),
+            entry(&format!("{OWNER}-2"), "Update", data("o")),
+        ],
         vec![
             ours(data("a")),
             sub(

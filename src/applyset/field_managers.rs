@@ -47,9 +47,13 @@ pub fn takes_over(entry: &ManagedFieldsEntry) -> bool {
     matches_any(entry, PREFIXES.iter().copied())
 }
 
-/// [`takes_over`], or the set's own (`owner`) Update entry (prefix match, as Flux's).
+/// [`takes_over`], or the set's own (`owner`) Update entry. The owner's name must match
+/// exactly (Flux matches its one controller name as a prefix; here each set has its own
+/// manager, and a prefix would take over the Update entry of a set whose name extends it).
 pub fn takes_over_for(entry: &ManagedFieldsEntry, owner: &str) -> bool {
-    matches_any(entry, PREFIXES.iter().copied().chain([(owner, UPDATE)]))
+    takes_over(entry)
+        || (matches_any(entry, [(owner, UPDATE)].into_iter())
+            && entry.manager.as_deref() == Some(owner))
 }
 
 /// Flux's `matchFieldManager` against a list: same operation, no subresource, name prefix.

@@ -96,6 +96,11 @@ fn the_owners_update_entry_is_taken_over_not_its_apply_entry() {
     assert!(!takes_over(&entry(OWNER, UPDATE, json!({}))));
     assert!(takes_over_for(&entry(OWNER, UPDATE, json!({})), OWNER));
     assert!(!takes_over_for(&entry(OWNER, APPLY, json!({})), OWNER));
+    // Another set whose manager name extends ours keeps its entry.
+    assert!(!takes_over_for(
+        &entry(&format!("{OWNER}-2"), UPDATE, json!({})),
+        OWNER
+    ));
 }
 
 #[test]

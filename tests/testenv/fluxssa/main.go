@@ -12,8 +12,8 @@
 //   - override: cleanupMetadata runs (its Exclusions, ssa: Merge, on neither object);
 //   - keepOnPrune: Delete's Exclusions (kustomize-controller's deleteObjects) on the live object;
 //   - managedFields: the value of the patch PatchReplaceFieldsManagers computes with
-//     kustomize-controller's FieldManagers (the owner in place of kustomize-controller), or
-//     null when it computes none.
+//     kustomize-controller's FieldManagers (the owner, matched exactly, in place of
+//     kustomize-controller), or null when it computes none.
 //
 // Every selector is kustomize-controller's map, and the same map under the operator's own
 // prefix applyset.dev/ (the operator reads both; Flux's AnyInMetadata is applied to each).
@@ -48,17 +48,17 @@ type meta struct {
 }
 
 type input struct {
-	Desired       meta                         `json:"desired"`
-	Live          *meta                        `json:"live"`
-	Owner         string                       `json:"owner"`
+	Desired       meta                        `json:"desired"`
+	Live          *meta                       `json:"live"`
+	Owner         string                      `json:"owner"`
 	ManagedFields []metav1.ManagedFieldsEntry `json:"managedFields"`
 }
 
 type answer struct {
-	Skip          string                       `json:"skip"`
-	Force         bool                         `json:"force"`
-	Override      bool                         `json:"override"`
-	KeepOnPrune   bool                         `json:"keepOnPrune"`
+	Skip          string                      `json:"skip"`
+	Force         bool                        `json:"force"`
+	Override      bool                        `json:"override"`
+	KeepOnPrune   bool                        `json:"keepOnPrune"`
 	ManagedFields []metav1.ManagedFieldsEntry `json:"managedFields"`
 }
 
@@ -84,13 +84,14 @@ func any(u *unstructured.Unstructured, selector map[string]string) bool {
 	return u != nil && (utils.AnyInMetadata(u, selector) || utils.AnyInMetadata(u, ours(selector)))
 }
 
-// fieldManagers is kustomize-controller's Cleanup.FieldManagers, the owner in place of its name.
+// fieldManagers is kustomize-controller's Cleanup.FieldManagers, the owner in place of its
+// name, matched exactly (each set has a manager of its own; a prefix would match another set's).
 func fieldManagers(owner string) []ssa.FieldManager {
 	return []ssa.FieldManager{
 		{Name: "kubectl", OperationType: metav1.ManagedFieldsOperationApply},
 		{Name: "kubectl", OperationType: metav1.ManagedFieldsOperationUpdate},
 		{Name: "before-first-apply", OperationType: metav1.ManagedFieldsOperationUpdate},
-		{Name: owner, OperationType: metav1.ManagedFieldsOperationUpdate},
+		{Name: owner, ExactMatch: true, OperationType: metav1.ManagedFieldsOperationUpdate},
 	}
 }
 
