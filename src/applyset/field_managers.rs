@@ -73,6 +73,21 @@ pub fn has_takeover(meta: &ObjectMeta) -> bool {
     meta.managed_fields.iter().flatten().any(takes_over)
 }
 
+/// Whether the object shows anything Override would change for `owner`: an entry to take
+/// over, or a cleanup annotation or label (cheap: no allocation; the engine asks it of every
+/// apply's answer).
+pub fn shows_work(meta: &ObjectMeta, owner: &str) -> bool {
+    let has = |m: Option<&BTreeMap<String, String>>, keys: &[&str]| {
+        m.is_some_and(|m| keys.iter().any(|k| m.contains_key(*k)))
+    };
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|e| takes_over_for(e, owner))
+        || has(meta.annotations.as_ref(), &CLEANUP_ANNOTATIONS)
+        || has(meta.labels.as_ref(), &CLEANUP_LABELS)
+}
+
 /// The cleanup annotations and labels present on the object, as JSON pointers, leaving out
 /// those the desired object (`declared`) sets itself (removing them would only have the next
 /// apply write them back).

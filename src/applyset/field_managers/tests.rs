@@ -335,3 +335,23 @@ fn cleanup_paths_skip_declared_and_absent_keys() {
     );
     assert!(cleanup_paths(&ObjectMeta::default(), &declared).is_empty());
 }
+
+#[test]
+fn shows_work_for_entries_to_take_over_or_leftovers() {
+    let mut meta = ObjectMeta {
+        managed_fields: Some(vec![
+            entry(OWNER, APPLY, json!({})),
+            entry("helm", UPDATE, json!({})),
+        ]),
+        ..Default::default()
+    };
+    assert!(!shows_work(&meta, OWNER));
+    meta.labels = Some([("fluxcd.io/sync-gc-mark".to_string(), "x".to_string())].into());
+    assert!(shows_work(&meta, OWNER));
+    meta.labels = None;
+    meta.annotations = Some([(CLEANUP_ANNOTATIONS[0].to_string(), "{}".to_string())].into());
+    assert!(shows_work(&meta, OWNER));
+    meta.annotations = None;
+    meta.managed_fields = Some(vec![entry(OWNER, UPDATE, json!({}))]);
+    assert!(shows_work(&meta, OWNER));
+}

@@ -102,7 +102,8 @@ pub(super) async fn apply_overriding(
 
 /// Whether `live` shows something to take over that Merge does not forbid.
 fn pending(live: &ObjectMeta, member: &Member, manager: &str) -> bool {
-    overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live))
+    field_managers::shows_work(live, manager)
+        && overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live))
         && patch(live, &declared(member), manager).is_some()
 }
 
@@ -180,7 +181,9 @@ async fn take_over_known(
     live: &ObjectMeta,
     member: &Member,
 ) -> kube::Result<TakeOver> {
-    if !overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live)) {
+    if !field_managers::shows_work(live, manager)
+        || !overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live))
+    {
         return Ok(TakeOver::Nothing);
     }
     let Some(patch) = patch(live, &declared(member), manager) else {
