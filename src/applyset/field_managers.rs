@@ -30,6 +30,11 @@ pub const PREFIXES: [(&str, &str); 3] = [
     ("before-first-apply", UPDATE),
 ];
 
+/// Managers never taken over although their names start with `kubectl`: the operator's own
+/// kubectl plugin, whose writes (`suspend`, `resume`, `reconcile` of a set that is itself a
+/// member of another set) are deliberate, as `flux suspend` is to Flux.
+pub const KEPT: [&str; 1] = ["kubectl-applyset"];
+
 /// Annotations removed from a member whenever its fields are taken over (kustomize-controller's
 /// cleanup: the client-side apply's record and Flux v1's checksums).
 pub const CLEANUP_ANNOTATIONS: [&str; 3] = [
@@ -42,9 +47,11 @@ pub const CLEANUP_ANNOTATIONS: [&str; 3] = [
 pub const CLEANUP_LABELS: [&str; 1] = ["fluxcd.io/sync-gc-mark"];
 
 /// Whether `entry` is one the set takes over regardless of its own name: a `kubectl*` Apply
-/// or Update entry, or a `before-first-apply*` Update entry, never one of a subresource.
+/// or Update entry (but [`KEPT`]), or a `before-first-apply*` Update entry, never one of a
+/// subresource.
 pub fn takes_over(entry: &ManagedFieldsEntry) -> bool {
     matches_any(entry, PREFIXES.iter().copied())
+        && !entry.manager.as_deref().is_some_and(|m| KEPT.contains(&m))
 }
 
 /// [`takes_over`], or the set's own (`owner`) Update entry. The owner's name must match

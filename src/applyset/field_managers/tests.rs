@@ -70,6 +70,9 @@ fn other_managers_are_not_taken_over() {
         assert!(!takes_over(&entry(name, APPLY, json!({}))), "{name}");
     }
     assert!(!takes_over(&entry("kubectl", "Other", json!({}))));
+    // The operator's own plugin.
+    assert!(!takes_over(&entry("kubectl-applyset", UPDATE, json!({}))));
+    assert!(takes_over(&entry("kubectl-applyset-x", UPDATE, json!({}))));
     assert!(!takes_over(&ManagedFieldsEntry::default()));
 }
 
