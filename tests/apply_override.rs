@@ -1,9 +1,10 @@
 //! End to end: Override (`ssa: Override`, the default) and Merge, under both key families
 //! (`applyset.dev/` and `kustomize.toolkit.fluxcd.io/`, as an annotation or a label, any
 //! case). With Override, a field the set declares that `kubectl edit` changed is set back, and
-//! a field only `kubectl` added is removed; with Merge both are kept (the changed declared
-//! field is then a conflict, reported). Fields of other controllers and `/scale` entries are
-//! left alone either way, and every member is still pruned once removed from the set.
+//! a field only `kubectl` added (an Update, or `kubectl apply --server-side`) is removed; with
+//! Merge both are kept (the changed declared field is then a conflict, reported). Fields of
+//! other controllers and `/scale` entries are left alone either way, and every member is still
+//! pruned once removed from the set.
 
 mod support;
 
@@ -178,6 +179,9 @@ async fn fields_only_kubectl_added_are_removed_with_override_others_kept() {
             json!({"data": {"also": "by kubectl"}}),
         )
         .await;
+        // `kubectl apply --server-side`: an Apply entry.
+        let applied = configmap(name, json!({"applied": "by kubectl --server-side"}));
+        ssa(&h.client, &configmap_ar(), Some(ns), "kubectl", applied).await;
     }
     // The Deployment: its replicas (not declared) set by another controller, then scaled
     // through /scale by `kubectl scale`, and labelled by a kubectl manager.
@@ -205,7 +209,10 @@ async fn fields_only_kubectl_added_are_removed_with_override_others_kept() {
     for (name, _) in VARIANTS.iter().filter(|(n, _)| !merges(n)) {
         let o = wait_for(&format!("{name} cleaned up"), DEADLINE, || async {
             let o = api.get(name).await.ok()?;
-            (data(&o, "added").is_none() && data(&o, "also").is_none()).then_some(o)
+            let gone = ["added", "also", "applied"]
+                .iter()
+                .all(|k| data(&o, k).is_none());
+            gone.then_some(o)
         })
         .await;
         assert_eq!(data(&o, "controller").as_deref(), Some("c"), "{name}");
@@ -234,6 +241,7 @@ async fn fields_only_kubectl_added_are_removed_with_override_others_kept() {
         let o = api.get(name).await.expect("get");
         assert_eq!(data(&o, "added").as_deref(), Some("by kubectl"), "{name}");
         assert_eq!(data(&o, "also").as_deref(), Some("by kubectl"), "{name}");
+        assert!(data(&o, "applied").is_some(), "{name}");
         assert_eq!(data(&o, "controller").as_deref(), Some("c"), "{name}");
         assert!(o.annotations().contains_key(LAST_APPLIED), "{name}");
     }
