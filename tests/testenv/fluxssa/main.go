@@ -79,8 +79,8 @@ func ours(selector map[string]string) map[string]string {
 	return out
 }
 
-// any is AnyInMetadata under both prefixes.
-func any(u *unstructured.Unstructured, selector map[string]string) bool {
+// anyIn is AnyInMetadata under both prefixes.
+func anyIn(u *unstructured.Unstructured, selector map[string]string) bool {
 	return u != nil && (utils.AnyInMetadata(u, selector) || utils.AnyInMetadata(u, ours(selector)))
 }
 
@@ -103,14 +103,14 @@ func decide(in input) (answer, error) {
 	}
 	var a answer
 	switch {
-	case any(desired, exclusion) || any(live, exclusion):
+	case anyIn(desired, exclusion) || anyIn(live, exclusion):
 		a.Skip = "Exclusion"
-	case any(desired, ifNotPresent) && live != nil:
+	case anyIn(desired, ifNotPresent) && live != nil:
 		a.Skip = "IfNotPresent"
 	}
-	a.Force = any(desired, force) || any(live, force)
-	a.Override = !(any(desired, cleanupExcl) || any(live, cleanupExcl))
-	a.KeepOnPrune = any(live, deleteExcl)
+	a.Force = anyIn(desired, force) || anyIn(live, force)
+	a.Override = !(anyIn(desired, cleanupExcl) || anyIn(live, cleanupExcl))
+	a.KeepOnPrune = anyIn(live, deleteExcl)
 	if in.ManagedFields != nil {
 		u := object(meta{})
 		u.SetManagedFields(in.ManagedFields)
