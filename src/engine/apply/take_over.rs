@@ -13,7 +13,9 @@
 //!   never in a dry-run (a plan reports what the apply would do without it), never when `ssa:
 //!   Merge` is on the rendered or the live object.
 //! - The patch tests the `resourceVersion` it was computed from: a concurrent change makes it
-//!   fail, and the member keeps the first apply's outcome (the change wakes the set again).
+//!   fail (nothing overwritten); the member is then applied again and looked at anew, at most
+//!   [`ROUNDS`] times. An answer that still shows something to take over is not recorded with
+//!   the member watches, so the next reconcile applies the member again.
 //! - The patch removes `kubectl.kubernetes.io/last-applied-configuration` and Flux v1's
 //!   checksum annotations and GC label, as Flux's cleanup does, unless the manifest declares
 //!   them.
