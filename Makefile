@@ -58,6 +58,10 @@ helm-binary: deps ## build (or reuse from the cache) helm, from the Go module he
 kstatus-binary: deps ## build (or reuse from the cache) the kstatus program (tests/testenv/kstatus), for tests/kstatus.rs
 	@tests/testenv/build-kstatus.sh >/dev/null
 
+.PHONY: fluxssa-binary
+fluxssa-binary: deps ## build (or reuse from the cache) the fluxssa program (tests/testenv/fluxssa: fluxcd/pkg/ssa's decisions), for tests/flux_ssa.rs
+	@tests/testenv/build-fluxssa.sh >/dev/null
+
 .PHONY: sops-binaries
 sops-binaries: deps ## build (or reuse from the cache) sops and age-keygen, which the SOPS tests encrypt their fixtures with
 	@tests/testenv/build-sops.sh >/dev/null
@@ -79,7 +83,7 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary fluxssa-binary registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) build --locked --release -p applyset-operator --bin applyset-operator
 	$(MAKE) -s bench-smoke APT_ALWAYS=
@@ -88,6 +92,7 @@ test: deps kube-binaries helm-binary kstatus-binary registry-binary kustomize-bi
 	APPLYSET_HELM=$$(tests/testenv/build-helm.sh)/helm \
 	APPLYSET_REGISTRY=$$(tests/testenv/build-registry.sh)/registry \
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
+	APPLYSET_FLUXSSA=$$(tests/testenv/build-fluxssa.sh)/fluxssa \
 	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize \
 	APPLYSET_KREW=$$(tests/testenv/build-krew.sh)/krew \
 	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \

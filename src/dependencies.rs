@@ -26,7 +26,7 @@ use kube::{
 use parking_lot::Mutex;
 
 use crate::{
-    api::{ApplySetSpec, ApplySetStatus, DeletionPolicy, DependencyKind},
+    api::{ApplySetSpec, ApplySetStatus, DependencyKind},
     applyset::{FINALIZER, ParentKind, ParentRef},
     parent::{AnyParent, AnyStore, Parent},
     status,
@@ -352,7 +352,7 @@ fn candidate(p: &AnyParent) -> Candidate {
         depends_on: resolve_lenient(&parent, spec),
         parent,
         deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
-        deletes_members: spec.deletion_policy == DeletionPolicy::Delete
+        deletes_members: spec.deletion_policy.deletes_members(spec.prune)
             && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
     }
 }

@@ -256,6 +256,23 @@ pub enum DeletionPolicy {
     /// Leave the members in place.
     Orphan,
 }
+impl DeletionPolicy {
+    /// Whether deleting the set deletes its members, `prune` being its `spec.prune`: Delete and
+    /// WaitForTermination do, MirrorPrune as `prune` says, Orphan does not.
+    pub fn deletes_members(self, prune: bool) -> bool {
+        match self {
+            Self::Delete | Self::WaitForTermination => true,
+            Self::MirrorPrune => prune,
+            Self::Orphan => false,
+        }
+    }
+
+    /// Whether the deletion waits until the members it deleted are gone.
+    pub fn waits_for_termination(self) -> bool {
+        self == Self::WaitForTermination
+    }
+}
+
 impl Default for ApplySetSpec {
     fn default() -> Self {
         // Same defaults as deserializing `{}`.
@@ -290,6 +307,21 @@ impl Default for ApplySetSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_deletion_policies_delete_and_wait() {
+        use DeletionPolicy::*;
+        for prune in [true, false] {
+            assert!(Delete.deletes_members(prune));
+            assert!(WaitForTermination.deletes_members(prune));
+            assert_eq!(MirrorPrune.deletes_members(prune), prune);
+            assert!(!Orphan.deletes_members(prune));
+        }
+        assert!(WaitForTermination.waits_for_termination());
+        for p in [Delete, MirrorPrune, Orphan] {
+            assert!(!p.waits_for_termination());
+        }
+    }
     use std::time::Duration;
 
     #[test]

@@ -2,14 +2,76 @@
 //! before it applies, and the object's `managedFields` once taken over, as fluxcd/pkg/ssa's
 //! `PatchReplaceFieldsManagers` computes them for kustomize-controller.
 //!
-//! STUB (to be written): the pure rules only; the request is `engine::apply::take_over`.
+//! kustomize-controller takes over `{kubectl, Apply}`, `{kubectl, Update}`,
+//! `{before-first-apply, Update}` and `{kustomize-controller, Update}`, each name a **prefix**
+//! (`kubectl` also selects `kubectl-edit`, `kubectl-client-side-apply`, `kubectl-patch`, ...),
+//! never an entry of a subresource (`/status`, `/scale`). Here the set's member field manager
+//! stands in for `kustomize-controller`. Once taken over, those fields are owned by the set's
+//! Apply entry, so the next apply, which does not send the ones only they added, removes them,
+//! and sets the ones they changed back.
+//!
+//! Pure: no I/O (the request is `engine::apply::take_over`).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use std::collections::BTreeMap;
 
-/// Whether `entry` is one the set takes over (a `kubectl*` Apply or Update entry, or a
-/// `before-first-apply` Update entry, never one of a subresource).
-pub fn takes_over(_entry: &ManagedFieldsEntry) -> bool {
-    false
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use serde_json::{Map, Value};
+
+/// The operation of a manager that writes with server-side apply.
+pub const APPLY: &str = "Apply";
+/// The operation of a manager that writes with create, update or patch.
+pub const UPDATE: &str = "Update";
+
+/// The manager name prefixes taken over, with their operations (kustomize-controller's list;
+/// the set's own `Update` entry is added by [`takes_over_for`]).
+pub const PREFIXES: [(&str, &str); 3] = [
+    ("kubectl", APPLY),
+    ("kubectl", UPDATE),
+    ("before-first-apply", UPDATE),
+];
+
+/// Managers never taken over although their names start with `kubectl`: the operator's own
+/// kubectl plugin, whose writes (`suspend`, `resume`, `reconcile` of a set that is itself a
+/// member of another set) are deliberate, as `flux suspend` is to Flux.
+pub const KEPT: [&str; 1] = ["kubectl-applyset"];
+
+/// Annotations removed from a member whenever its fields are taken over (kustomize-controller's
+/// cleanup: the client-side apply's record and Flux v1's checksums).
+pub const CLEANUP_ANNOTATIONS: [&str; 3] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "kustomize.toolkit.fluxcd.io/checksum",
+    "fluxcd.io/sync-checksum",
+];
+
+/// Labels removed likewise (Flux v1's garbage-collection mark).
+pub const CLEANUP_LABELS: [&str; 1] = ["fluxcd.io/sync-gc-mark"];
+
+/// Whether `entry` is one the set takes over regardless of its own name: a `kubectl*` Apply
+/// or Update entry (but [`KEPT`]), or a `before-first-apply*` Update entry, never one of a
+/// subresource.
+pub fn takes_over(entry: &ManagedFieldsEntry) -> bool {
+    matches_any(entry, PREFIXES.iter().copied())
+        && !entry.manager.as_deref().is_some_and(|m| KEPT.contains(&m))
+}
+
+/// [`takes_over`], or the set's own (`owner`) Update entry. The owner's name must match
+/// exactly (Flux matches its one controller name as a prefix; here each set has its own
+/// manager, and a prefix would take over the Update entry of a set whose name extends it).
+pub fn takes_over_for(entry: &ManagedFieldsEntry, owner: &str) -> bool {
+    takes_over(entry)
+        || (matches_any(entry, [(owner, UPDATE)].into_iter())
+            && entry.manager.as_deref() == Some(owner))
+}
+
+/// Flux's `matchFieldManager` against a list: same operation, no subresource, name prefix.
+fn matches_any<'a>(
+    entry: &ManagedFieldsEntry,
+    mut managers: impl Iterator<Item = (&'a str, &'a str)>,
+) -> bool {
+    let no_subresource = entry.subresource.as_deref().is_none_or(str::is_empty);
+    let name = entry.manager.as_deref().unwrap_or_default();
+    let operation = entry.operation.as_deref().unwrap_or_default();
+    no_subresource && managers.any(|(prefix, op)| operation == op && name.starts_with(prefix))
 }
 
 /// Whether the object has any entry the set would take over (what the member watches note of
@@ -18,8 +80,152 @@ pub fn has_takeover(meta: &ObjectMeta) -> bool {
     meta.managed_fields.iter().flatten().any(takes_over)
 }
 
-/// The `managedFields` once every entry [`takes_over`] matches is merged into `owner`'s Apply
-/// entry; `None` when there is nothing to take over.
-pub fn taken_over(_managed: &[ManagedFieldsEntry], _owner: &str) -> Option<Vec<ManagedFieldsEntry>> {
-    None
+/// Whether the object shows anything Override would change for `owner`: an entry to take
+/// over, or a cleanup annotation or label (cheap: no allocation; the engine asks it of every
+/// apply's answer).
+pub fn shows_work(meta: &ObjectMeta, owner: &str) -> bool {
+    let has = |m: Option<&BTreeMap<String, String>>, keys: &[&str]| {
+        m.is_some_and(|m| keys.iter().any(|k| m.contains_key(*k)))
+    };
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|e| takes_over_for(e, owner))
+        || has(meta.annotations.as_ref(), &CLEANUP_ANNOTATIONS)
+        || has(meta.labels.as_ref(), &CLEANUP_LABELS)
 }
+
+/// The cleanup annotations and labels present on the object, as JSON pointers, leaving out
+/// those the desired object (`declared`) sets itself (removing them would only have the next
+/// apply write them back).
+pub fn cleanup_paths(meta: &ObjectMeta, declared: &ObjectMeta) -> Vec<String> {
+    let present = |live: Option<&BTreeMap<String, String>>,
+                   ours: Option<&BTreeMap<String, String>>,
+                   key: &str| {
+        live.is_some_and(|m| m.contains_key(key)) && !ours.is_some_and(|m| m.contains_key(key))
+    };
+    let annotations = CLEANUP_ANNOTATIONS
+        .iter()
+        .filter(|k| present(meta.annotations.as_ref(), declared.annotations.as_ref(), k))
+        .map(|k| format!("/metadata/annotations/{}", escape(k)));
+    let labels = CLEANUP_LABELS
+        .iter()
+        .filter(|k| present(meta.labels.as_ref(), declared.labels.as_ref(), k))
+        .map(|k| format!("/metadata/labels/{}", escape(k)));
+    annotations.chain(labels).collect()
+}
+
+/// A JSON pointer's escaping of one key (RFC 6901).
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The `managedFields` once every entry [`takes_over_for`] matches is merged into `owner`'s
+/// Apply entry; `None` when there is nothing to take over.
+///
+/// As Flux's `PatchReplaceFieldsManagers`: `owner`'s Apply entry is the last entry of that name
+/// and operation; without one, the first matching entry is renamed to it (keeping its other
+/// fields). Every other matching entry's `fieldsV1` is unioned into it and the entry dropped;
+/// the rest keep their order, and the owner's entry comes last.
+pub fn taken_over(managed: &[ManagedFieldsEntry], owner: &str) -> Option<Vec<ManagedFieldsEntry>> {
+    let own = managed.iter().rposition(|e| {
+        e.manager.as_deref() == Some(owner) && e.operation.as_deref() == Some(APPLY)
+    });
+    let mut merged: Option<ManagedFieldsEntry> = own.map(|i| managed[i].clone());
+    let mut kept = Vec::with_capacity(managed.len());
+    let mut edited = false;
+    for (i, entry) in managed.iter().enumerate() {
+        if Some(i) == own {
+            continue;
+        }
+        if !takes_over_for(entry, owner) {
+            kept.push(entry.clone());
+            continue;
+        }
+        edited = true;
+        match merged.as_mut() {
+            None => {
+                let mut renamed = entry.clone();
+                renamed.manager = Some(owner.to_string());
+                renamed.operation = Some(APPLY.to_string());
+                merged = Some(renamed);
+            }
+            Some(target) => {
+                target.fields_v1 = union_fields(target.fields_v1.take(), entry.fields_v1.as_ref());
+            }
+        }
+    }
+    if !edited {
+        return None;
+    }
+    kept.extend(merged);
+    Some(kept)
+}
+
+/// The union of two `fieldsV1` sets (absent counts as empty, as Flux's `mergeManagedFieldsV1`).
+fn union_fields(a: Option<FieldsV1>, b: Option<&FieldsV1>) -> Option<FieldsV1> {
+    match (a, b) {
+        (None, None) => None,
+        (None, Some(b)) => Some(b.clone()),
+        (Some(a), None) => Some(a),
+        (Some(a), Some(b)) => Some(FieldsV1(union(&a.0, &b.0))),
+    }
+}
+
+/// The union of two field sets in their JSON form (structured-merge-diff's `Set.Union`): a
+/// trie whose keys are path elements (`f:name`, `k:{..}`, `v:..`, `i:N`). A key's value is
+/// `{}` when its path is a member with no children; otherwise its children, with a `.` key
+/// when its path is a member too. Keys come out sorted (`.` first); anything that is not a map
+/// counts as `{}`.
+pub fn union(a: &Value, b: &Value) -> Value {
+    let empty = Map::new();
+    let a = a.as_object().unwrap_or(&empty);
+    let b = b.as_object().unwrap_or(&empty);
+    Value::Object(union_set(a, b))
+}
+
+/// The union of two sets' children (and of a `.` at the root, kept as it is).
+fn union_set(a: &Map<String, Value>, b: &Map<String, Value>) -> Map<String, Value> {
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let mut out = Map::new();
+    for key in keys {
+        if key == "." {
+            out.insert(key.clone(), Value::Object(Map::new()));
+            continue;
+        }
+        let (a_member, a_children) = entry(a.get(key));
+        let (b_member, b_children) = entry(b.get(key));
+        let children = union_set(&a_children, &b_children);
+        out.insert(key.clone(), encode(a_member || b_member, children));
+    }
+    out
+}
+
+/// One key's value: whether its path is a member, and its children.
+fn entry(v: Option<&Value>) -> (bool, Map<String, Value>) {
+    match v {
+        None => (false, Map::new()),
+        Some(Value::Object(m)) if !m.is_empty() => {
+            let mut children = m.clone();
+            let member = children.remove(".").is_some();
+            (member, children)
+        }
+        Some(_) => (true, Map::new()),
+    }
+}
+
+/// A key's value in the form [`union`] gives it.
+fn encode(member: bool, children: Map<String, Value>) -> Value {
+    if children.is_empty() {
+        return Value::Object(Map::new());
+    }
+    let mut out = Map::new();
+    if member {
+        out.insert(".".into(), Value::Object(Map::new()));
+    }
+    out.extend(children);
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,11 +1,18 @@
 //! Deletion of a parent: with `deletionPolicy: Delete` every member is pruned (same safety
-//! rules, reverse order) before the finalizer goes; with `Orphan` the members stay.
+//! rules, reverse order) before the finalizer goes; `WaitForTermination` does too and then
+//! waits (at most `spec.timeout`) until the members it deleted are gone, saying so in status;
+//! `MirrorPrune` is `Delete` when `spec.prune` is true and `Orphan` otherwise; with `Orphan`
+//! the members stay.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use kube::{
     ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::controller::Action,
 };
 
@@ -15,7 +22,7 @@ use super::{
 };
 use crate::{
     Error, PruneError, Result,
-    api::DeletionPolicy,
+    api::MemberRef,
     applyset::FINALIZER,
     dependencies::Waiting,
     engine::{
@@ -89,8 +96,13 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
     ctx.sources.index.remove(&scope.parent);
     ctx.dependencies.forget(&scope.parent);
     ctx.metrics.set_members(&scope.parent.to_string(), 0);
-    if obj.spec().deletion_policy == DeletionPolicy::Orphan {
-        tracing::info!("deleted with deletionPolicy Orphan; members left in place");
+    let (policy, prune) = (obj.spec().deletion_policy, obj.spec().prune);
+    if !policy.deletes_members(prune) {
+        tracing::info!(
+            ?policy,
+            prune,
+            "deleted with a deletionPolicy that deletes nothing; members left in place"
+        );
         return Ok(Action::await_change());
     }
     // Acting as a ServiceAccount that is gone (typically deleted with its namespace, which
@@ -122,6 +134,11 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
     .await?;
     let keep = Keep::new(&known, &nothing, &[]);
     let selection = prune::select(&listed, &keep, &extent, &scope.manager);
+    let deleting: HashMap<MemberRef, Deleted> = selection
+        .delete
+        .iter()
+        .map(|m| (m.reference.clone(), Deleted::of(m)))
+        .collect();
     let results = prune::prune(scope, selection).await;
     let summary = tally(&results);
     ctx.metrics
@@ -145,7 +162,109 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         retained = summary.retained,
         "deleted with its members"
     );
+    if policy.waits_for_termination() {
+        let mut deleting = deleting;
+        let deleted = results
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Pruned))
+            .filter_map(|r| deleting.remove(&r.reference))
+            .collect();
+        wait_for_termination(obj, ctx, scope, deleted).await?;
+    }
     Ok(Action::await_change())
+}
+
+/// A member the deletion deleted: where to look for it, and its UID (an object re-created
+/// under the same name is not waited for).
+struct Deleted {
+    resource: ApiResource,
+    reference: MemberRef,
+    uid: Option<String>,
+}
+
+impl Deleted {
+    fn of(m: &live::LiveMember) -> Self {
+        Deleted {
+            resource: m.resource.clone(),
+            reference: m.reference.clone(),
+            uid: m.meta.uid.clone(),
+        }
+    }
+}
+
+/// How often the members being terminated are looked at (as Flux's `WaitForSetTermination`).
+const TERMINATION_POLL: Duration = Duration::from_secs(2);
+
+/// `WaitForTermination`: waits until every member in `pending` is gone, at most `spec.timeout`
+/// (one metadata GET per member still there every 2 s). Meanwhile Ready says so (reason
+/// Progressing, with its event); at the timeout the finalizer is released anyway, as Flux
+/// does, saying so (reason PruneFailed, a Warning event).
+async fn wait_for_termination<P: Parent>(
+    obj: &P,
+    ctx: &Context,
+    scope: &SetScope,
+    mut pending: Vec<Deleted>,
+) -> Result<()> {
+    let timeout = obj.spec().timeout();
+    let deadline = Instant::now() + timeout;
+    let mut reported = false;
+    loop {
+        pending = still_there(scope, pending).await;
+        if pending.is_empty() {
+            tracing::info!("the deleted members are gone");
+            return Ok(());
+        }
+        let names = pending
+            .iter()
+            .take(5)
+            .map(|d| d.reference.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if Instant::now() >= deadline {
+            let msg = format!(
+                "{}: being deleted (deletionPolicy WaitForTermination); {} deleted member(s) still there after spec.timeout ({}): {names}; the ApplySet is deleted anyway",
+                scope.parent,
+                pending.len(),
+                obj.spec().timeout
+            );
+            tracing::warn!("{msg}");
+            report::write(ctx, scope, obj, Report::failed(Reason::PruneFailed, msg)).await?;
+            return Ok(());
+        }
+        if !reported {
+            let msg = format!(
+                "{}: being deleted (deletionPolicy WaitForTermination); waiting for {} deleted member(s) to be gone (at most spec.timeout, {}): {names}",
+                scope.parent,
+                pending.len(),
+                obj.spec().timeout
+            );
+            report::write(ctx, scope, obj, Report::failed(Reason::Progressing, msg)).await?;
+            reported = true;
+        }
+        tokio::time::sleep(
+            TERMINATION_POLL.min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
+}
+
+/// The members of `pending` that still exist (with their UID); one that cannot be looked at
+/// counts as still there.
+async fn still_there(scope: &SetScope, pending: Vec<Deleted>) -> Vec<Deleted> {
+    let mut left = Vec::with_capacity(pending.len());
+    for d in pending {
+        let api: kube::Api<DynamicObject> =
+            crate::discovery::api_in(&scope.client, d.reference.namespace.as_deref(), &d.resource);
+        match api.get_metadata_opt(&d.reference.name).await {
+            Ok(Some(o)) if d.uid.is_none() || o.metadata.uid == d.uid => left.push(d),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(member = %d.reference, error = %e, "looking for a deleted member");
+                left.push(d);
+            }
+        }
+    }
+    left
 }
 
 /// What the set's deletion may delete: every member it recorded (the annotations, completed
@@ -165,7 +284,8 @@ async fn deletion_extent<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) ->
 
 /// Removes our finalizer from a set not yet deleted whose namespace is known to be
 /// terminating (nothing is looked up otherwise), when its deletion would have nothing to do: every member it recorded lives in that
-/// namespace (the namespace controller deletes them), or its policy is `Orphan`. The
+/// namespace (the namespace controller deletes them), or its policy deletes nothing (`Orphan`,
+/// or `MirrorPrune` without `spec.prune`). The
 /// namespace controller then deletes the set at once instead of waiting for the finalizer
 /// (it looks again only some seconds later). The merge patch carries the parent's
 /// resourceVersion, so a parent changed meanwhile keeps its finalizer (its deletion then
@@ -182,7 +302,7 @@ pub async fn release_to_namespace_deletion<P: Parent>(
     if !terminating || !obj.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(());
     }
-    if obj.spec().deletion_policy == DeletionPolicy::Delete {
+    if obj.spec().deletion_policy.deletes_members(obj.spec().prune) {
         let extent = deletion_extent(obj, ctx, scope).await?;
         if !left_to_namespace_deletion(ctx, scope, &extent).await? {
             return Ok(());

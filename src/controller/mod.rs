@@ -46,7 +46,7 @@ use tracing::Instrument;
 
 use crate::{
     Error, Result,
-    api::{ApplySet, ClusterApplySet, DeletionPolicy},
+    api::{ApplySet, ClusterApplySet},
     applyset::{self, FINALIZER, ParentRef},
     dependencies::Dependencies,
     discovery::Resolver,
@@ -664,7 +664,7 @@ async fn reconcile_parent<P: Parent>(
     }
     // Being deleted, with members to delete: first the sets that depend on it and are being
     // deleted too delete theirs.
-    if obj.spec().deletion_policy == DeletionPolicy::Delete
+    if obj.spec().deletion_policy.deletes_members(obj.spec().prune)
         && obj.finalizers().iter().any(|f| f == FINALIZER)
         && let Some(action) = cleanup::wait_for_dependents(&*obj, ctx, &scope).await?
     {

@@ -311,7 +311,12 @@ async fn apply_looked(
     // Adopting what only its makers own (kubectl create, ...) takes the declared fields
     // over from them, once: the object is the set's afterwards.
     let handover = adopting && lookup.handover.contains(&member.reference);
-    let (outcome, answer) = apply_body(api, scope, member, body, opts, handover).await;
+    let (outcome, answer) = if adopting {
+        apply_body(api, scope, member, body, opts, handover).await
+    } else {
+        // The set's own: Override takes over what kubectl changed (see [`take_over`]).
+        take_over::apply_overriding(api, scope, member, body, opts).await
+    };
     match outcome {
         o if adopting && o.is_applied() => (Outcome::Adopted, answer),
         o => (o, answer),

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api,
     api::{DynamicObject, Patch, PatchParams},
@@ -23,6 +24,8 @@ pub(super) struct Answer {
     pub(super) shape: Option<u64>,
     /// The object itself, for a dry-run's preview.
     pub(super) object: Option<Value>,
+    /// Its metadata (`managedFields` included), for Override (see [`super::take_over`]).
+    pub(super) meta: Option<Box<ObjectMeta>>,
 }
 
 impl Answer {
@@ -33,6 +36,7 @@ impl Answer {
             uid: Some(uid),
             shape: None,
             object: None,
+            meta: None,
         }
     }
 }
@@ -84,5 +88,6 @@ pub(super) fn answer(member: &Member, applied: &DynamicObject, preview: bool) ->
         object: preview
             .then(|| serde_json::to_value(applied).ok())
             .flatten(),
+        meta: Some(Box::new(applied.metadata.clone())),
     }
 }

@@ -1,0 +1,360 @@
+//! Unit tests of [`super`]: which entries are taken over, the union of field sets, and the
+//! managed fields once taken over (the cases fluxcd/pkg/ssa's patch tests cover, and more).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use serde_json::{Value, json};
+
+use super::*;
+
+const OWNER: &str = "applyset.dev/ns/app";
+
+fn entry(manager: &str, operation: &str, fields: Value) -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some(operation.into()),
+        api_version: Some("v1".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(fields)),
+        ..Default::default()
+    }
+}
+
+fn sub(mut e: ManagedFieldsEntry, subresource: &str) -> ManagedFieldsEntry {
+    e.subresource = Some(subresource.into());
+    e
+}
+
+fn names(entries: &[ManagedFieldsEntry]) -> Vec<(String, String)> {
+    entries
+        .iter()
+        .map(|e| (e.manager.clone().unwrap(), e.operation.clone().unwrap()))
+        .collect()
+}
+
+#[test]
+fn kubectl_managers_of_either_operation_are_taken_over() {
+    for name in [
+        "kubectl",
+        "kubectl-edit",
+        "kubectl-client-side-apply",
+        "kubectl-patch",
+        "kubectl-label",
+    ] {
+        assert!(takes_over(&entry(name, UPDATE, json!({}))), "{name} Update");
+        assert!(takes_over(&entry(name, APPLY, json!({}))), "{name} Apply");
+    }
+}
+
+#[test]
+fn before_first_apply_only_as_update() {
+    assert!(takes_over(&entry("before-first-apply", UPDATE, json!({}))));
+    assert!(takes_over(&entry(
+        "before-first-apply-x",
+        UPDATE,
+        json!({})
+    )));
+    assert!(!takes_over(&entry("before-first-apply", APPLY, json!({}))));
+}
+
+#[test]
+fn other_managers_are_not_taken_over() {
+    for name in [
+        "helm",
+        "kube-controller-manager",
+        "Kubectl",
+        "my-kubectl",
+        "flux-client-side-apply",
+        "",
+    ] {
+        assert!(!takes_over(&entry(name, UPDATE, json!({}))), "{name}");
+        assert!(!takes_over(&entry(name, APPLY, json!({}))), "{name}");
+    }
+    assert!(!takes_over(&entry("kubectl", "Other", json!({}))));
+    // The operator's own plugin.
+    assert!(!takes_over(&entry("kubectl-applyset", UPDATE, json!({}))));
+    assert!(takes_over(&entry("kubectl-applyset-x", UPDATE, json!({}))));
+    assert!(!takes_over(&ManagedFieldsEntry::default()));
+}
+
+#[test]
+fn subresource_entries_are_never_taken_over() {
+    for s in ["status", "scale"] {
+        assert!(!takes_over(&sub(
+            entry("kubectl-edit", UPDATE, json!({})),
+            s
+        )));
+        assert!(!takes_over_for(
+            &sub(entry(OWNER, UPDATE, json!({})), s),
+            OWNER
+        ));
+    }
+    assert!(takes_over(&sub(
+        entry("kubectl-edit", UPDATE, json!({})),
+        ""
+    )));
+}
+
+#[test]
+fn the_owners_update_entry_is_taken_over_not_its_apply_entry() {
+    assert!(!takes_over(&entry(OWNER, UPDATE, json!({}))));
+    assert!(takes_over_for(&entry(OWNER, UPDATE, json!({})), OWNER));
+    assert!(!takes_over_for(&entry(OWNER, APPLY, json!({})), OWNER));
+    // Another set whose manager name extends ours keeps its entry.
+    assert!(!takes_over_for(
+        &entry(&format!("{OWNER}-2"), UPDATE, json!({})),
+        OWNER
+    ));
+}
+
+#[test]
+fn has_takeover_reads_managed_fields() {
+    let mut meta = ObjectMeta::default();
+    assert!(!has_takeover(&meta));
+    meta.managed_fields = Some(vec![entry(OWNER, APPLY, json!({}))]);
+    assert!(!has_takeover(&meta));
+    meta.managed_fields = Some(vec![
+        entry(OWNER, APPLY, json!({})),
+        entry("kubectl-edit", UPDATE, json!({})),
+    ]);
+    assert!(has_takeover(&meta));
+}
+
+#[test]
+fn union_merges_tries() {
+    let a = json!({"f:metadata": {"f:labels": {"f:a": {}}}, "f:data": {"f:x": {}}});
+    let b = json!({"f:metadata": {"f:labels": {"f:b": {}}, "f:annotations": {".": {}, "f:c": {}}}, "f:data": {"f:y": {}}});
+    assert_eq!(
+        union(&a, &b),
+        json!({
+            "f:data": {"f:x": {}, "f:y": {}},
+            "f:metadata": {"f:annotations": {".": {}, "f:c": {}}, "f:labels": {"f:a": {}, "f:b": {}}}
+        })
+    );
+}
+
+#[test]
+fn union_of_a_member_and_its_children_keeps_both() {
+    let a = json!({"f:spec": {"f:template": {}}});
+    let b = json!({"f:spec": {"f:template": {"f:metadata": {}}}});
+    let both = json!({"f:spec": {"f:template": {".": {}, "f:metadata": {}}}});
+    assert_eq!(union(&a, &b), both);
+    assert_eq!(union(&b, &a), both);
+    // A member spelt `{".": {}}` is the same member.
+    assert_eq!(
+        union(&json!({"f:x": {".": {}}}), &json!({})),
+        json!({"f:x": {}})
+    );
+}
+
+#[test]
+fn union_of_list_keys_values_and_indices() {
+    let a = json!({"f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}, "f:name": {}}}}});
+    let b = json!({"f:spec": {"f:containers": {
+        "k:{\"name\":\"app\"}": {"f:env": {"k:{\"name\":\"A\"}": {".": {}, "f:value": {}}}},
+        "k:{\"name\":\"side\"}": {".": {}, "f:name": {}}
+    }, "f:finalizers": {"v:\"x\"": {}}, "f:args": {"i:0": {}}}});
+    assert_eq!(
+        union(&a, &b),
+        json!({"f:spec": {
+            "f:args": {"i:0": {}},
+            "f:containers": {
+                "k:{\"name\":\"app\"}": {".": {}, "f:env": {"k:{\"name\":\"A\"}": {".": {}, "f:value": {}}}, "f:image": {}, "f:name": {}},
+                "k:{\"name\":\"side\"}": {".": {}, "f:name": {}}
+            },
+            "f:finalizers": {"v:\"x\"": {}}
+        }})
+    );
+}
+
+#[test]
+fn union_with_empty_is_identity_and_idempotent() {
+    let a = json!({"f:data": {".": {}, "f:x": {}}});
+    assert_eq!(union(&a, &json!({})), a);
+    assert_eq!(union(&json!({}), &a), a);
+    assert_eq!(union(&a, &a), a);
+}
+
+#[test]
+fn nothing_to_take_over_is_none() {
+    assert_eq!(taken_over(&[], OWNER), None);
+    let managed = [
+        entry(OWNER, APPLY, json!({"f:data": {"f:a": {}}})),
+        entry("helm", UPDATE, json!({"f:data": {"f:b": {}}})),
+        sub(
+            entry("kubectl-edit", UPDATE, json!({"f:status": {}})),
+            "status",
+        ),
+    ];
+    assert_eq!(taken_over(&managed, OWNER), None);
+}
+
+#[test]
+fn matches_are_merged_into_the_owners_apply_entry() {
+    let managed = [
+        entry(
+            "kubectl-client-side-apply",
+            UPDATE,
+            json!({"f:data": {"f:b": {}}}),
+        ),
+        entry(OWNER, APPLY, json!({"f:data": {"f:a": {}}})),
+        entry("helm", UPDATE, json!({"f:data": {"f:h": {}}})),
+        entry(
+            "kubectl-edit",
+            UPDATE,
+            json!({"f:data": {"f:a": {}, "f:c": {}}}),
+        ),
+        sub(
+            entry(
+                "kubectl-edit",
+                UPDATE,
+                json!({"f:spec": {"f:replicas": {}}}),
+            ),
+            "scale",
+        ),
+        entry("before-first-apply", UPDATE, json!({"f:data": {"f:d": {}}})),
+        entry(OWNER, UPDATE, json!({"f:data": {"f:e": {}}})),
+    ];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(
+        names(&after),
+        [
+            ("helm".into(), UPDATE.into()),
+            ("kubectl-edit".into(), UPDATE.into()),
+            (OWNER.into(), APPLY.into())
+        ]
+    );
+    assert_eq!(after[1].subresource.as_deref(), Some("scale"));
+    assert_eq!(
+        after[2].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}, "f:b": {}, "f:c": {}, "f:d": {}, "f:e": {}}})
+    );
+}
+
+#[test]
+fn without_an_apply_entry_the_first_match_becomes_it() {
+    let mut first = entry("kubectl-create", UPDATE, json!({"f:data": {"f:a": {}}}));
+    first.time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    let managed = [
+        entry("helm", UPDATE, json!({"f:data": {"f:h": {}}})),
+        first.clone(),
+        entry("kubectl-edit", UPDATE, json!({"f:data": {"f:b": {}}})),
+    ];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(
+        names(&after),
+        [("helm".into(), UPDATE.into()), (OWNER.into(), APPLY.into())]
+    );
+    assert_eq!(
+        after[1].time, first.time,
+        "the renamed entry keeps its other fields"
+    );
+    assert_eq!(
+        after[1].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}, "f:b": {}}})
+    );
+}
+
+#[test]
+fn a_lone_match_is_renamed() {
+    let managed = [entry("kubectl", APPLY, json!({"f:data": {"f:a": {}}}))];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(names(&after), [(OWNER.into(), APPLY.into())]);
+}
+
+#[test]
+fn the_last_owner_apply_entry_is_the_target() {
+    let managed = [
+        entry(OWNER, APPLY, json!({"f:data": {"f:a": {}}})),
+        entry(OWNER, APPLY, json!({"f:data": {"f:z": {}}})),
+        entry("kubectl-edit", UPDATE, json!({"f:data": {"f:b": {}}})),
+    ];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(after.len(), 2);
+    assert_eq!(
+        after[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}}})
+    );
+    assert_eq!(
+        after[1].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:b": {}, "f:z": {}}})
+    );
+}
+
+#[test]
+fn absent_fields_count_as_empty() {
+    let mut owner = entry(OWNER, APPLY, json!({}));
+    owner.fields_v1 = None;
+    let managed = [
+        owner,
+        entry("kubectl-edit", UPDATE, json!({"f:data": {"f:b": {}}})),
+    ];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(
+        after[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:b": {}}})
+    );
+    let mut edit = entry("kubectl-edit", UPDATE, json!({}));
+    edit.fields_v1 = None;
+    let managed = [entry(OWNER, APPLY, json!({"f:data": {"f:a": {}}})), edit];
+    let after = taken_over(&managed, OWNER).unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}}})
+    );
+}
+
+#[test]
+fn cleanup_paths_skip_declared_and_absent_keys() {
+    let strings = |pairs: &[&str]| {
+        Some(
+            pairs
+                .iter()
+                .map(|k| ((*k).to_string(), "x".to_string()))
+                .collect(),
+        )
+    };
+    let live = ObjectMeta {
+        annotations: strings(&[
+            "kubectl.kubernetes.io/last-applied-configuration",
+            "fluxcd.io/sync-checksum",
+            "other",
+        ]),
+        labels: strings(&["fluxcd.io/sync-gc-mark", "app"]),
+        ..Default::default()
+    };
+    let declared = ObjectMeta {
+        annotations: strings(&["fluxcd.io/sync-checksum"]),
+        ..Default::default()
+    };
+    assert_eq!(
+        cleanup_paths(&live, &declared),
+        [
+            "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration",
+            "/metadata/labels/fluxcd.io~1sync-gc-mark"
+        ]
+    );
+    assert!(cleanup_paths(&ObjectMeta::default(), &declared).is_empty());
+}
+
+#[test]
+fn shows_work_for_entries_to_take_over_or_leftovers() {
+    let mut meta = ObjectMeta {
+        managed_fields: Some(vec![
+            entry(OWNER, APPLY, json!({})),
+            entry("helm", UPDATE, json!({})),
+        ]),
+        ..Default::default()
+    };
+    assert!(!shows_work(&meta, OWNER));
+    meta.labels = Some([("fluxcd.io/sync-gc-mark".to_string(), "x".to_string())].into());
+    assert!(shows_work(&meta, OWNER));
+    meta.labels = None;
+    meta.annotations = Some([(CLEANUP_ANNOTATIONS[0].to_string(), "{}".to_string())].into());
+    assert!(shows_work(&meta, OWNER));
+    meta.annotations = None;
+    meta.managed_fields = Some(vec![entry(OWNER, UPDATE, json!({}))]);
+    assert!(shows_work(&meta, OWNER));
+}
