@@ -7,19 +7,25 @@
 //!   `managedFields` → the body gives it up (**strip**: removed from the body);
 //! - our manager owns it → the body carries the live value (**adopt**), so server-side apply
 //!   neither removes nor resets it (`replicas` would otherwise fall back to 1);
-//! - nobody's Apply entry owns it (an Update manager such as an HPA through `/scale` or
-//!   `kubectl edit` took it, or no one) → strip: server-side apply leaves alone a field we
-//!   do not own, so the live value stays and nothing is written. Flux adopts here too; the
-//!   value is the same, but adopting would make us co-owner with a write (a new
-//!   resourceVersion, "configured") each time the autoscaler moves it.
+//! - a manager that Override takes over (`kubectl*`, `before-first-apply`, the set's own
+//!   Update entry: `applyset::field_managers::takes_over_for`) owns it → adopt, as for our
+//!   own: Override makes its fields ours right after this apply, and a field ours but not
+//!   sent would then be removed;
+//! - otherwise (an Update manager such as an HPA through `/scale`, or no one) → strip:
+//!   server-side apply leaves alone a field we do not own, so the live value stays and
+//!   nothing is written. Flux adopts here too; the value is the same, but adopting would make
+//!   us co-owner with a write (a new resourceVersion, "configured") each time the autoscaler
+//!   moves it.
 //!
 //! A path through a list is mapped to `managedFields` by the live item's merge key
 //! (`k:{"name":"app"}`), as Flux resolves it; a path that cannot be mapped counts as ours
 //! (adopt), as in Flux. A path equal on both sides is left in the body as it is.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value};
 
 use super::{Pointer, pointer::index};
+use crate::applyset::field_managers::{self, APPLY};
 
 /// What [`settle`] did to a body.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,24 +44,28 @@ impl Settled {
 
 /// Settles `body` against `live` for `paths`, as field manager `manager` (see the module).
 pub fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) -> Settled {
-    let entries = apply_entries(live);
+    let entries = main_entries(live);
+    let fields: Vec<(&str, &Map<String, Value>)> =
+        entries.iter().map(|e| (e.manager, e.fields)).collect();
     let mut settled = Settled::default();
     for path in paths {
         let live_value = path.get(live);
         if path.get(body) == live_value {
             continue;
         }
-        let segments = fields_v1_segments(live, path, &entries);
-        let others = segments.as_ref().is_some_and(|s| {
-            (entries.iter())
-                .filter(|(m, _)| *m != manager)
-                .any(|(_, f)| contains(f, s))
-        });
-        let ours = segments.as_ref().is_none_or(|s| {
-            (entries.iter())
-                .filter(|(m, _)| *m == manager)
-                .any(|(_, f)| contains(f, s))
-        });
+        let segments = fields_v1_segments(live, path, &fields);
+        let owned_by = |pick: &dyn Fn(&Entry) -> bool| {
+            segments.as_ref().is_some_and(|s| {
+                (entries.iter())
+                    .filter(|e| pick(e))
+                    .any(|e| contains(e.fields, s))
+            })
+        };
+        let ours_now = |e: &Entry| {
+            (e.manager == manager && e.operation == APPLY) || e.taken_over_by(manager)
+        };
+        let others = owned_by(&|e| e.operation == APPLY && !ours_now(e));
+        let ours = segments.is_none() || owned_by(&ours_now);
         match live_value {
             Some(v) if ours && !others => {
                 if path.set(body, v.clone()) {
@@ -71,9 +81,29 @@ pub fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) 
     settled
 }
 
-/// The live object's Apply entries of `managedFields` without a subresource: (manager,
-/// fieldsV1).
-fn apply_entries(live: &Value) -> Vec<(&str, &Map<String, Value>)> {
+/// One entry of the live object's `managedFields` without a subresource.
+struct Entry<'a> {
+    manager: &'a str,
+    operation: &'a str,
+    fields: &'a Map<String, Value>,
+}
+
+impl Entry<'_> {
+    /// Whether Override takes this entry over for the set's manager `owner`.
+    fn taken_over_by(&self, owner: &str) -> bool {
+        field_managers::takes_over_for(
+            &ManagedFieldsEntry {
+                manager: Some(self.manager.to_string()),
+                operation: Some(self.operation.to_string()),
+                ..ManagedFieldsEntry::default()
+            },
+            owner,
+        )
+    }
+}
+
+/// The live object's `managedFields` entries without a subresource.
+fn main_entries(live: &Value) -> Vec<Entry<'_>> {
     let Some(entries) = live
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array)
@@ -82,16 +112,17 @@ fn apply_entries(live: &Value) -> Vec<(&str, &Map<String, Value>)> {
     };
     entries
         .iter()
-        .filter(|e| e.get("operation").and_then(Value::as_str) == Some("Apply"))
         .filter(|e| {
             e.get("subresource")
                 .and_then(Value::as_str)
                 .is_none_or(str::is_empty)
         })
         .filter_map(|e| {
-            let manager = e.get("manager").and_then(Value::as_str)?;
-            let fields = e.get("fieldsV1").and_then(Value::as_object)?;
-            Some((manager, fields))
+            Some(Entry {
+                manager: e.get("manager").and_then(Value::as_str)?,
+                operation: e.get("operation").and_then(Value::as_str)?,
+                fields: e.get("fieldsV1").and_then(Value::as_object)?,
+            })
         })
         .collect()
 }

@@ -88,10 +88,34 @@ fn shared_with_another_apply_manager_strips_as_flux() {
 }
 
 #[test]
+fn a_manager_override_takes_over_adopts_the_live_value() {
+    // Override makes these managers' fields ours after the apply: a field ours and not sent
+    // would then be removed, so the live value is sent.
+    for e in [
+        entry("kubectl-edit", "Update", "", replicas()),
+        entry("kubectl", "Apply", "", replicas()),
+        entry("before-first-apply", "Update", "", replicas()),
+        entry(OURS, "Update", "", replicas()),
+    ] {
+        let entries = json!([entry(OURS, "Apply", "", json!({"f:spec": {}})), e]);
+        let mut b = body(json!(2));
+        let s = settle(
+            &mut b,
+            &live(json!(5), entries),
+            &[p("/spec/replicas")],
+            OURS,
+        );
+        assert_eq!(b["spec"]["replicas"], 5);
+        assert_eq!(s.adopted, ["/spec/replicas"]);
+    }
+}
+
+#[test]
 fn an_update_manager_or_a_subresource_entry_strips_without_taking_the_field() {
     for e in [
         entry("hpa-test", "Update", "scale", replicas()),
-        entry("kubectl-edit", "Update", "", replicas()),
+        entry("hpa-test", "Update", "", replicas()),
+        entry("kubectl-edit", "Update", "scale", replicas()),
         // An Apply entry of a subresource is not an owner of the object's fields.
         entry("scaler", "Apply", "scale", replicas()),
     ] {
