@@ -23,7 +23,8 @@
 //! holds the state, the registry's lifecycle (a set registered, forgotten; every watch
 //! stopped) and the reconcile triggers; [`kind_watches`] the watch of each member kind and
 //! [`watch_refs`] which sets hold each kind; [`drift`] what each set last applied, drift and
-//! the skipped writes; [`health`] the tracked sets' health; [`checks`] the watches of the
+//! the skipped writes; [`health`] the tracked sets' health; [`reassess`] a set's
+//! objects assessed again when its expressions change; [`checks`] the watches of the
 //! objects of `spec.healthChecks`; [`labelled`] what the watches know of labelled objects.
 //! Its lock cannot be poisoned: a panic elsewhere leaves every answer as true as before.
 
@@ -48,6 +49,7 @@ mod drift;
 mod health;
 mod kind_watches;
 mod labelled;
+mod reassess;
 pub mod watch_refs;
 
 pub use checks::{CheckTarget, MAX_CHECK_WATCHES_PER_SET, MAX_CHECKED_OBJECTS};
@@ -82,6 +84,10 @@ struct State {
     dirty: HashSet<String>,
     /// The compiled spec.healthCheckExprs of the tracked sets that have some, by parent ID.
     exprs: HashMap<String, Arc<crate::health::HealthExprs>>,
+    /// Moves on at every change of a set's expressions (see [`reassess`]).
+    exprs_gen: u64,
+    /// The value of `exprs_gen` at the last change of each tracked set's expressions.
+    exprs_changed: HashMap<String, u64>,
 }
 
 /// Member watches and applied-state records, shared by all reconciles.
@@ -101,6 +107,8 @@ pub struct MemberWatches {
     changes: tokio::sync::watch::Sender<u64>,
     /// Namespaces being terminated: what is deleted there is not drift.
     terminating: Arc<Terminating>,
+    /// Reads of objects to assess again, at most [`reassess::REASSESS_READS`] at once.
+    reads: tokio::sync::Semaphore,
 }
 
 /// A hook run when a watched kind is not served any more.
@@ -127,6 +135,7 @@ impl MemberWatches {
             health_changed: Notify::new(),
             check_cap: std::sync::atomic::AtomicUsize::new(MAX_CHECKED_OBJECTS),
             changes: tokio::sync::watch::Sender::new(0),
+            reads: tokio::sync::Semaphore::new(reassess::REASSESS_READS),
         };
         (
             Arc::new(w),

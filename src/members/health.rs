@@ -105,82 +105,9 @@ impl MemberWatches {
         self.mark_dirty(&mut s, vec![id.to_string()]);
     }
 
-    /// Sets the compiled spec.healthCheckExprs of parent `id` (none: empty), before its
-    /// members are applied, so that every event of them after this call is assessed with
-    /// them. When they changed, the objects already assessed with the former ones are
-    /// assessed again: the watch of each member kind they concern (by either) that holds
-    /// objects of the set, or has not finished listing, lists again, and so does the watch of
-    /// each object the set checks that they concern.
-    pub fn use_exprs(self: &Arc<Self>, id: &str, exprs: Arc<HealthExprs>) {
-        // Taken before the state (the lock order of `relist`).
-        let running: Vec<GroupKind> = self.watches.lock().running.keys().cloned().collect();
-        let (kinds, checks) = {
-            let mut s = self.state.lock();
-            let previous = match exprs.is_empty() {
-                true => s.exprs.remove(id),
-                false => s.exprs.insert(id.to_string(), exprs.clone()),
-            };
-            let previous = previous.unwrap_or_default();
-            if previous.source() == exprs.source() {
-                return;
-            }
-            let concerned = |group: &str, kind: &str| {
-                previous.for_kind(group, kind).is_some() || exprs.for_kind(group, kind).is_some()
-            };
-            let mut kinds: HashSet<GroupKind> = s
-                .live
-                .of_id(id)
-                .filter(|(r, _)| concerned(&r.group, &r.kind))
-                .map(|(r, _)| GroupKind::new(r.group.clone(), r.kind.clone()))
-                .collect();
-            // A kind still listing may have assessed objects of the set with the former ones.
-            kinds.extend(
-                running
-                    .into_iter()
-                    .filter(|gk| !s.synced.contains(gk) && concerned(&gk.group, &gk.kind)),
-            );
-            let checks: Vec<MemberRef> = s
-                .checked
-                .iter()
-                .filter(|(r, c)| c.users.contains(id) && concerned(&r.group, &r.kind))
-                .map(|(r, _)| r.clone())
-                .collect();
-            (kinds, checks)
-        };
-        for gk in kinds {
-            self.relist(&gk);
-        }
-        if !checks.is_empty() {
-            self.recheck(&checks);
-        }
-    }
-
     /// The compiled spec.healthCheckExprs of parent `id`, if it has some.
     pub fn exprs(&self, id: &str) -> Option<Arc<HealthExprs>> {
         self.state.lock().exprs.get(id).cloned()
-    }
-
-    /// Lists the objects of kind `gk` again, if it is watched: its watch starts over, and
-    /// until it has listed, the kind counts as not listed (its objects are not observed).
-    fn relist(self: &Arc<Self>, gk: &GroupKind) {
-        let mut w = self.watches.lock();
-        let Some(resolved) = w.resolved.get(gk).cloned() else {
-            return;
-        };
-        let Some(old) = w.running.remove(gk) else {
-            return;
-        };
-        old.abort();
-        {
-            let mut s = self.state.lock();
-            s.synced.remove(gk);
-            s.live.remove_kind(gk);
-        }
-        let this = self.clone();
-        let gk2 = gk.clone();
-        let handle = tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
-        w.running.insert(gk.clone(), handle);
-        tracing::debug!(kind = %gk, "member watch listing again: a set's healthCheckExprs changed");
     }
 
     /// Stops keeping the health of parent `id` (it no longer waits nor checks, or is gone);
@@ -188,6 +115,7 @@ impl MemberWatches {
     pub fn untrack(self: &Arc<Self>, id: &str) {
         let mut s = self.state.lock();
         s.exprs.remove(id);
+        s.exprs_changed.remove(id);
         if let Some(t) = s.tracked.remove(id) {
             for c in &t.targets.checks {
                 self.stop_checking(&mut s, id, &c.reference);

@@ -39,7 +39,8 @@ use crate::{
 #[derive(Default)]
 pub(super) struct Watches {
     pub(super) running: HashMap<GroupKind, AbortHandle>,
-    /// How each running kind is watched (to list it again: [`MemberWatches::relist`]).
+    /// How each running kind is watched (to read one of its objects again, see
+    /// [`super::reassess`]).
     pub(super) resolved: HashMap<GroupKind, Resolved>,
     pub(super) refs: WatchRefs,
 }
@@ -168,7 +169,14 @@ impl MemberWatches {
     pub(super) async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
         let mut events = self.seen(&gk, &resolved);
         let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
-        while let Some(event) = events.next().await {
+        // The expressions as of the start of the list under way.
+        let mut listing_since = 0;
+        loop {
+            // Taken before the next event is assessed (as it is read).
+            let since = self.exprs_stamp();
+            let Some(event) = events.next().await else {
+                return;
+            };
             let event = match event {
                 Ok(e) => e,
                 Err(e) if not_served(&e) => return self.gone(&gk),
@@ -178,7 +186,10 @@ impl MemberWatches {
                 }
             };
             match event {
-                watcher::Event::Init => pending.clear(),
+                watcher::Event::Init => {
+                    pending.clear();
+                    listing_since = since;
+                }
                 watcher::Event::InitApply((meta, whole)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
                         let (health, shape) = whole.unzip();
@@ -196,41 +207,52 @@ impl MemberWatches {
                     }
                 }
                 watcher::Event::InitDone => {
+                    let assessed = assessed(&pending);
                     let drifted = self.replace_kind(&gk, std::mem::take(&mut pending));
                     self.trigger(drifted);
+                    self.recorded_since(assessed, listing_since);
                 }
                 watcher::Event::Apply((meta, whole)) => {
                     if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
+                        let assessed = whole.is_some().then(|| id.clone()).flatten();
                         let tag = Tag {
                             id,
                             marks: Marks::of_meta(&meta),
                         };
-                        let drifted = self.observe_seen(r, Some(rv.clone()), whole, Some(rv), tag);
+                        let seen = Some(rv.clone());
+                        let drifted = self.observe_seen(r.clone(), seen.clone(), whole, seen, tag);
                         self.trigger(drifted);
-                    }
-                }
-                watcher::Event::Delete((meta, _)) => {
-                    if let Some((r, rv, id)) = Self::key(&gk, resolved.namespaced, &meta) {
-                        // The namespace controller deleting a terminating namespace's
-                        // content: recorded, but the sets living there are not reconciled
-                        // (their own deletion is coming); sets elsewhere are, to report it.
-                        let terminating = r
-                            .namespace
-                            .clone()
-                            .filter(|ns| self.terminating.contains(ns));
-                        let tag = Tag {
-                            id,
-                            marks: Marks::default(),
-                        };
-                        let mut drifted = self.observe_seen(r, None, None, Some(rv), tag);
-                        if let Some(ns) = terminating {
-                            drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
+                        if let Some(id) = assessed {
+                            self.recorded_since(vec![(r, id, rv)], since);
                         }
-                        self.trigger(drifted);
                     }
                 }
+                watcher::Event::Delete((meta, _)) => self.deleted(&gk, resolved.namespaced, &meta),
             }
         }
+    }
+
+    /// A labelled object of kind `gk` deleted.
+    fn deleted(&self, gk: &GroupKind, namespaced: bool, meta: &ObjectMeta) {
+        let Some((r, rv, id)) = Self::key(gk, namespaced, meta) else {
+            return;
+        };
+        // The namespace controller deleting a terminating namespace's content: recorded, but
+        // the sets living there are not reconciled (their own deletion is coming); sets
+        // elsewhere are, to report it.
+        let terminating = r
+            .namespace
+            .clone()
+            .filter(|ns| self.terminating.contains(ns));
+        let tag = Tag {
+            id,
+            marks: Marks::default(),
+        };
+        let mut drifted = self.observe_seen(r, None, None, Some(rv), tag);
+        if let Some(ns) = terminating {
+            drifted.retain(|p| p.namespace.as_ref() != Some(&ns));
+        }
+        self.trigger(drifted);
     }
 
     fn key(
@@ -297,6 +319,15 @@ impl MemberWatches {
         }
         drifted
     }
+}
+
+/// The objects of a list that carry a verdict: reference, set, resourceVersion.
+fn assessed(listed: &HashMap<MemberRef, Labelled>) -> Vec<(MemberRef, String, String)> {
+    listed
+        .iter()
+        .filter(|(_, l)| l.health.is_some())
+        .filter_map(|(r, l)| Some((r.clone(), l.id.clone()?, l.rv.clone())))
+        .collect()
 }
 
 /// Whether a watch error says the kind is not served (its LIST answered 404).

@@ -60,6 +60,11 @@ impl LabelledIndex {
         self.by_ref.get(r)
     }
 
+    /// What is known of `r`, to change its health (nothing else: the index stays true).
+    pub fn get_mut(&mut self, r: &MemberRef) -> Option<&mut Labelled> {
+        self.by_ref.get_mut(r)
+    }
+
     /// Records `l` as what is known of `r`; returns what was.
     pub fn insert(&mut self, r: MemberRef, l: Labelled) -> Option<Labelled> {
         if let Some(known) = self.by_ref.get_mut(&r)

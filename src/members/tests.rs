@@ -472,3 +472,97 @@ async fn the_controls_of_live_objects_are_known_without_a_request() {
     assert!(w.applied_by(&id).is_empty());
     assert!(event(&w, &a, "12", &id).is_empty());
 }
+
+/// An object `name` of kind example.com/Widget in `ns`.
+fn widget(ns: &str, name: &str) -> MemberRef {
+    MemberRef {
+        group: "example.com".into(),
+        kind: "Widget".into(),
+        namespace: Some(ns.into()),
+        name: name.into(),
+    }
+}
+
+fn assessed_by_watch(rv: &str, id: &str) -> super::labelled::Labelled {
+    super::labelled::Labelled {
+        rv: rv.into(),
+        id: Some(id.into()),
+        health: Some(Health::new(health::Status::Current, "ready")),
+        shape: None,
+        marks: Marks::default(),
+    }
+}
+
+#[tokio::test]
+async fn new_expressions_of_one_set_touch_no_other_set_of_the_kind() {
+    let (w, _t, _, _) = registry();
+    let (a, b) = (ParentRef::applyset("t", "a"), ParentRef::applyset("u", "b"));
+    let (a1, a2, b1) = (widget("t", "a1"), widget("t", "a2"), widget("u", "b1"));
+    let gk = GroupKind::new("example.com", "Widget");
+    let listed = HashMap::from([
+        (a1.clone(), assessed_by_watch("1", &a.id())),
+        (a2.clone(), assessed_by_watch("2", &a.id())),
+        (b1.clone(), assessed_by_watch("3", &b.id())),
+    ]);
+    w.replace_kind(&gk, listed);
+    let targets = |members: Vec<MemberRef>| Targets {
+        members,
+        checks: Vec::new(),
+    };
+    w.track(&a.id(), &a, targets(vec![a1.clone(), a2.clone()]));
+    w.track(&b.id(), &b, targets(vec![b1.clone()]));
+    let before = w.exprs_stamp();
+    let entry = crate::api::CustomHealthCheck {
+        api_version: "example.com/v1".into(),
+        kind: Some("Widget".into()),
+        current: "has(status.ready)".into(),
+        in_progress: None,
+        failed: None,
+    };
+    let exprs = crate::health::HealthExprs::compile(&[entry]).expect("compiles");
+    w.use_exprs(&a.id(), Arc::new(exprs));
+    // a's objects are not assessed until read again (this registry reaches no server).
+    let ha = w.health(&a.id()).expect("tracked");
+    assert_eq!((ha.unobserved, ha.summary.current), (2, 0), "{ha:?}");
+    // b keeps its verdict, and the kind stays listed.
+    let hb = w.health(&b.id()).expect("tracked");
+    assert_eq!((hb.unobserved, hb.summary.current), (0, 1), "{hb:?}");
+    assert!(w.unwatched(&b.id()).is_empty());
+    assert_eq!(
+        w.state.lock().live.get(&b1),
+        Some(&assessed_by_watch("3", &b.id()))
+    );
+    // A verdict the watch made before the change (an event in flight) is not kept for a;
+    // one for b is.
+    let a3 = widget("t", "a3");
+    w.state
+        .lock()
+        .live
+        .insert(a3.clone(), assessed_by_watch("4", &a.id()));
+    let seen = vec![
+        (a3.clone(), a.id(), "4".to_string()),
+        (b1.clone(), b.id(), "3".to_string()),
+    ];
+    w.recorded_since(seen, before);
+    assert_eq!(
+        w.state.lock().live.get(&a3).map(|l| l.health.clone()),
+        Some(None)
+    );
+    let hb = w.health(&b.id()).expect("tracked");
+    assert_eq!((hb.unobserved, hb.summary.current), (0, 1), "{hb:?}");
+    // Expressions unchanged: nothing is assessed again.
+    let after = w.exprs_stamp();
+    w.state
+        .lock()
+        .live
+        .insert(a3.clone(), assessed_by_watch("5", &a.id()));
+    w.recorded_since(vec![(a3.clone(), a.id(), "5".to_string())], after);
+    assert!(
+        w.state
+            .lock()
+            .live
+            .get(&a3)
+            .is_some_and(|l| l.health.is_some())
+    );
+    w.stop();
+}
