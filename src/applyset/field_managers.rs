@@ -33,7 +33,10 @@ pub const PREFIXES: [(&str, &str); 3] = [
 /// Managers never taken over although their names start with `kubectl`: the operator's own
 /// kubectl plugin, whose writes (`suspend`, `resume`, `reconcile` of a set that is itself a
 /// member of another set) are deliberate, as `flux suspend` is to Flux.
-pub const KEPT: [&str; 1] = ["kubectl-applyset"];
+pub const KEPT: [&str; 1] = [PLUGIN_FIELD_MANAGER];
+
+/// The field manager of the kubectl plugin's own writes (annotations, spec.suspend).
+pub const PLUGIN_FIELD_MANAGER: &str = "kubectl-applyset";
 
 /// Annotations removed from a member whenever its fields are taken over (kustomize-controller's
 /// cleanup: the client-side apply's record and Flux v1's checksums).

@@ -61,9 +61,8 @@ pub fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) 
                     .any(|e| contains(e.fields, s))
             })
         };
-        let ours_now = |e: &Entry| {
-            (e.manager == manager && e.operation == APPLY) || e.taken_over_by(manager)
-        };
+        let ours_now =
+            |e: &Entry| (e.manager == manager && e.operation == APPLY) || e.taken_over_by(manager);
         let others = owned_by(&|e| e.operation == APPLY && !ours_now(e));
         let ours = segments.is_none() || owned_by(&ours_now);
         match live_value {

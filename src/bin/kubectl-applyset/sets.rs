@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::{Global, conn, error::CliError, progress::Progress};
 
 /// The field manager of the plugin's own writes (annotations, spec.suspend).
-pub const FIELD_MANAGER: &str = "kubectl-applyset";
+pub const FIELD_MANAGER: &str = applyset_operator::applyset::field_managers::PLUGIN_FIELD_MANAGER;
 
 /// The Ready condition of a status.
 pub fn ready(status: Option<&ApplySetStatus>) -> Option<&Condition> {

@@ -234,28 +234,6 @@ async fn send(
         .map(drop)
 }
 
-/// Takes over the fields of the object `name` that [`field_managers::takes_over`] selects, as
-/// the set's member field manager `manager`; reads the object's metadata first (for callers
-/// without an answer at hand). Merge on the live object makes it take over nothing.
-#[allow(dead_code)] // the entry point for the engine's other callers (no answer at hand)
-pub(crate) async fn take_over(
-    api: &Api<DynamicObject>,
-    name: &str,
-    manager: &str,
-) -> Result<TakeOver, kube::Error> {
-    let Some(live) = api.get_metadata_opt(name).await? else {
-        return Ok(TakeOver::Nothing);
-    };
-    if !overrides_managers(Marks::default(), Marks::of_meta(&live.metadata)) {
-        return Ok(TakeOver::Nothing);
-    }
-    let Some(patch) = patch(&live.metadata, &ObjectMeta::default(), manager) else {
-        return Ok(TakeOver::Nothing);
-    };
-    send(api, name, manager, &patch).await?;
-    Ok(TakeOver::Done)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
