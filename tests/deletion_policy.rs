@@ -163,9 +163,14 @@ async fn wait_for_termination_gives_up_at_the_timeout() {
         json!({"deletionPolicy": "WaitForTermination", "timeout": "3s", "manifests": [held("held")]}),
     )
     .await;
-    // The set went although its member is still being deleted.
+    // The set went although its member is still being deleted: it waited (Progressing), then
+    // gave up at its timeout, saying so.
     let o = api.get("held").await.expect("the held member");
     assert!(o.metadata.deletion_timestamp.is_some());
+    let waited = event_note(&h.client, &h.ns, "Progressing", "WaitForTermination").await;
+    assert!(waited.contains("held"), "{waited}");
+    let gave_up = event_note(&h.client, &h.ns, "PruneFailed", "after spec.timeout").await;
+    assert!(gave_up.contains("held"), "{gave_up}");
     api.patch(
         "held",
         &PatchParams::default(),

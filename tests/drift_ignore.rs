@@ -344,3 +344,45 @@ async fn diff_does_not_show_ignored_fields() {
         .filter(|l| l.trim_start_matches(['-', '+', ' ']).starts_with("a:"));
     assert_eq!(ignored.count(), 0, "{shown}");
 }
+
+#[tokio::test]
+async fn an_adopted_object_keeps_its_ignored_field() {
+    let h = Harness::new("ignore-adopt").await;
+    let op = h.start_operator();
+    // Made by someone else (kubectl create), then scaled by an autoscaler through /scale.
+    let mut made = web();
+    made["spec"]["replicas"] = json!(1);
+    let create = kube::api::PostParams {
+        field_manager: Some("kubectl-create".into()),
+        ..Default::default()
+    };
+    let made: kube::api::DynamicObject = serde_json::from_value(made).expect("object");
+    dyn_api(&h.client, &deployment_ar(), Some(&h.ns))
+        .create(&create, &made)
+        .await
+        .expect("kubectl-create web");
+    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), &h.ns);
+    let hpa = PatchParams {
+        field_manager: Some("hpa-test".into()),
+        ..Default::default()
+    };
+    deployments
+        .patch_scale("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
+        .await
+        .expect("scale web");
+
+    // Adopted (a forced apply of the whole body, except what the rule ignores).
+    let set = h.applyset("adopt");
+    set.create(json!({"adoptExisting": true, "manifests": [web()],
+        "ignore": [{"paths": ["/spec/replicas"]}]}))
+        .await;
+    set.wait_ready().await;
+    let d = live(&h, &deployment_ar(), "web").await;
+    assert_eq!(
+        d["metadata"]["labels"][applyset_operator::applyset::LABEL_PART_OF],
+        set.id()
+    );
+    assert_eq!(d["spec"]["minReadySeconds"], 3, "the rest is applied");
+    assert_eq!(d["spec"]["replicas"], 5, "the autoscaler's value stays");
+    stop(op).await;
+}

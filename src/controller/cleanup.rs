@@ -249,7 +249,8 @@ async fn wait_for_termination<P: Parent>(
 }
 
 /// The members of `pending` that still exist (with their UID); one that cannot be looked at
-/// counts as still there.
+/// counts as still there, but one the set's identity may not get is not waited for (the
+/// prune needs only list and delete): waiting could only end at the timeout.
 async fn still_there(scope: &SetScope, pending: Vec<Deleted>) -> Vec<Deleted> {
     let mut left = Vec::with_capacity(pending.len());
     for d in pending {
@@ -258,6 +259,9 @@ async fn still_there(scope: &SetScope, pending: Vec<Deleted>) -> Vec<Deleted> {
         match api.get_metadata_opt(&d.reference.name).await {
             Ok(Some(o)) if d.uid.is_none() || o.metadata.uid == d.uid => left.push(d),
             Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                tracing::warn!(member = %d.reference, "not waited for (deletionPolicy WaitForTermination): the set's identity may not get it; grant it get on that kind to wait for it");
+            }
             Err(e) => {
                 tracing::debug!(member = %d.reference, error = %e, "looking for a deleted member");
                 left.push(d);

@@ -193,13 +193,21 @@ async fn apply_one(
     if let Some(refused) = into_terminating(scope, member).await {
         return (refused, None);
     }
-    let body = match ignore::settled(&api, member, body, &scope.manager, opts.existing).await {
+    let r = &member.reference;
+    let exists = opts.existing.contains_key(r) || opts.lookup.existing.contains_key(r);
+    let body = match ignore::settled(&api, member, body, &scope.manager, exists).await {
         Ok(body) => body,
         Err(failed) => return (failed, None),
     };
     let (outcome, answer) = match create_first(&api, scope, member, &body, opts).await {
         First::Done(outcome, answer) => (outcome, answer),
-        First::Looked(lookup) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
+        First::Looked(lookup) => {
+            // It exists after all (the create-only attempt was refused): settled now.
+            match ignore::settled(&api, member, body, &scope.manager, true).await {
+                Ok(body) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
+                Err(failed) => (failed, None),
+            }
+        }
         First::Apply => apply_looked(&api, scope, member, &body, opts, opts.lookup).await,
     };
     if let (

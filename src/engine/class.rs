@@ -123,12 +123,6 @@ impl Class<'_> {
             )
     }
 
-    /// A declared member settled for the prune and the report: applied, or skipped by its
-    /// own controls (left as it is, on purpose).
-    pub fn is_settled(&self) -> bool {
-        self.is_applied() || matches!(self, Class::Skipped(_))
-    }
-
     /// A prune that did not finish (see [`Outcome::is_unfinished_prune`]).
     pub fn is_unfinished_prune(&self) -> bool {
         matches!(
@@ -225,7 +219,6 @@ mod tests {
         };
         assert_eq!(which(&|c| c.is_applied()), vec![0, 1, 2, 3]);
         assert_eq!(which(&|c| c.is_member()), (0..11).collect::<Vec<_>>());
-        assert_eq!(which(&|c| c.is_settled()), vec![0, 1, 2, 3, 10]);
         assert_eq!(which(&|c| c.is_unfinished_prune()), vec![13, 15, 16]);
     }
 

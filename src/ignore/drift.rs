@@ -8,7 +8,8 @@
 //! - our manager owns it → the body carries the live value (**adopt**), so server-side apply
 //!   neither removes nor resets it (`replicas` would otherwise fall back to 1);
 //! - a manager that Override takes over (`kubectl*`, `before-first-apply`, the set's own
-//!   Update entry: `applyset::field_managers::takes_over_for`) owns it → adopt, as for our
+//!   Update entry: `applyset::field_managers::takes_over_for`; not under `ssa: Merge`) owns
+//!   it → adopt, as for our
 //!   own: Override makes its fields ours right after this apply, and a field ours but not
 //!   sent would then be removed;
 //! - otherwise (an Update manager such as an HPA through `/scale`, or no one) → strip:
@@ -42,8 +43,16 @@ impl Settled {
     }
 }
 
-/// Settles `body` against `live` for `paths`, as field manager `manager` (see the module).
-pub fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) -> Settled {
+/// Settles `body` against `live` for `paths`, as field manager `manager` (see the module);
+/// `overrides`: Override takes the `kubectl*` and `before-first-apply` managers' fields over
+/// after this apply (false under `ssa: Merge`, where they stay theirs and are stripped).
+pub fn settle(
+    body: &mut Value,
+    live: &Value,
+    paths: &[Pointer],
+    manager: &str,
+    overrides: bool,
+) -> Settled {
     let entries = main_entries(live);
     let fields: Vec<(&str, &Map<String, Value>)> =
         entries.iter().map(|e| (e.manager, e.fields)).collect();
@@ -61,8 +70,10 @@ pub fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) 
                     .any(|e| contains(e.fields, s))
             })
         };
-        let ours_now =
-            |e: &Entry| (e.manager == manager && e.operation == APPLY) || e.taken_over_by(manager);
+        let ours_now = |e: &Entry| {
+            (e.manager == manager && e.operation == APPLY)
+                || (overrides && e.taken_over_by(manager))
+        };
         let others = owned_by(&|e| e.operation == APPLY && !ours_now(e));
         let ours = segments.is_none() || owned_by(&ours_now);
         match live_value {

@@ -1,21 +1,18 @@
 //! Drift-ignore rules at the apply (see [`crate::ignore`]): a member that a rule names and
-//! that exists (the reconcile saw it live) has its body settled against its live object,
+//! that exists (the reconcile saw it live, or an object being adopted) has its body settled against its live object,
 //! read now with one GET as the set's identity: the ignored fields that drifted are given
 //! up or carry the live value ([`crate::ignore::drift::settle`]). A member no rule names
 //! costs nothing more; one being created is sent whole (its ignored fields set from the
 //! manifest, as Flux does); in a dry-run (a plan, `diff`) the same body is sent.
 
-use std::{
-    collections::HashMap,
-    hash::{DefaultHasher, Hash, Hasher},
-};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use kube::{Api, api::DynamicObject};
 use serde_json::Value;
 
 use crate::{
-    api::MemberRef,
-    engine::{live::LiveObject, outcome::Outcome},
+    applyset::controls::{self, Marks},
+    engine::outcome::Outcome,
     render::Member,
 };
 
@@ -36,20 +33,29 @@ pub(super) fn body_hash(member: &Member, body: &Value) -> u64 {
 }
 
 /// The body to send for `member`, as field manager `manager`: `body` settled against the
-/// live object when a rule names the member and `existing` knows it; `body` itself
-/// otherwise, or when it is gone since. A failed read is the member's outcome.
+/// live object when a rule names the member and it `exists` (the reconcile saw it live, or it
+/// exists without the set's label and is being adopted: adoption forces, so an ignored field
+/// sent whole would be reset); `body` itself otherwise, or when it is gone since. A failed
+/// read is the member's outcome.
 pub(super) async fn settled(
     api: &Api<DynamicObject>,
     member: &Member,
     mut body: Value,
     manager: &str,
-    existing: &HashMap<MemberRef, LiveObject>,
+    exists: bool,
 ) -> Result<Value, Outcome> {
-    if member.ignore.is_empty() || !existing.contains_key(&member.reference) {
+    if member.ignore.is_empty() || !exists {
         return Ok(body);
     }
+    let failed = |why: String| {
+        let message = format!(
+            "{}: reading it for spec.ignore: {why}; not applied",
+            member.reference
+        );
+        Outcome::Failed { message }
+    };
     let live = match api.get_opt(&member.reference.name).await {
-        Ok(Some(live)) => serde_json::to_value(live).unwrap_or(Value::Null),
+        Ok(Some(live)) => live,
         Ok(None) => return Ok(body),
         Err(kube::Error::Api(s)) if s.is_forbidden() => {
             let message = format!(
@@ -58,15 +64,17 @@ pub(super) async fn settled(
             );
             return Err(Outcome::Forbidden { message });
         }
-        Err(e) => {
-            let message = format!(
-                "{}: reading it for spec.ignore: {e}; not applied",
-                member.reference
-            );
-            return Err(Outcome::Failed { message });
-        }
+        Err(e) => return Err(failed(e.to_string())),
     };
-    let settled = crate::ignore::drift::settle(&mut body, &live, &member.ignore, manager);
+    let overrides = controls::overrides_managers(
+        Marks::of_object(&member.object),
+        Marks::of_meta(&live.metadata),
+    );
+    // A live object that cannot be read as JSON is not settled against nothing (that would
+    // strip every ignored field, ours included): the member fails.
+    let live = serde_json::to_value(live).map_err(|e| failed(e.to_string()))?;
+    let settled =
+        crate::ignore::drift::settle(&mut body, &live, &member.ignore, manager, overrides);
     if !settled.is_empty() {
         tracing::debug!(member = %member.reference, stripped = ?settled.stripped,
             adopted = ?settled.adopted, "ignored fields settled against the live object");

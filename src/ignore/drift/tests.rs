@@ -2,6 +2,11 @@ use serde_json::{Value, json};
 
 use super::*;
 
+/// [`super::settle`] as Override (no `ssa: Merge`).
+fn settle(body: &mut Value, live: &Value, paths: &[Pointer], manager: &str) -> Settled {
+    super::settle(body, live, paths, manager, true)
+}
+
 const OURS: &str = "applyset.dev/member-x";
 
 fn p(t: &str) -> Pointer {
@@ -263,5 +268,23 @@ fn no_managed_fields_strips_a_live_field() {
         .map(|m| m.remove("managedFields"));
     let mut b = body(json!(2));
     let s = settle(&mut b, &l, &[p("/spec/replicas")], OURS);
+    assert_eq!(s.stripped, ["/spec/replicas"]);
+}
+
+#[test]
+fn under_merge_a_kubectl_owned_field_is_stripped() {
+    let entries = json!([
+        entry(OURS, "Apply", "", json!({"f:spec": {}})),
+        entry("kubectl-edit", "Update", "", replicas()),
+    ]);
+    let mut b = body(json!(2));
+    let s = super::settle(
+        &mut b,
+        &live(json!(5), entries),
+        &[p("/spec/replicas")],
+        OURS,
+        false,
+    );
+    assert_eq!(b["spec"].get("replicas"), None);
     assert_eq!(s.stripped, ["/spec/replicas"]);
 }
