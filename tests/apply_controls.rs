@@ -398,7 +398,7 @@ async fn prune_disabled(f: Family) {
     let x = |v: &str| f.marked(configmap("x", json!({"k": v})), "prune", "disabled");
     let y = configmap("y", json!({"k": "1"}));
     c.create(vec![x("1"), y.clone()]).await;
-    declare(h, set, "2", vec![x("2"), y]).await;
+    declare(h, set, "2", vec![x("2"), y.clone()]).await;
     assert_eq!(k(h, "x").await, "2", "applied as any member");
 
     let (mark, extra) = (f.key("prune"), "example.com/extra");
