@@ -138,11 +138,17 @@ async fn moved(api: &Api<DynamicObject>, name: &str, rv: Option<&str>) -> bool {
 
 /// Whether `live` shows something to take over that neither Merge nor a skip mark forbids.
 fn pending(live: &ObjectMeta, member: &Member, manager: &str) -> bool {
-    let (desired, live_marks) = (Marks::of_object(&member.object), Marks::of_meta(live));
+    acts_on(live, Marks::of_object(&member.object), manager)
+        && patch(live, &declared(member), manager).is_some()
+}
+
+/// Whether Override acts on `live` for a member whose manifest carries `desired`: it shows
+/// something to take over, Merge is on neither side, and no mark (desired or live) skips it.
+fn acts_on(live: &ObjectMeta, desired: Marks, manager: &str) -> bool {
+    let live_marks = Marks::of_meta(live);
     field_managers::shows_work(live, manager)
         && overrides_managers(desired, live_marks)
         && skip_apply(desired, Some(live_marks)).is_none()
-        && patch(live, &declared(member), manager).is_some()
 }
 
 /// The labels and annotations the member declares.
@@ -220,11 +226,7 @@ async fn take_over_known(
     live: &ObjectMeta,
     member: &Member,
 ) -> Result<TakeOver, Failure> {
-    let (desired, live_marks) = (Marks::of_object(&member.object), Marks::of_meta(live));
-    if !field_managers::shows_work(live, manager)
-        || !overrides_managers(desired, live_marks)
-        || skip_apply(desired, Some(live_marks)).is_some()
-    {
+    if !acts_on(live, Marks::of_object(&member.object), manager) {
         return Ok(TakeOver::Nothing);
     }
     let Some(patch) = patch(live, &declared(member), manager) else {
@@ -336,6 +338,33 @@ mod tests {
             json!({"f:data": {"f:a": {}, "f:b": {}}})
         );
         assert_eq!(p.as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_skip_mark_or_merge_on_either_side_stops_override() {
+        let live = |key: &str, value: &str| ObjectMeta {
+            resource_version: Some("1".into()),
+            annotations: Some([(key.to_string(), value.to_string())].into()),
+            managed_fields: Some(vec![
+                entry("me", "Apply", json!({"f:data": {"f:a": {}}})),
+                entry("kubectl-edit", "Update", json!({"f:data": {"f:b": {}}})),
+            ]),
+            ..Default::default()
+        };
+        let none = Marks::default();
+        assert!(acts_on(&live("example.com/x", "y"), none, "me"));
+        for (key, value) in [
+            ("applyset.dev/ssa", "Ignore"),
+            ("kustomize.toolkit.fluxcd.io/reconcile", "Disabled"),
+            ("applyset.dev/ssa", "Merge"),
+        ] {
+            assert!(!acts_on(&live(key, value), none, "me"), "{key}: {value}");
+        }
+        let ignored = Marks {
+            ssa_ignore: true,
+            ..Marks::default()
+        };
+        assert!(!acts_on(&live("example.com/x", "y"), ignored, "me"));
     }
 
     #[test]
