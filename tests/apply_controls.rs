@@ -64,15 +64,33 @@ impl Family {
         manifest
     }
 
-    /// Someone else marks the live object `name` with `suffix: value`, in this family's
-    /// live form.
+    /// A user marks the live object `name` with `suffix: value`, in this family's live form,
+    /// as `kubectl label` / `kubectl annotate` do (their field managers, which Override takes
+    /// fields over from).
     async fn mark_live(self, h: &Harness, name: &str, suffix: &str, value: &str) {
-        let field = match self {
-            Family::Ours => "labels",
-            Family::Flux => "annotations",
+        self.mark_live_with(h, name, &[(&self.key(suffix), &self.value(value))])
+            .await;
+    }
+
+    /// [`Family::mark_live`] of several keys in one write.
+    async fn mark_live_with(self, h: &Harness, name: &str, pairs: &[(&str, &str)]) {
+        let (field, manager) = match self {
+            Family::Ours => ("labels", "kubectl-label"),
+            Family::Flux => ("annotations", "kubectl-annotate"),
         };
-        let patch = json!({"metadata": { field: { self.key(suffix): self.value(value) }}});
-        edit(h, name, patch).await;
+        let map: serde_json::Map<String, Value> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), json!(v)))
+            .collect();
+        edit_as(h, name, manager, json!({"metadata": { field: map }})).await;
+    }
+
+    /// The value of `key` in this family's live form on `obj`.
+    fn live_mark(self, obj: &DynamicObject, key: &str) -> Option<String> {
+        match self {
+            Family::Ours => obj.labels().get(key).cloned(),
+            Family::Flux => obj.annotations().get(key).cloned(),
+        }
     }
 }
 
@@ -82,14 +100,19 @@ const OTHER: &str = "other-writer";
 
 /// Someone else's merge patch of ConfigMap `name`.
 async fn edit(h: &Harness, name: &str, patch: Value) {
+    edit_as(h, name, OTHER, patch).await;
+}
+
+/// A merge patch of ConfigMap `name` as `manager`.
+async fn edit_as(h: &Harness, name: &str, manager: &str, patch: Value) {
     let params = PatchParams {
-        field_manager: Some(OTHER.into()),
+        field_manager: Some(manager.into()),
         ..PatchParams::default()
     };
     dyn_api(&h.client, &configmap_ar(), Some(&h.ns))
         .patch(name, &params, &Patch::Merge(patch))
         .await
-        .unwrap_or_else(|e| panic!("{OTHER} patching {name}: {e}"));
+        .unwrap_or_else(|e| panic!("{manager} patching {name}: {e}"));
 }
 
 /// Someone else creates ConfigMap `name` (unlabelled) with `k: value`.
@@ -366,21 +389,36 @@ async fn reconcile_disabled(f: Family) {
 }
 
 /// `prune: disabled`: applied as any member (an edit of its manifest lands); removed from the
-/// set, kept — on the manifest (so on the live object) or put on the live object by someone
-/// else.
+/// set, kept — on the manifest (so on the live object) or put on the live object with
+/// `kubectl label` / `kubectl annotate`: Override takes over what else that manager wrote
+/// (removed) but never the mark, which survives the reconcile that follows.
 async fn prune_disabled(f: Family) {
     let c = Case::new(f, "prune").await;
     let (h, set) = (&c.h, &c.set);
     let x = |v: &str| f.marked(configmap("x", json!({"k": v})), "prune", "disabled");
     let y = configmap("y", json!({"k": "1"}));
     c.create(vec![x("1"), y.clone()]).await;
-    declare(h, set, "2", vec![x("2"), y]).await;
+    declare(h, set, "2", vec![x("2"), y.clone()]).await;
     assert_eq!(k(h, "x").await, "2", "applied as any member");
 
-    f.mark_live(h, "y", "prune", "disabled").await;
-    let st = declare(h, set, "3", vec![]).await;
+    let (mark, extra) = (f.key("prune"), "example.com/extra");
+    f.mark_live_with(h, "y", &[(&mark, &f.value("disabled")), (extra, "x")])
+        .await;
+    // y drifted: the next reconcile applies it and takes over kubectl's `extra` (removed).
+    declare(h, set, "3", vec![x("3"), y]).await;
+    let live = eventually("kubectl's other key taken over", DEADLINE, || async {
+        let o = cm(h, "y").await?;
+        f.live_mark(&o, extra).is_none().then_some(o)
+    })
+    .await;
+    assert_eq!(
+        f.live_mark(&live, &mark).as_deref(),
+        Some(f.value("disabled").as_str()),
+        "the mark stays"
+    );
+    let st = declare(h, set, "4", vec![]).await;
     assert_eq!(summary(&st).retained, 2, "{}", status_json(&st));
-    assert_eq!(k(h, "x").await, "2", "kept");
+    assert_eq!(k(h, "x").await, "3", "kept");
     assert_eq!(k(h, "y").await, "1", "kept");
     stop(c.op).await;
 }

@@ -237,6 +237,14 @@ async fn fields_only_kubectl_added_are_removed_with_override_others_kept() {
         "the /scale entry is left alone: {:?}",
         managers(&web)
     );
+    // A witness: a spec change after every edit above; once Ready at that generation, a
+    // reconcile that started after the Merge members' edits has finished.
+    let mut manifests = members();
+    manifests.push(deployment("web"));
+    manifests.push(configmap("witness", json!({"w": "1"})));
+    set.patch_spec(json!({"manifests": manifests})).await;
+    set.wait_ready().await;
+    assert!(api.get_opt("witness").await.expect("get").is_some());
     for (name, _) in VARIANTS.iter().filter(|(n, _)| merges(n)) {
         let o = api.get(name).await.expect("get");
         assert_eq!(data(&o, "added").as_deref(), Some("by kubectl"), "{name}");

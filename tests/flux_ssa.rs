@@ -13,6 +13,13 @@
 //! also keeps the owner's original entry (its loop compares entries by value after merging into
 //! a copy), so the object would list two Apply entries of the owner; the operator keeps only
 //! the merged one. The comparison drops that stale duplicate from Flux's answer.
+//!
+//! A second deliberate difference: the per-object control keys (`ssa`, `prune`, `force`,
+//! `reconcile` under `applyset.dev/` or `kustomize.toolkit.fluxcd.io/`, labels or annotations)
+//! stay with the entry that owns them; Flux merges them into its own entry, so the next apply
+//! removes a `prune: disabled` a user added with `kubectl annotate`. The cases without such
+//! keys are compared as they are; those with them are compared with the control keys left
+//! out, and the difference is asserted.
 
 use std::{
     io::Write as _,
@@ -331,6 +338,144 @@ fn managed_fields_are_taken_over_as_flux() {
             theirs,
             "managed fields {}",
             Value::Array(input.clone())
+        );
+    }
+}
+
+/// Managed fields whose kubectl entries own per-object control keys.
+fn control_cases() -> Vec<Vec<Value>> {
+    let ours = |f| entry(OWNER, "Apply", f);
+    let data = |k: &str| json!({"f:data": {format!("f:{k}"): {}}});
+    let meta = |map: &str, keys: &[&str], data: Option<&str>| {
+        let mut keys: serde_json::Map<String, Value> =
+            keys.iter().map(|k| (format!("f:{k}"), json!({}))).collect();
+        keys.insert(".".into(), json!({}));
+        let mut f = json!({"f:metadata": {map: keys}});
+        if let Some(k) = data {
+            f["f:data"] = json!({format!("f:{k}"): {}});
+        }
+        f
+    };
+    vec![
+        // Only the mark: Flux takes it over, the operator leaves the entry alone.
+        vec![
+            ours(data("a")),
+            entry(
+                "kubectl-annotate",
+                "Update",
+                meta("f:annotations", &["applyset.dev/prune"], None),
+            ),
+        ],
+        // The mark and more: the rest is taken over.
+        vec![
+            ours(data("a")),
+            entry(
+                "kubectl-label",
+                "Update",
+                meta(
+                    "f:labels",
+                    &["kustomize.toolkit.fluxcd.io/force", "app"],
+                    Some("b"),
+                ),
+            ),
+            entry("kubectl-edit", "Update", data("c")),
+        ],
+        // No Apply entry of the owner.
+        vec![entry(
+            "kubectl-annotate",
+            "Update",
+            meta(
+                "f:annotations",
+                &["kustomize.toolkit.fluxcd.io/ssa", "applyset.dev/reconcile"],
+                Some("a"),
+            ),
+        )],
+    ]
+}
+
+/// Whether a `fieldsV1` key is a per-object control key.
+fn is_control(field: &str) -> bool {
+    ["applyset.dev/", "kustomize.toolkit.fluxcd.io/"]
+        .iter()
+        .flat_map(|p| {
+            ["ssa", "prune", "force", "reconcile"]
+                .iter()
+                .map(move |s| format!("f:{p}{s}"))
+        })
+        .any(|k| k == field)
+}
+
+/// The control keys an entry owns.
+fn controls_of(e: &Value) -> Vec<String> {
+    ["f:labels", "f:annotations"]
+        .iter()
+        .filter_map(|m| e["fieldsV1"]["f:metadata"][m].as_object())
+        .flat_map(|m| m.keys().filter(|k| is_control(k)).cloned())
+        .collect()
+}
+
+/// Managed fields without the control keys (a map left with only `.` goes too, and an entry
+/// left with nothing).
+fn without_controls(entries: &Value) -> Value {
+    let mut out = Vec::new();
+    for e in entries.as_array().into_iter().flatten() {
+        let mut e = e.clone();
+        let fields = e.get_mut("fieldsV1").and_then(Value::as_object_mut);
+        if let Some(fields) = fields
+            && let Some(meta) = fields.get_mut("f:metadata").and_then(Value::as_object_mut)
+        {
+            for m in ["f:labels", "f:annotations"] {
+                if let Some(map) = meta.get_mut(m).and_then(Value::as_object_mut) {
+                    map.retain(|k, _| !is_control(k));
+                    if map.keys().all(|k| k == ".") {
+                        meta.remove(m);
+                    }
+                }
+            }
+            if meta.is_empty() {
+                fields.remove("f:metadata");
+            }
+        }
+        if e["fieldsV1"].as_object().is_some_and(|f| !f.is_empty()) {
+            out.push(e);
+        }
+    }
+    Value::Array(out)
+}
+
+#[test]
+fn control_keys_stay_with_their_manager_unlike_flux() {
+    let inputs = control_cases();
+    let cases: Vec<Value> = inputs
+        .iter()
+        .map(|m| json!({"desired": {}, "live": {}, "owner": OWNER, "managedFields": m}))
+        .collect();
+    let answers = flux(&cases);
+    for (input, theirs) in inputs.iter().zip(&answers) {
+        let entries: Vec<ManagedFieldsEntry> =
+            serde_json::from_value(Value::Array(input.clone())).expect("entries");
+        let mine = match taken_over(&entries, OWNER) {
+            Some(m) => serde_json::to_value(m).expect("as JSON"),
+            None => Value::Array(input.clone()),
+        };
+        let theirs = without_stale_owner(&theirs["managedFields"], input);
+        let shown = Value::Array(input.clone());
+        // The difference: Flux's own entry takes the marks; ours leaves them to their manager.
+        for e in input.iter().filter(|e| !controls_of(e).is_empty()) {
+            let owns = |list: &Value| {
+                list.as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|x| x["manager"] == e["manager"] && controls_of(x) == controls_of(e))
+            };
+            assert!(owns(&mine), "ours keeps {e} for its manager: {mine}");
+            assert!(!owns(&theirs), "Flux takes over {e}: {theirs}");
+        }
+        // Everything else as Flux.
+        assert_eq!(
+            without_controls(&mine),
+            without_controls(&theirs),
+            "managed fields {shown}"
         );
     }
 }

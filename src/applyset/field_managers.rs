@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::{Map, Value};
 
+use super::controls;
+
 /// The operation of a manager that writes with server-side apply.
 pub const APPLY: &str = "Apply";
 /// The operation of a manager that writes with create, update or patch.
@@ -78,9 +80,107 @@ fn matches_any<'a>(
 }
 
 /// Whether the object has any entry the set would take over (what the member watches note of
-/// each labelled object, so that a member with none costs no read).
+/// each labelled object, so that a member with none costs no read). An entry that owns
+/// nothing but per-object control keys is not one (see [`taken_over`]).
 pub fn has_takeover(meta: &ObjectMeta) -> bool {
-    meta.managed_fields.iter().flatten().any(takes_over)
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|e| takes_over(e) && !controls_only(e))
+}
+
+/// The key suffixes of the per-object controls (under each of [`controls::PREFIXES`]).
+const CONTROL_SUFFIXES: [&str; 4] = [
+    controls::SSA,
+    controls::PRUNE,
+    controls::FORCE,
+    controls::RECONCILE,
+];
+
+/// Whether a `fieldsV1` key under `f:labels` or `f:annotations` is a per-object control key
+/// (`f:applyset.dev/prune`, `f:kustomize.toolkit.fluxcd.io/ssa`, ...; the key is exact).
+fn is_control_field(field: &str) -> bool {
+    field.strip_prefix("f:").is_some_and(|key| {
+        controls::PREFIXES.iter().any(|prefix| {
+            key.strip_prefix(prefix)
+                .is_some_and(|suffix| CONTROL_SUFFIXES.contains(&suffix))
+        })
+    })
+}
+
+/// The `metadata` maps whose keys may be control keys.
+const CONTROL_MAPS: [&str; 2] = ["f:labels", "f:annotations"];
+
+/// Whether the entry owns per-object control keys and nothing else (no allocation).
+fn controls_only(entry: &ManagedFieldsEntry) -> bool {
+    let Some(Value::Object(root)) = entry.fields_v1.as_ref().map(|f| &f.0) else {
+        return false;
+    };
+    let Some(Value::Object(meta)) = root.get("f:metadata") else {
+        return false;
+    };
+    let maps_are_controls = |maps: &Map<String, Value>| {
+        maps.iter().all(|(k, v)| {
+            CONTROL_MAPS.contains(&k.as_str())
+                && v.as_object().is_some_and(|m| {
+                    m.keys().all(|f| f == "." || is_control_field(f))
+                        && m.keys().any(|f| is_control_field(f))
+                })
+        })
+    };
+    root.len() == 1 && !meta.is_empty() && maps_are_controls(meta)
+}
+
+/// Splits an entry's `fieldsV1` into the per-object control keys it owns (labels and
+/// annotations `applyset.dev/{ssa,prune,force,reconcile}` and the same under
+/// `kustomize.toolkit.fluxcd.io/`) and everything else; each part `None` when empty.
+fn split_controls(fields: Option<&FieldsV1>) -> (Option<FieldsV1>, Option<FieldsV1>) {
+    let Some(Value::Object(root)) = fields.map(|f| &f.0) else {
+        return (None, fields.cloned());
+    };
+    let mut rest = root.clone();
+    let mut taken = Map::new();
+    if let Some(Value::Object(meta)) = rest.get_mut("f:metadata") {
+        for name in CONTROL_MAPS {
+            let Some(Value::Object(map)) = meta.get_mut(name) else {
+                continue;
+            };
+            let keys: Vec<String> = map
+                .keys()
+                .filter(|k| is_control_field(k))
+                .cloned()
+                .collect();
+            let mut own = Map::new();
+            for key in keys {
+                if let Some(v) = map.remove(&key) {
+                    own.insert(key, v);
+                }
+            }
+            if own.is_empty() {
+                continue;
+            }
+            // A map left with only its own membership (`.`) goes with the keys.
+            if map.keys().all(|k| k == ".") {
+                own.extend(std::mem::take(map));
+                meta.remove(name);
+            }
+            {
+                taken.insert(name.to_string(), Value::Object(own));
+            }
+        }
+        if meta.is_empty() {
+            rest.remove("f:metadata");
+        }
+    }
+    if taken.is_empty() {
+        return (None, fields.cloned());
+    }
+    let controls = FieldsV1(Value::Object(Map::from_iter([(
+        "f:metadata".to_string(),
+        Value::Object(taken),
+    )])));
+    let rest = (!rest.is_empty()).then_some(FieldsV1(Value::Object(rest)));
+    (Some(controls), rest)
 }
 
 /// Whether the object shows anything Override would change for `owner`: an entry to take
@@ -93,7 +193,7 @@ pub fn shows_work(meta: &ObjectMeta, owner: &str) -> bool {
     meta.managed_fields
         .iter()
         .flatten()
-        .any(|e| takes_over_for(e, owner))
+        .any(|e| takes_over_for(e, owner) && !controls_only(e))
         || has(meta.annotations.as_ref(), &CLEANUP_ANNOTATIONS)
         || has(meta.labels.as_ref(), &CLEANUP_LABELS)
 }
@@ -130,6 +230,12 @@ fn escape(key: &str) -> String {
 /// and operation; without one, the first matching entry is renamed to it (keeping its other
 /// fields). Every other matching entry's `fieldsV1` is unioned into it and the entry dropped;
 /// the rest keep their order, and the owner's entry comes last.
+///
+/// Unlike Flux, the per-object control keys (`prune`, `force`, `ssa`, `reconcile` under
+/// either prefix, labels or annotations) stay with the entry that owns them: a matching entry
+/// keeps only those (and is otherwise merged), so that a mark a user adds with `kubectl
+/// annotate` or `kubectl label` is not removed by the next apply. An entry that owns nothing
+/// else is left as it is.
 pub fn taken_over(managed: &[ManagedFieldsEntry], owner: &str) -> Option<Vec<ManagedFieldsEntry>> {
     let own = managed.iter().rposition(|e| {
         e.manager.as_deref() == Some(owner) && e.operation.as_deref() == Some(APPLY)
@@ -141,20 +247,28 @@ pub fn taken_over(managed: &[ManagedFieldsEntry], owner: &str) -> Option<Vec<Man
         if Some(i) == own {
             continue;
         }
-        if !takes_over_for(entry, owner) {
+        if !takes_over_for(entry, owner) || controls_only(entry) {
             kept.push(entry.clone());
             continue;
         }
         edited = true;
+        let (own, rest) = split_controls(entry.fields_v1.as_ref());
+        if own.is_some() {
+            kept.push(ManagedFieldsEntry {
+                fields_v1: own,
+                ..entry.clone()
+            });
+        }
         match merged.as_mut() {
             None => {
                 let mut renamed = entry.clone();
                 renamed.manager = Some(owner.to_string());
                 renamed.operation = Some(APPLY.to_string());
+                renamed.fields_v1 = rest;
                 merged = Some(renamed);
             }
             Some(target) => {
-                target.fields_v1 = union_fields(target.fields_v1.take(), entry.fields_v1.as_ref());
+                target.fields_v1 = union_fields(target.fields_v1.take(), rest.as_ref());
             }
         }
     }

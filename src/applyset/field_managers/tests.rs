@@ -358,3 +358,106 @@ fn shows_work_for_entries_to_take_over_or_leftovers() {
     meta.managed_fields = Some(vec![entry(OWNER, UPDATE, json!({}))]);
     assert!(shows_work(&meta, OWNER));
 }
+
+/// An annotation and a label of a per-object control, as `kubectl annotate` / `label` own them.
+fn marks_fields(extra: Value) -> Value {
+    let mut v = json!({"f:metadata": {
+        "f:annotations": {".": {}, "f:applyset.dev/prune": {}},
+        "f:labels": {"f:kustomize.toolkit.fluxcd.io/force": {}, "f:app": {}}
+    }});
+    if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        v.extend(extra.clone());
+    }
+    v
+}
+
+#[test]
+fn control_keys_stay_with_the_entry_that_owns_them() {
+    let managed = vec![
+        entry(OWNER, "Apply", json!({"f:data": {"f:a": {}}})),
+        entry(
+            "kubectl-annotate",
+            "Update",
+            marks_fields(json!({"f:data": {"f:b": {}}})),
+        ),
+    ];
+    let out = taken_over(&managed, OWNER).expect("the other fields are taken over");
+    assert_eq!(
+        names(&out),
+        vec![
+            ("kubectl-annotate".into(), "Update".into()),
+            (OWNER.into(), "Apply".into())
+        ]
+    );
+    assert_eq!(
+        out[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:metadata": {
+            "f:annotations": {".": {}, "f:applyset.dev/prune": {}},
+            "f:labels": {"f:kustomize.toolkit.fluxcd.io/force": {}}
+        }})
+    );
+    assert_eq!(
+        out[1].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {"f:labels": {"f:app": {}}}})
+    );
+}
+
+#[test]
+fn an_entry_of_control_keys_only_is_left_alone() {
+    for key in ["ssa", "prune", "force", "reconcile"] {
+        for prefix in ["applyset.dev/", "kustomize.toolkit.fluxcd.io/"] {
+            let f = format!("f:{prefix}{key}");
+            let managed = vec![
+                entry(OWNER, "Apply", json!({"f:data": {"f:a": {}}})),
+                entry(
+                    "kubectl-label",
+                    "Update",
+                    json!({"f:metadata": {"f:labels": {".": {}, f.clone(): {}}}}),
+                ),
+            ];
+            assert_eq!(taken_over(&managed, OWNER), None, "{f}");
+            let meta = ObjectMeta {
+                managed_fields: Some(managed),
+                ..Default::default()
+            };
+            assert!(!shows_work(&meta, OWNER), "{f}: no work, no loop");
+            assert!(!has_takeover(&meta), "{f}");
+        }
+    }
+}
+
+#[test]
+fn other_keys_of_the_prefixes_are_taken_over() {
+    // Not a control: another key under the prefix, and a control key under another prefix.
+    let managed = vec![entry(
+        "kubectl-annotate",
+        "Update",
+        json!({"f:metadata": {"f:annotations": {
+            "f:applyset.dev/prune-later": {}, "f:example.com/prune": {}
+        }}}),
+    )];
+    let meta = ObjectMeta {
+        managed_fields: Some(managed.clone()),
+        ..Default::default()
+    };
+    assert!(shows_work(&meta, OWNER));
+    let out = taken_over(&managed, OWNER).expect("taken over");
+    assert_eq!(names(&out), vec![(OWNER.into(), "Apply".into())]);
+}
+
+#[test]
+fn without_an_apply_entry_the_control_keys_stay_and_the_rest_is_renamed() {
+    let managed = vec![entry("kubectl-annotate", "Update", marks_fields(json!({})))];
+    let out = taken_over(&managed, OWNER).expect("f:app is taken over");
+    assert_eq!(
+        names(&out),
+        vec![
+            ("kubectl-annotate".into(), "Update".into()),
+            (OWNER.into(), "Apply".into())
+        ]
+    );
+    assert_eq!(
+        out[1].fields_v1.as_ref().unwrap().0,
+        json!({"f:metadata": {"f:labels": {"f:app": {}}}})
+    );
+}

@@ -12,10 +12,16 @@
 //! - Only objects that are already the set's own (never while adopting, see `apply_looked`),
 //!   never in a dry-run (a plan reports what the apply would do without it), never when `ssa:
 //!   Merge` is on the rendered or the live object.
+//! - Never on an object whose live marks skip it (`ssa: Ignore`, `reconcile: disabled`, added
+//!   while the apply was in flight): nothing is written to a skipped object.
 //! - The patch tests the `resourceVersion` it was computed from: a concurrent change makes it
-//!   fail (nothing overwritten); the member is then applied again and looked at anew, at most
-//!   [`ROUNDS`] times. An answer that still shows something to take over is not recorded with
-//!   the member watches, so the next reconcile applies the member again.
+//!   fail (nothing overwritten). After a failed patch the object's metadata is read: only when
+//!   its `resourceVersion` moved (a race) is the member applied again and looked at anew, at
+//!   most [`ROUNDS`] times; an answer that still shows something to take over then is not
+//!   recorded with the member watches, so the next reconcile applies the member again. A patch
+//!   refused otherwise (a policy forbidding `managedFields` edits, ...) is logged as a warning
+//!   naming the member and the apply's answer is recorded: the steady state sends nothing, and
+//!   the fields stay the other managers' until the object changes.
 //! - The patch removes `kubectl.kubernetes.io/last-applied-configuration` and Flux v1's
 //!   checksum annotations and GC label, as Flux's cleanup does, unless the manifest declares
 //!   them.
@@ -28,7 +34,7 @@ use super::{Answer, Options, apply_body};
 use crate::{
     applyset::{
         LABEL_PART_OF,
-        controls::{Marks, overrides_managers},
+        controls::{Marks, overrides_managers, skip_apply},
         field_managers::{self, taken_over},
     },
     engine::{SetScope, outcome::Outcome},
@@ -48,6 +54,19 @@ pub(crate) enum TakeOver {
 /// over in the next round; one that keeps racing waits for the next reconcile.
 const ROUNDS: usize = 3;
 
+/// A take-over's patch (or the read before it) that failed, with the `resourceVersion` it was
+/// computed from (`None` when the read failed).
+struct Failure {
+    error: kube::Error,
+    rv: Option<String>,
+}
+
+impl From<kube::Error> for Failure {
+    fn from(error: kube::Error) -> Self {
+        Self { error, rv: None }
+    }
+}
+
 /// Applies a member that is already the set's own (see [`apply_body`]), taking over the fields
 /// of `kubectl*` and `before-first-apply` managers first where the answer or a conflict shows
 /// them, and then applying again. Returns the last apply's outcome and answer.
@@ -63,6 +82,7 @@ pub(super) async fn apply_overriding(
         return (outcome, answer);
     }
     let desired = Marks::of_object(&member.object);
+    let mut refused = false;
     for _ in 0..ROUNDS {
         let taken = match (&outcome, &answer) {
             (
@@ -82,9 +102,10 @@ pub(super) async fn apply_overriding(
             Ok(TakeOver::Nothing) => break,
             Ok(TakeOver::Done) => {}
             // The object changed since it was read: apply again and look at it anew.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {}
-            Err(e) => {
-                tracing::warn!(member = %member.reference, error = %e, "taking over the fields of kubectl managers failed; the next reconcile tries again");
+            Err(f) if moved(api, &member.reference.name, f.rv.as_deref()).await => {}
+            Err(f) => {
+                tracing::warn!(member = %member.reference, error = %f.error, "taking over the fields of kubectl managers was refused; they stay theirs until the object changes");
+                refused = true;
                 break;
             }
         }
@@ -92,7 +113,8 @@ pub(super) async fn apply_overriding(
     }
     // Still something to take over (a change that kept racing): not recorded as known, so the
     // member watches do not skip the member next time.
-    if let Some(a) = answer.as_mut()
+    if !refused
+        && let Some(a) = answer.as_mut()
         && a.meta
             .as_deref()
             .is_some_and(|live| pending(live, member, &scope.manager))
@@ -102,11 +124,31 @@ pub(super) async fn apply_overriding(
     (outcome, answer)
 }
 
-/// Whether `live` shows something to take over that Merge does not forbid.
+/// Whether the object's `resourceVersion` is no longer `rv` (a race the next round resolves);
+/// `false` when it is the same, the object is gone, it cannot be read or `rv` is unknown.
+async fn moved(api: &Api<DynamicObject>, name: &str, rv: Option<&str>) -> bool {
+    let Some(rv) = rv else {
+        return false;
+    };
+    match api.get_metadata_opt(name).await {
+        Ok(Some(now)) => now.metadata.resource_version.as_deref() != Some(rv),
+        Ok(None) | Err(_) => false,
+    }
+}
+
+/// Whether `live` shows something to take over that neither Merge nor a skip mark forbids.
 fn pending(live: &ObjectMeta, member: &Member, manager: &str) -> bool {
-    field_managers::shows_work(live, manager)
-        && overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live))
+    acts_on(live, Marks::of_object(&member.object), manager)
         && patch(live, &declared(member), manager).is_some()
+}
+
+/// Whether Override acts on `live` for a member whose manifest carries `desired`: it shows
+/// something to take over, Merge is on neither side, and no mark (desired or live) skips it.
+fn acts_on(live: &ObjectMeta, desired: Marks, manager: &str) -> bool {
+    let live_marks = Marks::of_meta(live);
+    field_managers::shows_work(live, manager)
+        && overrides_managers(desired, live_marks)
+        && skip_apply(desired, Some(live_marks)).is_none()
 }
 
 /// The labels and annotations the member declares.
@@ -136,7 +178,7 @@ async fn take_over_read(
     scope: &SetScope,
     member: &Member,
     desired: Marks,
-) -> kube::Result<TakeOver> {
+) -> Result<TakeOver, Failure> {
     let Some(live) = api.get_metadata_opt(&member.reference.name).await? else {
         return Ok(TakeOver::Nothing);
     };
@@ -175,23 +217,27 @@ fn is_ours(meta: &ObjectMeta, id: &str, manager: &str) -> bool {
 }
 
 /// Takes over what `live` (the object as last seen, with its `resourceVersion`) shows, unless
-/// Merge is set; one JSON patch, or none when there is nothing to take over.
+/// Merge is set or a live mark skips the object; one JSON patch, or none when there is nothing
+/// to take over.
 async fn take_over_known(
     api: &Api<DynamicObject>,
     name: &str,
     manager: &str,
     live: &ObjectMeta,
     member: &Member,
-) -> kube::Result<TakeOver> {
-    if !field_managers::shows_work(live, manager)
-        || !overrides_managers(Marks::of_object(&member.object), Marks::of_meta(live))
-    {
+) -> Result<TakeOver, Failure> {
+    if !acts_on(live, Marks::of_object(&member.object), manager) {
         return Ok(TakeOver::Nothing);
     }
     let Some(patch) = patch(live, &declared(member), manager) else {
         return Ok(TakeOver::Nothing);
     };
-    send(api, name, manager, &patch).await?;
+    send(api, name, manager, &patch)
+        .await
+        .map_err(|error| Failure {
+            error,
+            rv: live.resource_version.clone(),
+        })?;
     Ok(TakeOver::Done)
 }
 
@@ -292,6 +338,33 @@ mod tests {
             json!({"f:data": {"f:a": {}, "f:b": {}}})
         );
         assert_eq!(p.as_array().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_skip_mark_or_merge_on_either_side_stops_override() {
+        let live = |key: &str, value: &str| ObjectMeta {
+            resource_version: Some("1".into()),
+            annotations: Some([(key.to_string(), value.to_string())].into()),
+            managed_fields: Some(vec![
+                entry("me", "Apply", json!({"f:data": {"f:a": {}}})),
+                entry("kubectl-edit", "Update", json!({"f:data": {"f:b": {}}})),
+            ]),
+            ..Default::default()
+        };
+        let none = Marks::default();
+        assert!(acts_on(&live("example.com/x", "y"), none, "me"));
+        for (key, value) in [
+            ("applyset.dev/ssa", "Ignore"),
+            ("kustomize.toolkit.fluxcd.io/reconcile", "Disabled"),
+            ("applyset.dev/ssa", "Merge"),
+        ] {
+            assert!(!acts_on(&live(key, value), none, "me"), "{key}: {value}");
+        }
+        let ignored = Marks {
+            ssa_ignore: true,
+            ..Marks::default()
+        };
+        assert!(!acts_on(&live("example.com/x", "y"), ignored, "me"));
     }
 
     #[test]
