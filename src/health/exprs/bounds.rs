@@ -31,8 +31,9 @@ pub const MEMORY_BUDGET: u64 = 64 << 20;
 /// Bytes of a string a node linear in its operands scans for one cost unit.
 pub const STRING_BYTES_PER_UNIT: usize = 64;
 
-/// Extra cost units of a `matches` call (the `cel` crate compiles its pattern at every call).
-pub const MATCHES_UNITS: u64 = 2_000;
+/// Extra cost units of a `matches` call (the `cel` crate compiles its pattern at every call: up
+/// to about 0.3 ms for a pattern near [`MAX_REGEX_BYTES`], such as `\\w`).
+pub const MATCHES_UNITS: u64 = 20_000;
 
 /// Largest compiled program of a `matches` pattern, in bytes (the regex crate's size limit).
 pub const MAX_REGEX_BYTES: usize = 64 << 10;
@@ -272,7 +273,7 @@ pub struct Sizes {
 /// more; every node evaluated once per iteration of the loops around it, `(N + 1) ^ nesting`
 /// times; a node linear in its operands (`in`, `==`, `+`, `contains`, ...) charged N + 1 +
 /// S / [`STRING_BYTES_PER_UNIT`] more (S the longest string), and a `matches` call
-/// [`MATCHES_UNITS`] more: `(nodes + linear × (N + 1 + S / 64) + matches × 2000) × (N + 1) ^
+/// [`MATCHES_UNITS`] more: `(nodes + linear × (N + 1 + S / 64) + matches × 20000) × (N + 1) ^
 /// nesting`.
 pub fn cost(shape: &Shape, sizes: Sizes) -> u64 {
     let per_loop = iterated(shape, sizes).saturating_add(1);
