@@ -32,7 +32,7 @@ pub const MEMORY_BUDGET: u64 = 64 << 20;
 pub const STRING_BYTES_PER_UNIT: usize = 64;
 
 /// Extra cost units of a `matches` call (the `cel` crate compiles its pattern at every call: up
-/// to about 0.3 ms for a pattern near [`MAX_REGEX_BYTES`], such as `\\w`).
+/// to about 0.3 ms for a pattern near [`MAX_REGEX_BYTES`], such as `\w`).
 pub const MATCHES_UNITS: u64 = 20_000;
 
 /// Largest compiled program of a `matches` pattern, in bytes (the regex crate's size limit).
@@ -57,6 +57,46 @@ const CONSTANT_CALLS: &[&str] = &[
     "_%_",
     "size",
     "@not_strictly_false",
+];
+
+/// Calls linear in their string operands only (comparisons, string functions and
+/// conversions): charged the longest string, not the largest list (see [`cost`]).
+const STRING_CALLS: &[&str] = &[
+    "_<_",
+    "_<=_",
+    "_>_",
+    "_>=_",
+    "startsWith",
+    "endsWith",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "substring",
+    "charAt",
+    "split",
+    "matches",
+    "string",
+    "int",
+    "uint",
+    "double",
+    "bytes",
+    "timestamp",
+    "duration",
+];
+
+/// Calls linear in their operands that build no value (they compare, search or test).
+const TESTS: &[&str] = &[
+    "_==_",
+    "_!=_",
+    "_<_",
+    "_<=_",
+    "_>_",
+    "_>=_",
+    "@in",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
 ];
 
 /// Why a call of function `name` (called as `namespace.name(...)` when `namespace` is
@@ -88,11 +128,16 @@ pub struct Shape {
     pub idents: BTreeSet<String>,
     /// The functions it calls, with `Some(namespace)` for `ns.f(...)` calls on an identifier.
     pub calls: BTreeSet<(Option<String>, String)>,
-    /// Calls whose work grows with their operands (all but [`CONSTANT_CALLS`] and the
-    /// appends of `map` and `filter` to their own result).
+    /// Calls whose work grows with their lists, maps or strings (all but [`CONSTANT_CALLS`],
+    /// [`STRING_CALLS`] and the appends of `map` and `filter` to their own result).
     pub linear: usize,
+    /// Calls whose work grows with their strings only ([`STRING_CALLS`]).
+    pub scans: usize,
     /// `+` calls (each may make a list or string as long as its two operands together).
     pub adds: usize,
+    /// Calls that may build a list or string (all but [`CONSTANT_CALLS`] and [`TESTS`]), and
+    /// the appends of `map` and `filter`.
+    pub builds: usize,
     /// `matches` calls.
     pub matches: usize,
     /// The patterns of `matches` calls: `None` for one that is not a string literal.
@@ -188,10 +233,16 @@ impl Shape {
         let appends = f == "_+_"
             && matches!(c.args.first().map(|a| &a.expr), Some(Expr::Ident(n)) if n.starts_with('@'));
         if appends {
+            self.builds += 1;
             return;
         }
-        if !CONSTANT_CALLS.contains(&f) {
+        if STRING_CALLS.contains(&f) {
+            self.scans += 1;
+        } else if !CONSTANT_CALLS.contains(&f) {
             self.linear += 1;
+        }
+        if !CONSTANT_CALLS.contains(&f) && !TESTS.contains(&f) {
+            self.builds += 1;
         }
         if f == "_+_" {
             self.adds += 1;
@@ -260,44 +311,50 @@ pub enum Bound {
 
 /// What an object gives an expression to work on: `entries`, the entries of its largest list
 /// or map (or the length of its longest string when the expression splits strings), and
-/// `string`, the length of its longest string.
+/// `string`, the length of its longest string; `values`, how many JSON values it holds (each
+/// converted to a CEL value before the evaluation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sizes {
     pub entries: usize,
     pub string: usize,
+    pub values: usize,
 }
 
 /// The estimated cost of evaluating an expression of shape `shape` over an object of
 /// `sizes` (saturating): the largest list it may iterate, N = entries × (`+` calls + 1) (a
 /// concatenation lengthens a list), or the expression's nodes (a list written in it) if
 /// more; every node evaluated once per iteration of the loops around it, `(N + 1) ^ nesting`
-/// times; a node linear in its operands (`in`, `==`, `+`, `contains`, ...) charged N + 1 +
-/// S / [`STRING_BYTES_PER_UNIT`] more (S the longest string), and a `matches` call
-/// [`MATCHES_UNITS`] more: `(nodes + linear × (N + 1 + S / 64) + matches × 20000) × (N + 1) ^
-/// nesting`.
+/// times; a call linear in its strings ([`STRING_CALLS`]) charged S /
+/// [`STRING_BYTES_PER_UNIT`] more (S the longest string), one linear in its lists or maps
+/// (`in`, `==`, `+`, `contains`, ...) N + 1 + S / 64 more, and a `matches` call
+/// [`MATCHES_UNITS`] more: `(nodes + scans × S / 64 + linear × (N + 1 + S / 64) + matches ×
+/// 20000) × (N + 1) ^ nesting`.
 pub fn cost(shape: &Shape, sizes: Sizes) -> u64 {
     let per_loop = iterated(shape, sizes).saturating_add(1);
-    let per_linear = per_loop.saturating_add(wide(sizes.string / STRING_BYTES_PER_UNIT));
+    let per_scan = wide(sizes.string / STRING_BYTES_PER_UNIT);
+    let per_linear = per_loop.saturating_add(per_scan);
     wide(shape.nodes)
+        .saturating_add(wide(shape.scans).saturating_mul(per_scan))
         .saturating_add(wide(shape.linear).saturating_mul(per_linear))
         .saturating_add(wide(shape.matches).saturating_mul(MATCHES_UNITS))
         .saturating_mul(loops(per_loop, shape.nesting))
 }
 
-/// The estimated bytes an evaluation builds (saturating): every node's value, once per
-/// iteration, at most a list of N + 1 values of 32 bytes, a string (`+` calls + 1) times the
-/// longest (a concatenation lengthens it), or the expression's length:
-/// `nodes × (N + 1) ^ nesting × (max(S × (adds + 1), 32 × (N + 1), 1024) + 1)`.
+/// The estimated bytes an evaluation builds (saturating): once per iteration of the loops
+/// around it, every node a value of 32 bytes, and every call that may build one
+/// ([`Shape::builds`]) at most a list of N + 1 values of 32 bytes, a string (`+` calls + 1)
+/// times the longest (a concatenation lengthens it), or the expression's length:
+/// `(nodes × 32 + builds × max(S × (adds + 1), 32 × (N + 1), 1024)) × (N + 1) ^ nesting`.
 pub fn bytes(shape: &Shape, sizes: Sizes) -> u64 {
     let per_loop = iterated(shape, sizes).saturating_add(1);
     let value = wide(sizes.string)
         .saturating_mul(wide(shape.adds).saturating_add(1))
         .max(per_loop.saturating_mul(wide(VALUE_BYTES)))
-        .max(wide(super::MAX_EXPR_BYTES))
-        .saturating_add(1);
+        .max(wide(super::MAX_EXPR_BYTES));
     wide(shape.nodes)
+        .saturating_mul(wide(VALUE_BYTES))
+        .saturating_add(wide(shape.builds).saturating_mul(value))
         .saturating_mul(loops(per_loop, shape.nesting))
-        .saturating_mul(value)
 }
 
 /// The longest list an expression of `shape` may iterate over an object of `sizes`.
@@ -321,6 +378,7 @@ pub fn sizes(value: &serde_json::Value, splits: bool) -> Sizes {
     let mut sizes = Sizes::default();
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
+        sizes.values += 1;
         match v {
             serde_json::Value::Array(a) => {
                 sizes.entries = sizes.entries.max(a.len());

@@ -137,8 +137,8 @@ impl Check {
     }
 
     /// Whether evaluating every expression of the entry on these fields is estimated within
-    /// [`bounds::COST_BUDGET`] and [`bounds::MEMORY_BUDGET`]; the estimated cost, else why
-    /// not.
+    /// [`bounds::COST_BUDGET`] and [`bounds::MEMORY_BUDGET`]; the estimated cost plus the
+    /// values to convert (what decides [`off_worker`]), else why not.
     fn within_budget(&self, fields: &[(&str, Cow<'_, Value>)]) -> Result<u64, String> {
         let splits = self.exprs.iter().any(|(_, c)| c.shape.splits());
         let sizes = fields.iter().map(|(_, v)| bounds::sizes(v, splits)).fold(
@@ -146,6 +146,7 @@ impl Check {
             |a, b| bounds::Sizes {
                 entries: a.entries.max(b.entries),
                 string: a.string.max(b.string),
+                values: a.values.saturating_add(b.values),
             },
         );
         let (mut units, mut bytes) = (0u64, 0u64);
@@ -172,11 +173,12 @@ impl Check {
                 bounds::MEMORY_BUDGET,
             ));
         }
-        Ok(units)
+        Ok(units.saturating_add(u64::try_from(sizes.values).unwrap_or(u64::MAX)))
     }
 }
 
-/// Estimated cost units above which an evaluation (about 1 ms in a release build) runs with
+/// Estimated cost units (plus the object's values converted) above which an evaluation
+/// (about 1 ms in a release build) runs with
 /// [`tokio::task::block_in_place`]: the runtime hands this worker's other tasks to another
 /// thread meanwhile.
 pub const OFF_WORKER_UNITS: u64 = 50_000;

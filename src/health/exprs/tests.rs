@@ -356,44 +356,74 @@ fn shape(expr: &str) -> bounds::Shape {
 
 #[test]
 fn the_estimates_saturate_and_count_loops_linear_nodes_and_bytes() {
-    let sizes = |entries, string| bounds::Sizes { entries, string };
+    let sizes = |entries, string| bounds::Sizes {
+        entries,
+        string,
+        values: 0,
+    };
     // 2 nodes, none linear: nodes × (N + 1) ^ nesting, N at least the nodes.
     let plain = shape("status.ok");
     assert_eq!(bounds::cost(&plain, sizes(1_000_000, 0)), 2);
-    let loop1 = shape("status.l.all(x, x > 0)");
+    let loop1 = shape("status.l.all(x, x == 0)");
     assert_eq!((loop1.nesting, loop1.linear, loop1.adds), (1, 1, 0));
     let nodes = loop1.nodes as u64;
     assert_eq!(bounds::cost(&loop1, sizes(99, 0)), (nodes + 100) * 100);
     // A long string makes linear nodes dearer, by 1 unit per 64 bytes.
     assert_eq!(bounds::cost(&loop1, sizes(99, 6400)), (nodes + 200) * 100);
+    // A comparison or a string function is charged its strings only.
+    let scan = shape("status.l.all(x, x > 0)");
+    assert_eq!((scan.linear, scan.scans), (0, 1));
+    let scan_nodes = scan.nodes as u64;
+    assert_eq!(bounds::cost(&scan, sizes(99, 0)), scan_nodes * 100);
+    assert_eq!(
+        bounds::cost(&scan, sizes(99, 6400)),
+        (scan_nodes + 100) * 100
+    );
     // A concatenation doubles the list it may iterate; a map's own appends are not counted.
     let concat = shape("(status.l + status.l).all(x, x > 0)");
-    assert_eq!((concat.linear, concat.adds), (2, 1));
+    assert_eq!((concat.linear, concat.scans, concat.adds), (1, 1, 1));
     assert_eq!(shape("status.l.map(x, x).size() > 0").adds, 0);
     let per_loop = 2 * 99 + 1;
     assert!(concat.nodes < per_loop as usize);
     assert_eq!(
         bounds::cost(&concat, sizes(99, 0)),
-        (concat.nodes as u64 + 2 * per_loop) * per_loop
+        (concat.nodes as u64 + per_loop) * per_loop
     );
-    // Bytes: nodes × (N + 1) ^ nesting × (adds + 1) × (max(S, 32 (N + 1), 1024) + 1).
-    assert_eq!(bounds::bytes(&plain, sizes(0, 0)), 2 * 1025);
-    assert_eq!(bounds::bytes(&loop1, sizes(99, 5000)), nodes * 100 * 5001);
+    // Bytes: (nodes × 32 + builds × max(S × (adds + 1), 32 (N + 1), 1024)) × (N + 1) ^ nesting.
+    assert_eq!(bounds::bytes(&plain, sizes(0, 0)), 2 * 32);
+    assert_eq!(loop1.builds, 0);
+    assert_eq!(bounds::bytes(&loop1, sizes(99, 5000)), nodes * 32 * 100);
     let strings = shape("status.a + status.b != ''");
+    assert_eq!((strings.builds, strings.adds), (1, 1));
     assert_eq!(
         bounds::bytes(&strings, sizes(0, 5000)),
-        strings.nodes as u64 * 10_001
+        strings.nodes as u64 * 32 + 10_000
     );
-    let big = shape("status.ok");
+    let mapped = shape("status.l.map(x, x.lowerAscii()).size() > 0");
+    assert_eq!((mapped.builds, mapped.linear, mapped.scans), (2, 0, 2));
+    assert_eq!(
+        bounds::bytes(&mapped, sizes(99, 10)),
+        (mapped.nodes as u64 * 32 + 2 * 3200) * 100
+    );
     let max = sizes(usize::MAX, usize::MAX);
-    assert_eq!(bounds::bytes(&big, max), u64::MAX);
+    assert_eq!(bounds::bytes(&mapped, max), u64::MAX);
     assert_eq!(
         bounds::cost(&shape("status.l.all(a, status.l.all(b, a == b))"), max),
         u64::MAX
     );
     let v = json!({"a": [1, 2, 3], "m": {"k": {"x": 1, "y": 2, "z": 3, "w": [1, 2, 3, 4, 5]}}, "s": "long string"});
-    assert_eq!(bounds::sizes(&v, false), sizes(5, 11));
-    assert_eq!(bounds::sizes(&v, true), sizes(11, 11));
+    let walked = bounds::Sizes {
+        values: 17,
+        ..sizes(5, 11)
+    };
+    assert_eq!(bounds::sizes(&v, false), walked);
+    assert_eq!(
+        bounds::sizes(&v, true),
+        bounds::Sizes {
+            entries: 11,
+            ..walked
+        }
+    );
 }
 
 /// An object of kind `K` with `status` as given.
@@ -511,6 +541,7 @@ fn timing() {
             bounds::Sizes {
                 entries: n,
                 string: 5,
+                values: 0,
             },
         );
         let mut h = Health::not_found();
@@ -530,6 +561,60 @@ fn timing() {
             shape.nesting,
             el.as_nanos() as f64 / units as f64,
             h.status
+        );
+    }
+}
+
+#[test]
+#[ignore = "a timing, run by hand: cargo test --release --lib health::exprs::tests::worst -- --ignored --nocapture"]
+fn worst_cases_under_the_bounds() {
+    let strs = |n: usize| (0..n).map(|i| format!("{i:08}")).collect::<Vec<_>>();
+    let big = "a".repeat(1_000_000);
+    let ors = |one: &str, k: usize| vec![one; k].join(" || ");
+    let cases = [
+        (
+            "status.l.all(x, x in status.l)".to_string(),
+            json!({"l": strs(650)}),
+        ),
+        (
+            "status.l.all(x, status.l.all(y, x in status.l))".into(),
+            json!({"l": strs(68)}),
+        ),
+        (
+            "status.l.all(x, status.l.all(y, status.l == status.m))".into(),
+            json!({"l": strs(60), "m": strs(60)}),
+        ),
+        (
+            "status.l.all(x, (status.l + status.l).size() > 0)".into(),
+            json!({"l": strs(235)}),
+        ),
+        (
+            "status.l.all(x, !x.matches('\\\\w'))".into(),
+            json!({"l": strs(20)}),
+        ),
+        (
+            ors("status.big.lowerAscii() == 'q'", 15),
+            json!({"big": &big}),
+        ),
+        (ors("status.big.contains('ab')", 25), json!({"big": &big})),
+        (ors("status.s.matches('\\\\w')", 24), json!({"s": "a"})),
+    ];
+    for (expr, status) in cases {
+        let e = HealthExprs::compile(&[entry("x.io/v1", None, &expr)]).expect("compiles");
+        let o = json!({"apiVersion": "x.io/v1", "kind": "K", "metadata": {}, "status": status});
+        let check = e.for_kind("x.io", "K").expect("entry");
+        let shape = &check.exprs[0].1.shape;
+        let sizes = bounds::sizes(&o["status"], shape.splits());
+        let t = std::time::Instant::now();
+        let h = check.assess(&ObjectFields::Json(&o));
+        println!(
+            "{:?} units={} bytes={} {:?} {}: {}",
+            t.elapsed(),
+            bounds::cost(shape, sizes),
+            bounds::bytes(shape, sizes),
+            h.status,
+            &expr[..expr.len().min(60)],
+            &h.message[..h.message.len().min(60)]
         );
     }
 }
