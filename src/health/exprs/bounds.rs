@@ -43,7 +43,7 @@ const VALUE_BYTES: usize = 32;
 
 /// Calls whose work does not grow with their operands: every other call is charged as
 /// linear in the largest list, map or string it may be given (see [`cost`]).
-const CONSTANT_CALLS: &[&str] = &[
+pub const CONSTANT_CALLS: &[&str] = &[
     "_&&_",
     "_||_",
     "!_",
@@ -61,7 +61,7 @@ const CONSTANT_CALLS: &[&str] = &[
 
 /// Calls linear in their string operands only (comparisons, string functions and
 /// conversions): charged the longest string, not the largest list (see [`cost`]).
-const STRING_CALLS: &[&str] = &[
+pub const STRING_CALLS: &[&str] = &[
     "_<_",
     "_<=_",
     "_>_",
@@ -85,7 +85,7 @@ const STRING_CALLS: &[&str] = &[
 ];
 
 /// Calls linear in their operands that build no value (they compare, search or test).
-const TESTS: &[&str] = &[
+pub const TESTS: &[&str] = &[
     "_==_",
     "_!=_",
     "_<_",

@@ -5,7 +5,10 @@
 //! An error, or a result that is not a bool, is Unknown.
 //!
 //! Promises: an evaluation whose cost estimate ([`bounds::cost`]) is over
-//! [`bounds::COST_BUDGET`] is never started (Unknown, "cost limit exceeded"); messages name
+//! [`bounds::COST_BUDGET`], or whose memory estimate ([`bounds::bytes`]) is over
+//! [`bounds::MEMORY_BUDGET`], is never started (Unknown, "cost limit exceeded", "memory limit
+//! exceeded"); one estimated over [`OFF_WORKER_UNITS`] runs in
+//! [`tokio::task::block_in_place`] on a multi-threaded runtime; messages name
 //! the entry and the field, and hold no value of the object (an evaluation error is said in
 //! fixed words, never with the crate's Display, which prints values).
 

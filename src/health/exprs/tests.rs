@@ -649,3 +649,31 @@ fn the_deepest_expressions_within_the_length_are_refused_without_overflowing() {
         }
     }
 }
+
+/// An entry whose evaluation is estimated over [`eval::OFF_WORKER_UNITS`], and an object it
+/// says is Current.
+fn over_a_millisecond() -> (HealthExprs, serde_json::Value) {
+    let e = HealthExprs::compile(&[entry("x.io/v1", None, "status.l.all(x, x in status.l)")])
+        .expect("compiles");
+    let l: Vec<String> = (0..300).map(|i| format!("{i:08}")).collect();
+    let check = e.for_kind("x.io", "K").expect("entry");
+    let sizes = bounds::Sizes {
+        entries: 300,
+        string: 8,
+        values: 0,
+    };
+    assert!(bounds::cost(&check.exprs[0].1.shape, sizes) > eval::OFF_WORKER_UNITS);
+    (e, with_status(json!({ "l": l })))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_evaluation_on_a_multi_threaded_runtime_runs_in_block_in_place() {
+    let (e, o) = over_a_millisecond();
+    assert_eq!(assess(&e, &o).status, Status::Current);
+}
+
+#[tokio::test]
+async fn a_long_evaluation_on_a_current_thread_runtime_runs_in_place() {
+    let (e, o) = over_a_millisecond();
+    assert_eq!(assess(&e, &o).status, Status::Current);
+}
