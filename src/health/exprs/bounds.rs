@@ -101,15 +101,17 @@ pub const TESTS: &[&str] = &[
 
 /// Why a call of function `name` (called as `namespace.name(...)` when `namespace` is
 /// given) is refused, if it is: Flux's CEL environment has these, ours does not, because
-/// their result can grow faster than the cost estimate counts (each nesting multiplies a
-/// string's size), or because the `cel` crate lacks them (Flux's ext.Sets and ext.Encoders).
+/// their result can grow faster than the estimates count (`replace`, `quote`, `repeat`,
+/// `join`, `format`: each nesting multiplies a string's size), because their work is the
+/// product of their operands' lengths (the `cel` crate's naive `indexOf`, `lastIndexOf`), or
+/// because the crate lacks them (Flux's ext.Sets and ext.Encoders).
 pub fn refused(namespace: Option<&str>, name: &str) -> Option<&'static str> {
     const GROWS: &str = "its result can be many times its input, beyond the cost estimate";
     const SEARCHES: &str = "its search takes the product of its string's and its needle's lengths, beyond the cost estimate";
     match (namespace, name) {
         (Some("sets"), _) => Some("sets are not available (Flux's ext.Sets)"),
         (Some("base64"), _) => Some("base64 is not available (Flux's ext.Encoders)"),
-        (_, "replace" | "quote" | "repeat" | "join") => Some(GROWS),
+        (_, "replace" | "quote" | "repeat" | "join" | "format") => Some(GROWS),
         (_, "indexOf" | "lastIndexOf") => Some(SEARCHES),
         _ => None,
     }

@@ -265,6 +265,10 @@ fn bounds_refuse_deep_large_nested_and_growing_expressions() {
             "function join is not allowed: its result can be many times its input",
         ),
         (
+            "'%s%s%s%s'.format([status.a, status.a, status.a, status.a]) == ''",
+            "function format is not allowed: its result can be many times its input",
+        ),
+        (
             "status.a.indexOf(status.b) >= 0",
             "function indexOf is not allowed: its search takes the product",
         ),
