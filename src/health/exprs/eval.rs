@@ -5,7 +5,10 @@
 //! An error, or a result that is not a bool, is Unknown.
 //!
 //! Promises: an evaluation whose cost estimate ([`bounds::cost`]) is over
-//! [`bounds::COST_BUDGET`] is never started (Unknown, "cost limit exceeded"); messages name
+//! [`bounds::COST_BUDGET`], or whose memory estimate ([`bounds::bytes`]) is over
+//! [`bounds::MEMORY_BUDGET`], is never started (Unknown, "cost limit exceeded", "memory limit
+//! exceeded"); one estimated over [`OFF_WORKER_UNITS`] runs in
+//! [`tokio::task::block_in_place`] on a multi-threaded runtime; messages name
 //! the entry and the field, and hold no value of the object (an evaluation error is said in
 //! fixed words, never with the crate's Display, which prints values).
 
@@ -94,11 +97,19 @@ impl Check {
             .into_iter()
             .filter_map(|n| Some((n, object.field(n)?)))
             .collect();
-        if let Err(why) = self.within_budget(&fields) {
-            return Health::new(Status::Unknown, format!("cannot assess: {entry}: {why}"));
-        }
+        let units = match self.within_budget(&fields) {
+            Ok(units) => units,
+            Err(why) => {
+                return Health::new(Status::Unknown, format!("cannot assess: {entry}: {why}"));
+            }
+        };
+        off_worker(units, || self.evaluate(&entry, &fields))
+    }
+
+    /// Evaluates the entry's expressions on these fields, the first true one deciding.
+    fn evaluate(&self, entry: &str, fields: &[(&str, Cow<'_, Value>)]) -> Health {
         let mut ctx = Context::with_env(ENV.clone());
-        for (name, value) in &fields {
+        for (name, value) in fields {
             match cel::to_value(value.as_ref()) {
                 Ok(v) => ctx.add_variable_from_value(*name, v),
                 Err(_) => {
@@ -129,32 +140,62 @@ impl Check {
     }
 
     /// Whether evaluating every expression of the entry on these fields is estimated within
-    /// [`bounds::COST_BUDGET`]; else why not.
-    fn within_budget(&self, fields: &[(&str, Cow<'_, Value>)]) -> Result<(), String> {
+    /// [`bounds::COST_BUDGET`] and [`bounds::MEMORY_BUDGET`]; the estimated cost plus the
+    /// values to convert (what decides [`off_worker`]), else why not.
+    fn within_budget(&self, fields: &[(&str, Cow<'_, Value>)]) -> Result<u64, String> {
         let splits = self.exprs.iter().any(|(_, c)| c.shape.splits());
-        let in_object = fields
-            .iter()
-            .map(|(_, v)| bounds::largest_collection(v, splits))
-            .max()
-            .unwrap_or(0);
-        let mut total: u64 = 0;
+        let sizes = fields.iter().map(|(_, v)| bounds::sizes(v, splits)).fold(
+            bounds::Sizes::default(),
+            |a, b| bounds::Sizes {
+                entries: a.entries.max(b.entries),
+                string: a.string.max(b.string),
+                values: a.values.saturating_add(b.values),
+            },
+        );
+        let (mut units, mut bytes) = (0u64, 0u64);
         for (_, c) in &self.exprs {
-            // A list written in the expression is at most as long as the expression.
-            let largest = in_object.max(c.shape.nodes);
-            total = total.saturating_add(bounds::cost(c.shape.nodes, c.shape.nesting, largest));
+            units = units.saturating_add(bounds::cost(&c.shape, sizes));
+            bytes = bytes.saturating_add(bounds::bytes(&c.shape, sizes));
         }
-        if total > bounds::COST_BUDGET {
+        let nesting = self.exprs.iter().map(|(_, c)| c.shape.nesting).max();
+        let object = format!(
+            "a list or map of {} entries, a string of {} bytes, comprehensions nested {} deep",
+            sizes.entries,
+            sizes.string,
+            nesting.unwrap_or(0)
+        );
+        if units > bounds::COST_BUDGET {
             return Err(format!(
-                "cost limit exceeded: estimated {total} units, over the {} allowed (a list or map of {in_object} entries, comprehensions nested {} deep); never evaluated",
+                "cost limit exceeded: estimated {units} units, over the {} allowed ({object}); never evaluated",
                 bounds::COST_BUDGET,
-                self.exprs
-                    .iter()
-                    .map(|(_, c)| c.shape.nesting)
-                    .max()
-                    .unwrap_or(0)
             ));
         }
-        Ok(())
+        if bytes > bounds::MEMORY_BUDGET {
+            return Err(format!(
+                "memory limit exceeded: estimated {bytes} bytes, over the {} allowed ({object}); never evaluated",
+                bounds::MEMORY_BUDGET,
+            ));
+        }
+        Ok(units.saturating_add(u64::try_from(sizes.values).unwrap_or(u64::MAX)))
+    }
+}
+
+/// Estimated cost units (plus the object's values converted) above which an evaluation
+/// (about 1 ms in a release build) runs with
+/// [`tokio::task::block_in_place`]: the runtime hands this worker's other tasks to another
+/// thread meanwhile.
+pub const OFF_WORKER_UNITS: u64 = 50_000;
+
+/// Runs `evaluate`, with [`tokio::task::block_in_place`] when it is estimated over
+/// [`OFF_WORKER_UNITS`] on a worker of a multi-threaded runtime (elsewhere, on the thread
+/// it is called on: a current-thread runtime cannot hand its tasks over).
+fn off_worker<T>(units: u64, evaluate: impl FnOnce() -> T) -> T {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if units > OFF_WORKER_UNITS && multi_threaded {
+        tokio::task::block_in_place(evaluate)
+    } else {
+        evaluate()
     }
 }
 

@@ -8,7 +8,8 @@
 //!   they exist, and are watched by metadata alone); no two entries for one GroupKind; each
 //!   expression parses with the parser's recursion capped at [`MAX_PARSE_DEPTH`] (on a thread
 //!   of its own with a [`COMPILE_STACK`] stack: the parser recurses deeply), and stays within
-//!   the bounds of [`bounds`] (nodes, depth, comprehension nesting, refused functions).
+//!   the bounds of [`bounds`] (nodes, depth, comprehension nesting, refused functions,
+//!   `matches` patterns that are string literals within the regex size limit).
 //!   Errors name `spec.healthCheckExprs[i].<field>` and hold no object value.
 //! - [`HealthExprs::for_kind`] finds the entry of a GroupKind as Flux does: only the group of
 //!   `apiVersion` counts; the kind's own entry first, then the group-wide one (no `kind`);
