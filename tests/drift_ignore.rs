@@ -36,6 +36,24 @@ async fn edit(
         .unwrap_or_else(|e| panic!("{manager} editing {name}: {e}"));
 }
 
+/// An HPA-style writer: an Update of `web`'s scale subresource to `replicas`, as field manager
+/// `hpa-test`; the scale the server answered.
+async fn scale(h: &Harness, replicas: i32) -> k8s_openapi::api::autoscaling::v1::Scale {
+    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), &h.ns);
+    let hpa = PatchParams {
+        field_manager: Some("hpa-test".into()),
+        ..Default::default()
+    };
+    deployments
+        .patch_scale(
+            "web",
+            &hpa,
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale web")
+}
+
 async fn live(h: &Harness, ar: &kube::discovery::ApiResource, name: &str) -> Value {
     let obj = must_get(&h.client, ar, Some(&h.ns), name).await;
     serde_json::to_value(obj).expect("json")
@@ -91,15 +109,7 @@ async fn replicas_an_autoscaler_or_another_applier_sets_are_kept_while_the_rest_
     assert!(owns_replicas(&d, &set.manager()));
 
     // An HPA-style writer: an Update of the scale subresource.
-    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), &h.ns);
-    let hpa = PatchParams {
-        field_manager: Some("hpa-test".into()),
-        ..Default::default()
-    };
-    deployments
-        .patch_scale("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
-        .await
-        .expect("scale");
+    scale(&h, 5).await;
     // Someone edits an un-ignored field of the same object: its correction is a reconcile
     // that applied `web` after the scale.
     edit(
@@ -123,10 +133,7 @@ async fn replicas_an_autoscaler_or_another_applier_sets_are_kept_while_the_rest_
     // A scale alone: the reconciles after it (proven by the correction of another member)
     // read `web` and apply it, writing nothing (no new resourceVersion, no loop; no
     // deployment controller runs in the test's control plane).
-    let scaled = deployments
-        .patch_scale("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 6}})))
-        .await
-        .expect("scale");
+    let scaled = scale(&h, 6).await;
     let scaled_rv = live(&h, &deployment_ar(), "web").await["metadata"]["resourceVersion"].clone();
     assert_eq!(scaled.spec.and_then(|s| s.replicas), Some(6));
     edit(
@@ -361,15 +368,7 @@ async fn an_adopted_object_keeps_its_ignored_field() {
         .create(&create, &made)
         .await
         .expect("kubectl-create web");
-    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), &h.ns);
-    let hpa = PatchParams {
-        field_manager: Some("hpa-test".into()),
-        ..Default::default()
-    };
-    deployments
-        .patch_scale("web", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
-        .await
-        .expect("scale web");
+    scale(&h, 5).await;
 
     // Adopted (a forced apply of the whole body, except what the rule ignores).
     let set = h.applyset("adopt");
