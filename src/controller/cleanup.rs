@@ -89,7 +89,8 @@ pub async fn wait_for_dependents<P: Parent>(
     }
 }
 
-/// Forgets the parent, then (policy Delete) prunes every member it recorded.
+/// Forgets the parent, then (when its deletionPolicy deletes members) prunes every member it
+/// recorded, and with `WaitForTermination` waits for them to be gone.
 async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> Result<Action> {
     ctx.members.forget(&scope.id);
     ctx.health.forget(&scope.id);
@@ -123,6 +124,17 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         );
         return Ok(Action::await_change());
     }
+    let deleted = prune_recorded(ctx, scope, &extent).await?;
+    if policy.waits_for_termination() {
+        wait_for_termination(obj, ctx, scope, deleted).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Deletes every member the set recorded within `extent`, by prune's rules (§6.1); returns
+/// the members it deleted (for `WaitForTermination`). A delete that failed, or a member that
+/// changed meanwhile, is an error: the finalizer stays and the cleanup is tried again.
+async fn prune_recorded(ctx: &Context, scope: &SetScope, extent: &Extent) -> Result<Vec<Deleted>> {
     let (known, nothing) = (HashMap::new(), HashMap::new());
     let listed = live::list(
         scope,
@@ -133,8 +145,8 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
     )
     .await?;
     let keep = Keep::new(&known, &nothing, &[]);
-    let selection = prune::select(&listed, &keep, &extent, &scope.manager);
-    let deleting: HashMap<MemberRef, Deleted> = selection
+    let selection = prune::select(&listed, &keep, extent, &scope.manager);
+    let mut deleting: HashMap<MemberRef, Deleted> = selection
         .delete
         .iter()
         .map(|m| (m.reference.clone(), Deleted::of(m)))
@@ -162,16 +174,11 @@ async fn delete_members<P: Parent>(obj: &P, ctx: &Context, scope: &SetScope) -> 
         retained = summary.retained,
         "deleted with its members"
     );
-    if policy.waits_for_termination() {
-        let mut deleting = deleting;
-        let deleted = results
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Pruned))
-            .filter_map(|r| deleting.remove(&r.reference))
-            .collect();
-        wait_for_termination(obj, ctx, scope, deleted).await?;
-    }
-    Ok(Action::await_change())
+    Ok(results
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Pruned))
+        .filter_map(|r| deleting.remove(&r.reference))
+        .collect())
 }
 
 /// A member the deletion deleted: where to look for it, and its UID (an object re-created
