@@ -47,6 +47,7 @@ pub mod api;
 pub mod applyset;
 pub mod backoff;
 pub mod controller;
+pub mod convert;
 pub mod decryption;
 pub mod dependencies;
 pub mod discovery;

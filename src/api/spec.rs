@@ -129,6 +129,17 @@ pub struct ApplySetSpec {
     #[serde(default)]
     pub adopt_existing: bool,
 
+    /// Field managers whose fields this set takes over on its own members, by exact name
+    /// (their Apply and Update entries, never a subresource's): as Override takes over what
+    /// kubectl changed, for a handover from another tool, e.g. `kustomize-controller` after
+    /// its Kustomization was suspended (see the migration guide). Once an object is the set's
+    /// (created, or adopted), those managers' fields are merged into the set's own entry, so
+    /// the set's next apply reverts what they changed and removes what only they added
+    /// (Flux's owner labels among them). Not with `ssa: Merge`. At most 16 names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 128)))]
+    pub take_over_field_managers: Vec<String>,
+
     /// After the apply and the prune, wait until every member is Current (the kstatus rules:
     /// a Deployment's replicas available, a Job complete, a custom resource Ready, ...),
     /// within spec.timeout from the start of the wait. Meanwhile Ready is Unknown (reason
@@ -292,6 +303,7 @@ impl Default for ApplySetSpec {
             service_account_name: None,
             service_account_namespace: None,
             adopt_existing: false,
+            take_over_field_managers: Vec::new(),
             wait: false,
             health_checks: Vec::new(),
             health_check_exprs: Vec::new(),

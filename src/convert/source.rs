@@ -1,0 +1,1 @@
+//! A Kustomization's `sourceRef` resolved into the set's own source (git or oci).
