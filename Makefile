@@ -66,6 +66,10 @@ fluxssa-binary: deps ## build (or reuse from the cache) the fluxssa program (tes
 flux-crds: deps ## fetch (or reuse from the cache) Flux's CRDs (Kustomization, GitRepository, OCIRepository, Bucket) from the controllers' Go modules, for the convert and handover tests
 	@tests/testenv/fetch-flux-crds.sh >/dev/null
 
+.PHONY: kustomize-controller-binary
+kustomize-controller-binary: deps ## build (or reuse from the cache) Flux's kustomize-controller from its Go module, for the handover test
+	@tests/testenv/build-kustomize-controller.sh >/dev/null
+
 .PHONY: sops-binaries
 sops-binaries: deps ## build (or reuse from the cache) sops and age-keygen, which the SOPS tests encrypt their fixtures with
 	@tests/testenv/build-sops.sh >/dev/null
@@ -87,7 +91,7 @@ build: deps ## build the operator and the test launcher
 	$(CARGO) build --locked --workspace --bins
 
 .PHONY: test
-test: deps kube-binaries helm-binary kstatus-binary fluxssa-binary flux-crds registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
+test: deps kube-binaries helm-binary kstatus-binary fluxssa-binary flux-crds kustomize-controller-binary registry-binary kustomize-binary krew-binary sops-binaries ## every test: unit, integration and end to end against a real kube-apiserver
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) build --locked --release -p applyset-operator --bin applyset-operator
 	$(MAKE) -s bench-smoke APT_ALWAYS=
@@ -98,6 +102,7 @@ test: deps kube-binaries helm-binary kstatus-binary fluxssa-binary flux-crds reg
 	APPLYSET_KSTATUS=$$(tests/testenv/build-kstatus.sh)/kstatus \
 	APPLYSET_FLUXSSA=$$(tests/testenv/build-fluxssa.sh)/fluxssa \
 	APPLYSET_FLUX_CRDS=$$(tests/testenv/fetch-flux-crds.sh) \
+	APPLYSET_KUSTOMIZE_CONTROLLER=$$(tests/testenv/build-kustomize-controller.sh)/kustomize-controller \
 	APPLYSET_KUSTOMIZE=$$(tests/testenv/build-kustomize.sh)/kustomize \
 	APPLYSET_KREW=$$(tests/testenv/build-krew.sh)/krew \
 	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \
