@@ -199,7 +199,8 @@ async fn apply_one(
     }
     let r = &member.reference;
     let exists = opts.existing.contains_key(r) || opts.lookup.existing.contains_key(r);
-    let body = match ignore::settled(&api, member, body, &scope.manager, exists).await {
+    let takers = take_over::takers(scope, opts);
+    let body = match ignore::settled(&api, member, body, takers, exists).await {
         Ok(body) => body,
         Err(failed) => return (failed, None),
     };
@@ -207,7 +208,7 @@ async fn apply_one(
         First::Done(outcome, answer) => (outcome, answer),
         First::Looked(lookup) => {
             // It exists after all (the create-only attempt was refused): settled now.
-            match ignore::settled(&api, member, body, &scope.manager, true).await {
+            match ignore::settled(&api, member, body, takers, true).await {
                 Ok(body) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
                 Err(failed) => (failed, None),
             }
