@@ -188,7 +188,7 @@ async fn apply_one(
     }
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
-    let hash = ignore::body_hash(member, &body);
+    let hash = take_over::body_hash(ignore::body_hash(member, &body), opts.take_over);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));

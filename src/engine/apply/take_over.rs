@@ -79,6 +79,20 @@ pub(super) fn takers<'a>(scope: &'a SetScope, opts: &Options<'a>) -> Takers<'a> 
     Takers::new(&scope.manager, opts.take_over)
 }
 
+/// The hash the member watches know an applied body by (`hash`), with the managers the set
+/// names when it names any: a change of `spec.takeOverFieldManagers` applies every member
+/// again once (its answer shows what to take over), where the watches would otherwise know it
+/// unchanged. `hash` itself without names (no cost when unused).
+pub(super) fn body_hash(hash: u64, named: &[String]) -> u64 {
+    if named.is_empty() {
+        return hash;
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&hash, &mut h);
+    std::hash::Hash::hash(named, &mut h);
+    std::hash::Hasher::finish(&h)
+}
+
 /// Applies a member that is already the set's own (see [`apply_body`]), taking over the fields
 /// of `kubectl*` and `before-first-apply` managers (and of the managers the set names) first
 /// where the answer or a conflict shows them, and then applying again. Returns the last
@@ -388,6 +402,17 @@ mod tests {
         ));
         assert!(!conflict_takes_over(&names(&["kubectl-edit", "helm"]), me));
         assert!(!conflict_takes_over(&[], me));
+    }
+
+    #[test]
+    fn naming_managers_changes_the_known_hash_and_no_name_keeps_it() {
+        let named = |n: &[&str]| n.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        assert_eq!(body_hash(42, &[]), 42);
+        let flux = body_hash(42, &named(&["kustomize-controller"]));
+        assert_ne!(flux, 42);
+        assert_eq!(flux, body_hash(42, &named(&["kustomize-controller"])));
+        assert_ne!(flux, body_hash(42, &named(&["helm-controller"])));
+        assert_ne!(flux, body_hash(43, &named(&["kustomize-controller"])));
     }
 
     #[test]
