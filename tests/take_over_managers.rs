@@ -198,6 +198,42 @@ async fn a_set_naming_no_manager_leaves_kustomize_controller_co_owning() {
 }
 
 #[tokio::test]
+async fn a_plan_shows_the_adoptions_and_takes_nothing_over() {
+    let h = Harness::new("takeover-plan").await;
+    apply_as_flux(&h).await;
+    let op = h.start_operator();
+    let set = h.applyset("app");
+    set.create(json!({"mode": "Plan", "adoptExisting": true,
+        "takeOverFieldManagers": [FLUX], "manifests": declared()}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "PlanReady").await;
+    let plan = st.plan.clone().expect("a plan");
+    let mut update: Vec<&str> = plan.update.iter().map(|m| m.name.as_str()).collect();
+    update.sort_unstable();
+    // Every object would be adopted, the IfNotPresent Secret too (not skipped).
+    assert_eq!(
+        update,
+        ["drifted", "settings", "tls", "web"],
+        "{}",
+        status_json(&st)
+    );
+    assert!(plan.skip.is_empty(), "{}", status_json(&st));
+    for (api, name) in apis(&h) {
+        let o = api.get(name).await.expect("get");
+        assert!(owned_by_flux(&o) && flux_labelled(&o), "{name}: untouched");
+        assert!(
+            !o.metadata
+                .labels
+                .iter()
+                .flatten()
+                .any(|(k, _)| k == LABEL_PART_OF),
+            "{name}"
+        );
+    }
+    stop(op).await;
+}
+
+#[tokio::test]
 async fn a_pattern_or_an_own_manager_is_refused_naming_the_entry() {
     let h = Harness::new("takeover-invalid").await;
     let op = h.start_operator();
