@@ -135,7 +135,9 @@ pub struct ApplySetSpec {
     /// its Kustomization was suspended (see the migration guide). Once an object is the set's
     /// (created, or adopted), those managers' fields are merged into the set's own entry, so
     /// the set's next apply reverts what they changed and removes what only they added
-    /// (Flux's owner labels among them). Not with `ssa: Merge`. At most 16 names.
+    /// (Flux's owner labels among them); an adopted `ssa: IfNotPresent` object keeps its data
+    /// and loses those labels in the same patch. Not with `ssa: Merge`. At most 16 exact
+    /// names (no pattern), none of them the set's own manager or one of this operator's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(min = 1, max = 128)))]
     pub take_over_field_managers: Vec<String>,
