@@ -403,7 +403,6 @@ fn post_build(
     if pb.substitute.is_empty() && pb.substitute_from.is_empty() && !always {
         return Ok(None);
     }
-    notes.push(f.note("postBuild", Severity::Info, "a variable without a value and without a default is an error in a set; Flux (without its StrictPostBuildSubstitutions feature) replaces it with an empty string"));
     Ok(Some(PostBuild {
         substitute: pb.substitute,
         substitute_from: pb.substitute_from,
