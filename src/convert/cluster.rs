@@ -79,16 +79,31 @@ pub async fn read(
         let Some(ar) = resource(&s.kind) else {
             continue;
         };
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.namespace, &ar);
-        let found = api.get_opt(&s.name).await.map_err(|error| ReadError {
-            doing: format!("reading {s}"),
-            error,
-        })?;
-        if let Some(obj) = found {
-            input.objects.push(with_type(obj, &ar));
+        let mut found = get(client, &s, &ar).await?.map(|o| with_type(o, &ar));
+        if found.is_none() && s.kind == "OCIRepository" {
+            // A source-controller before v1.6 serves OCIRepository as v1beta2 only.
+            let beta = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(flux::SOURCE_GROUP, "v1beta2", &s.kind),
+                "ocirepositories",
+            );
+            found = get(client, &s, &beta).await?.map(|o| with_type(o, &beta));
         }
+        input.objects.extend(found);
     }
     Ok(input)
+}
+
+/// The source `s` as `ar`, if it exists.
+async fn get(
+    client: &Client,
+    s: &FluxRef,
+    ar: &ApiResource,
+) -> Result<Option<DynamicObject>, ReadError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.namespace, ar);
+    api.get_opt(&s.name).await.map_err(|error| ReadError {
+        doing: format!("reading {s}"),
+        error,
+    })
 }
 
 /// Every Kustomization of `namespace`, page by page.
