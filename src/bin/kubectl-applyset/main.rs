@@ -12,6 +12,8 @@ mod conn;
 mod diff;
 mod error;
 mod file;
+#[allow(dead_code)] // until `convert --handover` calls it
+mod handover;
 mod known_kinds;
 mod output;
 mod progress;
