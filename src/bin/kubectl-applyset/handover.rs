@@ -163,6 +163,51 @@ impl From<HandoverError> for crate::error::CliError {
     }
 }
 
+/// `convert`'s handover flags (flattened into the command).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HandoverArgs {
+    /// Hand the objects of the Kustomization named by --from-cluster NAMESPACE/NAME over to
+    /// its converted set, deleting nothing but the Kustomization: suspend it (with
+    /// deletionPolicy: Orphan), apply the set, wait until the set is Ready and holds every
+    /// object of the Kustomization's inventory alone, then delete the Kustomization.
+    #[arg(long)]
+    pub handover: bool,
+    /// With --handover: how long each wait may take (the set's take-over, the Kustomization's
+    /// removal), e.g. 90s, 5m.
+    #[arg(long, default_value = "5m", value_parser = crate::parse_timeout)]
+    pub timeout: Duration,
+}
+
+/// `convert --from-cluster FROM --handover` after the conversion: `from` must name one
+/// Kustomization (`NAMESPACE/NAME`); hands it over (see [`run`]); exit code 0 once done.
+pub async fn after_convert(
+    client: &Client,
+    from: &str,
+    args: &HandoverArgs,
+    conversion: &Conversion,
+    strict: bool,
+) -> Result<u8, crate::error::CliError> {
+    let Some((namespace, name)) = from
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+    else {
+        return Err(crate::error::CliError::Usage(format!(
+            "--handover needs --from-cluster NAMESPACE/NAME (one Kustomization), not {from:?}"
+        )));
+    };
+    let from = FluxRef {
+        kind: "Kustomization".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let opts = Options {
+        timeout: args.timeout,
+        strict,
+    };
+    run(client, &from, conversion, &opts).await?;
+    Ok(0)
+}
+
 /// The Kustomization's API resource (kustomize.toolkit.fluxcd.io/v1).
 pub fn kustomization_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
