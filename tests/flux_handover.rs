@@ -14,17 +14,14 @@
 
 mod support;
 
-use std::{
-    collections::BTreeMap,
-    process::Output,
-    sync::{Arc, Mutex},
-};
+use std::{collections::BTreeMap, process::Output, sync::Arc};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams},
 };
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 use support::{
     cluster,
@@ -87,61 +84,32 @@ fn record(
     events: Events,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let error = |e: String| events.lock().push(("ERROR".into(), kind.into(), e, None));
         loop {
             let params = WatchParams::default().timeout(240);
-            let stream = match api.watch(&params, &rv).await {
+            let mut stream = match api.watch(&params, &rv).await {
                 Ok(s) => s.boxed(),
-                Err(e) => {
-                    events.lock().expect("lock").push((
-                        "ERROR".into(),
-                        kind.into(),
-                        e.to_string(),
-                        None,
-                    ));
-                    return;
-                }
+                Err(e) => return error(e.to_string()),
             };
-            let mut stream = stream;
-            loop {
-                let event = match stream.try_next().await {
-                    Ok(Some(e)) => e,
-                    Ok(None) => break,
-                    Err(e) => {
-                        events.lock().expect("lock").push((
-                            "ERROR".into(),
-                            kind.into(),
-                            e.to_string(),
-                            None,
-                        ));
-                        return;
-                    }
-                };
-                let (kind_of, obj) = match event {
-                    WatchEvent::Added(o) => ("ADDED", o),
-                    WatchEvent::Modified(o) => ("MODIFIED", o),
-                    WatchEvent::Deleted(o) => ("DELETED", o),
-                    WatchEvent::Bookmark(b) => {
+            // A stream that ends (the server's timeout) is watched again from the last version.
+            while let Some(event) = stream.next().await {
+                let (type_, obj) = match event {
+                    Ok(WatchEvent::Added(o)) => ("ADDED", o),
+                    Ok(WatchEvent::Modified(o)) => ("MODIFIED", o),
+                    Ok(WatchEvent::Deleted(o)) => ("DELETED", o),
+                    Ok(WatchEvent::Bookmark(b)) => {
                         rv = b.metadata.resource_version;
                         continue;
                     }
-                    WatchEvent::Error(e) => {
-                        events.lock().expect("lock").push((
-                            "ERROR".into(),
-                            kind.into(),
-                            e.message,
-                            None,
-                        ));
-                        return;
-                    }
+                    Ok(WatchEvent::Error(e)) => return error(e.message),
+                    Err(e) => return error(e.to_string()),
                 };
                 rv = obj.resource_version().unwrap_or_default();
                 let witness = obj.annotations().get(WITNESS).cloned();
-                events.lock().expect("lock").push((
-                    kind_of.into(),
-                    kind.into(),
-                    obj.name_any(),
-                    witness,
-                ));
+                let name = obj.name_any();
+                events
+                    .lock()
+                    .push((type_.into(), kind.into(), name, witness));
             }
         }
     })
@@ -185,7 +153,7 @@ async fn flush_watches(client: &Client, ns: &str, events: &Events) {
         "the watches to deliver the witness changes",
         DEADLINE,
         || {
-            let seen = events.lock().expect("lock").clone();
+            let seen = events.lock().clone();
             let value = value.clone();
             async move {
                 objects()
@@ -345,7 +313,6 @@ fn start_operator(h: &Harness) -> applyset_operator::controller::Operator {
 fn deletions(events: &Events) -> Vec<String> {
     events
         .lock()
-        .expect("lock")
         .iter()
         .filter(|(t, ..)| t == "DELETED" || t == "ERROR")
         .map(|(t, k, n, _)| format!("{t} {k} {n}"))

@@ -122,7 +122,7 @@ pub enum HandoverError {
     Refused {
         kustomization: FluxRef,
         why: String,
-        left: Left,
+        left: Box<Left>,
     },
     /// Its inventory cannot be read.
     #[error("{kustomization}: {error}; {left}")]
@@ -130,7 +130,7 @@ pub enum HandoverError {
         kustomization: FluxRef,
         #[source]
         error: InventoryError,
-        left: Left,
+        left: Box<Left>,
     },
     /// A request failed: what it was doing.
     #[error("{doing}: {error}; {left}")]
@@ -138,7 +138,7 @@ pub enum HandoverError {
         doing: String,
         #[source]
         error: kube::Error,
-        left: Left,
+        left: Box<Left>,
     },
     /// A wait ran out: what it waited for, and what was still missing.
     #[error("{what} within {timeout:?}: {missing}; {left}")]
@@ -146,14 +146,14 @@ pub enum HandoverError {
         what: String,
         timeout: Duration,
         missing: String,
-        left: Left,
+        left: Box<Left>,
     },
     /// The Kustomization is no longer safe to delete (resumed, or its policy changed).
     #[error("{kustomization} not deleted: {why}; {left}")]
     Unsafe {
         kustomization: FluxRef,
         why: String,
-        left: Left,
+        left: Box<Left>,
     },
 }
 
@@ -226,7 +226,7 @@ pub fn chosen<'a>(
     let refuse = |why: String| HandoverError::Refused {
         kustomization: from.clone(),
         why,
-        left: Left::Unchanged,
+        left: Box::new(Left::Unchanged),
     };
     let set = conversion.sets.iter().find(|c| &c.from == from);
     let about = |n: &&applyset_operator::convert::Note| {
@@ -318,7 +318,7 @@ impl<'a, P: Parent> Handover<'a, P> {
     }
 
     fn api_error(&self, doing: String, left: &Left) -> impl FnOnce(kube::Error) -> HandoverError {
-        let left = left.clone();
+        let left = Box::new(left.clone());
         move |error| HandoverError::Api { doing, error, left }
     }
 
@@ -330,7 +330,7 @@ impl<'a, P: Parent> Handover<'a, P> {
         let refuse = |why: &str| HandoverError::Refused {
             kustomization: self.from.clone(),
             why: why.into(),
-            left: Left::Unchanged,
+            left: Box::new(Left::Unchanged),
         };
         let found = found.ok_or_else(|| refuse("it does not exist"))?;
         if found.metadata.deletion_timestamp.is_some() {
@@ -340,7 +340,7 @@ impl<'a, P: Parent> Handover<'a, P> {
         let ids = checks::inventory(&kustomization).map_err(|error| HandoverError::Inventory {
             kustomization: self.from.clone(),
             error,
-            left: Left::Unchanged,
+            left: Box::new(Left::Unchanged),
         })?;
         let objects = self.resolve(ids).await?;
         eprintln!(
@@ -368,7 +368,7 @@ impl<'a, P: Parent> Handover<'a, P> {
         let discovery_failed = |e: applyset_operator::Error| HandoverError::Refused {
             kustomization: self.from.clone(),
             why: format!("discovery of its inventory's kinds failed: {e}"),
-            left: Left::Unchanged,
+            left: Box::new(Left::Unchanged),
         };
         let exact = resolver
             .resolve_all(&gvks)
@@ -384,7 +384,7 @@ impl<'a, P: Parent> Handover<'a, P> {
                 return Err(HandoverError::Refused {
                     kustomization: self.from.clone(),
                     why: format!("{id} of its inventory is of a kind the cluster does not serve"),
-                    left: Left::Unchanged,
+                    left: Box::new(Left::Unchanged),
                 });
             };
             out.push((id, r.clone()));
@@ -497,7 +497,7 @@ impl<'a, P: Parent> Handover<'a, P> {
                     ),
                     timeout: self.opts.timeout,
                     missing: what,
-                    left: left.clone(),
+                    left: Box::new(left.clone()),
                 });
             }
             progress.say(&what);
@@ -540,7 +540,7 @@ impl<'a, P: Parent> Handover<'a, P> {
                 return Err(HandoverError::Unsafe {
                     kustomization: self.from.clone(),
                     why,
-                    left: left.clone(),
+                    left: Box::new(left.clone()),
                 });
             }
             let params = DeleteParams {
@@ -584,7 +584,7 @@ impl<'a, P: Parent> Handover<'a, P> {
                     what: format!("{} was not removed", self.from),
                     timeout: self.opts.timeout,
                     missing: format!("finalizers {:?}", live.finalizers()),
-                    left,
+                    left: Box::new(left),
                 });
             }
             tokio::time::sleep(POLL).await;
