@@ -384,6 +384,9 @@ pub enum SetError {
     /// spec.ignore is invalid.
     #[error(transparent)]
     Ignore(#[from] crate::ignore::IgnoreError),
+    /// spec.takeOverFieldManagers is invalid.
+    #[error(transparent)]
+    TakeOver(#[from] crate::applyset::field_managers::NamedError),
     /// An error of a set that decrypted something, shown without the decrypted values (a
     /// message may quote a build's input: kustomize's errors, a parse error of its output).
     #[error("{}", .withheld.apply(&.error.to_string()))]
@@ -451,6 +454,7 @@ impl SetError {
             SetError::Decryption(e) => format!("{parent}: {e}; nothing applied or pruned"),
             SetError::Substitute(e) => format!("{parent}: {e}"),
             SetError::Ignore(e) => format!("{parent}: {e}"),
+            SetError::TakeOver(e) => format!("{parent}: {e}"),
             SetError::Withheld { error, withheld } => withheld.apply(&error.message(parent)),
         }
     }
@@ -477,7 +481,8 @@ impl SetError {
             | SetError::Tenancy(_)
             | SetError::Decryption(_)
             | SetError::Substitute(_)
-            | SetError::Ignore(_) => None,
+            | SetError::Ignore(_)
+            | SetError::TakeOver(_) => None,
         }
     }
 }
@@ -519,6 +524,8 @@ pub async fn render_set(
     let read = async {
         sources::validate(parent, spec).map_err(SetError::SourceSpec)?;
         let ignore = crate::ignore::Rules::compile(&spec.ignore)?;
+        let own = parent.member_field_manager();
+        crate::applyset::field_managers::validate(&spec.take_over_field_managers, &own)?;
         check_inline_size(spec, input.limits)?;
         let mut manifests = inline_manifests(spec)?;
         let fetch = readers

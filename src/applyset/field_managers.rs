@@ -10,6 +10,11 @@
 //! Apply entry, so the next apply, which does not send the ones only they added, removes them,
 //! and sets the ones they changed back.
 //!
+//! A set may name more managers in `spec.takeOverFieldManagers` ([`Takers`]): their Apply
+//! and Update entries (exact names, never a subresource's) are taken over too, control keys
+//! included (they are the replaced tool's manifest, not a mark added by hand), and Flux's
+//! owner labels ([`FLUX_OWNER_LABELS`]) go with them. [`validate`] bounds that list.
+//!
 //! Pure: no I/O (the request is `engine::apply::take_over`).
 
 use std::collections::BTreeMap;
@@ -50,6 +55,161 @@ pub const CLEANUP_ANNOTATIONS: [&str; 3] = [
 
 /// Labels removed likewise (Flux v1's garbage-collection mark).
 pub const CLEANUP_LABELS: [&str; 1] = ["fluxcd.io/sync-gc-mark"];
+
+/// Flux's owner labels (kustomize-controller's inventory marks), removed when a set that
+/// takes over named managers adopts an object it never applies again (`ssa: IfNotPresent`);
+/// on the objects it applies, the next apply removes them once their owner is taken over.
+pub const FLUX_OWNER_LABELS: [&str; 2] = [
+    "kustomize.toolkit.fluxcd.io/name",
+    "kustomize.toolkit.fluxcd.io/namespace",
+];
+
+/// Who takes over on a member: the set's member manager (`owner`, the target) and the
+/// managers its spec names (`named`, `spec.takeOverFieldManagers`, already validated).
+#[derive(Clone, Copy, Debug)]
+pub struct Takers<'a> {
+    pub owner: &'a str,
+    pub named: &'a [String],
+}
+
+impl<'a> Takers<'a> {
+    pub fn new(owner: &'a str, named: &'a [String]) -> Self {
+        Self { owner, named }
+    }
+
+    /// Whether `entry` is one of a named manager: its exact name, operation Apply or Update,
+    /// no subresource.
+    pub fn names(&self, entry: &ManagedFieldsEntry) -> bool {
+        let no_subresource = entry.subresource.as_deref().is_none_or(str::is_empty);
+        let operation = entry.operation.as_deref().unwrap_or_default();
+        no_subresource
+            && (operation == APPLY || operation == UPDATE)
+            && entry
+                .manager
+                .as_deref()
+                .is_some_and(|m| self.names_manager(m))
+    }
+
+    /// Whether `manager` is one of the named managers (exactly).
+    pub fn names_manager(&self, manager: &str) -> bool {
+        self.named.iter().any(|n| n == manager)
+    }
+
+    /// Whether `entry` is taken over: [`takes_over_for`] the owner, or a named one.
+    pub fn takes(&self, entry: &ManagedFieldsEntry) -> bool {
+        takes_over_for(entry, self.owner) || self.names(entry)
+    }
+
+    /// Whether the object has an entry of a named manager (what an adoption looks for).
+    pub fn named_in(&self, meta: &ObjectMeta) -> bool {
+        !self.named.is_empty() && meta.managed_fields.iter().flatten().any(|e| self.names(e))
+    }
+}
+
+/// Most names in `spec.takeOverFieldManagers`.
+pub const MAX_NAMED: usize = 16;
+
+/// Longest field manager name the API server accepts.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Why `spec.takeOverFieldManagers` is refused (ValidationFailed, Stalled).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NamedError {
+    #[error(
+        "spec.takeOverFieldManagers has {count} names, more than {MAX_NAMED}; name only the managers of the tool this set replaces"
+    )]
+    TooMany { count: usize },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] is empty; name a field manager exactly as metadata.managedFields shows it, e.g. kustomize-controller"
+    )]
+    Empty { index: usize },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] is {len} characters long, more than {MAX_NAME_LEN} (no field manager is longer); name it exactly as metadata.managedFields shows it"
+    )]
+    TooLong { index: usize, len: usize },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] ({name:?}) has a control character or a space at either end; name a field manager exactly as metadata.managedFields shows it"
+    )]
+    Unprintable { index: usize, name: String },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] ({name:?}) is a pattern, and names are exact: write each manager's full name as metadata.managedFields shows it (kubectl managers are taken over without being named)"
+    )]
+    Pattern { index: usize, name: String },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] ({name:?}) is this set's own field manager, whose fields are the set's already; remove the entry"
+    )]
+    Own { index: usize, name: String },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] ({name:?}) is a field manager of this operator ({what}), not of another tool; remove the entry"
+    )]
+    Operator {
+        index: usize,
+        name: String,
+        what: &'static str,
+    },
+}
+
+/// Checks `spec.takeOverFieldManagers` (`named`) of the set whose member manager is `own`:
+/// at most [`MAX_NAMED`] exact names, none empty, longer than [`MAX_NAME_LEN`], with a
+/// control character or a space at either end, with a `*`, the set's own manager, another
+/// set's or the operator's (`applyset.dev/...`), or the plugin's ([`PLUGIN_FIELD_MANAGER`]).
+pub fn validate(named: &[String], own: &str) -> Result<(), NamedError> {
+    if named.len() > MAX_NAMED {
+        return Err(NamedError::TooMany { count: named.len() });
+    }
+    match named
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| refusal(i, n, own))
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Why the name at `index` is refused, if it is.
+fn refusal(index: usize, name: &str, own: &str) -> Option<NamedError> {
+    let len = name.chars().count();
+    let named = || name.to_string();
+    if name.is_empty() {
+        Some(NamedError::Empty { index })
+    } else if len > MAX_NAME_LEN {
+        Some(NamedError::TooLong { index, len })
+    } else if name.chars().any(char::is_control) || name.trim() != name {
+        Some(NamedError::Unprintable {
+            index,
+            name: named(),
+        })
+    } else if name.contains('*') {
+        Some(NamedError::Pattern {
+            index,
+            name: named(),
+        })
+    } else if name == own {
+        Some(NamedError::Own {
+            index,
+            name: named(),
+        })
+    } else {
+        let what = operator_manager(name)?;
+        Some(NamedError::Operator {
+            index,
+            name: named(),
+            what,
+        })
+    }
+}
+
+/// Which of the operator's own managers `name` is, if it is one.
+fn operator_manager(name: &str) -> Option<&'static str> {
+    if name == PLUGIN_FIELD_MANAGER {
+        Some("the kubectl plugin's")
+    } else if name.starts_with(&format!("{}/", super::FIELD_MANAGER_PREFIX)) {
+        Some("a set's, or the operator's adoption or parent writes")
+    } else {
+        None
+    }
+}
 
 /// Whether `entry` is one the set takes over regardless of its own name: a `kubectl*` Apply
 /// or Update entry (but [`KEPT`]), or a `before-first-apply*` Update entry, never one of a
@@ -187,13 +347,18 @@ fn split_controls(fields: Option<&FieldsV1>) -> (Option<FieldsV1>, Option<Fields
 /// over, or a cleanup annotation or label (cheap: no allocation; the engine asks it of every
 /// apply's answer).
 pub fn shows_work(meta: &ObjectMeta, owner: &str) -> bool {
+    shows_work_for(meta, Takers::new(owner, &[]))
+}
+
+/// [`shows_work`] for `takers`: a named manager's entry counts whatever it owns.
+pub fn shows_work_for(meta: &ObjectMeta, takers: Takers<'_>) -> bool {
     let has = |m: Option<&BTreeMap<String, String>>, keys: &[&str]| {
         m.is_some_and(|m| keys.iter().any(|k| m.contains_key(*k)))
     };
     meta.managed_fields
         .iter()
         .flatten()
-        .any(|e| takes_over_for(e, owner) && !controls_only(e))
+        .any(|e| takers.names(e) || (takes_over_for(e, takers.owner) && !controls_only(e)))
         || has(meta.annotations.as_ref(), &CLEANUP_ANNOTATIONS)
         || has(meta.labels.as_ref(), &CLEANUP_LABELS)
 }
@@ -218,6 +383,59 @@ pub fn cleanup_paths(meta: &ObjectMeta, declared: &ObjectMeta) -> Vec<String> {
     annotations.chain(labels).collect()
 }
 
+/// [`FLUX_OWNER_LABELS`] present on the object, as JSON pointers.
+pub fn flux_label_paths(meta: &ObjectMeta) -> Vec<String> {
+    FLUX_OWNER_LABELS
+        .iter()
+        .filter(|k| meta.labels.as_ref().is_some_and(|m| m.contains_key(**k)))
+        .map(|k| format!("/metadata/labels/{}", escape(k)))
+        .collect()
+}
+
+/// `entries` without any ownership of the labels `keys` (the labels a patch removes); an
+/// entry left owning nothing is dropped (the API server keeps no empty entry either).
+pub fn without_labels(entries: Vec<ManagedFieldsEntry>, keys: &[&str]) -> Vec<ManagedFieldsEntry> {
+    entries
+        .into_iter()
+        .filter_map(|mut e| {
+            let Some(FieldsV1(Value::Object(root))) = e.fields_v1.as_mut() else {
+                return Some(e);
+            };
+            let labels = root
+                .get_mut("f:metadata")
+                .and_then(Value::as_object_mut)
+                .and_then(|m| m.get_mut("f:labels"))
+                .and_then(Value::as_object_mut);
+            let Some(labels) = labels else {
+                return Some(e);
+            };
+            for key in keys {
+                labels.remove(&format!("f:{key}"));
+            }
+            prune_empty(root);
+            (!root.is_empty()).then_some(e)
+        })
+        .collect()
+}
+
+/// Removes `f:labels` and then `f:metadata` when a removal left them empty (a map that kept
+/// only its own membership, `.`, stays: it says the entry owns the map itself).
+fn prune_empty(root: &mut Map<String, Value>) {
+    let Some(Value::Object(meta)) = root.get_mut("f:metadata") else {
+        return;
+    };
+    if meta
+        .get("f:labels")
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        meta.remove("f:labels");
+    }
+    if meta.is_empty() {
+        root.remove("f:metadata");
+    }
+}
+
 /// A JSON pointer's escaping of one key (RFC 6901).
 fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
@@ -237,6 +455,16 @@ fn escape(key: &str) -> String {
 /// annotate` or `kubectl label` is not removed by the next apply. An entry that owns nothing
 /// else is left as it is.
 pub fn taken_over(managed: &[ManagedFieldsEntry], owner: &str) -> Option<Vec<ManagedFieldsEntry>> {
+    taken_over_by(managed, Takers::new(owner, &[]))
+}
+
+/// [`taken_over`] for `takers`: a named manager's entry is merged whole, its control keys
+/// with it (they come from the replaced tool's manifests, which the set now declares).
+pub fn taken_over_by(
+    managed: &[ManagedFieldsEntry],
+    takers: Takers<'_>,
+) -> Option<Vec<ManagedFieldsEntry>> {
+    let owner = takers.owner;
     let own = managed.iter().rposition(|e| {
         e.manager.as_deref() == Some(owner) && e.operation.as_deref() == Some(APPLY)
     });
@@ -247,12 +475,16 @@ pub fn taken_over(managed: &[ManagedFieldsEntry], owner: &str) -> Option<Vec<Man
         if Some(i) == own {
             continue;
         }
-        if !takes_over_for(entry, owner) || controls_only(entry) {
+        let named = takers.names(entry);
+        if !named && (!takes_over_for(entry, owner) || controls_only(entry)) {
             kept.push(entry.clone());
             continue;
         }
         edited = true;
-        let (own, rest) = split_controls(entry.fields_v1.as_ref());
+        let (own, rest) = match named {
+            true => (None, entry.fields_v1.clone()),
+            false => split_controls(entry.fields_v1.as_ref()),
+        };
         if own.is_some() {
             kept.push(ManagedFieldsEntry {
                 fields_v1: own,

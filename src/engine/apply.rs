@@ -39,6 +39,7 @@ use crate::{
 
 mod conflict;
 mod crd_wait;
+mod if_not_present;
 mod ignore;
 mod recreate;
 mod request;
@@ -65,6 +66,9 @@ pub struct Options<'a> {
     pub lookup: &'a adopt::Lookup,
     /// `spec.adoptExisting`: every unlabelled member may be taken over.
     pub adopt_existing: bool,
+    /// `spec.takeOverFieldManagers`: the managers whose fields the set takes over on its own
+    /// members (see [`take_over`]).
+    pub take_over: &'a [String],
     /// With `dry_run`: keep what the dry-run showed of each member that would change
     /// ([`MemberResult::preview`]; one more GET each), for `kubectl applyset diff`.
     pub preview: bool,
@@ -195,7 +199,8 @@ async fn apply_one(
     }
     let r = &member.reference;
     let exists = opts.existing.contains_key(r) || opts.lookup.existing.contains_key(r);
-    let body = match ignore::settled(&api, member, body, &scope.manager, exists).await {
+    let takers = take_over::takers(scope, opts);
+    let body = match ignore::settled(&api, member, body, takers, exists).await {
         Ok(body) => body,
         Err(failed) => return (failed, None),
     };
@@ -203,7 +208,7 @@ async fn apply_one(
         First::Done(outcome, answer) => (outcome, answer),
         First::Looked(lookup) => {
             // It exists after all (the create-only attempt was refused): settled now.
-            match ignore::settled(&api, member, body, &scope.manager, true).await {
+            match ignore::settled(&api, member, body, takers, true).await {
                 Ok(body) => apply_looked(&api, scope, member, &body, opts, &lookup).await,
                 Err(failed) => (failed, None),
             }
@@ -316,11 +321,12 @@ async fn apply_looked(
     if adopting && let Err(refused) = mark_adopted(api, scope, member, opts.dry_run).await {
         return (refused, None);
     }
-    // Adopting what only its makers own (kubectl create, ...) takes the declared fields
-    // over from them, once: the object is the set's afterwards.
-    let handover = adopting && lookup.handover.contains(&member.reference);
+    if adopting && Marks::of_object(&member.object).ssa_if_not_present {
+        // IfNotPresent: made the set's without touching its data (see [`if_not_present`]).
+        return if_not_present::adopt(api, scope, member, opts).await;
+    }
     let (outcome, answer) = if adopting {
-        apply_body(api, scope, member, body, opts, handover).await
+        adopt_applying(api, scope, member, body, opts, lookup).await
     } else {
         // The set's own: Override takes over what kubectl changed (see [`take_over`]).
         take_over::apply_overriding(api, scope, member, body, opts).await
@@ -331,14 +337,39 @@ async fn apply_looked(
     }
 }
 
+/// Adopts `member` by applying `body`: what only its makers own (kubectl create, ...) is
+/// taken over from them, once (a forced apply); a conflict only with managers the set names
+/// is forced too; then the managers the set names are taken over (see
+/// [`take_over::after_adoption`]).
+async fn adopt_applying(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+    lookup: &adopt::Lookup,
+) -> (Outcome, Option<Answer>) {
+    let handover = lookup.handover.contains(&member.reference);
+    let mut adopted = apply_body(api, scope, member, body, opts, handover).await;
+    if take_over::forces_adoption(&adopted.0, opts.take_over) {
+        adopted = apply_body(api, scope, member, body, opts, true).await;
+    }
+    take_over::after_adoption(api, scope, member, body, opts, adopted).await
+}
+
 /// Why the member is not applied by its own controls (see [`controls::skip_apply`]), if it
 /// is not: read from its manifest and from what is already known of its live object — the
 /// member watches or the LISTs (`opts.existing`), or the look at an object not known as the
-/// set's (`lookup`). No request.
+/// set's (`lookup`). No request. `ssa: IfNotPresent` on an object that exists without being
+/// the set's does not skip it when it may be adopted ([`if_not_present::adoptable`]).
 fn skip_of(member: &Member, opts: &Options<'_>, lookup: &adopt::Lookup) -> Option<Skip> {
     let r = &member.reference;
     let live = (opts.existing.get(r).map(|l| l.marks)).or_else(|| lookup.existing.get(r).copied());
-    controls::skip_apply(Marks::of_object(&member.object), live)
+    let skip = controls::skip_apply(Marks::of_object(&member.object), live);
+    match skip {
+        Some(Skip::IfNotPresentExists) if if_not_present::adoptable(member, opts, lookup) => None,
+        skip => skip,
+    }
 }
 
 /// The outcome of a member skipped by its own controls: nothing is sent, and what the set

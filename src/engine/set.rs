@@ -216,6 +216,7 @@ impl<'a> SetEngine<'a> {
                 deadline: clock.deadline,
                 lookup: &lookup,
                 adopt_existing: spec.adopt_existing,
+                take_over: &spec.take_over_field_managers,
                 preview: run == Run::DryRun { preview: true },
                 create_only: (!dry_run).then_some(&live.owned),
             };

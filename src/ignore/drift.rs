@@ -8,7 +8,8 @@
 //! - our manager owns it → the body carries the live value (**adopt**), so server-side apply
 //!   neither removes nor resets it (`replicas` would otherwise fall back to 1);
 //! - a manager that Override takes over (`kubectl*`, `before-first-apply`, the set's own
-//!   Update entry: `applyset::field_managers::takes_over_for`; not under `ssa: Merge`) owns
+//!   Update entry: `applyset::field_managers::takes_over_for`, and the managers the set names
+//!   in `spec.takeOverFieldManagers`; not under `ssa: Merge`) owns
 //!   it → adopt, as for our
 //!   own: Override makes its fields ours right after this apply, and a field ours but not
 //!   sent would then be removed;
@@ -26,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde_json::{Map, Value};
 
 use super::{Pointer, pointer::index};
-use crate::applyset::field_managers::{self, APPLY};
+use crate::applyset::field_managers::{APPLY, Takers};
 
 /// What [`settle`] did to a body.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -53,6 +54,19 @@ pub fn settle(
     manager: &str,
     overrides: bool,
 ) -> Settled {
+    settle_for(body, live, paths, Takers::new(manager, &[]), overrides)
+}
+
+/// [`settle`] for a set that also takes over the managers `takers` names
+/// (`spec.takeOverFieldManagers`): their fields count as the set's, as Override's do.
+pub fn settle_for(
+    body: &mut Value,
+    live: &Value,
+    paths: &[Pointer],
+    takers: Takers<'_>,
+    overrides: bool,
+) -> Settled {
+    let manager = takers.owner;
     let entries = main_entries(live);
     let fields: Vec<(&str, &Map<String, Value>)> =
         entries.iter().map(|e| (e.manager, e.fields)).collect();
@@ -71,8 +85,7 @@ pub fn settle(
             })
         };
         let ours_now = |e: &Entry| {
-            (e.manager == manager && e.operation == APPLY)
-                || (overrides && e.taken_over_by(manager))
+            (e.manager == manager && e.operation == APPLY) || (overrides && e.taken_over_by(takers))
         };
         let others = owned_by(&|e| e.operation == APPLY && !ours_now(e));
         let ours = segments.is_none() || owned_by(&ours_now);
@@ -99,16 +112,14 @@ struct Entry<'a> {
 }
 
 impl Entry<'_> {
-    /// Whether Override takes this entry over for the set's manager `owner`.
-    fn taken_over_by(&self, owner: &str) -> bool {
-        field_managers::takes_over_for(
-            &ManagedFieldsEntry {
-                manager: Some(self.manager.to_string()),
-                operation: Some(self.operation.to_string()),
-                ..ManagedFieldsEntry::default()
-            },
-            owner,
-        )
+    /// Whether Override takes this entry over for `takers` (the set's manager, and the
+    /// managers the set names).
+    fn taken_over_by(&self, takers: Takers<'_>) -> bool {
+        takers.takes(&ManagedFieldsEntry {
+            manager: Some(self.manager.to_string()),
+            operation: Some(self.operation.to_string()),
+            ..ManagedFieldsEntry::default()
+        })
     }
 }
 

@@ -461,3 +461,217 @@ fn without_an_apply_entry_the_control_keys_stay_and_the_rest_is_renamed() {
         json!({"f:metadata": {"f:labels": {"f:app": {}}}})
     );
 }
+
+fn named(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| (*s).to_string()).collect()
+}
+
+#[test]
+fn named_managers_are_taken_over_by_exact_name_apply_or_update() {
+    let list = named(&["kustomize-controller"]);
+    let takers = Takers::new(OWNER, &list);
+    for op in [APPLY, UPDATE] {
+        assert!(
+            takers.takes(&entry("kustomize-controller", op, json!({}))),
+            "{op}"
+        );
+    }
+    assert!(!takers.takes(&entry("kustomize-controller-x", APPLY, json!({}))));
+    assert!(!takers.takes(&entry("kustomize", APPLY, json!({}))));
+    assert!(!takers.takes(&entry("Kustomize-Controller", APPLY, json!({}))));
+    assert!(!takers.takes(&entry("kustomize-controller", "Other", json!({}))));
+    assert!(!takers.takes(&sub(
+        entry("kustomize-controller", UPDATE, json!({})),
+        "status"
+    )));
+    // The kubectl managers and the owner's Update entry stay taken over.
+    assert!(takers.takes(&entry("kubectl-edit", UPDATE, json!({}))));
+    assert!(takers.takes(&entry(OWNER, UPDATE, json!({}))));
+    assert!(!takers.takes(&entry(OWNER, APPLY, json!({}))));
+    // No name: none of it.
+    let none = Takers::new(OWNER, &[]);
+    assert!(!none.takes(&entry("kustomize-controller", APPLY, json!({}))));
+    assert!(!none.names_manager("kustomize-controller"));
+}
+
+#[test]
+fn named_in_and_shows_work_for_see_a_named_entry() {
+    let list = named(&["kustomize-controller"]);
+    let takers = Takers::new(OWNER, &list);
+    let meta = |manager: &str| ObjectMeta {
+        managed_fields: Some(vec![
+            entry(OWNER, APPLY, json!({"f:data": {}})),
+            entry(manager, APPLY, json!({"f:data": {"f:a": {}}})),
+        ]),
+        ..Default::default()
+    };
+    assert!(takers.named_in(&meta("kustomize-controller")));
+    assert!(shows_work_for(&meta("kustomize-controller"), takers));
+    assert!(!takers.named_in(&meta("helm")));
+    assert!(!shows_work_for(&meta("helm"), takers));
+    assert!(!Takers::new(OWNER, &[]).named_in(&meta("kustomize-controller")));
+    assert!(!shows_work(&meta("kustomize-controller"), OWNER));
+    // A named entry of control keys only is still taken over (the tool's own manifest).
+    let marks = ObjectMeta {
+        managed_fields: Some(vec![entry(
+            "kustomize-controller",
+            APPLY,
+            marks_fields(json!({})),
+        )]),
+        ..Default::default()
+    };
+    assert!(shows_work_for(&marks, takers));
+}
+
+#[test]
+fn a_named_entry_is_merged_whole_control_keys_included() {
+    let list = named(&["kustomize-controller"]);
+    let managed = vec![
+        entry(
+            "kustomize-controller",
+            APPLY,
+            marks_fields(json!({"f:spec": {"f:replicas": {}}})),
+        ),
+        entry(OWNER, APPLY, json!({"f:spec": {"f:paused": {}}})),
+        entry("kube-controller-manager", UPDATE, json!({"f:status": {}})),
+    ];
+    let out = taken_over_by(&managed, Takers::new(OWNER, &list)).unwrap();
+    assert_eq!(
+        names(&out),
+        [
+            ("kube-controller-manager".to_string(), UPDATE.to_string()),
+            (OWNER.to_string(), APPLY.to_string())
+        ]
+    );
+    let merged = &out[1].fields_v1.as_ref().unwrap().0;
+    assert_eq!(merged["f:spec"], json!({"f:paused": {}, "f:replicas": {}}));
+    assert!(
+        merged.pointer("/f:metadata/f:annotations").is_some(),
+        "{merged}"
+    );
+    // Without the name, the same entry is not touched.
+    assert_eq!(taken_over_by(&managed, Takers::new(OWNER, &[])), None);
+}
+
+#[test]
+fn a_lone_named_entry_becomes_the_owners_apply_entry() {
+    let list = named(&["kustomize-controller"]);
+    let managed = vec![entry("kustomize-controller", UPDATE, json!({"f:data": {}}))];
+    let out = taken_over_by(&managed, Takers::new(OWNER, &list)).unwrap();
+    assert_eq!(names(&out), [(OWNER.to_string(), APPLY.to_string())]);
+    assert_eq!(out[0].fields_v1.as_ref().unwrap().0, json!({"f:data": {}}));
+}
+
+#[test]
+fn flux_label_paths_are_escaped_pointers_of_present_labels() {
+    let meta = |keys: &[&str]| ObjectMeta {
+        labels: Some(
+            keys.iter()
+                .map(|k| (k.to_string(), "v".to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    assert_eq!(
+        flux_label_paths(&meta(&FLUX_OWNER_LABELS)),
+        [
+            "/metadata/labels/kustomize.toolkit.fluxcd.io~1name",
+            "/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"
+        ]
+    );
+    assert_eq!(
+        flux_label_paths(&meta(&["kustomize.toolkit.fluxcd.io/namespace", "app"])),
+        ["/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"]
+    );
+    assert!(flux_label_paths(&ObjectMeta::default()).is_empty());
+}
+
+#[test]
+fn without_labels_drops_their_ownership_and_emptied_entries() {
+    let labels = |extra: Value| {
+        let mut l = json!({
+            "f:kustomize.toolkit.fluxcd.io/name": {},
+            "f:kustomize.toolkit.fluxcd.io/namespace": {}
+        });
+        if let (Some(l), Some(e)) = (l.as_object_mut(), extra.as_object()) {
+            l.extend(e.clone());
+        }
+        json!({"f:metadata": {"f:labels": l}})
+    };
+    let entries = vec![
+        entry(OWNER, APPLY, {
+            let mut f = labels(json!({"f:app": {}}));
+            f["f:data"] = json!({"f:a": {}});
+            f
+        }),
+        entry("other", UPDATE, labels(json!({}))),
+        entry("kept", UPDATE, labels(json!({".": {}}))),
+        entry("none", UPDATE, json!({"f:spec": {}})),
+        ManagedFieldsEntry {
+            manager: Some("no-fields".into()),
+            ..Default::default()
+        },
+    ];
+    let out = without_labels(entries, &FLUX_OWNER_LABELS);
+    let managers: Vec<&str> = out.iter().filter_map(|e| e.manager.as_deref()).collect();
+    assert_eq!(managers, [OWNER, "kept", "none", "no-fields"]);
+    assert_eq!(
+        out[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:app": {}}}})
+    );
+    assert_eq!(
+        out[1].fields_v1.as_ref().unwrap().0,
+        json!({"f:metadata": {"f:labels": {".": {}}}})
+    );
+    assert_eq!(out[2].fields_v1.as_ref().unwrap().0, json!({"f:spec": {}}));
+}
+
+#[test]
+fn validate_accepts_exact_names_of_other_tools() {
+    let own = "applyset.dev/ns/flux-system/app";
+    assert_eq!(validate(&[], own), Ok(()));
+    assert_eq!(
+        validate(&named(&["kustomize-controller", "helm-controller"]), own),
+        Ok(())
+    );
+    let sixteen: Vec<String> = (0..MAX_NAMED).map(|i| format!("tool-{i}")).collect();
+    assert_eq!(validate(&sixteen, own), Ok(()));
+    assert_eq!(validate(&["a".repeat(MAX_NAME_LEN)], own), Ok(()));
+}
+
+#[test]
+fn validate_refuses_each_bad_name_naming_its_index() {
+    let own = "applyset.dev/ns/flux-system/app";
+    let cases: [(&str, &str); 9] = [
+        ("", "spec.takeOverFieldManagers[1] is empty"),
+        ("kustomize-*", "is a pattern, and names are exact"),
+        ("*", "is a pattern"),
+        (" kustomize-controller", "a space at either end"),
+        ("kustomize\ncontroller", "control character"),
+        (own, "is this set's own field manager"),
+        ("kubectl-applyset", "the kubectl plugin's"),
+        ("applyset.dev/adoption", "a field manager of this operator"),
+        (
+            "applyset.dev/ns/other/set",
+            "a field manager of this operator",
+        ),
+    ];
+    for (bad, said) in cases {
+        let err = validate(&named(&["kustomize-controller", bad]), own)
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            err.starts_with("spec.takeOverFieldManagers[1]"),
+            "{bad:?}: {err}"
+        );
+        assert!(err.contains(said), "{bad:?}: {err}");
+    }
+    let long = "a".repeat(MAX_NAME_LEN + 1);
+    let err = validate(&[long], own).expect_err("long").to_string();
+    assert!(err.contains("[0] is 129 characters long"), "{err}");
+    let seventeen: Vec<String> = (0..=MAX_NAMED).map(|i| format!("tool-{i}")).collect();
+    assert_eq!(
+        validate(&seventeen, own),
+        Err(NamedError::TooMany { count: 17 })
+    );
+}

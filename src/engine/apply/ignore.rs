@@ -11,7 +11,10 @@ use kube::{Api, api::DynamicObject};
 use serde_json::Value;
 
 use crate::{
-    applyset::controls::{self, Marks},
+    applyset::{
+        controls::{self, Marks},
+        field_managers::Takers,
+    },
     engine::outcome::Outcome,
     render::Member,
 };
@@ -32,7 +35,8 @@ pub(super) fn body_hash(member: &Member, body: &Value) -> u64 {
     h.finish()
 }
 
-/// The body to send for `member`, as field manager `manager`: `body` settled against the
+/// The body to send for `member`, as field manager `takers.owner` (taking over the managers
+/// `takers` names): `body` settled against the
 /// live object when a rule names the member and it `exists` (the reconcile saw it live, or it
 /// exists without the set's label and is being adopted: adoption forces, so an ignored field
 /// sent whole would be reset); `body` itself otherwise, or when it is gone since. A failed
@@ -41,7 +45,7 @@ pub(super) async fn settled(
     api: &Api<DynamicObject>,
     member: &Member,
     mut body: Value,
-    manager: &str,
+    takers: Takers<'_>,
     exists: bool,
 ) -> Result<Value, Outcome> {
     if member.ignore.is_empty() || !exists {
@@ -74,7 +78,7 @@ pub(super) async fn settled(
     // strip every ignored field, ours included): the member fails.
     let live = serde_json::to_value(live).map_err(|e| failed(e.to_string()))?;
     let settled =
-        crate::ignore::drift::settle(&mut body, &live, &member.ignore, manager, overrides);
+        crate::ignore::drift::settle_for(&mut body, &live, &member.ignore, takers, overrides);
     if !settled.is_empty() {
         tracing::debug!(member = %member.reference, stripped = ?settled.stripped,
             adopted = ?settled.adopted, "ignored fields settled against the live object");

@@ -35,7 +35,7 @@ use crate::{
     applyset::{
         LABEL_PART_OF,
         controls::{Marks, overrides_managers, skip_apply},
-        field_managers::{self, taken_over},
+        field_managers::{self, FLUX_OWNER_LABELS, Takers, taken_over_by},
     },
     engine::{SetScope, outcome::Outcome},
     render::Member,
@@ -67,9 +67,15 @@ impl From<kube::Error> for Failure {
     }
 }
 
+/// The managers whose fields the set takes over on `scope`'s members.
+pub(super) fn takers<'a>(scope: &'a SetScope, opts: &Options<'a>) -> Takers<'a> {
+    Takers::new(&scope.manager, opts.take_over)
+}
+
 /// Applies a member that is already the set's own (see [`apply_body`]), taking over the fields
-/// of `kubectl*` and `before-first-apply` managers first where the answer or a conflict shows
-/// them, and then applying again. Returns the last apply's outcome and answer.
+/// of `kubectl*` and `before-first-apply` managers (and of the managers the set names) first
+/// where the answer or a conflict shows them, and then applying again. Returns the last
+/// apply's outcome and answer.
 pub(super) async fn apply_overriding(
     api: &Api<DynamicObject>,
     scope: &SetScope,
@@ -77,11 +83,66 @@ pub(super) async fn apply_overriding(
     body: &Value,
     opts: &Options<'_>,
 ) -> (Outcome, Option<Answer>) {
-    let (mut outcome, mut answer) = apply_body(api, scope, member, body, opts, false).await;
+    let first = apply_body(api, scope, member, body, opts, false).await;
     if opts.dry_run {
-        return (outcome, answer);
+        return first;
     }
+    override_rounds(api, scope, member, body, opts, first).await
+}
+
+/// After an adoption's apply (`adopted`): when its answer shows an entry of a manager the set
+/// names (`spec.takeOverFieldManagers`), the object, the set's own now, is taken over as
+/// [`apply_overriding`] does and applied again, in the same reconcile. Otherwise (and in a
+/// dry-run) `adopted` as it is.
+pub(super) async fn after_adoption(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+    adopted: (Outcome, Option<Answer>),
+) -> (Outcome, Option<Answer>) {
+    let shows = match &adopted {
+        (o, Some(a)) => {
+            o.is_applied()
+                && a.meta
+                    .as_deref()
+                    .is_some_and(|m| takers(scope, opts).named_in(m))
+        }
+        _ => false,
+    };
+    if opts.dry_run || !shows {
+        return adopted;
+    }
+    override_rounds(api, scope, member, body, opts, adopted).await
+}
+
+/// Whether an adoption refused with `outcome` is applied again with force: a conflict whose
+/// managers are all named by the set (their fields become the set's right after anyway).
+/// Forcing still never takes the `part-of` label, nor fields the server did not name.
+pub(super) fn forces_adoption(outcome: &Outcome, named: &[String]) -> bool {
+    match outcome {
+        Outcome::Conflict { managers, .. } => {
+            !managers.is_empty() && managers.iter().all(|m| named.contains(m))
+        }
+        _ => false,
+    }
+}
+
+/// The take-over rounds after an apply of the set's own object (`applied`, its outcome and
+/// answer): take over what the answer (or a conflict's read) shows, apply again.
+async fn override_rounds(
+    api: &Api<DynamicObject>,
+    scope: &SetScope,
+    member: &Member,
+    body: &Value,
+    opts: &Options<'_>,
+    applied: (Outcome, Option<Answer>),
+) -> (Outcome, Option<Answer>) {
+    let (mut outcome, mut answer) = applied;
+    let takers = takers(scope, opts);
     let desired = Marks::of_object(&member.object);
+    let name = &member.reference.name;
     let mut refused = false;
     for _ in 0..ROUNDS {
         let taken = match (&outcome, &answer) {
@@ -90,11 +151,9 @@ pub(super) async fn apply_overriding(
                 Some(Answer {
                     meta: Some(live), ..
                 }),
-            ) if o.is_applied() => {
-                take_over_known(api, &member.reference.name, &scope.manager, live, member).await
-            }
-            (Outcome::Conflict { managers, .. }, _) if conflict_takes_over(managers) => {
-                take_over_read(api, scope, member, desired).await
+            ) if o.is_applied() => take_over_known(api, name, takers, live, member).await,
+            (Outcome::Conflict { managers, .. }, _) if conflict_takes_over(managers, takers) => {
+                take_over_read(api, scope, member, desired, takers).await
             }
             _ => break,
         };
@@ -102,9 +161,9 @@ pub(super) async fn apply_overriding(
             Ok(TakeOver::Nothing) => break,
             Ok(TakeOver::Done) => {}
             // The object changed since it was read: apply again and look at it anew.
-            Err(f) if moved(api, &member.reference.name, f.rv.as_deref()).await => {}
+            Err(f) if moved(api, name, f.rv.as_deref()).await => {}
             Err(f) => {
-                tracing::warn!(member = %member.reference, error = %f.error, "taking over the fields of kubectl managers was refused; they stay theirs until the object changes");
+                tracing::warn!(member = %member.reference, error = %f.error, "taking over the fields of other managers was refused; they stay theirs until the object changes");
                 refused = true;
                 break;
             }
@@ -117,7 +176,7 @@ pub(super) async fn apply_overriding(
         && let Some(a) = answer.as_mut()
         && a.meta
             .as_deref()
-            .is_some_and(|live| pending(live, member, &scope.manager))
+            .is_some_and(|live| pending(live, member, takers))
     {
         a.rv = None;
     }
@@ -137,22 +196,27 @@ async fn moved(api: &Api<DynamicObject>, name: &str, rv: Option<&str>) -> bool {
 }
 
 /// Whether `live` shows something to take over that neither Merge nor a skip mark forbids.
-fn pending(live: &ObjectMeta, member: &Member, manager: &str) -> bool {
-    acts_on(live, Marks::of_object(&member.object), manager)
-        && patch(live, &declared(member), manager).is_some()
+fn pending(live: &ObjectMeta, member: &Member, takers: Takers<'_>) -> bool {
+    acts_on(live, Marks::of_object(&member.object), takers)
+        && patch(live, &declared(member), takers, false).is_some()
 }
 
 /// Whether Override acts on `live` for a member whose manifest carries `desired`: it shows
-/// something to take over, Merge is on neither side, and no mark (desired or live) skips it.
-fn acts_on(live: &ObjectMeta, desired: Marks, manager: &str) -> bool {
+/// something to take over, Merge is on neither side, and no mark (desired or live) skips it
+/// (`ssa: IfNotPresent` aside: an object it skips is taken over once, when it is adopted).
+pub(super) fn acts_on(live: &ObjectMeta, desired: Marks, takers: Takers<'_>) -> bool {
     let live_marks = Marks::of_meta(live);
-    field_managers::shows_work(live, manager)
+    let desired = Marks {
+        ssa_if_not_present: false,
+        ..desired
+    };
+    field_managers::shows_work_for(live, takers)
         && overrides_managers(desired, live_marks)
         && skip_apply(desired, Some(live_marks)).is_none()
 }
 
 /// The labels and annotations the member declares.
-fn declared(member: &Member) -> ObjectMeta {
+pub(super) fn declared(member: &Member) -> ObjectMeta {
     member
         .object
         .get("metadata")
@@ -161,13 +225,15 @@ fn declared(member: &Member) -> ObjectMeta {
 }
 
 /// Whether a conflict may be one a take-over resolves: every manager it names looks like a
-/// manager [`field_managers::takes_over`] selects (the operation is checked on the object).
-fn conflict_takes_over(managers: &[String]) -> bool {
+/// manager [`field_managers::takes_over`] selects, or is one the set names (the operation is
+/// checked on the object).
+fn conflict_takes_over(managers: &[String], takers: Takers<'_>) -> bool {
     !managers.is_empty()
         && managers.iter().all(|m| {
-            field_managers::PREFIXES
-                .iter()
-                .any(|(prefix, _)| m.starts_with(prefix))
+            takers.names_manager(m)
+                || field_managers::PREFIXES
+                    .iter()
+                    .any(|(prefix, _)| m.starts_with(prefix))
         })
 }
 
@@ -178,6 +244,7 @@ async fn take_over_read(
     scope: &SetScope,
     member: &Member,
     desired: Marks,
+    takers: Takers<'_>,
 ) -> Result<TakeOver, Failure> {
     let Some(live) = api.get_metadata_opt(&member.reference.name).await? else {
         return Ok(TakeOver::Nothing);
@@ -187,18 +254,11 @@ async fn take_over_read(
     {
         return Ok(TakeOver::Nothing);
     }
-    take_over_known(
-        api,
-        &member.reference.name,
-        &scope.manager,
-        &live.metadata,
-        member,
-    )
-    .await
+    take_over_known(api, &member.reference.name, takers, &live.metadata, member).await
 }
 
 /// Whether the object carries the set's `part-of` label under the set's member manager.
-fn is_ours(meta: &ObjectMeta, id: &str, manager: &str) -> bool {
+pub(super) fn is_ours(meta: &ObjectMeta, id: &str, manager: &str) -> bool {
     let labelled = meta
         .labels
         .as_ref()
@@ -222,17 +282,17 @@ fn is_ours(meta: &ObjectMeta, id: &str, manager: &str) -> bool {
 async fn take_over_known(
     api: &Api<DynamicObject>,
     name: &str,
-    manager: &str,
+    takers: Takers<'_>,
     live: &ObjectMeta,
     member: &Member,
 ) -> Result<TakeOver, Failure> {
-    if !acts_on(live, Marks::of_object(&member.object), manager) {
+    if !acts_on(live, Marks::of_object(&member.object), takers) {
         return Ok(TakeOver::Nothing);
     }
-    let Some(patch) = patch(live, &declared(member), manager) else {
+    let Some(patch) = patch(live, &declared(member), takers, false) else {
         return Ok(TakeOver::Nothing);
     };
-    send(api, name, manager, &patch)
+    send(api, name, takers.owner, &patch)
         .await
         .map_err(|error| Failure {
             error,
@@ -242,11 +302,27 @@ async fn take_over_known(
 }
 
 /// The take-over's JSON patch: a test of the `resourceVersion`, the cleanup removals and the
-/// managed fields replaced; `None` when there is nothing to change.
-pub(crate) fn patch(live: &ObjectMeta, declared: &ObjectMeta, manager: &str) -> Option<Value> {
+/// managed fields replaced; `None` when there is nothing to change. With `flux_labels`,
+/// Flux's owner labels are removed too, with their ownership (for an object the set never
+/// applies again, whose next apply cannot remove them).
+pub(crate) fn patch(
+    live: &ObjectMeta,
+    declared: &ObjectMeta,
+    takers: Takers<'_>,
+    flux_labels: bool,
+) -> Option<Value> {
     let managed: &[ManagedFieldsEntry] = live.managed_fields.as_deref().unwrap_or_default();
-    let replaced = taken_over(managed, manager);
-    let removals = field_managers::cleanup_paths(live, declared);
+    let mut replaced = taken_over_by(managed, takers);
+    let mut removals = field_managers::cleanup_paths(live, declared);
+    let labels = match flux_labels {
+        true => field_managers::flux_label_paths(live),
+        false => Vec::new(),
+    };
+    if !labels.is_empty() {
+        let entries = replaced.unwrap_or_else(|| managed.to_vec());
+        replaced = Some(field_managers::without_labels(entries, &FLUX_OWNER_LABELS));
+        removals.extend(labels);
+    }
     let rv = live.resource_version.as_deref()?;
     if replaced.is_none() && removals.is_empty() {
         return None;
@@ -260,7 +336,7 @@ pub(crate) fn patch(live: &ObjectMeta, declared: &ObjectMeta, manager: &str) -> 
 }
 
 /// Sends a JSON patch (RFC 6902) as `manager`.
-async fn send(
+pub(super) async fn send(
     api: &Api<DynamicObject>,
     name: &str,
     manager: &str,
@@ -297,13 +373,59 @@ mod tests {
     #[test]
     fn conflicts_of_kubectl_managers_only_are_taken_over() {
         let names = |n: &[&str]| n.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
-        assert!(conflict_takes_over(&names(&["kubectl-edit"])));
-        assert!(conflict_takes_over(&names(&[
-            "kubectl",
-            "before-first-apply"
-        ])));
-        assert!(!conflict_takes_over(&names(&["kubectl-edit", "helm"])));
-        assert!(!conflict_takes_over(&[]));
+        let me = Takers::new("me", &[]);
+        assert!(conflict_takes_over(&names(&["kubectl-edit"]), me));
+        assert!(conflict_takes_over(
+            &names(&["kubectl", "before-first-apply"]),
+            me
+        ));
+        assert!(!conflict_takes_over(&names(&["kubectl-edit", "helm"]), me));
+        assert!(!conflict_takes_over(&[], me));
+    }
+
+    #[test]
+    fn conflicts_of_named_managers_are_taken_over_by_exact_name() {
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        let named = names(&["kustomize-controller"]);
+        let takers = Takers::new("me", &named);
+        assert!(conflict_takes_over(
+            &names(&["kustomize-controller"]),
+            takers
+        ));
+        assert!(conflict_takes_over(
+            &names(&["kustomize-controller", "kubectl-edit"]),
+            takers
+        ));
+        assert!(!conflict_takes_over(
+            &names(&["kustomize-controller-x"]),
+            takers
+        ));
+        assert!(!conflict_takes_over(&names(&["kustomize"]), takers));
+        assert!(!conflict_takes_over(
+            &names(&["kustomize-controller"]),
+            Takers::new("me", &[])
+        ));
+    }
+
+    #[test]
+    fn an_adoption_is_forced_only_against_named_managers() {
+        let conflict = |m: &[&str]| Outcome::Conflict {
+            message: String::new(),
+            managers: m.iter().map(|s| (*s).to_string()).collect(),
+        };
+        let named = vec!["kustomize-controller".to_string()];
+        assert!(forces_adoption(
+            &conflict(&["kustomize-controller"]),
+            &named
+        ));
+        assert!(!forces_adoption(
+            &conflict(&["kustomize-controller", "helm"]),
+            &named
+        ));
+        assert!(!forces_adoption(&conflict(&["kubectl-edit"]), &named));
+        assert!(!forces_adoption(&conflict(&[]), &named));
+        assert!(!forces_adoption(&conflict(&["kustomize-controller"]), &[]));
+        assert!(!forces_adoption(&Outcome::Configured, &named));
     }
 
     #[test]
@@ -323,7 +445,7 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let p = patch(&live, &ObjectMeta::default(), "me").unwrap();
+        let p = patch(&live, &ObjectMeta::default(), Takers::new("me", &[]), false).unwrap();
         assert_eq!(
             p[0],
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": "42"})
@@ -352,19 +474,26 @@ mod tests {
             ..Default::default()
         };
         let none = Marks::default();
-        assert!(acts_on(&live("example.com/x", "y"), none, "me"));
+        let me = Takers::new("me", &[]);
+        assert!(acts_on(&live("example.com/x", "y"), none, me));
         for (key, value) in [
             ("applyset.dev/ssa", "Ignore"),
             ("kustomize.toolkit.fluxcd.io/reconcile", "Disabled"),
             ("applyset.dev/ssa", "Merge"),
         ] {
-            assert!(!acts_on(&live(key, value), none, "me"), "{key}: {value}");
+            assert!(!acts_on(&live(key, value), none, me), "{key}: {value}");
         }
         let ignored = Marks {
             ssa_ignore: true,
             ..Marks::default()
         };
-        assert!(!acts_on(&live("example.com/x", "y"), ignored, "me"));
+        assert!(!acts_on(&live("example.com/x", "y"), ignored, me));
+        // IfNotPresent on the manifest does not stop it (an adopted object is taken over once).
+        let if_not_present = Marks {
+            ssa_if_not_present: true,
+            ..Marks::default()
+        };
+        assert!(acts_on(&live("example.com/x", "y"), if_not_present, me));
     }
 
     #[test]
@@ -377,7 +506,83 @@ mod tests {
             ]),
             ..Default::default()
         };
-        assert_eq!(patch(&live, &ObjectMeta::default(), "me"), None);
+        assert_eq!(
+            patch(&live, &ObjectMeta::default(), Takers::new("me", &[]), true),
+            None
+        );
+    }
+
+    /// An object as kustomize-controller left it, once the set's metadata-only apply made it
+    /// the set's: Flux's labels, its Apply entry, the set's entry owning the part-of label.
+    fn adopted_from_flux() -> ObjectMeta {
+        let labels = [
+            ("kustomize.toolkit.fluxcd.io/name", "app"),
+            ("kustomize.toolkit.fluxcd.io/namespace", "flux-system"),
+            (LABEL_PART_OF, "id"),
+        ];
+        ObjectMeta {
+            resource_version: Some("7".into()),
+            labels: Some(labels.map(|(k, v)| (k.to_string(), v.to_string())).into()),
+            managed_fields: Some(vec![
+                entry(
+                    "kustomize-controller",
+                    "Apply",
+                    json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {
+                        "f:kustomize.toolkit.fluxcd.io/name": {},
+                        "f:kustomize.toolkit.fluxcd.io/namespace": {}}}}),
+                ),
+                entry(
+                    "me",
+                    "Apply",
+                    json!({"f:metadata": {"f:labels": {format!("f:{LABEL_PART_OF}"): {}}}}),
+                ),
+            ]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_flux_object_kept_as_it_is_loses_flux_labels_in_the_patch() {
+        let named = vec!["kustomize-controller".to_string()];
+        let takers = Takers::new("me", &named);
+        let p = patch(&adopted_from_flux(), &ObjectMeta::default(), takers, true).unwrap();
+        let ops = p.as_array().unwrap();
+        assert_eq!(ops[0]["op"], "test");
+        assert_eq!(ops[0]["value"], "7");
+        assert_eq!(
+            ops[1],
+            json!({"op": "remove", "path": "/metadata/labels/kustomize.toolkit.fluxcd.io~1name"})
+        );
+        assert_eq!(
+            ops[2],
+            json!({"op": "remove", "path": "/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"})
+        );
+        assert_eq!(ops[3]["op"], "replace");
+        let entries = ops[3]["value"].as_array().unwrap();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0]["manager"], "me");
+        assert_eq!(
+            entries[0]["fieldsV1"],
+            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {format!("f:{LABEL_PART_OF}"): {}}}})
+        );
+        assert_eq!(ops.len(), 4);
+    }
+
+    #[test]
+    fn without_named_managers_flux_labels_stay_to_the_next_apply() {
+        let named = vec!["kustomize-controller".to_string()];
+        let takers = Takers::new("me", &named);
+        let p = patch(&adopted_from_flux(), &ObjectMeta::default(), takers, false).unwrap();
+        let ops = p.as_array().unwrap();
+        assert_eq!(ops.len(), 2, "a test and the managed fields: {ops:?}");
+        let fields = &ops[1]["value"][0]["fieldsV1"]["f:metadata"]["f:labels"];
+        assert!(fields.get("f:kustomize.toolkit.fluxcd.io/name").is_some());
+        // A set that names no manager takes over nothing of kustomize-controller's.
+        let none = Takers::new("me", &[]);
+        assert_eq!(
+            patch(&adopted_from_flux(), &ObjectMeta::default(), none, false),
+            None
+        );
     }
 
     #[test]

@@ -116,6 +116,43 @@ fn a_manager_override_takes_over_adopts_the_live_value() {
 }
 
 #[test]
+fn a_named_manager_is_taken_over_too_and_adopts_the_live_value() {
+    // kustomize-controller's Apply entry: another tool's (strip) unless the set names it,
+    // when it is taken over after this apply (adopt, or the field would be removed).
+    let named = vec!["kustomize-controller".to_string()];
+    let entries = || {
+        json!([
+            entry(OURS, "Apply", "", json!({"f:spec": {}})),
+            entry("kustomize-controller", "Apply", "", replicas())
+        ])
+    };
+    let mut b = body(json!(2));
+    let takers = Takers::new(OURS, &named);
+    let s = settle_for(
+        &mut b,
+        &live(json!(5), entries()),
+        &[p("/spec/replicas")],
+        takers,
+        true,
+    );
+    assert_eq!(b["spec"]["replicas"], 5);
+    assert_eq!(s.adopted, ["/spec/replicas"]);
+    // Not named, or under Merge: another Apply manager's field, given up.
+    for (takers, overrides) in [(Takers::new(OURS, &[]), true), (takers, false)] {
+        let mut b = body(json!(2));
+        let s = settle_for(
+            &mut b,
+            &live(json!(5), entries()),
+            &[p("/spec/replicas")],
+            takers,
+            overrides,
+        );
+        assert_eq!(b["spec"].get("replicas"), None);
+        assert_eq!(s.stripped, ["/spec/replicas"]);
+    }
+}
+
+#[test]
 fn an_update_manager_or_a_subresource_entry_strips_without_taking_the_field() {
     for e in [
         entry("hpa-test", "Update", "scale", replicas()),
