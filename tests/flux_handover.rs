@@ -303,10 +303,12 @@ async fn handover(ns: &str, timeout: &str) -> Output {
 }
 
 /// The operator of the converted set: the test's namespace, no label selector (the set
-/// carries no test label).
+/// carries no test label), the kustomize binary (Flux's path is a plain directory, built by
+/// kustomize as kustomize-controller does).
 fn start_operator(h: &Harness) -> applyset_operator::controller::Operator {
     let mut config = h.config();
     config.label_selector = None;
+    config.source_limits.kustomize.binary = Some(support::kustomize_binary());
     applyset_operator::controller::Operator::start(h.client.clone(), config)
 }
 
