@@ -10,7 +10,8 @@
 //! `kustomize-controller`, no Flux owner label, the Deployment's generation and Pod template
 //! unchanged, the Secret's data unchanged, the ApplySet Ready. And a handover that stops
 //! midway (the set does not become Ready: no operator runs, a short --timeout) leaves the
-//! Kustomization suspended with deletionPolicy Orphan and in place, and the objects too.
+//! Kustomization suspended with deletionPolicy Orphan and in place, and the objects too; the
+//! same command run again once the operator runs finishes it.
 
 mod support;
 
@@ -330,6 +331,7 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
 
     let out = handover(ns, "90s").await;
     let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("--- kubectl applyset convert --handover ---\n{stderr}");
     assert!(
         out.status.success(),
         "handover failed: {stderr}\n--- kustomize-controller log ---\n{}",
@@ -413,10 +415,31 @@ async fn a_handover_that_stops_midway_leaves_the_kustomization_suspended_and_the
         "not being deleted"
     );
     assert_eq!(
+        k["metadata"]["annotations"]["applyset.dev/handover-original"],
+        json!(r#"{"suspend":false,"deletionPolicy":null}"#),
+        "what it had is recorded"
+    );
+    assert_eq!(
         snapshot(&h.client, ns).await,
         before,
         "the objects are in place, unchanged"
     );
+
+    // Going on: with the operator running, the same command again finishes the handover (the
+    // Kustomization converted as it was before, not as suspended).
+    let op = start_operator(h);
+    let out = handover(ns, "90s").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the handover run again: {stderr}");
+    assert_eq!(flux::kustomization(&h.client, ns, NAME).await, None);
+    let set = h.applyset(NAME).live().await;
+    assert_eq!(
+        set.data["spec"]["suspend"],
+        json!(false),
+        "the set is not suspended"
+    );
+    assert_eq!(snapshot(&h.client, ns).await, before);
     flush_watches(&h.client, ns, &f.events).await;
     assert_eq!(deletions(&f.events), Vec::<String>::new());
+    stop(op).await;
 }

@@ -62,11 +62,10 @@ pub struct Options {
 pub enum Left {
     /// Nothing was changed.
     Unchanged,
-    /// The Kustomization is suspended (and maybe the set applied): it was `deletion_policy`
-    /// before.
+    /// The Kustomization is suspended (and maybe the set applied): `original` is what it had.
     Suspended {
         kustomization: FluxRef,
-        deletion_policy: Option<String>,
+        original: checks::Original,
         set: Option<String>,
     },
     /// The Kustomization is being deleted, suspended with `Orphan`: its finalizer deletes
@@ -80,12 +79,15 @@ impl std::fmt::Display for Left {
             Left::Unchanged => write!(f, "nothing was changed"),
             Left::Suspended {
                 kustomization: k,
-                deletion_policy,
+                original,
                 set,
             } => {
-                let policy = deletion_policy
+                let policy = original
+                    .deletion_policy
                     .as_ref()
                     .map_or_else(|| "null".to_owned(), |p| format!("{p:?}"));
+                let suspend = original.suspend;
+                let annotation = checks::ANNOTATION_ORIGINAL;
                 write!(
                     f,
                     "{k} is suspended (spec.deletionPolicy: Orphan) and in place; nothing was deleted. \
@@ -100,7 +102,7 @@ To go on: fix the cause and run the same command again. To go back: "
                 }
                 write!(
                     f,
-                    "`kubectl -n {} patch kustomizations.kustomize.toolkit.fluxcd.io {} --type=merge -p '{{\"spec\":{{\"suspend\":false,\"deletionPolicy\":{policy}}}}}'` (or `flux resume kustomization {} -n {}`, which leaves deletionPolicy Orphan)",
+                    "`kubectl -n {} patch kustomizations.kustomize.toolkit.fluxcd.io {} --type=merge -p '{{\"metadata\":{{\"annotations\":{{\"{annotation}\":null}}}},\"spec\":{{\"suspend\":{suspend},\"deletionPolicy\":{policy}}}}}'` (or `flux resume kustomization {} -n {}`, which leaves deletionPolicy Orphan)",
                     k.namespace, k.name, k.name, k.namespace
                 )
             }
@@ -241,7 +243,17 @@ pub fn chosen<'a>(
             "--strict and a field has no equivalent: {n}"
         )));
     }
-    set.ok_or_else(|| refuse("the conversion made no set of it".into()))
+    let set = set.ok_or_else(|| refuse("the conversion made no set of it".into()))?;
+    let suspended = match &set.set {
+        Set::Namespaced(s) => s.spec.suspend,
+        Set::Cluster(s) => s.spec.0.suspend,
+    };
+    if suspended {
+        return Err(refuse(
+            "it was suspended (spec.suspend: true), so its set would be too and would never take the objects over; resume it first (`flux resume kustomization`)".into(),
+        ));
+    }
+    Ok(set)
 }
 
 /// Hands `from` over to its set in `conversion` (see the module's contract).
@@ -292,16 +304,12 @@ impl<'a, P: Parent> Handover<'a, P> {
     async fn run(&self) -> Result<(), HandoverError> {
         eprintln!("handover of {} to {}:", self.from, self.shown);
         let (kustomization, objects) = self.read().await?;
-        let before = kustomization
-            .pointer("/spec/deletionPolicy")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
         let mut left = Left::Suspended {
             kustomization: self.from.clone(),
-            deletion_policy: before,
+            original: checks::original(&kustomization),
             set: None,
         };
-        self.suspend().await?;
+        self.suspend(&kustomization).await?;
         let generation = self.apply(&left).await?;
         if let Left::Suspended { set, .. } = &mut left {
             *set = Some(self.shown.clone());
@@ -393,12 +401,12 @@ impl<'a, P: Parent> Handover<'a, P> {
     }
 
     /// Step 2: `spec.suspend: true`, `spec.deletionPolicy: Orphan`.
-    async fn suspend(&self) -> Result<(), HandoverError> {
+    async fn suspend(&self, kustomization: &Value) -> Result<(), HandoverError> {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        let patch = checks::suspend_patch();
+        let patch = checks::suspend_patch(kustomization);
         let doing = format!("suspending {}", self.from);
         self.kustomizations
             .patch(&self.from.name, &params, &Patch::Merge(&patch))
@@ -669,13 +677,23 @@ mod tests {
         assert!(e.to_string().contains("refused"), "{e}");
         let e = chosen(&c, &flux("Kustomization", "third"), false).expect_err("none");
         assert!(e.to_string().contains("made no set"), "{e}");
+        // A suspended set would never take over: refused.
+        let mut c = conversion(vec![]);
+        if let Set::Namespaced(s) = &mut c.sets[0].set {
+            s.spec.suspend = true;
+        }
+        let e = chosen(&c, &web, false).expect_err("suspended");
+        assert!(e.to_string().contains("flux resume kustomization"), "{e}");
     }
 
     #[test]
     fn what_is_left_says_how_to_go_back() {
         let left = Left::Suspended {
             kustomization: flux("Kustomization", "web"),
-            deletion_policy: Some("Delete".into()),
+            original: checks::Original {
+                suspend: false,
+                deletion_policy: Some("Delete".into()),
+            },
             set: Some("applyset/web".into()),
         };
         let text = left.to_string();
@@ -688,7 +706,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"-p '{"spec":{"suspend":false,"deletionPolicy":"Delete"}}'"#),
+            text.contains(r#"-p '{"metadata":{"annotations":{"applyset.dev/handover-original":null}},"spec":{"suspend":false,"deletionPolicy":"Delete"}}'"#),
             "{text}"
         );
         assert!(
@@ -697,7 +715,10 @@ mod tests {
         );
         let before_apply = Left::Suspended {
             kustomization: flux("Kustomization", "web"),
-            deletion_policy: None,
+            original: checks::Original {
+                suspend: false,
+                deletion_policy: None,
+            },
             set: None,
         }
         .to_string();

@@ -13,7 +13,6 @@ mod convert;
 mod diff;
 mod error;
 mod file;
-#[allow(dead_code)] // until `convert --handover` calls it
 mod handover;
 mod known_kinds;
 mod output;
@@ -209,6 +208,8 @@ left out or a Kustomization refused."
         /// Exit 2 when a field was left out or a Kustomization refused.
         #[arg(long)]
         strict: bool,
+        #[command(flatten)]
+        handover: handover::HandoverArgs,
     },
     /// Print a shell completion script for kubectl-applyset.
     #[command(
@@ -324,12 +325,14 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
             from_cluster,
             service_account,
             strict,
+            handover,
         } => {
             let opts = convert::Options {
                 file,
                 from_cluster,
                 service_account,
                 strict,
+                handover,
             };
             convert::run(g, &opts).await
         }

@@ -244,11 +244,67 @@ pub fn safe_to_delete(kustomization: &Value) -> Option<String> {
     }
 }
 
+/// The annotation in which the handover records, on the Kustomization it suspends, the
+/// `spec.suspend` and `spec.deletionPolicy` it had (JSON: `{"suspend":false,
+/// "deletionPolicy":null}`): a handover run again converts the Kustomization as it was, not
+/// as suspended, and the way back restores them.
+pub const ANNOTATION_ORIGINAL: &str = "applyset.dev/handover-original";
+
+/// A Kustomization's `spec.suspend` and `spec.deletionPolicy` before the handover.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Original {
+    pub suspend: bool,
+    #[serde(rename = "deletionPolicy")]
+    pub deletion_policy: Option<String>,
+}
+
+/// The recorded original of `kustomization`, if a handover suspended it (an annotation that
+/// does not parse is not one).
+pub fn recorded(kustomization: &Value) -> Option<Original> {
+    let text = kustomization
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION_ORIGINAL))
+        .and_then(Value::as_str)?;
+    serde_json::from_str(text).ok()
+}
+
+/// What `kustomization` had before the handover: the recorded original, else its spec now.
+pub fn original(kustomization: &Value) -> Original {
+    recorded(kustomization).unwrap_or_else(|| Original {
+        suspend: kustomization.pointer("/spec/suspend") == Some(&Value::Bool(true)),
+        deletion_policy: kustomization
+            .pointer("/spec/deletionPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+/// Puts the recorded original `spec.suspend` and `spec.deletionPolicy` back into a
+/// Kustomization read from the cluster (for its conversion); unchanged without a record.
+pub fn restore_original(kustomization: &mut Value) {
+    let Some(original) = recorded(kustomization) else {
+        return;
+    };
+    if let Some(spec) = kustomization.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("suspend".into(), Value::Bool(original.suspend));
+        match original.deletion_policy {
+            Some(p) => spec.insert("deletionPolicy".into(), Value::String(p)),
+            None => spec.remove("deletionPolicy"),
+        };
+    }
+}
+
 /// The merge patch that makes kustomize-controller stop applying and, on deletion, delete
 /// nothing: `spec.suspend: true` (its finalizer deletes nothing when suspended) and
-/// `spec.deletionPolicy: Orphan` (nor when resumed later).
-pub fn suspend_patch() -> Value {
-    serde_json::json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}})
+/// `spec.deletionPolicy: Orphan` (nor when resumed later), with the original recorded
+/// ([`ANNOTATION_ORIGINAL`]) unless a record is there already (a handover run again).
+pub fn suspend_patch(kustomization: &Value) -> Value {
+    let mut patch = serde_json::json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}});
+    if recorded(kustomization).is_none() {
+        let text = serde_json::to_string(&original(kustomization)).unwrap_or_default();
+        patch["metadata"] = serde_json::json!({"annotations": {ANNOTATION_ORIGINAL: text}});
+    }
+    patch
 }
 
 #[cfg(test)]
@@ -484,8 +540,51 @@ mod tests {
         );
         // The patch makes a Kustomization safe to delete.
         let mut patched = k(json!({"suspend": false, "prune": true}));
-        json_patch_merge(&mut patched, &suspend_patch());
+        let patch = suspend_patch(&patched);
+        json_patch_merge(&mut patched, &patch);
         assert_eq!(safe_to_delete(&patched), None);
+    }
+
+    #[test]
+    fn the_original_is_recorded_once_and_restored_for_the_conversion() {
+        let mut k = json!({"metadata": {"name": "web"},
+            "spec": {"prune": true, "deletionPolicy": "Delete"}});
+        let first = suspend_patch(&k);
+        let text = first["metadata"]["annotations"][ANNOTATION_ORIGINAL]
+            .as_str()
+            .expect("recorded");
+        assert_eq!(text, r#"{"suspend":false,"deletionPolicy":"Delete"}"#);
+        json_patch_merge(&mut k, &first);
+        assert_eq!(k["spec"]["suspend"], json!(true));
+        // Run again: the record stays the first one.
+        let again = suspend_patch(&k);
+        assert!(again.get("metadata").is_none(), "{again}");
+        assert_eq!(
+            original(&k),
+            Original {
+                suspend: false,
+                deletion_policy: Some("Delete".into())
+            }
+        );
+        // The conversion reads the Kustomization as it was.
+        let mut read = k.clone();
+        restore_original(&mut read);
+        assert_eq!(
+            read["spec"],
+            json!({"prune": true, "suspend": false, "deletionPolicy": "Delete"})
+        );
+        // Without a deletionPolicy before, none after; without a record, nothing changes.
+        let mut unset = json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}, "metadata": {
+            "annotations": {ANNOTATION_ORIGINAL: r#"{"suspend":false,"deletionPolicy":null}"#}}});
+        restore_original(&mut unset);
+        assert_eq!(unset["spec"], json!({"suspend": false}));
+        let mut plain = json!({"spec": {"suspend": true}});
+        restore_original(&mut plain);
+        assert_eq!(plain["spec"], json!({"suspend": true}));
+        // A record that does not parse is not one.
+        let bad = json!({"spec": {"suspend": true}, "metadata": {"annotations": {ANNOTATION_ORIGINAL: "x"}}});
+        assert_eq!(recorded(&bad), None);
+        assert!(original(&bad).suspend);
     }
 
     /// RFC 7386 merge, for the test of the patch.
