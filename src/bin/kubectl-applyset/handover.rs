@@ -172,11 +172,11 @@ pub struct HandoverArgs {
     /// its converted set, deleting nothing but the Kustomization: suspend it (with
     /// deletionPolicy: Orphan), apply the set, wait until the set is Ready and holds every
     /// object of the Kustomization's inventory alone, then delete the Kustomization.
-    #[arg(long)]
+    #[arg(long, requires = "from_cluster")]
     pub handover: bool,
     /// With --handover: how long each wait may take (the set's take-over, the Kustomization's
     /// removal), e.g. 90s, 5m.
-    #[arg(long, default_value = "5m", value_parser = crate::parse_timeout)]
+    #[arg(long, default_value = "5m", value_parser = crate::parse_timeout, requires = "handover")]
     pub timeout: Duration,
 }
 
