@@ -6,7 +6,7 @@
 //! adopts them and names `kustomize-controller` ends the only owner of their fields, Flux's
 //! labels gone, with the same UIDs, the Deployment's generation and Pod template unchanged,
 //! and the Secret's data as it was (IfNotPresent); a set that does not name it leaves
-//! kustomize-controller co-owning them. A pattern in the list is refused.
+//! kustomize-controller co-owning them, until it names it. A pattern in the list is refused.
 
 mod support;
 
@@ -178,6 +178,58 @@ async fn a_set_naming_no_manager_leaves_kustomize_controller_co_owning() {
     }
     let tls = must_get(&h.client, &secret_ar(), ns, "tls").await;
     assert_eq!(tls.data["data"], json!({"token": LIVE}));
+
+    // Named later: the members the set applies are applied again and taken over (the
+    // IfNotPresent Secret, adopted before, is never applied again: it keeps its co-owner).
+    set.patch_spec(json!({"takeOverFieldManagers": [FLUX]}))
+        .await;
+    for (api, name) in apis(&h).into_iter().filter(|(_, n)| *n != "tls") {
+        wait_for(
+            &format!("{name}: taken over once named"),
+            DEADLINE,
+            || async {
+                let o = api.get(name).await.ok()?;
+                (!owned_by_flux(&o) && !flux_labelled(&o)).then_some(())
+            },
+        )
+        .await;
+    }
+    stop(op).await;
+}
+
+#[tokio::test]
+async fn a_plan_shows_the_adoptions_and_takes_nothing_over() {
+    let h = Harness::new("takeover-plan").await;
+    apply_as_flux(&h).await;
+    let op = h.start_operator();
+    let set = h.applyset("app");
+    set.create(json!({"mode": "Plan", "adoptExisting": true,
+        "takeOverFieldManagers": [FLUX], "manifests": declared()}))
+        .await;
+    let st = set.wait_ready_reason(Some("False"), "PlanReady").await;
+    let plan = st.plan.clone().expect("a plan");
+    let mut update: Vec<&str> = plan.update.iter().map(|m| m.name.as_str()).collect();
+    update.sort_unstable();
+    // Every object would be adopted, the IfNotPresent Secret too (not skipped).
+    assert_eq!(
+        update,
+        ["drifted", "settings", "tls", "web"],
+        "{}",
+        status_json(&st)
+    );
+    assert!(plan.skip.is_empty(), "{}", status_json(&st));
+    for (api, name) in apis(&h) {
+        let o = api.get(name).await.expect("get");
+        assert!(owned_by_flux(&o) && flux_labelled(&o), "{name}: untouched");
+        assert!(
+            !o.metadata
+                .labels
+                .iter()
+                .flatten()
+                .any(|(k, _)| k == LABEL_PART_OF),
+            "{name}"
+        );
+    }
     stop(op).await;
 }
 

@@ -6,7 +6,8 @@
 //! each. (An object labelled by another set is left to the apply, which refuses it.) The
 //! same read gives each existing object's per-object controls (see
 //! [`crate::applyset::controls`]), so that `ssa: IfNotPresent` skips an object that exists
-//! unlabelled instead of adopting or refusing it, at no extra request.
+//! unlabelled instead of refusing it (or, when adoption is allowed, adopts it by its
+//! metadata only: `engine::apply::if_not_present`), at no extra request.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

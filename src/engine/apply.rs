@@ -13,7 +13,9 @@
 //! adoption, the outcome); [`request`] the requests and the server's answer; [`conflict`]
 //! what a conflict means; [`recreate`] the re-creation after an immutable change;
 //! [`ignore`] the body of a member with ignored fields, settled against its live object;
-//! [`crd_wait`] the wait for CRDs to be Established.
+//! [`crd_wait`] the wait for CRDs to be Established; [`take_over`] Override (and the managers
+//! the set names); [`if_not_present`] the adoption of an `ssa: IfNotPresent` object that
+//! exists (by its metadata only).
 
 use std::{collections::HashMap, time::Instant};
 
@@ -186,7 +188,7 @@ async fn apply_one(
     }
     let api = member_api(scope, member);
     let body = body(member, &scope.id);
-    let hash = ignore::body_hash(member, &body);
+    let hash = take_over::body_hash(ignore::body_hash(member, &body), opts.take_over);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));

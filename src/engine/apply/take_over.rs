@@ -1,17 +1,23 @@
 //! Override (`ssa: Override`, the default): the fields of `kubectl*` and `before-first-apply`
-//! managers are merged into the set's own Apply entry (one JSON patch of
+//! managers, and of the managers the set names in `spec.takeOverFieldManagers` (exact names,
+//! see [`Takers`]), are merged into the set's own Apply entry (one JSON patch of
 //! `metadata.managedFields`, as kustomize-controller does), so that the apply that follows
-//! reverts what they changed and removes what only they added.
+//! reverts what they changed and removes what only they added (Flux's owner labels among
+//! them, when kustomize-controller is named).
 //!
 //! Promises:
 //! - No read in the steady state: the apply's answer carries the object's `managedFields`;
 //!   only when it shows entries to take over (or Flux's leftover annotations and labels, see
 //!   [`field_managers::cleanup_paths`]) is the object patched and applied again (two more
 //!   writes, once). An apply refused by a conflict whose managers all look like ones to take
-//!   over (a `kubectl edit` of a field the set declares) costs one metadata GET more.
-//! - Only objects that are already the set's own (never while adopting, see `apply_looked`),
-//!   never in a dry-run (a plan reports what the apply would do without it), never when `ssa:
-//!   Merge` is on the rendered or the live object.
+//!   over (a `kubectl edit` of a field the set declares, or a named manager's) costs one
+//!   metadata GET more.
+//! - Only objects that are already the set's own, or right after the apply that adopted one
+//!   ([`after_adoption`]: only when its answer shows an entry of a named manager, so that a
+//!   handover completes in one reconcile); never in a dry-run (a plan reports what the apply
+//!   would do without it), never when `ssa: Merge` is on the rendered or the live object.
+//!   An adoption refused by a conflict only with named managers is forced
+//!   ([`forces_adoption`]): their fields become the set's right after anyway.
 //! - Never on an object whose live marks skip it (`ssa: Ignore`, `reconcile: disabled`, added
 //!   while the apply was in flight): nothing is written to a skipped object.
 //! - The patch tests the `resourceVersion` it was computed from: a concurrent change makes it
@@ -24,7 +30,8 @@
 //!   the fields stay the other managers' until the object changes.
 //! - The patch removes `kubectl.kubernetes.io/last-applied-configuration` and Flux v1's
 //!   checksum annotations and GC label, as Flux's cleanup does, unless the manifest declares
-//!   them.
+//!   them; for an object never applied again (see [`super::if_not_present`]), Flux's owner
+//!   labels too ([`patch`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::{Api, api::DynamicObject};
@@ -70,6 +77,20 @@ impl From<kube::Error> for Failure {
 /// The managers whose fields the set takes over on `scope`'s members.
 pub(super) fn takers<'a>(scope: &'a SetScope, opts: &Options<'a>) -> Takers<'a> {
     Takers::new(&scope.manager, opts.take_over)
+}
+
+/// The hash the member watches know an applied body by (`hash`), with the managers the set
+/// names when it names any: a change of `spec.takeOverFieldManagers` applies every member
+/// again once (its answer shows what to take over), where the watches would otherwise know it
+/// unchanged. `hash` itself without names (no cost when unused).
+pub(super) fn body_hash(hash: u64, named: &[String]) -> u64 {
+    if named.is_empty() {
+        return hash;
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&hash, &mut h);
+    std::hash::Hash::hash(named, &mut h);
+    std::hash::Hasher::finish(&h)
 }
 
 /// Applies a member that is already the set's own (see [`apply_body`]), taking over the fields
@@ -381,6 +402,17 @@ mod tests {
         ));
         assert!(!conflict_takes_over(&names(&["kubectl-edit", "helm"]), me));
         assert!(!conflict_takes_over(&[], me));
+    }
+
+    #[test]
+    fn naming_managers_changes_the_known_hash_and_no_name_keeps_it() {
+        let named = |n: &[&str]| n.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        assert_eq!(body_hash(42, &[]), 42);
+        let flux = body_hash(42, &named(&["kustomize-controller"]));
+        assert_ne!(flux, 42);
+        assert_eq!(flux, body_hash(42, &named(&["kustomize-controller"])));
+        assert_ne!(flux, body_hash(42, &named(&["helm-controller"])));
+        assert_ne!(flux, body_hash(43, &named(&["kustomize-controller"])));
     }
 
     #[test]
