@@ -1,11 +1,12 @@
 //! Shared support for the integration tests: one real control plane per test binary, a
 //! namespace per test, impersonating clients, and polling with a deadline; the in-process
 //! operator and its handles ([`operator`]), the operator binary as a process ([`process`])
-//! the source tests' servers ([`servers`]) and the real sops and age-keygen
-//! ([`sops`]). A test file declares it with `mod support;`
+//! the source tests' servers ([`servers`]), the real sops and age-keygen ([`sops`]) and
+//! Flux's CRDs and real kustomize-controller ([`flux`]). A test file declares it with `mod support;`
 //! (tests/model, one directory down, with a `#[path]`).
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod flux;
 pub mod operator;
 pub mod process;
 pub mod servers;

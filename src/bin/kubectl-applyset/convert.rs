@@ -38,6 +38,8 @@ pub struct Options {
     /// `--service-account NAMESPACE/NAME`.
     pub service_account: Option<String>,
     pub strict: bool,
+    /// `--handover` (with `--timeout`): hand the one Kustomization of `--from-cluster` over.
+    pub handover: crate::handover::HandoverArgs,
 }
 
 pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
@@ -78,6 +80,13 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
         (None, None) => return Err(CliError::Usage("give -f PATH or --from-cluster".into())),
     };
     input.cluster_service_account = cluster_service_account;
+    if opts.handover.handover {
+        // A Kustomization a handover suspended is converted as it was before.
+        input
+            .objects
+            .iter_mut()
+            .for_each(crate::handover::checks::restore_original);
+    }
     let kustomizations = input
         .objects
         .iter()
@@ -95,6 +104,18 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
     let stream = print(&conversion)?;
     print_notes(&notes);
     print!("{stream}");
+    if opts.handover.handover {
+        let from = opts.from_cluster.as_deref().unwrap_or_default();
+        let client = conn::connect(g).await?.client;
+        return crate::handover::after_convert(
+            &client,
+            from,
+            &opts.handover,
+            &conversion,
+            opts.strict,
+        )
+        .await;
+    }
     let fails = conversion.fails_strict();
     Ok(if opts.strict && fails {
         crate::EXIT_ERROR

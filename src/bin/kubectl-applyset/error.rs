@@ -34,6 +34,9 @@ pub enum CliError {
     /// keys.txt) could not be read or parsed: where it came from, and why.
     #[error(transparent)]
     AgeKey(#[from] crate::age_keys::AgeKeyError),
+    /// `convert --handover` stopped: at which step, and how to go on or back.
+    #[error(transparent)]
+    Handover(Box<crate::handover::HandoverError>),
     /// Output could not be written.
     #[error("writing YAML: {0}")]
     Yaml(String),

@@ -13,6 +13,7 @@ mod convert;
 mod diff;
 mod error;
 mod file;
+mod handover;
 mod known_kinds;
 mod output;
 mod progress;
@@ -207,6 +208,8 @@ left out or a Kustomization refused."
         /// Exit 2 when a field was left out or a Kustomization refused.
         #[arg(long)]
         strict: bool,
+        #[command(flatten)]
+        handover: handover::HandoverArgs,
     },
     /// Print a shell completion script for kubectl-applyset.
     #[command(
@@ -322,12 +325,14 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
             from_cluster,
             service_account,
             strict,
+            handover,
         } => {
             let opts = convert::Options {
                 file,
                 from_cluster,
                 service_account,
                 strict,
+                handover,
             };
             convert::run(g, &opts).await
         }

@@ -1,0 +1,756 @@
+//! `convert --from-cluster NS/NAME --handover`: hands the objects of a Flux Kustomization over
+//! to its converted set without deleting or re-creating any of them, as the plugin's user
+//! (field manager `kubectl-applyset`). The steps, each printed with its result on stderr:
+//!
+//! 1. read the Kustomization and resolve the kinds of its `status.inventory` (nothing changed
+//!    yet: a refused conversion, a Kustomization being deleted or an inventory that cannot be
+//!    read stop here);
+//! 2. merge-patch the Kustomization `spec.suspend: true`, `spec.deletionPolicy: Orphan`
+//!    (kustomize-controller applies nothing more, and its finalizer deletes nothing: see its
+//!    `finalizerShouldDeleteResources`);
+//! 3. server-side apply the converted set (which adopts the objects and takes over
+//!    `kustomize-controller`'s fields: `adoptExisting`, `takeOverFieldManagers`);
+//! 4. wait, bounded by `--timeout`, until the set is Ready for its generation and every
+//!    inventory object carries the set's part-of label, no field of `kustomize-controller` and
+//!    no Flux owner label;
+//! 5. delete the Kustomization (with its resourceVersion as precondition, once it is seen
+//!    still suspended with `Orphan`) and wait, bounded by `--timeout`, until it is gone.
+//!
+//! Any failure stops the handover with an error naming the object and how to go on (run
+//! the command again: every step is idempotent) or back (resume the Kustomization). Nothing
+//! but the Kustomization is ever deleted.
+
+pub mod checks;
+
+use std::time::{Duration, Instant};
+
+use applyset_operator::{
+    applyset::{GroupKind, ParentRef},
+    convert::{Conversion, Converted, FluxRef, Set, Severity},
+    discovery::{Resolved, Resolver, api_in},
+    parent::Parent,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+        Preconditions,
+    },
+};
+use serde_json::Value;
+
+use crate::{conn, progress::Progress, sets::FIELD_MANAGER};
+use checks::{InventoryError, InventoryId, SetState};
+
+/// How often the waits read the set, the inventory objects and the Kustomization.
+const POLL: Duration = Duration::from_secs(2);
+
+/// Inventory objects named in a timeout's message (the rest are counted).
+const NAMED: usize = 5;
+
+/// The handover's options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bound of each wait (the set's handover, the Kustomization's deletion).
+    pub timeout: Duration,
+    /// `--strict`: a field with no equivalent refuses the handover too.
+    pub strict: bool,
+}
+
+/// What is left, and how to go on or back, after a handover stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Nothing was changed.
+    Unchanged,
+    /// The Kustomization is suspended (and maybe the set applied): `original` is what it had.
+    Suspended {
+        kustomization: FluxRef,
+        original: checks::Original,
+        set: Option<String>,
+    },
+    /// The Kustomization is being deleted, suspended with `Orphan`: its finalizer deletes
+    /// nothing; the set holds the objects.
+    Deleting { kustomization: FluxRef },
+}
+
+impl std::fmt::Display for Left {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Left::Unchanged => write!(f, "nothing was changed"),
+            Left::Suspended {
+                kustomization: k,
+                original,
+                set,
+            } => {
+                let policy = original
+                    .deletion_policy
+                    .as_ref()
+                    .map_or_else(|| "null".to_owned(), |p| format!("{p:?}"));
+                let suspend = original.suspend;
+                let annotation = checks::ANNOTATION_ORIGINAL;
+                write!(
+                    f,
+                    "{k} is suspended (spec.deletionPolicy: Orphan) and in place; nothing was deleted. \
+To go on: fix the cause and run the same command again. To go back: "
+                )?;
+                if let Some(set) = set {
+                    write!(
+                        f,
+                        "`kubectl applyset suspend {set} -n {}` (do not delete the set: it would prune its members), then ",
+                        k.namespace
+                    )?;
+                }
+                write!(
+                    f,
+                    "`kubectl -n {} patch kustomizations.kustomize.toolkit.fluxcd.io {} --type=merge -p '{{\"metadata\":{{\"annotations\":{{\"{annotation}\":null}}}},\"spec\":{{\"suspend\":{suspend},\"deletionPolicy\":{policy}}}}}'` (or `flux resume kustomization {} -n {}`, which leaves deletionPolicy Orphan)",
+                    k.namespace, k.name, k.name, k.namespace
+                )
+            }
+            Left::Deleting { kustomization: k } => write!(
+                f,
+                "{k} is being deleted, suspended with deletionPolicy: Orphan, so its finalizer deletes nothing; \
+kustomize-controller removes the finalizer: check that it runs (`kubectl -n {} get kustomization {} -o yaml`); the set already holds the objects",
+                k.namespace, k.name
+            ),
+        }
+    }
+}
+
+/// Why a handover stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    /// The conversion refused the Kustomization, or gave it no set.
+    #[error("{kustomization} not handed over: {why}; {left}")]
+    Refused {
+        kustomization: FluxRef,
+        why: String,
+        left: Box<Left>,
+    },
+    /// Its inventory cannot be read.
+    #[error("{kustomization}: {error}; {left}")]
+    Inventory {
+        kustomization: FluxRef,
+        #[source]
+        error: InventoryError,
+        left: Box<Left>,
+    },
+    /// A request failed: what it was doing.
+    #[error("{doing}: {error}; {left}")]
+    Api {
+        doing: String,
+        #[source]
+        error: kube::Error,
+        left: Box<Left>,
+    },
+    /// A wait ran out: what it waited for, and what was still missing.
+    #[error("{what} within {timeout:?}: {missing}; {left}")]
+    Timeout {
+        what: String,
+        timeout: Duration,
+        missing: String,
+        left: Box<Left>,
+    },
+    /// The Kustomization is no longer safe to delete (resumed, or its policy changed).
+    #[error("{kustomization} not deleted: {why}; {left}")]
+    Unsafe {
+        kustomization: FluxRef,
+        why: String,
+        left: Box<Left>,
+    },
+}
+
+impl From<HandoverError> for crate::error::CliError {
+    fn from(e: HandoverError) -> Self {
+        crate::error::CliError::Handover(Box::new(e))
+    }
+}
+
+/// `convert`'s handover flags (flattened into the command).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HandoverArgs {
+    /// Hand the objects of the Kustomization named by --from-cluster NAMESPACE/NAME over to
+    /// its converted set, deleting nothing but the Kustomization: suspend it (with
+    /// deletionPolicy: Orphan), apply the set, wait until the set is Ready and holds every
+    /// object of the Kustomization's inventory alone, then delete the Kustomization.
+    #[arg(long, requires = "from_cluster")]
+    pub handover: bool,
+    /// With --handover: how long each wait may take (the set's take-over, the Kustomization's
+    /// removal), e.g. 90s, 5m.
+    #[arg(long, default_value = "5m", value_parser = crate::parse_timeout, requires = "handover")]
+    pub timeout: Duration,
+}
+
+/// `convert --from-cluster FROM --handover` after the conversion: `from` must name one
+/// Kustomization (`NAMESPACE/NAME`); hands it over (see [`run`]); exit code 0 once done.
+pub async fn after_convert(
+    client: &Client,
+    from: &str,
+    args: &HandoverArgs,
+    conversion: &Conversion,
+    strict: bool,
+) -> Result<u8, crate::error::CliError> {
+    let Some((namespace, name)) = from
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+    else {
+        return Err(crate::error::CliError::Usage(format!(
+            "--handover needs --from-cluster NAMESPACE/NAME (one Kustomization), not {from:?}"
+        )));
+    };
+    let from = FluxRef {
+        kind: "Kustomization".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let opts = Options {
+        timeout: args.timeout,
+        strict,
+    };
+    run(client, &from, conversion, &opts).await?;
+    Ok(0)
+}
+
+/// The Kustomization's API resource (kustomize.toolkit.fluxcd.io/v1).
+pub fn kustomization_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+        "kustomizations",
+    )
+}
+
+/// The set converted from `from`, unless the conversion refused it (a note of severity
+/// Refused about it or its source), made none, or (`strict`) dropped a field of it.
+pub fn chosen<'a>(
+    conversion: &'a Conversion,
+    from: &FluxRef,
+    strict: bool,
+) -> Result<&'a Converted, HandoverError> {
+    let refuse = |why: String| HandoverError::Refused {
+        kustomization: from.clone(),
+        why,
+        left: Box::new(Left::Unchanged),
+    };
+    let set = conversion.sets.iter().find(|c| &c.from == from);
+    let about = |n: &&applyset_operator::convert::Note| {
+        &n.object == from || set.is_some_and(|s| n.object == s.source)
+    };
+    let notes: Vec<_> = conversion.notes.iter().filter(about).collect();
+    if let Some(n) = notes.iter().find(|n| n.severity == Severity::Refused) {
+        return Err(refuse(format!("the conversion refused it: {n}")));
+    }
+    if strict && let Some(n) = notes.iter().find(|n| n.severity == Severity::Dropped) {
+        return Err(refuse(format!(
+            "--strict and a field has no equivalent: {n}"
+        )));
+    }
+    let set = set.ok_or_else(|| refuse("the conversion made no set of it".into()))?;
+    let suspended = match &set.set {
+        Set::Namespaced(s) => s.spec.suspend,
+        Set::Cluster(s) => s.spec.0.suspend,
+    };
+    if suspended {
+        return Err(refuse(
+            "it was suspended (spec.suspend: true), so its set would be too and would never take the objects over; resume it first (`flux resume kustomization`)".into(),
+        ));
+    }
+    Ok(set)
+}
+
+/// Hands `from` over to its set in `conversion` (see the module's contract).
+pub async fn run(
+    client: &Client,
+    from: &FluxRef,
+    conversion: &Conversion,
+    opts: &Options,
+) -> Result<(), HandoverError> {
+    let converted = chosen(conversion, from, opts.strict)?;
+    match &converted.set {
+        Set::Namespaced(set) => Handover::new(client, from, set, opts).run().await,
+        Set::Cluster(set) => Handover::new(client, from, set, opts).run().await,
+    }
+}
+
+/// One handover in progress.
+struct Handover<'a, P: Parent> {
+    client: &'a Client,
+    from: &'a FluxRef,
+    set: &'a P,
+    parent: ParentRef,
+    /// `applyset/NAME` or `clusterapplyset/NAME`.
+    shown: String,
+    opts: &'a Options,
+    kustomizations: Api<DynamicObject>,
+}
+
+impl<'a, P: Parent> Handover<'a, P> {
+    fn new(client: &'a Client, from: &'a FluxRef, set: &'a P, opts: &'a Options) -> Self {
+        let mut parent = set.parent_ref();
+        if parent.namespace.is_none() && P::KIND.is_namespaced() {
+            parent.namespace = Some(from.namespace.clone());
+        }
+        let kustomizations =
+            Api::namespaced_with(client.clone(), &from.namespace, &kustomization_resource());
+        Handover {
+            client,
+            from,
+            set,
+            shown: conn::set_name(&parent),
+            parent,
+            opts,
+            kustomizations,
+        }
+    }
+
+    async fn run(&self) -> Result<(), HandoverError> {
+        eprintln!("handover of {} to {}:", self.from, self.shown);
+        let (kustomization, objects) = self.read().await?;
+        let mut left = Left::Suspended {
+            kustomization: self.from.clone(),
+            original: checks::original(&kustomization),
+            set: None,
+        };
+        self.suspend(&kustomization).await?;
+        let generation = self.apply(&left).await?;
+        if let Left::Suspended { set, .. } = &mut left {
+            *set = Some(self.shown.clone());
+        }
+        self.wait_handed_over(generation, &objects, &left).await?;
+        self.delete(&left).await?;
+        eprintln!(
+            "handover done: {} holds the {} objects of {}; nothing was deleted but the Kustomization",
+            self.shown,
+            objects.len(),
+            self.from
+        );
+        Ok(())
+    }
+
+    fn api_error(&self, doing: String, left: &Left) -> impl FnOnce(kube::Error) -> HandoverError {
+        let left = Box::new(left.clone());
+        move |error| HandoverError::Api { doing, error, left }
+    }
+
+    /// Step 1: the Kustomization (not being deleted) and its inventory's objects, resolved.
+    async fn read(&self) -> Result<(Value, Vec<(InventoryId, Resolved)>), HandoverError> {
+        let doing = format!("reading {}", self.from);
+        let found = self.kustomizations.get_opt(&self.from.name).await;
+        let found = found.map_err(self.api_error(doing, &Left::Unchanged))?;
+        let refuse = |why: &str| HandoverError::Refused {
+            kustomization: self.from.clone(),
+            why: why.into(),
+            left: Box::new(Left::Unchanged),
+        };
+        let found = found.ok_or_else(|| refuse("it does not exist"))?;
+        if found.metadata.deletion_timestamp.is_some() {
+            return Err(refuse("it is being deleted"));
+        }
+        let kustomization = serde_json::to_value(&found).unwrap_or_default();
+        let ids = checks::inventory(&kustomization).map_err(|error| HandoverError::Inventory {
+            kustomization: self.from.clone(),
+            error,
+            left: Box::new(Left::Unchanged),
+        })?;
+        let objects = self.resolve(ids).await?;
+        eprintln!(
+            "[1/5] read {}: {} objects in its status.inventory",
+            self.from,
+            objects.len()
+        );
+        Ok((kustomization, objects))
+    }
+
+    /// The inventory's kinds by discovery: at the version recorded, else the preferred one.
+    async fn resolve(
+        &self,
+        ids: Vec<InventoryId>,
+    ) -> Result<Vec<(InventoryId, Resolved)>, HandoverError> {
+        let resolver = Resolver::new(self.client.clone());
+        let gvks: Vec<_> = ids
+            .iter()
+            .map(|i| (i.group.clone(), i.version.clone(), i.kind.clone()))
+            .collect();
+        let gks: Vec<_> = ids
+            .iter()
+            .map(|i| GroupKind::new(&i.group, &i.kind))
+            .collect();
+        let discovery_failed = |e: applyset_operator::Error| HandoverError::Refused {
+            kustomization: self.from.clone(),
+            why: format!("discovery of its inventory's kinds failed: {e}"),
+            left: Box::new(Left::Unchanged),
+        };
+        let exact = resolver
+            .resolve_all(&gvks)
+            .await
+            .map_err(discovery_failed)?;
+        let preferred = resolver
+            .resolve_group_kinds(&gks)
+            .await
+            .map_err(discovery_failed)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, (gvk, gk)) in ids.into_iter().zip(gvks.iter().zip(&gks)) {
+            let Some(r) = exact.get(gvk).or_else(|| preferred.get(gk)) else {
+                return Err(HandoverError::Refused {
+                    kustomization: self.from.clone(),
+                    why: format!("{id} of its inventory is of a kind the cluster does not serve"),
+                    left: Box::new(Left::Unchanged),
+                });
+            };
+            out.push((id, r.clone()));
+        }
+        Ok(out)
+    }
+
+    /// Step 2: `spec.suspend: true`, `spec.deletionPolicy: Orphan`.
+    async fn suspend(&self, kustomization: &Value) -> Result<(), HandoverError> {
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let patch = checks::suspend_patch(kustomization);
+        let doing = format!("suspending {}", self.from);
+        self.kustomizations
+            .patch(&self.from.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(self.api_error(doing, &Left::Unchanged))?;
+        eprintln!(
+            "[2/5] suspended {}: spec.suspend: true, spec.deletionPolicy: Orphan (kustomize-controller applies and deletes nothing more)",
+            self.from
+        );
+        Ok(())
+    }
+
+    /// Step 3: the set, server-side applied as the plugin; its generation.
+    async fn apply(&self, left: &Left) -> Result<Option<i64>, HandoverError> {
+        let mut body = serde_json::to_value(self.set).unwrap_or_default();
+        if let Some(o) = body.as_object_mut() {
+            o.remove("status");
+            o.insert("apiVersion".into(), P::api_version(&()).into());
+            o.insert("kind".into(), P::kind(&()).into());
+        }
+        if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+            for k in [
+                "managedFields",
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "generation",
+            ] {
+                meta.remove(k);
+            }
+            if P::KIND.is_namespaced() {
+                meta.insert("namespace".into(), self.from.namespace.clone().into());
+            }
+        }
+        let api = P::api(self.client.clone(), self.parent.namespace.as_deref());
+        let doing = format!("applying {}", self.shown);
+        let applied = api
+            .patch(
+                &self.parent.name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(self.api_error(doing, left))?;
+        eprintln!(
+            "[3/5] applied {} (server-side, field manager {FIELD_MANAGER}; generation {})",
+            self.shown,
+            applied.meta().generation.unwrap_or_default()
+        );
+        Ok(applied.meta().generation)
+    }
+
+    /// Step 4: until the set is Ready for `generation` and holds every inventory object alone.
+    async fn wait_handed_over(
+        &self,
+        generation: Option<i64>,
+        objects: &[(InventoryId, Resolved)],
+        left: &Left,
+    ) -> Result<(), HandoverError> {
+        eprintln!(
+            "[4/5] waiting (at most {:?}) until {} is Ready and holds the {} objects alone ...",
+            self.opts.timeout,
+            self.shown,
+            objects.len()
+        );
+        let progress = Progress::new();
+        let deadline = Instant::now() + self.opts.timeout;
+        let api = P::api(self.client.clone(), self.parent.namespace.as_deref());
+        let id = self.parent.id();
+        loop {
+            let doing = format!("reading {}", self.shown);
+            let set = api.get_opt(&self.parent.name).await;
+            let set = set.map_err(self.api_error(doing, left))?;
+            let state = match &set {
+                Some(s) => checks::set_state(s.status(), generation),
+                None => SetState::NotYet("it does not exist (deleted meanwhile?)".into()),
+            };
+            let missing = self.missing(objects, &id, left).await?;
+            if state == SetState::Ready && missing.is_empty() {
+                progress.finish();
+                eprintln!(
+                    "      {} is Ready; the {} objects carry its label, no field of {} and no Flux label",
+                    self.shown,
+                    objects.len(),
+                    checks::FLUX_MANAGER
+                );
+                return Ok(());
+            }
+            let what = describe(&self.shown, &state, &missing);
+            if Instant::now() >= deadline {
+                progress.finish();
+                return Err(HandoverError::Timeout {
+                    what: format!(
+                        "{} did not take over the objects of {}",
+                        self.shown, self.from
+                    ),
+                    timeout: self.opts.timeout,
+                    missing: what,
+                    left: Box::new(left.clone()),
+                });
+            }
+            progress.say(&what);
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The inventory objects not handed over yet, with what each lacks.
+    async fn missing(
+        &self,
+        objects: &[(InventoryId, Resolved)],
+        set_id: &str,
+        left: &Left,
+    ) -> Result<Vec<(String, Vec<checks::Pending>)>, HandoverError> {
+        let mut out = Vec::new();
+        for (id, resolved) in objects {
+            let namespace =
+                (resolved.namespaced && !id.namespace.is_empty()).then_some(id.namespace.as_str());
+            let api: Api<DynamicObject> = api_in(self.client, namespace, &resolved.resource);
+            let live = api
+                .get_opt(&id.name)
+                .await
+                .map_err(self.api_error(format!("reading {id}"), left))?;
+            let pending = checks::pending(live.as_ref().map(|o| &o.metadata), set_id);
+            if !pending.is_empty() {
+                out.push((id.to_string(), pending));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Step 5: the Kustomization deleted, once seen suspended with Orphan, and gone.
+    async fn delete(&self, left: &Left) -> Result<(), HandoverError> {
+        let doing = format!("reading {}", self.from);
+        let live = self.kustomizations.get_opt(&self.from.name).await;
+        let live = live.map_err(self.api_error(doing, left))?;
+        if let Some(live) = live {
+            let value = serde_json::to_value(&live).unwrap_or_default();
+            if let Some(why) = checks::safe_to_delete(&value) {
+                return Err(HandoverError::Unsafe {
+                    kustomization: self.from.clone(),
+                    why,
+                    left: Box::new(left.clone()),
+                });
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: live.resource_version(),
+                    uid: live.uid(),
+                }),
+                ..DeleteParams::default()
+            };
+            let doing = format!(
+                "deleting {} (it changed meanwhile: run the command again)",
+                self.from
+            );
+            self.kustomizations
+                .delete(&self.from.name, &params)
+                .await
+                .map_err(self.api_error(doing, left))?;
+        }
+        eprintln!(
+            "[5/5] deleted {} (suspended, deletionPolicy: Orphan: its finalizer deletes nothing); waiting until it is gone ...",
+            self.from
+        );
+        self.wait_gone().await
+    }
+
+    /// Until the Kustomization is gone (kustomize-controller removed its finalizer).
+    async fn wait_gone(&self) -> Result<(), HandoverError> {
+        let left = Left::Deleting {
+            kustomization: self.from.clone(),
+        };
+        let deadline = Instant::now() + self.opts.timeout;
+        loop {
+            let doing = format!("reading {}", self.from);
+            let live = self.kustomizations.get_opt(&self.from.name).await;
+            let Some(live) = live.map_err(self.api_error(doing, &left))? else {
+                eprintln!("      {} is gone", self.from);
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(HandoverError::Timeout {
+                    what: format!("{} was not removed", self.from),
+                    timeout: self.opts.timeout,
+                    missing: format!("finalizers {:?}", live.finalizers()),
+                    left: Box::new(left),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// What a wait still waits for: the set's state and the first [`NAMED`] objects not handed
+/// over (the rest counted).
+fn describe(set: &str, state: &SetState, missing: &[(String, Vec<checks::Pending>)]) -> String {
+    let mut parts = Vec::new();
+    if let SetState::NotYet(why) = state {
+        parts.push(format!("{set} is not Ready: {why}"));
+    }
+    for (object, pending) in missing.iter().take(NAMED) {
+        let what: Vec<String> = pending.iter().map(ToString::to_string).collect();
+        parts.push(format!("{object} {}", what.join(", ")));
+    }
+    if missing.len() > NAMED {
+        parts.push(format!("and {} more objects", missing.len() - NAMED));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use applyset_operator::{
+        api::ApplySet,
+        convert::{Note, Set},
+    };
+
+    fn flux(kind: &str, name: &str) -> FluxRef {
+        FluxRef {
+            kind: kind.into(),
+            namespace: "team".into(),
+            name: name.into(),
+        }
+    }
+
+    fn note(object: FluxRef, severity: Severity) -> Note {
+        Note {
+            object,
+            field: "spec.x".into(),
+            severity,
+            why: "because".into(),
+        }
+    }
+
+    fn conversion(notes: Vec<Note>) -> Conversion {
+        let set = ApplySet::new("web", Default::default());
+        Conversion {
+            sets: vec![Converted {
+                from: flux("Kustomization", "web"),
+                source: flux("GitRepository", "repo"),
+                set: Set::Namespaced(set),
+            }],
+            notes,
+        }
+    }
+
+    #[test]
+    fn the_set_is_chosen_unless_refused_or_strict_with_a_dropped_field() {
+        let web = flux("Kustomization", "web");
+        let c = conversion(vec![note(web.clone(), Severity::Info)]);
+        assert!(chosen(&c, &web, true).is_ok());
+        let c = conversion(vec![note(web.clone(), Severity::Dropped)]);
+        assert!(chosen(&c, &web, false).is_ok());
+        let e = chosen(&c, &web, true).expect_err("strict");
+        assert!(e.to_string().contains("--strict"), "{e}");
+        // A refusal about its source refuses it.
+        let c = conversion(vec![note(flux("GitRepository", "repo"), Severity::Refused)]);
+        let e = chosen(&c, &web, false).expect_err("refused");
+        assert!(e.to_string().ends_with("nothing was changed"), "{e}");
+        // Notes about other Kustomizations do not matter; a Kustomization without a set is refused.
+        let c = conversion(vec![note(
+            flux("Kustomization", "other"),
+            Severity::Refused,
+        )]);
+        assert!(chosen(&c, &web, true).is_ok());
+        let e = chosen(&c, &flux("Kustomization", "other"), false).expect_err("none");
+        assert!(e.to_string().contains("refused"), "{e}");
+        let e = chosen(&c, &flux("Kustomization", "third"), false).expect_err("none");
+        assert!(e.to_string().contains("made no set"), "{e}");
+        // A suspended set would never take over: refused.
+        let mut c = conversion(vec![]);
+        if let Set::Namespaced(s) = &mut c.sets[0].set {
+            s.spec.suspend = true;
+        }
+        let e = chosen(&c, &web, false).expect_err("suspended");
+        assert!(e.to_string().contains("flux resume kustomization"), "{e}");
+    }
+
+    #[test]
+    fn what_is_left_says_how_to_go_back() {
+        let left = Left::Suspended {
+            kustomization: flux("Kustomization", "web"),
+            original: checks::Original {
+                suspend: false,
+                deletion_policy: Some("Delete".into()),
+            },
+            set: Some("applyset/web".into()),
+        };
+        let text = left.to_string();
+        assert!(
+            text.contains("Kustomization team/web is suspended"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubectl applyset suspend applyset/web -n team"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"-p '{"metadata":{"annotations":{"applyset.dev/handover-original":null}},"spec":{"suspend":false,"deletionPolicy":"Delete"}}'"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("flux resume kustomization web -n team"),
+            "{text}"
+        );
+        let before_apply = Left::Suspended {
+            kustomization: flux("Kustomization", "web"),
+            original: checks::Original {
+                suspend: false,
+                deletion_policy: None,
+            },
+            set: None,
+        }
+        .to_string();
+        assert!(!before_apply.contains("applyset suspend"), "{before_apply}");
+        assert!(
+            before_apply.contains(r#""deletionPolicy":null"#),
+            "{before_apply}"
+        );
+    }
+
+    #[test]
+    fn a_wait_names_the_first_objects_and_counts_the_rest() {
+        let missing: Vec<_> = (0..7)
+            .map(|i| {
+                (
+                    format!("ConfigMap team/c{i}"),
+                    vec![checks::Pending::NotPartOf],
+                )
+            })
+            .collect();
+        let text = describe(
+            "applyset/web",
+            &SetState::NotYet("Ready=False".into()),
+            &missing,
+        );
+        assert!(
+            text.starts_with("applyset/web is not Ready: Ready=False; ConfigMap team/c0 "),
+            "{text}"
+        );
+        assert!(text.contains("ConfigMap team/c4"), "{text}");
+        assert!(!text.contains("ConfigMap team/c5"), "{text}");
+        assert!(text.ends_with("and 2 more objects"), "{text}");
+        assert_eq!(describe("s", &SetState::Ready, &[]), "");
+    }
+}

@@ -1,0 +1,602 @@
+//! The pure parts of the handover: a Kustomization's `status.inventory` read into object
+//! identities (fluxcd/cli-utils' `ObjMetadata` strings, `<namespace>_<name>_<group>_<kind>`),
+//! what an inventory object still lacks to be the set's alone ([`pending`]), whether the set is
+//! Ready for its generation ([`set_state`]), and the Kustomization's state before its deletion
+//! ([`safe_to_delete`]).
+//!
+//! No I/O: the requests are `handover`'s.
+
+use applyset_operator::{api::ApplySetStatus, applyset::LABEL_PART_OF};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+/// kustomize-controller's field manager.
+pub const FLUX_MANAGER: &str = "kustomize-controller";
+
+/// kustomize-controller's owner labels.
+pub const FLUX_LABELS: [&str; 2] = [
+    "kustomize.toolkit.fluxcd.io/name",
+    "kustomize.toolkit.fluxcd.io/namespace",
+];
+
+/// Most inventory entries read: a bound on the objects the wait reads (Flux's own inventories
+/// are far smaller; a larger one is refused rather than polled).
+pub const MAX_INVENTORY: usize = 5_000;
+
+/// One object of a Kustomization's inventory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct InventoryId {
+    /// Empty for a cluster-scoped object.
+    pub namespace: String,
+    pub name: String,
+    /// Empty for the core group.
+    pub group: String,
+    pub kind: String,
+    /// The entry's `v`: the version it was applied at.
+    pub version: String,
+}
+
+impl std::fmt::Display for InventoryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        };
+        if self.namespace.is_empty() {
+            write!(f, "{kind} {}", self.name)
+        } else {
+            write!(f, "{kind} {}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// Why an inventory could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InventoryError {
+    #[error(
+        "status.inventory.entries[{index}].id: {id:?} is not <namespace>_<name>_<group>_<kind>"
+    )]
+    Id { index: usize, id: String },
+    #[error("status.inventory.entries[{index}]: {field} is missing or not a string")]
+    Field { index: usize, field: &'static str },
+    #[error(
+        "status.inventory lists {count} objects, more than the {MAX_INVENTORY} a handover checks"
+    )]
+    TooLarge { count: usize },
+}
+
+/// Parses an inventory id as fluxcd/cli-utils' `ParseObjMetadata` does: the namespace up to
+/// the first `_`, the kind after the last, the group before it, the name in between (with
+/// `__` read back as `:`, as RBAC names are written). `None` when a field is missing.
+pub fn parse_id(id: &str) -> Option<(String, String, String, String)> {
+    let (namespace, rest) = id.split_once('_')?;
+    let (rest, kind) = rest.rsplit_once('_')?;
+    let (name, group) = rest.rsplit_once('_')?;
+    if name.is_empty() || kind.is_empty() {
+        return None;
+    }
+    Some((
+        namespace.to_owned(),
+        name.replace("__", ":"),
+        group.to_owned(),
+        kind.to_owned(),
+    ))
+}
+
+/// The objects of a Kustomization's `status.inventory` (none without an inventory).
+pub fn inventory(kustomization: &Value) -> Result<Vec<InventoryId>, InventoryError> {
+    let entries = kustomization
+        .pointer("/status/inventory/entries")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if entries.len() > MAX_INVENTORY {
+        return Err(InventoryError::TooLarge {
+            count: entries.len(),
+        });
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let text = |field: &'static str| {
+            entry
+                .get(field)
+                .and_then(Value::as_str)
+                .ok_or(InventoryError::Field { index, field })
+        };
+        let id = text("id")?;
+        let version = text("v")?;
+        let (namespace, name, group, kind) = parse_id(id).ok_or_else(|| InventoryError::Id {
+            index,
+            id: id.to_owned(),
+        })?;
+        out.push(InventoryId {
+            namespace,
+            name,
+            group,
+            kind,
+            version: version.to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// What an inventory object still lacks to be the set's alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// The object does not exist (the set does not create it: its build differs from the
+    /// Kustomization's).
+    Missing,
+    /// It does not carry the set's part-of label (yet; or the set does not declare it).
+    NotPartOf,
+    /// kustomize-controller still owns fields of it (its operations).
+    FluxFields(Vec<String>),
+    /// It still carries Flux's owner label.
+    FluxLabel(&'static str),
+}
+
+impl std::fmt::Display for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pending::Missing => write!(f, "does not exist (the set does not create it)"),
+            Pending::NotPartOf => write!(f, "does not carry the set's {LABEL_PART_OF} label"),
+            Pending::FluxFields(ops) => write!(
+                f,
+                "{FLUX_MANAGER} still owns fields of it ({})",
+                ops.join(", ")
+            ),
+            Pending::FluxLabel(label) => write!(f, "still carries the label {label}"),
+        }
+    }
+}
+
+/// What the object with metadata `meta` (`None`: it does not exist) still lacks to be the
+/// set `set_id`'s alone: its part-of label, no managedFields entry of kustomize-controller
+/// (any operation, any subresource), no Flux owner label. Empty when handed over.
+pub fn pending(meta: Option<&ObjectMeta>, set_id: &str) -> Vec<Pending> {
+    let Some(meta) = meta else {
+        return vec![Pending::Missing];
+    };
+    let mut out = Vec::new();
+    let labels = meta.labels.as_ref();
+    if labels
+        .and_then(|l| l.get(LABEL_PART_OF))
+        .map(String::as_str)
+        != Some(set_id)
+    {
+        out.push(Pending::NotPartOf);
+    }
+    let flux: Vec<String> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some(FLUX_MANAGER))
+        .map(|e| {
+            let op = e.operation.clone().unwrap_or_default();
+            match e.subresource.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) => format!("{op} /{sub}"),
+                None => op,
+            }
+        })
+        .collect();
+    if !flux.is_empty() {
+        out.push(Pending::FluxFields(flux));
+    }
+    for label in FLUX_LABELS {
+        if labels.is_some_and(|l| l.contains_key(label)) {
+            out.push(Pending::FluxLabel(label));
+        }
+    }
+    out
+}
+
+/// The set's state for the handover.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetState {
+    /// Ready=True for the generation applied.
+    Ready,
+    /// Not yet: what it says (no status yet, an older generation, its Ready condition).
+    NotYet(String),
+}
+
+/// Whether a set whose generation is `generation` and status `status` is Ready for that
+/// generation: `status.observedGeneration` and the Ready condition's own observedGeneration
+/// (when it has one) are the generation, and Ready is True.
+pub fn set_state(status: Option<&ApplySetStatus>, generation: Option<i64>) -> SetState {
+    let Some(status) = status else {
+        return SetState::NotYet("no status yet (is the operator running?)".into());
+    };
+    if generation.is_some() && status.observed_generation != generation {
+        return SetState::NotYet(format!(
+            "the operator has not handled generation {} yet",
+            generation.unwrap_or_default()
+        ));
+    }
+    let Some(ready) = status.conditions.iter().find(|c| c.type_ == "Ready") else {
+        return SetState::NotYet("no Ready condition yet".into());
+    };
+    let current = ready.observed_generation.is_none() || ready.observed_generation == generation;
+    if ready.status == "True" && current {
+        SetState::Ready
+    } else {
+        SetState::NotYet(format!(
+            "Ready={} {}: {}",
+            ready.status, ready.reason, ready.message
+        ))
+    }
+}
+
+/// Why a Kustomization may not be deleted yet: `None` when it is suspended with
+/// `deletionPolicy: Orphan` (kustomize-controller's finalizer then deletes nothing), else
+/// what is not so (someone resumed it, or changed its policy, since it was suspended).
+pub fn safe_to_delete(kustomization: &Value) -> Option<String> {
+    let suspended = kustomization.pointer("/spec/suspend") == Some(&Value::Bool(true));
+    let policy = kustomization
+        .pointer("/spec/deletionPolicy")
+        .and_then(Value::as_str);
+    match (suspended, policy) {
+        (true, Some("Orphan")) => None,
+        (false, _) => Some("spec.suspend is no longer true".into()),
+        (true, other) => Some(format!(
+            "spec.deletionPolicy is {}, not Orphan",
+            other.map_or_else(|| "unset".to_owned(), |p| format!("{p:?}"))
+        )),
+    }
+}
+
+/// The annotation in which the handover records, on the Kustomization it suspends, the
+/// `spec.suspend` and `spec.deletionPolicy` it had (JSON: `{"suspend":false,
+/// "deletionPolicy":null}`): a handover run again converts the Kustomization as it was, not
+/// as suspended, and the way back restores them.
+pub const ANNOTATION_ORIGINAL: &str = "applyset.dev/handover-original";
+
+/// A Kustomization's `spec.suspend` and `spec.deletionPolicy` before the handover.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Original {
+    pub suspend: bool,
+    #[serde(rename = "deletionPolicy")]
+    pub deletion_policy: Option<String>,
+}
+
+/// The recorded original of `kustomization`, if a handover suspended it (an annotation that
+/// does not parse is not one).
+pub fn recorded(kustomization: &Value) -> Option<Original> {
+    let text = kustomization
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION_ORIGINAL))
+        .and_then(Value::as_str)?;
+    serde_json::from_str(text).ok()
+}
+
+/// What `kustomization` had before the handover: the recorded original, else its spec now.
+pub fn original(kustomization: &Value) -> Original {
+    recorded(kustomization).unwrap_or_else(|| Original {
+        suspend: kustomization.pointer("/spec/suspend") == Some(&Value::Bool(true)),
+        deletion_policy: kustomization
+            .pointer("/spec/deletionPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
+
+/// Puts the recorded original `spec.suspend` and `spec.deletionPolicy` back into a
+/// Kustomization read from the cluster (for its conversion); unchanged without a record.
+pub fn restore_original(kustomization: &mut Value) {
+    let Some(original) = recorded(kustomization) else {
+        return;
+    };
+    if let Some(spec) = kustomization.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("suspend".into(), Value::Bool(original.suspend));
+        match original.deletion_policy {
+            Some(p) => spec.insert("deletionPolicy".into(), Value::String(p)),
+            None => spec.remove("deletionPolicy"),
+        };
+    }
+}
+
+/// The merge patch that makes kustomize-controller stop applying and, on deletion, delete
+/// nothing: `spec.suspend: true` (its finalizer deletes nothing when suspended) and
+/// `spec.deletionPolicy: Orphan` (nor when resumed later), with the original recorded
+/// ([`ANNOTATION_ORIGINAL`]) unless a record is there already (a handover run again).
+pub fn suspend_patch(kustomization: &Value) -> Value {
+    let mut patch = serde_json::json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}});
+    if recorded(kustomization).is_none() {
+        let text = serde_json::to_string(&original(kustomization)).unwrap_or_default();
+        patch["metadata"] = serde_json::json!({"annotations": {ANNOTATION_ORIGINAL: text}});
+    }
+    patch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry, Time};
+    use serde_json::json;
+
+    fn parsed(id: &str) -> Option<(String, String, String, String)> {
+        parse_id(id)
+    }
+
+    fn four(ns: &str, name: &str, group: &str, kind: &str) -> (String, String, String, String) {
+        (ns.into(), name.into(), group.into(), kind.into())
+    }
+
+    #[test]
+    fn inventory_ids_parse_as_cli_utils_does() {
+        assert_eq!(
+            parsed("team_web__ConfigMap"),
+            Some(four("team", "web", "", "ConfigMap"))
+        );
+        assert_eq!(
+            parsed("team_web_apps_Deployment"),
+            Some(four("team", "web", "apps", "Deployment"))
+        );
+        // Cluster-scoped: an empty namespace.
+        assert_eq!(
+            parsed("_team__Namespace"),
+            Some(four("", "team", "", "Namespace"))
+        );
+        // An RBAC name's colon is written as a double underscore.
+        assert_eq!(
+            parsed("_system__web_rbac.authorization.k8s.io_ClusterRole"),
+            Some(four(
+                "",
+                "system:web",
+                "rbac.authorization.k8s.io",
+                "ClusterRole"
+            ))
+        );
+        // A name with an underscore-free dotted group and a dashed name.
+        assert_eq!(
+            parsed("team_my-app_example.com_Widget"),
+            Some(four("team", "my-app", "example.com", "Widget"))
+        );
+        for bad in [
+            "",
+            "team",
+            "team_web",
+            "team_web_apps",
+            "team__apps_Deployment",
+            "a_b_c_",
+        ] {
+            assert_eq!(parsed(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_inventory_is_read_with_its_versions_and_errors_name_the_entry() {
+        let k = json!({"status": {"inventory": {"entries": [
+            {"id": "team_web_apps_Deployment", "v": "v1"},
+            {"id": "team_conf__ConfigMap", "v": "v1"},
+        ]}}});
+        let ids = inventory(&k).expect("inventory");
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[0].kind, "Deployment");
+        assert_eq!(ids[0].version, "v1");
+        assert_eq!(ids[0].to_string(), "Deployment.apps team/web");
+        assert_eq!(ids[1].to_string(), "ConfigMap team/conf");
+        assert_eq!(inventory(&json!({"status": {}})), Ok(vec![]));
+        assert_eq!(inventory(&json!({})), Ok(vec![]));
+        let bad = json!({"status": {"inventory": {"entries": [{"id": "nope", "v": "v1"}]}}});
+        assert_eq!(
+            inventory(&bad),
+            Err(InventoryError::Id {
+                index: 0,
+                id: "nope".into()
+            })
+        );
+        let no_v = json!({"status": {"inventory": {"entries": [{"id": "a_b__C"}]}}});
+        assert_eq!(
+            inventory(&no_v),
+            Err(InventoryError::Field {
+                index: 0,
+                field: "v"
+            })
+        );
+        let many: Vec<Value> = (0..=MAX_INVENTORY)
+            .map(|i| json!({"id": format!("a_n{i}__ConfigMap"), "v": "v1"}))
+            .collect();
+        let big = json!({"status": {"inventory": {"entries": many}}});
+        assert_eq!(
+            inventory(&big),
+            Err(InventoryError::TooLarge {
+                count: MAX_INVENTORY + 1
+            })
+        );
+    }
+
+    fn entry(manager: &str, operation: &str, subresource: Option<&str>) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: subresource.map(Into::into),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    fn meta(labels: &[(&str, &str)], managers: Vec<ManagedFieldsEntry>) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            managed_fields: Some(managers),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn an_object_is_handed_over_when_only_the_set_holds_it() {
+        let set = "applyset-abc-v1";
+        let done = meta(
+            &[(LABEL_PART_OF, set)],
+            vec![entry("applyset.dev/ns/team/web", "Apply", None)],
+        );
+        assert_eq!(pending(Some(&done), set), vec![]);
+        assert_eq!(pending(None, set), vec![Pending::Missing]);
+        let flux = meta(
+            &[
+                ("kustomize.toolkit.fluxcd.io/name", "web"),
+                ("kustomize.toolkit.fluxcd.io/namespace", "team"),
+            ],
+            vec![
+                entry(FLUX_MANAGER, "Apply", None),
+                entry(FLUX_MANAGER, "Update", Some("status")),
+                entry("kube-controller-manager", "Update", Some("status")),
+            ],
+        );
+        assert_eq!(
+            pending(Some(&flux), set),
+            vec![
+                Pending::NotPartOf,
+                Pending::FluxFields(vec!["Apply".into(), "Update /status".into()]),
+                Pending::FluxLabel("kustomize.toolkit.fluxcd.io/name"),
+                Pending::FluxLabel("kustomize.toolkit.fluxcd.io/namespace"),
+            ]
+        );
+        // Another set's label is not this set's.
+        let other = meta(&[(LABEL_PART_OF, "applyset-other-v1")], vec![]);
+        assert_eq!(pending(Some(&other), set), vec![Pending::NotPartOf]);
+        // A manager whose name only starts with kustomize-controller is not it.
+        let near = meta(
+            &[(LABEL_PART_OF, set)],
+            vec![entry("kustomize-controller-x", "Apply", None)],
+        );
+        assert_eq!(pending(Some(&near), set), vec![]);
+        assert_eq!(
+            Pending::FluxFields(vec!["Apply".into()]).to_string(),
+            "kustomize-controller still owns fields of it (Apply)"
+        );
+    }
+
+    fn status(observed: Option<i64>, ready: Option<(&str, Option<i64>)>) -> ApplySetStatus {
+        ApplySetStatus {
+            observed_generation: observed,
+            conditions: ready
+                .map(|(s, g)| Condition {
+                    type_: "Ready".into(),
+                    status: s.into(),
+                    reason: "Reason".into(),
+                    message: "message".into(),
+                    observed_generation: g,
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                })
+                .into_iter()
+                .collect(),
+            ..ApplySetStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_set_is_ready_only_for_its_generation() {
+        let g = Some(2);
+        assert_eq!(
+            set_state(Some(&status(g, Some(("True", g)))), g),
+            SetState::Ready
+        );
+        assert_eq!(
+            set_state(Some(&status(g, Some(("True", None)))), g),
+            SetState::Ready
+        );
+        assert!(matches!(set_state(None, g), SetState::NotYet(_)));
+        assert!(matches!(
+            set_state(Some(&status(Some(1), Some(("True", Some(1))))), g),
+            SetState::NotYet(m) if m.contains("generation 2")
+        ));
+        assert!(matches!(
+            set_state(Some(&status(g, Some(("True", Some(1))))), g),
+            SetState::NotYet(_)
+        ));
+        assert!(matches!(
+            set_state(Some(&status(g, Some(("False", g)))), g),
+            SetState::NotYet(m) if m == "Ready=False Reason: message"
+        ));
+        assert!(matches!(
+            set_state(Some(&status(g, None)), g),
+            SetState::NotYet(_)
+        ));
+    }
+
+    #[test]
+    fn a_kustomization_is_deleted_only_suspended_with_orphan() {
+        let k = |spec: Value| json!({ "spec": spec });
+        assert_eq!(
+            safe_to_delete(&k(json!({"suspend": true, "deletionPolicy": "Orphan"}))),
+            None
+        );
+        assert!(
+            safe_to_delete(&k(json!({"suspend": false, "deletionPolicy": "Orphan"}))).is_some()
+        );
+        assert!(safe_to_delete(&k(json!({"deletionPolicy": "Orphan"}))).is_some());
+        assert_eq!(
+            safe_to_delete(&k(json!({"suspend": true, "deletionPolicy": "Delete"}))),
+            Some("spec.deletionPolicy is \"Delete\", not Orphan".into())
+        );
+        assert_eq!(
+            safe_to_delete(&k(json!({"suspend": true}))),
+            Some("spec.deletionPolicy is unset, not Orphan".into())
+        );
+        // The patch makes a Kustomization safe to delete.
+        let mut patched = k(json!({"suspend": false, "prune": true}));
+        let patch = suspend_patch(&patched);
+        json_patch_merge(&mut patched, &patch);
+        assert_eq!(safe_to_delete(&patched), None);
+    }
+
+    #[test]
+    fn the_original_is_recorded_once_and_restored_for_the_conversion() {
+        let mut k = json!({"metadata": {"name": "web"},
+            "spec": {"prune": true, "deletionPolicy": "Delete"}});
+        let first = suspend_patch(&k);
+        let text = first["metadata"]["annotations"][ANNOTATION_ORIGINAL]
+            .as_str()
+            .expect("recorded");
+        assert_eq!(text, r#"{"suspend":false,"deletionPolicy":"Delete"}"#);
+        json_patch_merge(&mut k, &first);
+        assert_eq!(k["spec"]["suspend"], json!(true));
+        // Run again: the record stays the first one.
+        let again = suspend_patch(&k);
+        assert!(again.get("metadata").is_none(), "{again}");
+        assert_eq!(
+            original(&k),
+            Original {
+                suspend: false,
+                deletion_policy: Some("Delete".into())
+            }
+        );
+        // The conversion reads the Kustomization as it was.
+        let mut read = k.clone();
+        restore_original(&mut read);
+        assert_eq!(
+            read["spec"],
+            json!({"prune": true, "suspend": false, "deletionPolicy": "Delete"})
+        );
+        // Without a deletionPolicy before, none after; without a record, nothing changes.
+        let mut unset = json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}, "metadata": {
+            "annotations": {ANNOTATION_ORIGINAL: r#"{"suspend":false,"deletionPolicy":null}"#}}});
+        restore_original(&mut unset);
+        assert_eq!(unset["spec"], json!({"suspend": false}));
+        let mut plain = json!({"spec": {"suspend": true}});
+        restore_original(&mut plain);
+        assert_eq!(plain["spec"], json!({"suspend": true}));
+        // A record that does not parse is not one.
+        let bad = json!({"spec": {"suspend": true}, "metadata": {"annotations": {ANNOTATION_ORIGINAL: "x"}}});
+        assert_eq!(recorded(&bad), None);
+        assert!(original(&bad).suspend);
+    }
+
+    /// RFC 7386 merge, for the test of the patch.
+    fn json_patch_merge(target: &mut Value, patch: &Value) {
+        if let (Some(t), Some(p)) = (target.as_object_mut(), patch.as_object()) {
+            for (k, v) in p {
+                if v.is_object() {
+                    json_patch_merge(t.entry(k.clone()).or_insert(json!({})), v);
+                } else {
+                    t.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+}
