@@ -309,7 +309,7 @@ impl<'a, P: Parent> Handover<'a, P> {
             original: checks::original(&kustomization),
             set: None,
         };
-        self.suspend(&kustomization).await?;
+        self.suspend(&kustomization, &left).await?;
         let generation = self.apply(&left).await?;
         if let Left::Suspended { set, .. } = &mut left {
             *set = Some(self.shown.clone());
@@ -400,23 +400,57 @@ impl<'a, P: Parent> Handover<'a, P> {
         Ok(out)
     }
 
-    /// Step 2: `spec.suspend: true`, `spec.deletionPolicy: Orphan`.
-    async fn suspend(&self, kustomization: &Value) -> Result<(), HandoverError> {
+    /// Step 2: `spec.suspend: true`, `spec.deletionPolicy: Orphan`, then, bounded by
+    /// `--timeout`, until kustomize-controller has handled a reconcile of the suspended
+    /// Kustomization (so that none of its applies is still in flight when the set applies).
+    async fn suspend(&self, kustomization: &Value, left: &Left) -> Result<(), HandoverError> {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PatchParams::default()
         };
-        let patch = checks::suspend_patch(kustomization);
+        let token = format!(
+            "applyset-handover-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        );
+        let patch = checks::suspend_patch(kustomization, &token);
         let doing = format!("suspending {}", self.from);
         self.kustomizations
             .patch(&self.from.name, &params, &Patch::Merge(&patch))
             .await
             .map_err(self.api_error(doing, &Left::Unchanged))?;
         eprintln!(
-            "[2/5] suspended {}: spec.suspend: true, spec.deletionPolicy: Orphan (kustomize-controller applies and deletes nothing more)",
+            "[2/5] suspended {}: spec.suspend: true, spec.deletionPolicy: Orphan; waiting until kustomize-controller has seen it ...",
             self.from
         );
-        Ok(())
+        let deadline = Instant::now() + self.opts.timeout;
+        loop {
+            let doing = format!("reading {}", self.from);
+            let live = self.kustomizations.get(&self.from.name).await;
+            let live = live.map_err(self.api_error(doing, left))?;
+            let live = serde_json::to_value(&live).unwrap_or_default();
+            if checks::acknowledged(&live, &token) {
+                eprintln!(
+                    "      kustomize-controller handled the suspended {} (status.lastHandledReconcileAt): it applies and deletes nothing more",
+                    self.from
+                );
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HandoverError::Timeout {
+                    what: format!(
+                        "kustomize-controller did not acknowledge the suspension of {} (check that it runs and watches this namespace)",
+                        self.from
+                    ),
+                    timeout: self.opts.timeout,
+                    missing: format!("status.lastHandledReconcileAt is not yet {token}"),
+                    left: Box::new(left.clone()),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Step 3: the set, server-side applied as the plugin; its generation.

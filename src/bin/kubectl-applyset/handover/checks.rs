@@ -298,13 +298,35 @@ pub fn restore_original(kustomization: &mut Value) {
 /// nothing: `spec.suspend: true` (its finalizer deletes nothing when suspended) and
 /// `spec.deletionPolicy: Orphan` (nor when resumed later), with the original recorded
 /// ([`ANNOTATION_ORIGINAL`]) unless a record is there already (a handover run again).
-pub fn suspend_patch(kustomization: &Value) -> Value {
-    let mut patch = serde_json::json!({"spec": {"suspend": true, "deletionPolicy": "Orphan"}});
+///
+/// The patch also requests a reconcile with `token` (Flux's `reconcile.fluxcd.io/requestedAt`),
+/// which kustomize-controller records in `status.lastHandledReconcileAt` at the end of every
+/// reconcile, a suspended one included: [`acknowledged`] says when it has.
+pub fn suspend_patch(kustomization: &Value, token: &str) -> Value {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(RECONCILE_REQUESTED_AT.into(), Value::String(token.into()));
     if recorded(kustomization).is_none() {
         let text = serde_json::to_string(&original(kustomization)).unwrap_or_default();
-        patch["metadata"] = serde_json::json!({"annotations": {ANNOTATION_ORIGINAL: text}});
+        annotations.insert(ANNOTATION_ORIGINAL.into(), Value::String(text));
     }
-    patch
+    serde_json::json!({
+        "metadata": {"annotations": annotations},
+        "spec": {"suspend": true, "deletionPolicy": "Orphan"},
+    })
+}
+
+/// Flux's annotation that asks its controllers for a reconcile now (what `flux reconcile`
+/// sets); its value comes back in `status.lastHandledReconcileAt` once handled.
+pub const RECONCILE_REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
+
+/// Whether kustomize-controller has handled the reconcile requested with `token`: it runs one
+/// reconcile of an object at a time, so once it records the token of the request made with
+/// the suspension, it has seen `suspend: true` and no apply of its own is still in flight.
+pub fn acknowledged(kustomization: &Value, token: &str) -> bool {
+    kustomization
+        .pointer("/status/lastHandledReconcileAt")
+        .and_then(Value::as_str)
+        == Some(token)
 }
 
 #[cfg(test)]
@@ -319,6 +341,26 @@ mod tests {
 
     fn four(ns: &str, name: &str, group: &str, kind: &str) -> (String, String, String, String) {
         (ns.into(), name.into(), group.into(), kind.into())
+    }
+
+    #[test]
+    fn the_suspension_requests_a_reconcile_whose_handling_acknowledges_it() {
+        let k = json!({"spec": {"suspend": false}});
+        let patch = suspend_patch(&k, "applyset-handover-1");
+        assert_eq!(
+            patch["spec"],
+            json!({"suspend": true, "deletionPolicy": "Orphan"})
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"][RECONCILE_REQUESTED_AT],
+            "applyset-handover-1"
+        );
+        assert!(patch["metadata"]["annotations"][ANNOTATION_ORIGINAL].is_string());
+        assert!(!acknowledged(&k, "applyset-handover-1"));
+        let earlier = json!({"status": {"lastHandledReconcileAt": "applyset-handover-0"}});
+        assert!(!acknowledged(&earlier, "applyset-handover-1"));
+        let handled = json!({"status": {"lastHandledReconcileAt": "applyset-handover-1"}});
+        assert!(acknowledged(&handled, "applyset-handover-1"));
     }
 
     #[test]
@@ -540,7 +582,7 @@ mod tests {
         );
         // The patch makes a Kustomization safe to delete.
         let mut patched = k(json!({"suspend": false, "prune": true}));
-        let patch = suspend_patch(&patched);
+        let patch = suspend_patch(&patched, "t");
         json_patch_merge(&mut patched, &patch);
         assert_eq!(safe_to_delete(&patched), None);
     }
@@ -549,7 +591,7 @@ mod tests {
     fn the_original_is_recorded_once_and_restored_for_the_conversion() {
         let mut k = json!({"metadata": {"name": "web"},
             "spec": {"prune": true, "deletionPolicy": "Delete"}});
-        let first = suspend_patch(&k);
+        let first = suspend_patch(&k, "t1");
         let text = first["metadata"]["annotations"][ANNOTATION_ORIGINAL]
             .as_str()
             .expect("recorded");
@@ -557,8 +599,13 @@ mod tests {
         json_patch_merge(&mut k, &first);
         assert_eq!(k["spec"]["suspend"], json!(true));
         // Run again: the record stays the first one.
-        let again = suspend_patch(&k);
-        assert!(again.get("metadata").is_none(), "{again}");
+        let again = suspend_patch(&k, "t2");
+        assert!(
+            again["metadata"]["annotations"]
+                .get(ANNOTATION_ORIGINAL)
+                .is_none(),
+            "{again}"
+        );
         assert_eq!(
             original(&k),
             Original {
