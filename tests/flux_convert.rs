@@ -7,11 +7,16 @@
 //! the kustomization Flux's generator writes there (targetNamespace, namePrefix/Suffix,
 //! patches, components and images set as fluxcd/pkg/kustomize sets them), the SOPS-encrypted
 //! files decrypted, postBuild's variables substituted (Flux's envsubst rules for the forms the
-//! fixtures use), then commonMetadata. Nothing else is a member of the sets. Also the two
+//! fixtures use), then commonMetadata. Nothing else is a member of the sets. Then the same
+//! Flux objects are applied by the real kustomize-controller in a control plane of its own
+//! ([`real_flux`]; the test stands in for source-controller), and every member is compared
+//! with what it applied (its status.inventory, object by object). Also the two
 //! fields whose names Flux shares with ours but not their meaning: Flux `force` becomes the
 //! members' `applyset.dev/force: enabled` (our spec.force stays false) and Flux
 //! `targetNamespace` becomes our spec.kustomize.targetNamespace (never spec.targetNamespace).
 
+#[path = "flux_convert/real_flux.rs"]
+mod real_flux;
 mod support;
 
 use support::{operator, servers, sops as sops_tools};
@@ -473,12 +478,11 @@ async fn install_crds(h: &Harness, group: &str) {
 }
 
 /// What kustomize-controller would read in the cluster: the ConfigMap postBuild substitutes
-/// from, the age key Secret, and ServiceAccount `deployer` of the test namespace, allowed to
-/// manage Namespaces, ConfigMaps and Services everywhere.
-async fn prerequisites(h: &Harness, vars: &BTreeMap<String, String>, age_key: &str) {
-    let ns = h.ns.as_str();
+/// from, the age key Secret, and ServiceAccount `deployer` of namespace `ns`, allowed to manage
+/// Namespaces, ConfigMaps and Services everywhere.
+async fn prerequisites(client: &Client, ns: &str, vars: &BTreeMap<String, String>, age_key: &str) {
     ssa(
-        &h.client,
+        client,
         &configmap_ar(),
         Some(ns),
         "test",
@@ -487,16 +491,17 @@ async fn prerequisites(h: &Harness, vars: &BTreeMap<String, String>, age_key: &s
     .await;
     let key = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sops-age"},
         "stringData": {"identity.agekey": age_key}});
-    ssa(&h.client, &secret_ar(), Some(ns), "test", key).await;
+    ssa(client, &secret_ar(), Some(ns), "test", key).await;
+    let sa_ar = gvk_resource("", "v1", "ServiceAccount", "serviceaccounts");
     let sa =
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}});
-    create_rbac(h, ns, &[sa]).await;
-    let role = unique("flux-deployer");
+    ssa(client, &sa_ar, Some(ns), "test", sa).await;
+    let role = format!("flux-deployer-{ns}");
     let rule = json!({"apiGroups": [""], "resources": ["namespaces", "configmaps", "services"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]});
     let cr = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": role}, "rules": [rule]});
-    ssa(&h.client, &clusterrole_ar(), None, "test", cr).await;
+    ssa(client, &clusterrole_ar(), None, "test", cr).await;
     let crb_ar = gvk_resource(
         "rbac.authorization.k8s.io",
         "v1",
@@ -507,7 +512,7 @@ async fn prerequisites(h: &Harness, vars: &BTreeMap<String, String>, age_key: &s
         "metadata": {"name": role},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]});
-    ssa(&h.client, &crb_ar, None, "test", crb).await;
+    ssa(client, &crb_ar, None, "test", crb).await;
 }
 
 /// The operator of this test: every parent (this binary's only test makes them with kubectl,
@@ -520,14 +525,15 @@ fn start(h: &Harness) -> Operator {
 }
 
 /// The content of the git repository and of the OCI artifact (its `deploy/secret.yaml`
-/// encrypted with SOPS for `recipient`), served on loopback.
+/// encrypted with SOPS for `recipient`), served on loopback; returned as tar.gz (the
+/// repository's commit, the artifact's layer).
 async fn serve_sources(
     server: &GitServer,
     registry: &Registry,
     names: &Names,
     key_dir: &Path,
     recipient: &str,
-) {
+) -> (Vec<u8>, Vec<u8>) {
     let repo: Vec<(String, String)> = fixture_files("repo", names);
     let refs: Vec<(&str, Option<&str>)> = repo
         .iter()
@@ -553,7 +559,119 @@ async fn serve_sources(
         .iter()
         .map(|(p, t)| Entry::File(p, t.as_bytes()))
         .collect();
-    push_artifact(registry, "team/secrets", "v1", &tar_gz(&entries)).await;
+    let layer = tar_gz(&entries);
+    push_artifact(registry, "team/secrets", "v1", &layer).await;
+    let entries: Vec<Entry<'_>> = repo
+        .iter()
+        .map(|(p, t)| Entry::File(p, t.as_bytes()))
+        .collect();
+    (tar_gz(&entries), layer)
+}
+
+/// Sources' contents as tar.gz: the git repository's, the OCI artifact's.
+struct Contents {
+    repo: Vec<u8>,
+    artifact: Vec<u8>,
+}
+
+/// What the real kustomize-controller applies for the fixtures' Flux objects (in `flux_dir`)
+/// in a control plane of its own (namespace, CRDs, RBAC and prerequisites as in the test's),
+/// by Kustomization name: the objects of its status.inventory, as live there.
+async fn real_flux_applies(
+    names: &Names,
+    flux_dir: &str,
+    contents: &Contents,
+    vars: &BTreeMap<String, String>,
+    age_key: &str,
+) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let mut flux = real_flux::RealFlux::start().await;
+    let crds = flux_crds_dir().to_string_lossy().into_owned();
+    let run = |mut c: tokio::process::Command, what: &'static str| async move {
+        let out = c.output().await.expect("run kubectl");
+        assert!(out.status.success(), "{what}: {}", shown(&out));
+    };
+    let mut c = flux.kubectl();
+    c.args(["apply", "--server-side", "-f", &crds]);
+    run(c, "Flux's CRDs").await;
+    ssa(
+        &flux.client,
+        &crd_ar(),
+        None,
+        "test",
+        widget_crd(&names.group),
+    )
+    .await;
+    for name in [
+        "kustomizations.kustomize.toolkit.fluxcd.io".to_owned(),
+        "gitrepositories.source.toolkit.fluxcd.io".to_owned(),
+        "ocirepositories.source.toolkit.fluxcd.io".to_owned(),
+        format!("widgets.{}", names.group),
+    ] {
+        wait_established(&flux.client, &name, WAIT).await;
+    }
+    ssa(
+        &flux.client,
+        &namespace_ar(),
+        None,
+        "test",
+        namespace(&names.ns),
+    )
+    .await;
+    prerequisites(&flux.client, &names.ns, vars, age_key).await;
+    let mut c = flux.kubectl();
+    c.args(["apply", "-R", "-f", flux_dir]);
+    run(c, "the Flux objects").await;
+    let files = FileServer::start(None).await;
+    files.put("/repo.tar.gz", contents.repo.clone());
+    files.put("/artifact.tar.gz", contents.artifact.clone());
+    let commit = format!("main@sha1:{}", "a".repeat(40));
+    let url = files.url("/repo.tar.gz");
+    let git = (url.as_str(), contents.repo.as_slice(), commit.as_str());
+    flux.source_ready("GitRepository", &names.ns, "repo", git)
+        .await;
+    let digest = format!("v1@sha256:{}", sha256_hex(&contents.artifact));
+    let url = files.url("/artifact.tar.gz");
+    let oci = (url.as_str(), contents.artifact.as_slice(), digest.as_str());
+    flux.source_ready("OCIRepository", &names.ns, "artifacts", oci)
+        .await;
+    flux.start_controller();
+    let mut out = BTreeMap::new();
+    for name in ["web", "secrets", "cross"] {
+        let ks = flux.wait_ready(&names.ns, name, WAIT).await;
+        out.insert(name.to_owned(), flux.inventory(&ks).await);
+    }
+    out
+}
+
+/// `obj` (live) without what differs between two clusters or two appliers: server-set
+/// metadata, status, the allocated cluster IPs, our part-of label, Flux's owner labels, the
+/// annotations of the cluster's controllers and (`force`) our `applyset.dev/force`.
+fn comparable(obj: &Value, force: bool) -> Value {
+    let mut labels = SERVER_LABELS.to_vec();
+    labels.extend([
+        LABEL_PART_OF,
+        "kustomize.toolkit.fluxcd.io/name",
+        "kustomize.toolkit.fluxcd.io/namespace",
+    ]);
+    let mut annotations = SERVER_ANNOTATIONS.to_vec();
+    if force {
+        annotations.push(FORCE);
+    }
+    let mut out = obj.clone();
+    let meta = &obj["metadata"];
+    out["metadata"] = json!({
+        "name": meta["name"], "namespace": meta["namespace"],
+        "labels": without(&meta["labels"], &labels),
+        "annotations": without(&meta["annotations"], &annotations),
+    });
+    if let Some(o) = out.as_object_mut() {
+        o.remove("status");
+    }
+    if let Some(spec) = out["spec"].as_object_mut() {
+        spec.remove("clusterIP");
+        spec.remove("clusterIPs");
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -579,9 +697,11 @@ async fn converted_kustomizations_apply_what_flux_applies() {
     install_crds(&h, &names.group).await;
     let key_dir = tempfile::tempdir().expect("tempdir");
     let key = sops_tools::age_keygen(key_dir.path(), "key.txt");
-    serve_sources(&server, &registry, &names, key_dir.path(), &key.recipient).await;
+    let (repo, artifact) =
+        serve_sources(&server, &registry, &names, key_dir.path(), &key.recipient).await;
+    let contents = Contents { repo, artifact };
     let vars = BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]);
-    prerequisites(&h, &vars, &key.text).await;
+    prerequisites(&h.client, &h.ns, &vars, &key.text).await;
 
     // The Flux objects, valid for Flux's CRDs, converted.
     let flux = fixture_files("flux", &names);
@@ -598,7 +718,8 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         .expect("run kubectl-applyset");
     assert!(out.status.success(), "convert: {}", shown(&out));
     assert_converted(&out, &names);
-    let sets_file = flux_dir.path().join("sets.yaml");
+    let sets_dir = tempfile::tempdir().expect("tempdir");
+    let sets_file = sets_dir.path().join("sets.yaml");
     std::fs::write(&sets_file, stdout(&out)).expect("write the sets");
     let sets_path = sets_file.to_string_lossy().into_owned();
 
@@ -630,6 +751,51 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         assert_members(&h.client, set, &want, force).await;
     }
     stop(op).await;
+
+    // What the real kustomize-controller applies for the same Flux objects.
+    let flux_applied =
+        real_flux_applies(&names, &flux_path, &contents, &from["web-vars"], &key.text).await;
+    for (set, force) in [(&web, true), (&secrets, false), (&cross, false)] {
+        assert_same_as_flux(&h.client, set, &flux_applied[&set.name], force).await;
+    }
+}
+
+/// Asserts that the members of `set` are the objects Flux applied (`flux`, by identity) and
+/// that each is, live, what Flux's is (see [`comparable`]).
+async fn assert_same_as_flux(
+    client: &Client,
+    set: &Parent,
+    flux: &BTreeMap<String, Value>,
+    force: bool,
+) {
+    let st = set.status().await.expect("status");
+    let members: BTreeSet<String> = st
+        .members
+        .iter()
+        .map(|m| identity(&m.group, &m.kind, m.namespace.as_deref(), &m.name))
+        .collect();
+    let applied: BTreeSet<String> = flux.keys().cloned().collect();
+    assert_eq!(
+        members,
+        applied,
+        "{}: members and Flux's inventory",
+        set.display()
+    );
+    for (id, theirs) in flux {
+        let ar = resource_of(client, theirs).await;
+        let ns = theirs["metadata"]["namespace"].as_str();
+        let name = theirs["metadata"]["name"].as_str().expect("name");
+        let ours = serde_json::to_value(must_get(client, &ar, ns, name).await).expect("json");
+        let (ours, theirs) = (comparable(&ours, force), comparable(theirs, false));
+        assert_eq!(
+            ours,
+            theirs,
+            "{}: {id} is not what kustomize-controller applied\nours: {}\nFlux's: {}",
+            set.display(),
+            serde_json::to_string_pretty(&ours).unwrap_or_default(),
+            serde_json::to_string_pretty(&theirs).unwrap_or_default()
+        );
+    }
 }
 
 /// The plugin's output: exactly the three sets, of the kinds our scope rule gives, each
