@@ -12,11 +12,12 @@
 
 pub mod flux;
 pub mod kustomization;
+mod names;
 pub mod notes;
 pub mod scope;
 pub mod source;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::{ApplySet, ClusterApplySet};
 pub use notes::{Note, Severity};
@@ -85,8 +86,59 @@ impl Conversion {
     }
 }
 
-/// Converts every Kustomization of `input` (see the module's contract).
+/// Converts every Kustomization of `input` (see the module's contract): each one's draft
+/// (its spec, scope and dependencies), then the ClusterApplySets' names (a collision among
+/// them: `<namespace>-<name>`, with a note), then every set's `dependsOn` (a ClusterApplySet
+/// when the dependency converts to one here; else an ApplySet of its namespace).
 pub fn convert(input: &Input) -> Conversion {
-    let _ = input;
-    Conversion::default()
+    let mut notes = Vec::new();
+    let objects: Vec<flux::Object> = input
+        .objects
+        .iter()
+        .filter_map(|o| flux::read(o, "default"))
+        .collect();
+    let sources: BTreeMap<FluxRef, flux::Object> = objects
+        .iter()
+        .filter(|o| o.id.kind != "Kustomization")
+        .map(|o| (o.id.clone(), o.clone()))
+        .collect();
+    let kustomizations: Vec<&flux::Object> = objects
+        .iter()
+        .filter(|o| o.id.kind == "Kustomization")
+        .collect();
+    let drafts: Vec<kustomization::Draft> = kustomizations
+        .iter()
+        .filter_map(|k| {
+            let cx = kustomization::Context {
+                sources: &sources,
+                written: input.written.get(&k.id),
+                cluster_service_account: input.cluster_service_account.as_ref(),
+            };
+            kustomization::convert(k, &cx, &mut notes)
+        })
+        .collect();
+    let names = names::cluster_names(&drafts, &mut notes);
+    let known: BTreeSet<&FluxRef> = kustomizations.iter().map(|k| &k.id).collect();
+    let sets = drafts
+        .into_iter()
+        .map(|d| names::finish(d, &names, &known, &mut notes))
+        .collect();
+    dedup(&mut notes);
+    Conversion { sets, notes }
 }
+
+/// Drops repeated notes (a source shared by Kustomizations is noted once), keeping the order.
+fn dedup(notes: &mut Vec<Note>) {
+    let mut seen = Vec::new();
+    notes.retain(|n| {
+        if seen.contains(n) {
+            false
+        } else {
+            seen.push(n.clone());
+            true
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;
