@@ -339,11 +339,12 @@ fn without(map: &Value, ignored: &[&str]) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// Asserts that the members of `set` are exactly the objects of `want` (status.members), and
-/// that each live object holds what `want` says, with the same labels and annotations but for
-/// our part-of label, what the cluster's controllers add, and (`force`) Flux's force as our
-/// `applyset.dev/force: enabled`; ConfigMap and Secret data are equal, with no SOPS metadata.
-async fn assert_members(client: &Client, set: &Parent, want: &[Value], force: bool) {
+/// Asserts that the members of `set` (status.members), and the objects labelled part of it,
+/// are exactly the objects of `want`, and that each live object holds what `want` says, with
+/// the same labels and annotations but for our part-of label, what the cluster's controllers
+/// add, and (`force`) Flux's force as our `applyset.dev/force: enabled`; ConfigMap and Secret
+/// data are equal, with no SOPS metadata. `group` is the Widgets'.
+async fn assert_members(client: &Client, set: &Parent, want: &[Value], force: bool, group: &str) {
     let st = set.status().await.expect("status");
     let members: BTreeSet<String> = st
         .members
@@ -408,6 +409,44 @@ async fn assert_members(client: &Client, set: &Parent, want: &[Value], force: bo
         set.display(),
         status_json(&st)
     );
+    assert_eq!(
+        labelled(client, set, group).await,
+        expected,
+        "{}: the objects labelled part of it are exactly what Flux applies",
+        set.display()
+    );
+}
+
+/// The objects labelled part of `set`, of every kind the fixtures hold (`group`: the Widgets'),
+/// in every namespace.
+async fn labelled(client: &Client, set: &Parent, group: &str) -> BTreeSet<String> {
+    let kinds = [
+        ("", "v1", "ConfigMap", "configmaps"),
+        ("", "v1", "Secret", "secrets"),
+        ("", "v1", "Service", "services"),
+        ("", "v1", "Namespace", "namespaces"),
+        ("apps", "v1", "Deployment", "deployments"),
+    ];
+    let mut out = BTreeSet::new();
+    let mut ars: Vec<ApiResource> = kinds
+        .iter()
+        .map(|(g, v, k, p)| gvk_resource(g, v, k, p))
+        .collect();
+    ars.push(widget_ar(group));
+    for ar in &ars {
+        let selector = format!("{LABEL_PART_OF}={}", set.id());
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), ar);
+        let list = api
+            .list_metadata(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .unwrap_or_else(|e| panic!("listing {}: {e}", ar.kind));
+        for m in list.items {
+            let ns = m.metadata.namespace.as_deref();
+            let name = m.metadata.name.as_deref().unwrap_or_default();
+            out.insert(identity(&ar.group, &ar.kind, ns, name));
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -748,7 +787,7 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         let ks = flux_kustomization(&flux, &set.name);
         let want = flux_applies(&ks, files, &from);
         assert!(!want.is_empty(), "{} builds objects", set.name);
-        assert_members(&h.client, set, &want, force).await;
+        assert_members(&h.client, set, &want, force, &names.group).await;
     }
     stop(op).await;
 
