@@ -75,8 +75,18 @@ fn draft(k: &Object, cx: &Context, notes: &mut Vec<Note>) -> Result<Draft, Box<N
         namespace: sref.namespace.clone().unwrap_or(k.id.namespace.clone()),
         name: sref.name.clone(),
     };
-    let scope = decide_scope(&f, cx.written, notes);
+    let (scope, scope_note) = decide_scope(&f, cx.written);
     let path: Option<String> = f.take("path")?;
+    let why = match sid.kind.as_str() {
+        "Bucket" => Some(source::BUCKET),
+        "ExternalArtifact" => Some(source::EXTERNAL_ARTIFACT),
+        _ => None,
+    };
+    if let Some(why) = why {
+        return Err(f
+            .note("sourceRef", Severity::Refused, format!("{sid}: {why}"))
+            .into());
+    }
     let source = cx.sources.get(&sid).ok_or_else(|| {
         f.note(
             "sourceRef",
@@ -117,6 +127,7 @@ fn draft(k: &Object, cx: &Context, notes: &mut Vec<Note>) -> Result<Draft, Box<N
         notes,
     );
     f.rest(notes);
+    notes.push(scope_note);
     Ok(Draft {
         from: k.id.clone(),
         source: sid,
@@ -130,7 +141,7 @@ fn draft(k: &Object, cx: &Context, notes: &mut Vec<Note>) -> Result<Draft, Box<N
 /// ClusterApplySet cannot read substituteFrom, so a Kustomization with a ServiceAccount and
 /// substituteFrom stays an ApplySet (one with a ServiceAccount may write in other
 /// namespaces).
-fn decide_scope(f: &Fields, written: Option<&Written>, notes: &mut Vec<Note>) -> Scope {
+fn decide_scope(f: &Fields, written: Option<&Written>) -> (Scope, Note) {
     let ns = &f.object.namespace;
     let target = f.get("targetNamespace").and_then(|v| v.as_str());
     let (scope, why) = scope::decide(ns, target, written);
@@ -144,11 +155,17 @@ fn decide_scope(f: &Fields, written: Option<&Written>, notes: &mut Vec<Note>) ->
         && substitute_from
         && let Some(sa) = sa
     {
-        notes.push(whole(f, format!("{why}; but a ClusterApplySet cannot read postBuild.substituteFrom, so it becomes an ApplySet acting as its ServiceAccount {ns}/{sa}, which may write where that ServiceAccount's RBAC allows")));
-        return Scope::Namespaced;
+        return (
+            Scope::Namespaced,
+            whole(
+                f,
+                format!(
+                    "{why}; but a ClusterApplySet cannot read postBuild.substituteFrom, so it becomes an ApplySet acting as its ServiceAccount {ns}/{sa}, which may write where that ServiceAccount's RBAC allows"
+                ),
+            ),
+        );
     }
-    notes.push(whole(f, format!("becomes {why}")));
-    scope
+    (scope, whole(f, format!("becomes {why}")))
 }
 
 /// An Info note about the object as a whole.

@@ -9,6 +9,7 @@
 mod age_keys;
 mod build;
 mod conn;
+mod convert;
 mod diff;
 mod error;
 mod file;
@@ -170,6 +171,43 @@ written.\n\nExit code 0: no changes; 1: changes, conflicts or refusals; 2: error
         /// The set: NAME or clusterapplyset/NAME.
         name: String,
     },
+    /// Convert Flux Kustomizations (and their GitRepository or OCIRepository) into ApplySets.
+    #[command(
+        long_about = "Convert Flux Kustomizations (kustomize.toolkit.fluxcd.io/v1), with the GitRepository \
+or OCIRepository each points at, into ApplySets and ClusterApplySets, printed as YAML on standard \
+output (a `# converted from` comment above each). Every field keeps Flux's meaning (Flux's force \
+becomes the annotation applyset.dev/force: enabled; its targetNamespace, spec.kustomize.targetNamespace); \
+the sets adopt what exists and take over kustomize-controller's fields. A Kustomization that writes \
+outside its namespace or cluster-scoped objects becomes a ClusterApplySet (known from its \
+status.inventory on the cluster, else from an offline build of the converted set, else from its \
+targetNamespace).\n\nNotes go to standard error: `note:` a choice made, `warning:` a field with no \
+equivalent (left out), `error:` a Kustomization that cannot be converted (Bucket or ExternalArtifact \
+sources, semver refs, kubeConfig). Exit code 0; 2 on an error, or with --strict when a field was \
+left out or a Kustomization refused."
+    )]
+    Convert {
+        /// A file, a directory (read recursively: .yaml, .yml, .json) or - for standard input;
+        /// documents other than Flux's are ignored.
+        #[arg(
+            short = 'f',
+            long = "filename",
+            value_name = "PATH",
+            conflicts_with = "from_cluster",
+            required_unless_present = "from_cluster"
+        )]
+        file: Option<PathBuf>,
+        /// Read the Kustomizations of NAMESPACE (default: -n, else the context's), or the one
+        /// NAMESPACE/NAME, with the sources they reference, from the cluster.
+        #[arg(long, value_name = "NAMESPACE[/NAME]", num_args = 0..=1, default_missing_value = "")]
+        from_cluster: Option<String>,
+        /// The ServiceAccount of ClusterApplySets made from Kustomizations that name none
+        /// (without it they act as the operator's own identity).
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        service_account: Option<String>,
+        /// Exit 2 when a field was left out or a Kustomization refused.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Print a shell completion script for kubectl-applyset.
     #[command(
         long_about = "Print a completion script for kubectl-applyset in the given shell, to be \
@@ -279,6 +317,20 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
         Command::Reconcile { name, timeout } => sets::reconcile(g, &name, timeout).await,
         Command::Suspend { name } => sets::suspend(g, &name, true).await,
         Command::Resume { name } => sets::suspend(g, &name, false).await,
+        Command::Convert {
+            file,
+            from_cluster,
+            service_account,
+            strict,
+        } => {
+            let opts = convert::Options {
+                file,
+                from_cluster,
+                service_account,
+                strict,
+            };
+            convert::run(g, &opts).await
+        }
         Command::Completion { shell } => {
             // Written whole: the generator panics on a write error (a closed pipe).
             let mut script = Vec::new();
