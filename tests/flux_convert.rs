@@ -748,14 +748,9 @@ async fn converted_kustomizations_apply_what_flux_applies() {
     write_files(flux_dir.path(), &flux);
     let flux_path = flux_dir.path().to_string_lossy().into_owned();
     kubectl_ok(&["apply", "--dry-run=server", "-R", "-f", &flux_path]).await;
-    let out = tokio::process::Command::new(PLUGIN)
-        .args(["convert", "-f", &flux_path])
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run kubectl-applyset");
+    let out = convert(&flux_path, &key.text).await;
     assert!(out.status.success(), "convert: {}", shown(&out));
+    assert_scope_note(&out, &names);
     assert_converted(&out, &names);
     let sets_dir = tempfile::tempdir().expect("tempdir");
     let sets_file = sets_dir.path().join("sets.yaml");
@@ -837,6 +832,22 @@ async fn assert_same_as_flux(
     }
 }
 
+/// `kubectl-applyset convert -f DIR` with the pinned kustomize and the age key (for the
+/// offline build that decides each set's scope), without a kubeconfig.
+async fn convert(dir: &str, age_key: &str) -> Output {
+    tokio::process::Command::new(PLUGIN)
+        .args(["convert", "-f", dir])
+        .arg("--kustomize-binary")
+        .arg(kustomize_binary())
+        .env("SOPS_AGE_KEY", age_key)
+        .env_remove("SOPS_AGE_KEY_FILE")
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl-applyset")
+}
+
 /// The plugin's output: exactly the three sets, of the kinds our scope rule gives, each
 /// adopting what Flux applied and taking over kustomize-controller's fields.
 fn assert_converted(out: &Output, names: &Names) {
@@ -872,6 +883,22 @@ fn assert_converted(out: &Output, names: &Names) {
             "{s}"
         );
     }
+}
+
+/// `convert` says why `cross` is a ClusterApplySet (on standard error): what it writes, known
+/// from an offline build of the converted set (the sources are served, kustomize and the age
+/// key are given).
+fn assert_scope_note(out: &Output, names: &Names) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let about = format!("Kustomization {}/cross", names.ns);
+    assert!(
+        stderr.lines().any(|l| l.contains(&about)
+            && l.contains("ClusterApplySet")
+            && l.contains(&names.target)
+            && l.contains("build")),
+        "convert names why {about} becomes a ClusterApplySet: {}",
+        shown(out)
+    );
 }
 
 /// The two fields Flux names as we do but means otherwise, read on the live sets: Flux's
