@@ -45,8 +45,11 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flux");
 /// The annotation Flux's `force: true` becomes on every member.
 const FORCE: &str = "applyset.dev/force";
-/// Annotations a member gets from the cluster's controllers, not from the set.
-const SERVER_ANNOTATIONS: [&str; 1] = ["deployment.kubernetes.io/revision"];
+/// The annotation that makes the Widget healthy by the fixtures' healthCheckExprs, written by
+/// the test (as another controller would), in both clusters.
+const READY: &str = "example.com/ready";
+/// Annotations a member gets from the cluster's controllers or the test, not from the set.
+const SERVER_ANNOTATIONS: [&str; 2] = ["deployment.kubernetes.io/revision", READY];
 /// Labels a member gets from the API server, not from the set.
 const SERVER_LABELS: [&str; 1] = ["kubernetes.io/metadata.name"];
 /// Each wait of this test.
@@ -674,6 +677,7 @@ async fn real_flux_applies(
     flux.source_ready("OCIRepository", &names.ns, "artifacts", oci)
         .await;
     flux.start_controller();
+    mark_widget_ready(&flux.client, &names.ns, &names.group).await;
     let mut out = BTreeMap::new();
     for name in ["web", "secrets", "cross"] {
         let ks = flux.wait_ready(&names.ns, name, WAIT).await;
@@ -764,6 +768,7 @@ async fn converted_kustomizations_apply_what_flux_applies() {
     let web = h.applyset("web");
     let secrets = h.applyset("secrets");
     let cross = h.cluster_applyset("cross");
+    web_waits_for_its_widget(&web, &h.client, &names.group).await;
     for set in [&web, &secrets, &cross] {
         set.wait_ready_within(WAIT).await;
     }
@@ -830,6 +835,38 @@ async fn assert_same_as_flux(
             serde_json::to_string_pretty(&theirs).unwrap_or_default()
         );
     }
+}
+
+/// Waits until the Widget `app-w1` exists in `ns`, then annotates it ready (manager `test`):
+/// healthy by the fixtures' healthCheckExprs.
+async fn mark_widget_ready(client: &Client, ns: &str, group: &str) {
+    let ar = widget_ar(group);
+    eventually("the Widget app-w1", WAIT, || async {
+        exists(client, &ar, Some(ns), "app-w1").await.then_some(())
+    })
+    .await;
+    let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "app-w1", "namespace": ns, "annotations": {READY: "yes"}}});
+    ssa(client, &ar, Some(ns), "test", obj).await;
+}
+
+/// The set `web` is not Ready while its health check (the Widget, by the healthCheckExprs
+/// converted from Flux's; without them a custom resource without status is Current) is not
+/// Current, naming it and the expressions; the Widget is then made healthy.
+async fn web_waits_for_its_widget(web: &Parent, client: &Client, group: &str) {
+    let message = web
+        .wait_until("Ready not True naming the Widget app-w1", WAIT, |_, st| {
+            let ready = condition(st?, "Ready")?;
+            (ready.status != "True" && ready.message.contains("app-w1"))
+                .then(|| ready.message.clone())
+        })
+        .await;
+    assert!(
+        message.contains("healthCheckExprs"),
+        "the converted healthCheckExprs hold it: {message}"
+    );
+    let ns = web.namespace.as_deref().expect("namespaced");
+    mark_widget_ready(client, ns, group).await;
 }
 
 /// `kubectl-applyset convert -f DIR` with the pinned kustomize and the age key (for the
