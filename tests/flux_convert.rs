@@ -468,21 +468,9 @@ fn shown(o: &Output) -> String {
     )
 }
 
-/// Runs kubectl (of the test cluster's release, on its kubeconfig) with `args`.
-async fn kubectl(args: &[&str]) -> Output {
-    let mut c = tokio::process::Command::from(cluster().kubectl());
-    c.args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run kubectl")
-}
-
-/// Runs kubectl with `args`; panics unless it succeeds.
-async fn kubectl_ok(args: &[&str]) -> Output {
-    let out = kubectl(args).await;
-    assert!(out.status.success(), "kubectl {args:?}: {}", shown(&out));
-    out
+/// kubectl (of the test cluster's release) on the test cluster.
+fn test_kubectl() -> tokio::process::Command {
+    tokio::process::Command::from(cluster().kubectl())
 }
 
 /// The directory of Flux's CRD files: `$APPLYSET_FLUX_CRDS`, else what
@@ -502,20 +490,36 @@ fn flux_crds_dir() -> std::path::PathBuf {
     text.lines().last().unwrap_or_default().trim().into()
 }
 
-/// Installs Flux's CRDs (Kustomization, GitRepository, OCIRepository) and the test's Widget
-/// CRD, and waits until they are Established.
-async fn install_crds(h: &Harness, group: &str) {
+/// Runs `kubectl` (a command for one of the test's clusters) with `args`; panics unless it
+/// succeeds.
+async fn run_kubectl(mut kubectl: tokio::process::Command, args: &[&str]) {
+    let out = kubectl
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run kubectl");
+    assert!(out.status.success(), "kubectl {args:?}: {}", shown(&out));
+}
+
+/// Installs Flux's CRDs (Kustomization, GitRepository, OCIRepository; with `kubectl`, a
+/// command for the cluster of `client`) and the test's Widget CRD, and waits until they are
+/// Established.
+async fn install_crds(client: &Client, kubectl: tokio::process::Command, group: &str) {
     let dir = flux_crds_dir();
-    kubectl_ok(&["apply", "--server-side", "-f", &dir.to_string_lossy()]).await;
-    let widgets = widget_crd(group);
-    ssa(&h.client, &crd_ar(), None, "test", widgets).await;
+    run_kubectl(
+        kubectl,
+        &["apply", "--server-side", "-f", &dir.to_string_lossy()],
+    )
+    .await;
+    ssa(client, &crd_ar(), None, "test", widget_crd(group)).await;
     for name in [
         "kustomizations.kustomize.toolkit.fluxcd.io".to_owned(),
         "gitrepositories.source.toolkit.fluxcd.io".to_owned(),
         "ocirepositories.source.toolkit.fluxcd.io".to_owned(),
         format!("widgets.{group}"),
     ] {
-        wait_established(&h.client, &name, WAIT).await;
+        wait_established(client, &name, WAIT).await;
     }
 }
 
@@ -627,42 +631,11 @@ async fn real_flux_applies(
     age_key: &str,
 ) -> BTreeMap<String, BTreeMap<String, Value>> {
     let mut flux = real_flux::RealFlux::start().await;
-    let crds = flux_crds_dir().to_string_lossy().into_owned();
-    let run = |mut c: tokio::process::Command, what: &'static str| async move {
-        let out = c.output().await.expect("run kubectl");
-        assert!(out.status.success(), "{what}: {}", shown(&out));
-    };
-    let mut c = flux.kubectl();
-    c.args(["apply", "--server-side", "-f", &crds]);
-    run(c, "Flux's CRDs").await;
-    ssa(
-        &flux.client,
-        &crd_ar(),
-        None,
-        "test",
-        widget_crd(&names.group),
-    )
-    .await;
-    for name in [
-        "kustomizations.kustomize.toolkit.fluxcd.io".to_owned(),
-        "gitrepositories.source.toolkit.fluxcd.io".to_owned(),
-        "ocirepositories.source.toolkit.fluxcd.io".to_owned(),
-        format!("widgets.{}", names.group),
-    ] {
-        wait_established(&flux.client, &name, WAIT).await;
-    }
-    ssa(
-        &flux.client,
-        &namespace_ar(),
-        None,
-        "test",
-        namespace(&names.ns),
-    )
-    .await;
+    install_crds(&flux.client, flux.kubectl(), &names.group).await;
+    let ns = namespace(&names.ns);
+    ssa(&flux.client, &namespace_ar(), None, "test", ns).await;
     prerequisites(&flux.client, &names.ns, vars, age_key).await;
-    let mut c = flux.kubectl();
-    c.args(["apply", "-R", "-f", flux_dir]);
-    run(c, "the Flux objects").await;
+    run_kubectl(flux.kubectl(), &["apply", "-R", "-f", flux_dir]).await;
     let files = FileServer::start(None).await;
     files.put("/repo.tar.gz", contents.repo.clone());
     files.put("/artifact.tar.gz", contents.artifact.clone());
@@ -737,7 +710,7 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         git_url: server.url("apps"),
         oci_url: registry.url("team/secrets"),
     };
-    install_crds(&h, &names.group).await;
+    install_crds(&h.client, test_kubectl(), &names.group).await;
     let key_dir = tempfile::tempdir().expect("tempdir");
     let key = sops_tools::age_keygen(key_dir.path(), "key.txt");
     let (repo, artifact) =
@@ -751,7 +724,8 @@ async fn converted_kustomizations_apply_what_flux_applies() {
     let flux_dir = tempfile::tempdir().expect("tempdir");
     write_files(flux_dir.path(), &flux);
     let flux_path = flux_dir.path().to_string_lossy().into_owned();
-    kubectl_ok(&["apply", "--dry-run=server", "-R", "-f", &flux_path]).await;
+    let flux_objects = ["apply", "--dry-run=server", "-R", "-f", &flux_path];
+    run_kubectl(test_kubectl(), &flux_objects).await;
     let out = convert(&flux_path, &key.text).await;
     assert!(out.status.success(), "convert: {}", shown(&out));
     assert_scope_note(&out, &names);
@@ -763,8 +737,12 @@ async fn converted_kustomizations_apply_what_flux_applies() {
 
     // Applied with kubectl: a server-side dry run, then for real, with the operator running.
     let op = start(&h);
-    kubectl_ok(&["apply", "--dry-run=server", "-f", &sets_path]).await;
-    kubectl_ok(&["apply", "-f", &sets_path]).await;
+    run_kubectl(
+        test_kubectl(),
+        &["apply", "--dry-run=server", "-f", &sets_path],
+    )
+    .await;
+    run_kubectl(test_kubectl(), &["apply", "-f", &sets_path]).await;
     let web = h.applyset("web");
     let secrets = h.applyset("secrets");
     let cross = h.cluster_applyset("cross");
