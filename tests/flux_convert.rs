@@ -493,11 +493,13 @@ fn flux_crds_dir() -> std::path::PathBuf {
 /// Runs `kubectl` (a command for one of the test's clusters) with `args`; panics unless it
 /// succeeds.
 async fn run_kubectl(mut kubectl: tokio::process::Command, args: &[&str]) {
-    let out = kubectl
+    kubectl
         .args(args)
         .stdin(std::process::Stdio::null())
-        .output()
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(WAIT, kubectl.output())
         .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish within {WAIT:?}"))
         .expect("run kubectl");
     assert!(out.status.success(), "kubectl {args:?}: {}", shown(&out));
 }
@@ -850,16 +852,18 @@ async fn web_waits_for_its_widget(web: &Parent, client: &Client, group: &str) {
 /// `kubectl-applyset convert -f DIR` with the pinned kustomize and the age key (for the
 /// offline build that decides each set's scope), without a kubeconfig.
 async fn convert(dir: &str, age_key: &str) -> Output {
-    tokio::process::Command::new(PLUGIN)
-        .args(["convert", "-f", dir])
+    let mut c = tokio::process::Command::new(PLUGIN);
+    c.args(["convert", "-f", dir])
         .arg("--kustomize-binary")
         .arg(kustomize_binary())
         .env("SOPS_AGE_KEY", age_key)
         .env_remove("SOPS_AGE_KEY_FILE")
         .env_remove("KUBECONFIG")
         .stdin(std::process::Stdio::null())
-        .output()
+        .kill_on_drop(true);
+    tokio::time::timeout(WAIT, c.output())
         .await
+        .unwrap_or_else(|_| panic!("convert did not finish within {WAIT:?}"))
         .expect("run kubectl-applyset")
 }
 
