@@ -4,12 +4,14 @@
 //! applies the same objects, with Flux's meaning of every field carried onto ours (Flux's
 //! `force` and `targetNamespace` do not mean what ours do: see [`kustomization`]).
 //!
-//! Pure: the objects are read (files, cluster) by the caller, the kubectl plugin's `convert`.
+//! Pure: the objects are read by the caller (the kubectl plugin's `convert`: files, or the
+//! cluster through [`cluster::read`], this module's only I/O).
 //! What has no equivalent is not dropped silently: every such field is a [`Note`] naming the
 //! object, the field and why; a Kustomization that cannot be converted at all (a Bucket
 //! source, a remote cluster's kubeConfig, a semver ref) is a [`Note`] of severity
 //! [`Severity::Refused`] and gives no set.
 
+pub mod cluster;
 pub mod flux;
 pub mod kustomization;
 mod names;

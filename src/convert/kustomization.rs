@@ -311,27 +311,27 @@ fn lifecycle(
     Ok(())
 }
 
-/// wait, healthChecks (each needs an apiVersion) and healthCheckExprs (the same shape).
+/// wait, healthChecks (a missing apiVersion is apps/v1, as in Flux), healthCheckExprs and
+/// ignore (the same shapes).
 fn health(f: &mut Fields, spec: &mut ApplySetSpec, notes: &mut Vec<Note>) -> Result<(), Box<Note>> {
     spec.wait = f.take("wait")?.unwrap_or(false);
     let checks: Vec<ObjectKindRef> = f.take("healthChecks")?.unwrap_or_default();
     for (i, c) in checks.into_iter().enumerate() {
-        match c.api_version.filter(|a| !a.is_empty()) {
-            Some(api_version) => spec.health_checks.push(HealthCheck {
-                api_version,
-                kind: c.kind,
-                name: c.name,
-                namespace: c.namespace.filter(|n| !n.is_empty()),
-            }),
-            None => notes.push(f.note(
-                &format!("healthChecks[{i}]"),
-                Severity::Dropped,
-                format!(
-                    "{} {} has no apiVersion, which a set's health check needs: add it",
-                    c.kind, c.name
-                ),
-            )),
-        }
+        // kustomize-controller reads a missing apiVersion as apps/v1 (Kustomization v1beta1's).
+        let api_version = c.api_version.filter(|a| !a.is_empty()).unwrap_or_else(|| {
+            notes.push(f.note(
+                &format!("healthChecks[{i}].apiVersion"),
+                Severity::Info,
+                "not set: apps/v1, as kustomize-controller reads it, made explicit",
+            ));
+            "apps/v1".into()
+        });
+        spec.health_checks.push(HealthCheck {
+            api_version,
+            kind: c.kind,
+            name: c.name,
+            namespace: c.namespace.filter(|n| !n.is_empty()),
+        });
     }
     let exprs: Option<Vec<CustomHealthCheck>> = f.take("healthCheckExprs")?;
     spec.health_check_exprs = exprs.unwrap_or_default();
@@ -403,7 +403,6 @@ fn post_build(
     if pb.substitute.is_empty() && pb.substitute_from.is_empty() && !always {
         return Ok(None);
     }
-    notes.push(f.note("postBuild", Severity::Info, "a variable without a value and without a default is an error in a set; Flux (without its StrictPostBuildSubstitutions feature) replaces it with an empty string"));
     Ok(Some(PostBuild {
         substitute: pb.substitute,
         substitute_from: pb.substitute_from,

@@ -464,7 +464,6 @@ fn fields_without_equivalent_are_dropped_with_why() {
         "spec.dependsOn[0].readyExpr",
         "spec.postBuild.other",
         "spec.decryption.serviceAccountName",
-        "spec.healthChecks[0]",
         "spec.verify",
         "spec.include",
         "spec.recurseSubmodules",
@@ -488,7 +487,17 @@ fn fields_without_equivalent_are_dropped_with_why() {
         "bearerToken"
     ));
     assert!(c.fails_strict());
-    assert!(spec(&c, 0).health_checks.is_empty());
+    let check = &spec(&c, 0).health_checks[0];
+    assert_eq!(
+        (check.api_version.as_str(), check.name.as_str()),
+        ("apps/v1", "web")
+    );
+    assert!(has_note(
+        &c,
+        "spec.healthChecks[0].apiVersion",
+        Severity::Info,
+        "apps/v1"
+    ));
 }
 
 fn written(ns: &[Option<&str>]) -> Written {

@@ -14,10 +14,7 @@ use applyset_operator::{
     convert::{self, Conversion, FluxRef, Input, Note, Set, Severity, Written},
     tenancy::Defaults,
 };
-use kube::{
-    Api, Client,
-    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
-};
+use kube::Client;
 use serde_json::Value;
 
 use crate::{
@@ -214,114 +211,19 @@ fn parse(text: &str, shown: &str) -> Result<Vec<Value>, String> {
     Ok(docs.into_iter().filter(Value::is_object).collect())
 }
 
-/// The Flux resources `convert` reads from a cluster.
-fn resource(kind: &str) -> Option<ApiResource> {
-    let (group, version, plural) = match kind {
-        "Kustomization" => (convert::flux::KUSTOMIZE_GROUP, "v1", "kustomizations"),
-        "GitRepository" => (convert::flux::SOURCE_GROUP, "v1", "gitrepositories"),
-        "OCIRepository" => (convert::flux::SOURCE_GROUP, "v1", "ocirepositories"),
-        "Bucket" => (convert::flux::SOURCE_GROUP, "v1", "buckets"),
-        "ExternalArtifact" => (convert::flux::SOURCE_GROUP, "v1", "externalartifacts"),
-        _ => return None,
-    };
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    Some(ApiResource::from_gvk_with_plural(&gvk, plural))
-}
-
 /// The Kustomizations of `namespace` (or the one named `name`), the sources they reference,
-/// and what each writes from its `status.inventory` (entries `<namespace>_<name>_<group>_<kind>`).
+/// and what each writes from its `status.inventory` ([`convert::cluster::read`]).
 pub async fn read_from_cluster(
     client: &Client,
     namespace: &str,
     name: Option<&str>,
 ) -> Result<Input, CliError> {
-    let ar = resource("Kustomization").ok_or_else(|| CliError::Usage("Kustomization".into()))?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-    let api_err = |doing: String| move |error| CliError::Api { doing, error };
-    let items = match name {
-        Some(n) => vec![
-            api.get(n)
-                .await
-                .map_err(api_err(format!("reading Kustomization {namespace}/{n}")))?,
-        ],
-        None => {
-            api.list(&ListParams::default())
-                .await
-                .map_err(api_err(format!(
-                    "listing the Kustomizations of namespace {namespace}"
-                )))?
-                .items
-        }
-    };
-    let mut input = Input::default();
-    let mut sources: Vec<FluxRef> = Vec::new();
-    for item in items {
-        let value = with_type(item, &ar)?;
-        let Some(object) = convert::flux::read(&value, namespace) else {
-            continue;
-        };
-        if let Some(w) = object.status.as_ref().and_then(inventory) {
-            input.written.insert(object.id.clone(), w);
-        }
-        if let Some(s) = source_of(&object)
-            && !sources.contains(&s)
-        {
-            sources.push(s);
-        }
-        input.objects.push(value);
-    }
-    for s in sources {
-        let Some(ar) = resource(&s.kind) else {
-            continue;
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.namespace, &ar);
-        if let Some(obj) = api
-            .get_opt(&s.name)
-            .await
-            .map_err(api_err(format!("reading {s}")))?
-        {
-            input.objects.push(with_type(obj, &ar)?);
-        }
-    }
-    Ok(input)
-}
-
-/// `obj` as JSON with its apiVersion and kind.
-fn with_type(obj: DynamicObject, ar: &ApiResource) -> Result<Value, CliError> {
-    let mut v = serde_json::to_value(obj).map_err(|e| CliError::Yaml(e.to_string()))?;
-    v["apiVersion"] = Value::String(ar.api_version.clone());
-    v["kind"] = Value::String(ar.kind.clone());
-    Ok(v)
-}
-
-/// The source a Kustomization references.
-fn source_of(k: &convert::flux::Object) -> Option<FluxRef> {
-    let r = k.spec.get("sourceRef")?;
-    Some(FluxRef {
-        kind: r.get("kind")?.as_str()?.to_string(),
-        namespace: r
-            .get("namespace")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .unwrap_or(&k.id.namespace)
-            .to_string(),
-        name: r.get("name")?.as_str()?.to_string(),
-    })
-}
-
-/// The namespaces of a Kustomization's `status.inventory` entries (`""`: cluster-scoped).
-pub fn inventory(status: &Value) -> Option<Written> {
-    let entries = status.get("inventory")?.get("entries")?.as_array()?;
-    let namespaces = entries
-        .iter()
-        .filter_map(|e| e.get("id")?.as_str())
-        .filter_map(|id| id.split('_').next())
-        .map(|ns| (!ns.is_empty()).then(|| ns.to_string()))
-        .collect();
-    Some(Written {
-        namespaces,
-        from: "status.inventory".into(),
-    })
+    convert::cluster::read(client, namespace, name)
+        .await
+        .map_err(|e| CliError::Api {
+            doing: e.doing,
+            error: e.error,
+        })
 }
 
 /// For each set of `first` whose Kustomization has no `written` yet: builds it offline as
@@ -393,21 +295,6 @@ fn probe(s: &convert::Converted) -> SetDoc {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn inventory_entries_give_the_namespaces_written() {
-        let status = json!({"inventory": {"entries": [
-            {"id": "apps_web_apps_Deployment", "v": "v1"},
-            {"id": "_apps__Namespace", "v": "v1"},
-            {"id": "_admin_rbac.authorization.k8s.io_ClusterRole", "v": "v1"}
-        ]}});
-        let w = inventory(&status).expect("inventory");
-        assert_eq!(
-            w.namespaces,
-            [None, Some("apps".to_string())].into_iter().collect()
-        );
-        assert!(inventory(&json!({})).is_none());
-    }
 
     #[test]
     fn multi_document_yaml_keeps_objects_only() {
