@@ -209,7 +209,8 @@ fn upstream_build(files: &[(String, String)], extra: &[(String, String)], dir: &
 
 /// Flux's variable substitution (fluxcd/pkg/envsubst) of one string, for the forms the
 /// fixtures use: `${var}`, `${var:=default}`, `${var:-default}`, and `$$` for a literal `$`.
-/// An unset variable without a default is empty (Flux's default, non-strict); none is left.
+/// An unset variable without a default is an error (kustomize-controller 1.9 substitutes
+/// strictly by default: its StrictPostBuildSubstitutions feature is on).
 fn substitute_str(text: &str, vars: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
     let mut rest = text;
@@ -229,7 +230,7 @@ fn substitute_str(text: &str, vars: &BTreeMap<String, String>) -> String {
                 None => (expr, None),
             };
             let value = vars.get(name).map(String::as_str).or(default);
-            out.push_str(value.unwrap_or_default());
+            out.push_str(value.unwrap_or_else(|| panic!("variable {name} is not set, in {text}")));
             rest = &body[end + 1..];
         } else {
             panic!("a bare $ the fixtures do not use, in {text}");
