@@ -768,6 +768,17 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         let ks = flux_kustomization(&flux, &set.name);
         let want = flux_applies(&ks, files, &from);
         assert!(!want.is_empty(), "{} builds objects", set.name);
+        let named = |prefix: &str| {
+            want.iter().any(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+        };
+        assert!(
+            set.name != "web" || named("app-extra-v1-"),
+            "the component's: {want:?}"
+        );
         assert_members(&h.client, set, &want, force, &names.group).await;
     }
     stop(op).await;
@@ -818,16 +829,18 @@ async fn assert_same_as_flux(
     }
 }
 
-/// Waits until the Widget `app-w1` exists in `ns`, then annotates it ready (manager `test`):
+/// Waits until the Widget `app-w1-v1` exists in `ns`, then annotates it ready (manager `test`):
 /// healthy by the fixtures' healthCheckExprs.
 async fn mark_widget_ready(client: &Client, ns: &str, group: &str) {
     let ar = widget_ar(group);
-    eventually("the Widget app-w1", WAIT, || async {
-        exists(client, &ar, Some(ns), "app-w1").await.then_some(())
+    eventually("the Widget app-w1-v1", WAIT, || async {
+        exists(client, &ar, Some(ns), "app-w1-v1")
+            .await
+            .then_some(())
     })
     .await;
     let obj = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
-        "metadata": {"name": "app-w1", "namespace": ns, "annotations": {READY: "yes"}}});
+        "metadata": {"name": "app-w1-v1", "namespace": ns, "annotations": {READY: "yes"}}});
     ssa(client, &ar, Some(ns), "test", obj).await;
 }
 
@@ -836,11 +849,15 @@ async fn mark_widget_ready(client: &Client, ns: &str, group: &str) {
 /// Current, naming it and the expressions; the Widget is then made healthy.
 async fn web_waits_for_its_widget(web: &Parent, client: &Client, group: &str) {
     let message = web
-        .wait_until("Ready not True naming the Widget app-w1", WAIT, |_, st| {
-            let ready = condition(st?, "Ready")?;
-            (ready.status != "True" && ready.message.contains("app-w1"))
-                .then(|| ready.message.clone())
-        })
+        .wait_until(
+            "Ready not True naming the Widget app-w1-v1",
+            WAIT,
+            |_, st| {
+                let ready = condition(st?, "Ready")?;
+                (ready.status != "True" && ready.message.contains("app-w1-v1"))
+                    .then(|| ready.message.clone())
+            },
+        )
         .await;
     assert!(
         message.contains("healthCheckExprs"),
