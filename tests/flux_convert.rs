@@ -755,38 +755,16 @@ async fn converted_kustomizations_apply_what_flux_applies() {
     }
     assert_traps(&web, &cross, &names).await;
 
-    // What Flux applies for each Kustomization.
-    let repo = fixture_files("repo", &names);
-    let artifact = fixture_files("artifact", &names);
+    // What Flux applies for each Kustomization, built here.
     let from = BTreeMap::from([("web-vars".to_owned(), vars)]);
-    let cases = [
-        (&web, &repo, true),
-        (&secrets, &artifact, false),
-        (&cross, &repo, false),
-    ];
-    for (set, files, force) in cases {
-        let ks = flux_kustomization(&flux, &set.name);
-        let want = flux_applies(&ks, files, &from);
-        assert!(!want.is_empty(), "{} builds objects", set.name);
-        let named = |prefix: &str| {
-            want.iter().any(|o| {
-                o["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
-        };
-        assert!(
-            set.name != "web" || named("app-extra-v1-"),
-            "the component's: {want:?}"
-        );
-        assert_members(&h.client, set, &want, force, &names.group).await;
-    }
+    let sets = [(&web, true), (&secrets, false), (&cross, false)];
+    assert_as_built(&h.client, &sets, &names, &from).await;
     stop(op).await;
 
     // What the real kustomize-controller applies for the same Flux objects.
     let flux_applied =
         real_flux_applies(&names, &flux_path, &contents, &from["web-vars"], &key.text).await;
-    for (set, force) in [(&web, true), (&secrets, false), (&cross, false)] {
+    for (set, force) in sets {
         assert_same_as_flux(&h.client, set, &flux_applied[&set.name], force).await;
     }
 }
@@ -919,6 +897,42 @@ fn assert_converted(out: &Output, names: &Names) {
             json!(["kustomize-controller"]),
             "{s}"
         );
+    }
+}
+
+/// Asserts that each set of `sets` (with whether its Kustomization has Flux's force) applies
+/// what Flux applies for its Kustomization, built here ([`flux_applies`]; the repository's
+/// files for `web` and `cross`, the artifact's, decrypted, for `secrets`); `from` is what
+/// postBuild.substituteFrom reads.
+async fn assert_as_built(
+    client: &Client,
+    sets: &[(&Parent, bool)],
+    names: &Names,
+    from: &BTreeMap<String, BTreeMap<String, String>>,
+) {
+    let flux = fixture_files("flux", names);
+    let repo = fixture_files("repo", names);
+    let artifact = fixture_files("artifact", names);
+    for (set, force) in sets {
+        let files = if set.name == "secrets" {
+            &artifact
+        } else {
+            &repo
+        };
+        let want = flux_applies(&flux_kustomization(&flux, &set.name), files, from);
+        assert!(!want.is_empty(), "{} builds objects", set.name);
+        let named = |prefix: &str| {
+            want.iter().any(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+        };
+        assert!(
+            set.name != "web" || named("app-extra-v1-"),
+            "the component's ConfigMap: {want:?}"
+        );
+        assert_members(client, set, &want, *force, &names.group).await;
     }
 }
 
