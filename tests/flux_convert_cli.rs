@@ -345,3 +345,54 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
         shown(&one)
     );
 }
+
+/// Without an inventory, the converted set is built offline (its git source served on
+/// loopback): objects in another namespace or cluster-scoped make a ClusterApplySet, objects
+/// of its own namespace only an ApplySet, each "known from a build of the converted set".
+#[tokio::test]
+async fn an_offline_build_decides_the_scope_of_files() {
+    let server = support::servers::GitServer::start(None, None).await;
+    let repo = server.repo("fleet");
+    repo.commit(
+        &[
+            ("wide/ns.yaml", Some("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: wide-extra\n")),
+            ("wide/cm.yaml", Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  namespace: elsewhere\n")),
+            ("local/cm.yaml", Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n")),
+        ],
+        "fleet",
+    );
+    let dir = scratch("flux-convert-build");
+    let file = dir.join("flux.yaml");
+    let g = meta(
+        "GitRepository",
+        "fleet",
+        "flux",
+        json!({"url": server.url("fleet"), "interval": "1m", "ref": {"branch": "main"}}),
+    );
+    let ks = |name: &str, path: &str| {
+        meta(
+            "Kustomization",
+            name,
+            "flux",
+            json!({"interval": "1m", "prune": true, "path": path, "sourceRef": {"kind": "GitRepository", "name": "fleet"}}),
+        )
+    };
+    write_docs(&file, &[g, ks("wide", "./wide"), ks("local", "./local")]);
+    let kustomize = support::kustomize_binary().display().to_string();
+    let f = file.display().to_string();
+    let out = plugin(&["convert", "-f", &f, "--kustomize-binary", &kustomize]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Kustomization flux/wide: becomes a ClusterApplySet: it writes cluster-scoped objects and objects in namespace elsewhere (known from a build of the converted set)"), "{}", shown(&out));
+    assert!(stderr.contains("Kustomization flux/local: becomes an ApplySet: it writes only in its own namespace (known from a build of the converted set)"), "{}", shown(&out));
+    let docs: Vec<Value> =
+        serde_saphyr::from_str_multiple::<Value, Vec<Value>>(&String::from_utf8_lossy(&out.stdout))
+            .expect("yaml");
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec!["ClusterApplySet", "ApplySet"],
+        "{}",
+        shown(&out)
+    );
+}

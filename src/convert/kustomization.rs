@@ -109,6 +109,7 @@ fn draft(k: &Object, cx: &Context, notes: &mut Vec<Note>) -> Result<Draft, Box<N
         ..ApplySetSpec::default()
     };
     timing(&mut f, &mut spec, notes)?;
+    notes.extend(source_interval(source, &spec.interval));
     lifecycle(&mut f, &mut spec, notes)?;
     health(&mut f, &mut spec, notes)?;
     spec.kustomize = Some(kustomize(&mut f, notes)?);
@@ -231,6 +232,23 @@ fn timing(f: &mut Fields, spec: &mut ApplySetSpec, notes: &mut Vec<Note>) -> Res
     };
     spec.timeout = bounded(f, "timeout", &timeout, MAX_TIMEOUT, notes)?;
     Ok(())
+}
+
+/// A note when the source was polled more often than the set will read it: Flux applied a
+/// new revision when the source saw it; a set reads its source at its own interval.
+fn source_interval(source: &Object, interval: &str) -> Option<Note> {
+    let polled = source.spec.get("interval")?.as_str()?;
+    if parse_duration(polled)? >= parse_duration(interval)? {
+        return None;
+    }
+    Some(Note {
+        object: source.id.clone(),
+        field: "spec.interval".into(),
+        severity: Severity::Info,
+        why: format!(
+            "Flux applied a new revision as soon as this source saw it (every {polled}); the set reads it at its own interval ({interval}): lower spec.interval, or run `kubectl applyset reconcile` after a push"
+        ),
+    })
 }
 
 /// `value` of `key` as a duration within 1s..`max` (clamped, with a note).
