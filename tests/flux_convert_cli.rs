@@ -2,7 +2,8 @@
 //! written by the test convert into sets that `kubectl apply --dry-run=server` accepts (our
 //! CRDs' schemas and CEL rules); a Bucket source is refused with its reason and `--strict`
 //! exits 2; `--from-cluster` reads Kustomizations (Flux's CRDs installed) with their sources,
-//! and what their `status.inventory` says they write decides ApplySet or ClusterApplySet.
+//! and what their `status.inventory` says they write decides ApplySet or ClusterApplySet; one
+//! a stopped handover left suspended is converted as it was.
 
 mod support;
 
@@ -66,26 +67,20 @@ fn git(name: &str, ns: &str) -> Value {
     )
 }
 
-/// Converts a directory of Flux objects (git and OCI sources; postBuild, decryption, patches,
-/// images, dependsOn, healthChecks, healthCheckExprs; one deploying into another namespace)
-/// and applies the output with a server-side dry-run.
-#[tokio::test]
-async fn converted_flux_objects_pass_a_server_side_dry_run() {
-    let client = cluster().client().await;
-    operator::ensure_crds(&client).await;
-    let ns = test_namespace(&client, "fluxconv").await;
-    let dir = scratch(&format!("flux-convert-{ns}"));
-    std::fs::create_dir_all(dir.join("apps/nested")).expect("dirs");
+/// The OCIRepository `manifests` and the Kustomizations `infra` (from it, into another
+/// namespace, with force and a timeout over ours) and `apps` (from the GitRepository `repo`,
+/// with every other field the dry-run checks) in `ns`.
+fn flux_objects(ns: &str) -> [Value; 3] {
     let oci = meta(
         "OCIRepository",
         "manifests",
-        &ns,
+        ns,
         json!({"url": "oci://127.0.0.1:1/app", "interval": "5m", "ref": {"tag": "v1"}, "insecure": true}),
     );
     let infra = meta(
         "Kustomization",
         "infra",
-        &ns,
+        ns,
         json!({
         "interval": "1h", "timeout": "48h", "path": "./infra", "prune": true, "force": true,
         "targetNamespace": "elsewhere", "sourceRef": {"kind": "OCIRepository", "name": "manifests"}}),
@@ -93,7 +88,7 @@ async fn converted_flux_objects_pass_a_server_side_dry_run() {
     let apps = meta(
         "Kustomization",
         "apps",
-        &ns,
+        ns,
         json!({
         "interval": "10m", "path": "./apps", "prune": true, "wait": true,
         "dependsOn": [{"name": "infra"}],
@@ -105,7 +100,15 @@ async fn converted_flux_objects_pass_a_server_side_dry_run() {
         "healthCheckExprs": [{"apiVersion": "example.com/v1", "kind": "Thing", "current": "status.ready == true"}],
         "sourceRef": {"kind": "GitRepository", "name": "repo"}}),
     );
-    write_docs(&dir.join("sources.yaml"), &[git("repo", &ns), oci]);
+    [oci, infra, apps]
+}
+
+/// Writes [`flux_objects`] and the GitRepository into `dir` (in nested directories, with a
+/// ConfigMap to ignore and a template that is not YAML).
+fn write_flux_dir(dir: &Path, ns: &str) {
+    std::fs::create_dir_all(dir.join("apps/nested")).expect("dirs");
+    let [oci, infra, apps] = flux_objects(ns);
+    write_docs(&dir.join("sources.yaml"), &[git("repo", ns), oci]);
     write_docs(
         &dir.join("apps/nested/ks.yaml"),
         &[
@@ -115,6 +118,45 @@ async fn converted_flux_objects_pass_a_server_side_dry_run() {
         ],
     );
     std::fs::write(dir.join("apps/template.yaml"), "{{ .Values.x }}: [").expect("write");
+}
+
+/// Applies `stream` (written into `dir`) with `kubectl apply --dry-run=server`: it must be
+/// accepted, the ClusterApplySet `infra` and the ApplySet `apps` created.
+fn assert_server_dry_run_accepts(dir: &Path, stream: &str) {
+    let file = dir.join("converted.yaml");
+    std::fs::write(&file, stream).expect("write");
+    let applied = cluster()
+        .kubectl()
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&file)
+        .output()
+        .expect("kubectl");
+    let text = String::from_utf8_lossy(&applied.stdout);
+    assert!(
+        applied.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(
+        text.contains("clusterapplyset.applyset.dev/infra created (server dry run)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("applyset.applyset.dev/apps created (server dry run)"),
+        "{text}"
+    );
+}
+
+/// Converts a directory of Flux objects (git and OCI sources; postBuild, decryption, patches,
+/// images, dependsOn, healthChecks, healthCheckExprs; one deploying into another namespace)
+/// and applies the output with a server-side dry-run.
+#[tokio::test]
+async fn converted_flux_objects_pass_a_server_side_dry_run() {
+    let client = cluster().client().await;
+    operator::ensure_crds(&client).await;
+    let ns = test_namespace(&client, "fluxconv").await;
+    let dir = scratch(&format!("flux-convert-{ns}"));
+    write_flux_dir(&dir, &ns);
     let d = dir.display().to_string();
     let out = plugin(&[
         "convert",
@@ -145,32 +187,16 @@ async fn converted_flux_objects_pass_a_server_side_dry_run() {
         shown(&out)
     );
     assert!(
+        stderr.contains(&format!("note: Kustomization {ns}/apps: spec.healthChecks: ignored by kustomize-controller when wait is true")),
+        "{}",
+        shown(&out)
+    );
+    assert!(
         stderr.contains("template.yaml: not YAML"),
         "{}",
         shown(&out)
     );
-    let file = dir.join("converted.yaml");
-    std::fs::write(&file, &stdout).expect("write");
-    let applied = cluster()
-        .kubectl()
-        .args(["apply", "--dry-run=server", "-f"])
-        .arg(&file)
-        .output()
-        .expect("kubectl");
-    let text = String::from_utf8_lossy(&applied.stdout);
-    assert!(
-        applied.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&applied.stderr)
-    );
-    assert!(
-        text.contains("clusterapplyset.applyset.dev/infra created (server dry run)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("applyset.applyset.dev/apps created (server dry run)"),
-        "{text}"
-    );
+    assert_server_dry_run_accepts(&dir, &stdout);
 }
 
 /// A Bucket source refuses its Kustomization with the reason and what to do; `--strict`
@@ -238,6 +264,78 @@ fn api(
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
+/// Creates the GitRepository `repo` (a tag ref) in `ns` and returns the Kustomizations' API
+/// there.
+async fn repo_and_kustomizations(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let pp = PatchParams::apply("flux-convert-test");
+    let repos = api(
+        client,
+        ns,
+        "source.toolkit.fluxcd.io",
+        "GitRepository",
+        "gitrepositories",
+    );
+    let mut g = git("repo", ns);
+    g["spec"]["ref"] = json!({"name": "refs/tags/v1.0.0"});
+    repos
+        .patch("repo", &pp, &Patch::Apply(&g))
+        .await
+        .expect("GitRepository");
+    api(
+        client,
+        ns,
+        "kustomize.toolkit.fluxcd.io",
+        "Kustomization",
+        "kustomizations",
+    )
+}
+
+/// Creates the Kustomization `name` of `repo` in `ns` (`change` applied to it) with
+/// `entries` as its `status.inventory`.
+async fn kustomization(
+    ks: &Api<DynamicObject>,
+    ns: &str,
+    name: &str,
+    change: impl FnOnce(&mut Value),
+    entries: Value,
+) {
+    let mut k = meta(
+        "Kustomization",
+        name,
+        ns,
+        json!({"interval": "5m", "prune": true, "sourceRef": {"kind": "GitRepository", "name": "repo"}}),
+    );
+    change(&mut k);
+    ks.patch(
+        name,
+        &PatchParams::apply("flux-convert-test"),
+        &Patch::Apply(&k),
+    )
+    .await
+    .expect("Kustomization");
+    let status = json!({"status": {"inventory": {"entries": entries}}});
+    ks.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("status");
+}
+
+/// The documents of a YAML stream and their `(kind, name)`.
+fn docs_of(out: &Output) -> (Vec<Value>, Vec<(String, String)>) {
+    let docs: Vec<Value> =
+        serde_saphyr::from_str_multiple::<Value, Vec<Value>>(&String::from_utf8_lossy(&out.stdout))
+            .expect("yaml");
+    let kinds = docs
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().into(),
+                d["metadata"]["name"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect();
+    (docs, kinds)
+}
+
 /// `--from-cluster` reads the Kustomizations of a namespace (or one) and their sources; a
 /// Kustomization whose `status.inventory` lists a cluster-scoped object becomes a
 /// ClusterApplySet, one that wrote only in its namespace an ApplySet.
@@ -246,51 +344,11 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
     let client = cluster().client().await;
     install_flux_crds(&client).await;
     let ns = test_namespace(&client, "fluxinv").await;
-    let pp = PatchParams::apply("flux-convert-test");
-    let repos = api(
-        &client,
-        &ns,
-        "source.toolkit.fluxcd.io",
-        "GitRepository",
-        "gitrepositories",
-    );
-    let mut g = git("repo", &ns);
-    g["spec"]["ref"] = json!({"name": "refs/tags/v1.0.0"});
-    repos
-        .patch("repo", &pp, &Patch::Apply(&g))
-        .await
-        .expect("GitRepository");
-    let ks = api(
-        &client,
-        &ns,
-        "kustomize.toolkit.fluxcd.io",
-        "Kustomization",
-        "kustomizations",
-    );
-    for (name, entries) in [
-        (
-            "cluster-wide",
-            json!([{"id": format!("_{ns}-extra__Namespace"), "v": "v1"}, {"id": format!("{ns}_cm__ConfigMap"), "v": "v1"}]),
-        ),
-        (
-            "local",
-            json!([{"id": format!("{ns}_cm2__ConfigMap"), "v": "v1"}]),
-        ),
-    ] {
-        let k = meta(
-            "Kustomization",
-            name,
-            &ns,
-            json!({"interval": "5m", "prune": true, "sourceRef": {"kind": "GitRepository", "name": "repo"}}),
-        );
-        ks.patch(name, &pp, &Patch::Apply(&k))
-            .await
-            .expect("Kustomization");
-        let status = json!({"status": {"inventory": {"entries": entries}}});
-        ks.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("status");
-    }
+    let ks = repo_and_kustomizations(&client, &ns).await;
+    let wide = json!([{"id": format!("_{ns}-extra__Namespace"), "v": "v1"}, {"id": format!("{ns}_cm__ConfigMap"), "v": "v1"}]);
+    kustomization(&ks, &ns, "cluster-wide", |_| (), wide).await;
+    let local = json!([{"id": format!("{ns}_cm2__ConfigMap"), "v": "v1"}]);
+    kustomization(&ks, &ns, "local", |_| (), local).await;
     wait_for("the inventories", Duration::from_secs(30), || async {
         let l = ks.list(&Default::default()).await.ok()?;
         (l.items
@@ -303,18 +361,7 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
     .await;
     let out = plugin(&["convert", "--from-cluster", &ns]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
-    let docs: Vec<Value> =
-        serde_saphyr::from_str_multiple::<Value, Vec<Value>>(&String::from_utf8_lossy(&out.stdout))
-            .expect("yaml");
-    let kinds: Vec<(String, String)> = docs
-        .iter()
-        .map(|d| {
-            (
-                d["kind"].as_str().unwrap_or_default().into(),
-                d["metadata"]["name"].as_str().unwrap_or_default().into(),
-            )
-        })
-        .collect();
+    let (docs, kinds) = docs_of(&out);
     assert!(
         kinds.contains(&("ClusterApplySet".into(), "cluster-wide".into())),
         "{}",
@@ -343,6 +390,44 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
         text.contains("name: local") && !text.contains("cluster-wide"),
         "{}",
         shown(&one)
+    );
+}
+
+/// A Kustomization left suspended (with deletionPolicy Orphan) by a handover that did not
+/// finish is converted, without `--handover`, as it was before the handover (recorded in
+/// `applyset.dev/handover-original`), with a note saying so.
+#[tokio::test]
+async fn from_cluster_converts_a_kustomization_a_handover_suspended_as_it_was() {
+    let client = cluster().client().await;
+    install_flux_crds(&client).await;
+    let ns = test_namespace(&client, "fluxsusp").await;
+    let ks = repo_and_kustomizations(&client, &ns).await;
+    let suspended = |k: &mut Value| {
+        k["spec"]["suspend"] = json!(true);
+        k["spec"]["deletionPolicy"] = json!("Orphan");
+        k["metadata"]["annotations"] = json!({
+            "applyset.dev/handover-original": r#"{"suspend":false,"deletionPolicy":"Delete"}"#
+        });
+    };
+    let entries = json!([{"id": format!("{ns}_cm__ConfigMap"), "v": "v1"}]);
+    kustomization(&ks, &ns, "apps", suspended, entries).await;
+    let out = plugin(&["convert", "--from-cluster", &format!("{ns}/apps")]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let (docs, kinds) = docs_of(&out);
+    assert_eq!(
+        kinds,
+        vec![("ApplySet".to_string(), "apps".to_string())],
+        "{}",
+        shown(&out)
+    );
+    let spec = &docs[0]["spec"];
+    assert_eq!(spec["deletionPolicy"], "Delete", "{}", shown(&out));
+    assert_ne!(spec["suspend"], json!(true), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("note: Kustomization {ns}/apps: suspended by a handover that did not finish (annotation applyset.dev/handover-original); converted as it was before it: suspend false, deletionPolicy Delete")),
+        "{}",
+        shown(&out)
     );
 }
 

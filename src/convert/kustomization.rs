@@ -329,33 +329,61 @@ fn lifecycle(
     Ok(())
 }
 
-/// wait, healthChecks (a missing apiVersion is apps/v1, as in Flux), healthCheckExprs and
-/// ignore (the same shapes).
+/// wait, healthChecks, healthCheckExprs and ignore (the same shapes). With `wait: true`
+/// kustomize-controller waits for every object it applied and ignores healthChecks; the set
+/// waits for its members and its healthChecks both, so healthChecks are left out there (the
+/// objects waited for stay Flux's), with a note. Without wait they are carried
+/// ([`health_check`]).
 fn health(f: &mut Fields, spec: &mut ApplySetSpec, notes: &mut Vec<Note>) -> Result<(), Box<Note>> {
     spec.wait = f.take("wait")?.unwrap_or(false);
     let checks: Vec<ObjectKindRef> = f.take("healthChecks")?.unwrap_or_default();
-    for (i, c) in checks.into_iter().enumerate() {
-        // kustomize-controller reads a missing apiVersion as apps/v1 (Kustomization v1beta1's).
-        let api_version = c.api_version.filter(|a| !a.is_empty()).unwrap_or_else(|| {
-            notes.push(f.note(
-                &format!("healthChecks[{i}].apiVersion"),
-                Severity::Info,
-                "not set: apps/v1, as kustomize-controller reads it, made explicit",
-            ));
-            "apps/v1".into()
-        });
-        spec.health_checks.push(HealthCheck {
-            api_version,
-            kind: c.kind,
-            name: c.name,
-            namespace: c.namespace.filter(|n| !n.is_empty()),
-        });
+    if spec.wait && !checks.is_empty() {
+        notes.push(f.note("healthChecks", Severity::Info, HEALTH_CHECKS_WITH_WAIT));
+    } else {
+        for (i, c) in checks.into_iter().enumerate() {
+            spec.health_checks.push(health_check(f, i, c, notes));
+        }
     }
     let exprs: Option<Vec<CustomHealthCheck>> = f.take("healthCheckExprs")?;
     spec.health_check_exprs = exprs.unwrap_or_default();
     let ignore: Option<Vec<IgnoreRule>> = f.take("ignore")?;
     spec.ignore = ignore.unwrap_or_default();
     Ok(())
+}
+
+/// Why healthChecks are left out of a set made from a Kustomization with `wait: true`.
+pub const HEALTH_CHECKS_WITH_WAIT: &str = "ignored by kustomize-controller when wait is true (it waits for every object it applied, and only for those); a set with wait waits for its members and its healthChecks both, so they are left out and the set waits for the same objects as Flux did";
+
+/// Why a health check without a namespace is noted.
+pub const HEALTH_CHECK_NO_NAMESPACE: &str = "no namespace: kustomize-controller looks the object up with no namespace (right for a cluster-scoped kind; an object of a namespaced kind is never found there, so its check never passes); a set looks an object of a namespaced kind up in the ApplySet's own namespace (a ClusterApplySet refuses it): name the namespace if the object is namespaced";
+
+/// One health check: a missing apiVersion is apps/v1, as in Flux; a missing namespace is
+/// left missing (a cluster-scoped kind means the same in both), with a note on what a
+/// namespaced kind means in each.
+fn health_check(f: &Fields, i: usize, c: ObjectKindRef, notes: &mut Vec<Note>) -> HealthCheck {
+    // kustomize-controller reads a missing apiVersion as apps/v1 (Kustomization v1beta1's).
+    let api_version = c.api_version.filter(|a| !a.is_empty()).unwrap_or_else(|| {
+        notes.push(f.note(
+            &format!("healthChecks[{i}].apiVersion"),
+            Severity::Info,
+            "not set: apps/v1, as kustomize-controller reads it, made explicit",
+        ));
+        "apps/v1".into()
+    });
+    let namespace = c.namespace.filter(|n| !n.is_empty());
+    if namespace.is_none() {
+        notes.push(f.note(
+            &format!("healthChecks[{i}].namespace"),
+            Severity::Info,
+            HEALTH_CHECK_NO_NAMESPACE,
+        ));
+    }
+    HealthCheck {
+        api_version,
+        kind: c.kind,
+        name: c.name,
+        namespace,
+    }
 }
 
 /// spec.kustomize: targetNamespace, namePrefix, nameSuffix, commonMetadata, patches,

@@ -69,30 +69,35 @@ fn refused(objects: Vec<Value>, field: &str, part: &str) {
     assert!(c.fails_strict());
 }
 
+/// A Kustomization setting every field a set carries (wait: true), with `change` applied to
+/// its spec, converted with its GitRepository.
+fn full(change: impl FnOnce(&mut Value)) -> Conversion {
+    let mut spec = json!({
+        "interval": "5m", "retryInterval": "1m", "timeout": "3m", "path": "./deploy/prod/",
+        "prune": false, "wait": true, "suspend": true, "deletionPolicy": "Orphan",
+        "serviceAccountName": "deployer", "targetNamespace": "team",
+        "namePrefix": "p-", "nameSuffix": "-s",
+        "commonMetadata": {"labels": {"team": "a"}, "annotations": {"x": "y"}},
+        "patches": [{"patch": "- op: add\n  path: /x\n  value: 1", "target": {"kind": "Deployment", "labelSelector": "a=b"}}],
+        "images": [{"name": "nginx", "newTag": "1.27"}],
+        "components": ["../c"],
+        "healthChecks": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"}],
+        "healthCheckExprs": [{"apiVersion": "example.com/v1", "kind": "Thing", "current": "status.ready == true"}],
+        "ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}],
+        "postBuild": {"substitute": {"env": "prod"}, "substituteFrom": [{"kind": "ConfigMap", "name": "vars", "optional": true}]},
+        "decryption": {"provider": "sops", "secretRef": {"name": "age"}},
+        "sourceRef": {"kind": "GitRepository", "name": "repo"}
+    });
+    change(&mut spec);
+    let c = run(vec![ks("apps", "team", spec), repo("repo", "team")]);
+    assert_eq!(c.sets.len(), 1, "{:#?}", c.notes);
+    assert!(!c.fails_strict(), "{:#?}", c.notes);
+    c
+}
+
 #[test]
 fn every_kustomization_field_is_mapped() {
-    let k = ks(
-        "apps",
-        "team",
-        json!({
-            "interval": "5m", "retryInterval": "1m", "timeout": "3m", "path": "./deploy/prod/",
-            "prune": false, "wait": true, "suspend": true, "deletionPolicy": "Orphan",
-            "serviceAccountName": "deployer", "targetNamespace": "team",
-            "namePrefix": "p-", "nameSuffix": "-s",
-            "commonMetadata": {"labels": {"team": "a"}, "annotations": {"x": "y"}},
-            "patches": [{"patch": "- op: add\n  path: /x\n  value: 1", "target": {"kind": "Deployment", "labelSelector": "a=b"}}],
-            "images": [{"name": "nginx", "newTag": "1.27"}],
-            "components": ["../c"],
-            "healthChecks": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"}],
-            "healthCheckExprs": [{"apiVersion": "example.com/v1", "kind": "Thing", "current": "status.ready == true"}],
-            "ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment"}}],
-            "postBuild": {"substitute": {"env": "prod"}, "substituteFrom": [{"kind": "ConfigMap", "name": "vars", "optional": true}]},
-            "decryption": {"provider": "sops", "secretRef": {"name": "age"}},
-            "sourceRef": {"kind": "GitRepository", "name": "repo"}
-        }),
-    );
-    let c = run(vec![k, repo("repo", "team")]);
-    assert_eq!(c.sets.len(), 1, "{:#?}", c.notes);
+    let c = full(|_| ());
     let Set::Namespaced(a) = &c.sets[0].set else {
         panic!("an ApplySet")
     };
@@ -116,7 +121,15 @@ fn every_kustomization_field_is_mapped() {
     assert_eq!(git.url, "https://git.example/r.git");
     assert_eq!(git.reference.branch.as_deref(), Some("main"));
     assert_eq!(git.path.as_deref(), Some("deploy/prod"));
-    let k = s.kustomize.as_ref().expect("kustomize");
+    assert!(s.adopt_existing);
+    assert_eq!(s.take_over_field_managers, vec!["kustomize-controller"]);
+    assert_eq!(c.sets[0].source.to_string(), "GitRepository team/repo");
+}
+
+#[test]
+fn every_kustomize_field_is_mapped() {
+    let c = full(|_| ());
+    let k = spec(&c, 0).kustomize.as_ref().expect("kustomize");
     assert_eq!(k.target_namespace.as_deref(), Some("team"));
     assert_eq!(
         (k.name_prefix.as_deref(), k.name_suffix.as_deref()),
@@ -134,7 +147,12 @@ fn every_kustomization_field_is_mapped() {
     );
     assert_eq!(k.images[0].new_tag.as_deref(), Some("1.27"));
     assert_eq!(k.components, vec!["../c"]);
-    assert_eq!(s.health_checks[0].name, "web");
+}
+
+#[test]
+fn health_post_build_and_decryption_are_mapped() {
+    let c = full(|_| ());
+    let s = spec(&c, 0);
     assert_eq!(s.health_check_exprs[0].kind.as_deref(), Some("Thing"));
     assert_eq!(s.ignore[0].paths, vec!["/spec/replicas"]);
     let pb = s.post_build.as_ref().expect("postBuild");
@@ -148,10 +166,78 @@ fn every_kustomization_field_is_mapped() {
         ),
         ("age", None)
     );
-    assert!(s.adopt_existing);
-    assert_eq!(s.take_over_field_managers, vec!["kustomize-controller"]);
-    assert!(!c.fails_strict(), "{:#?}", c.notes);
-    assert_eq!(c.sets[0].source.to_string(), "GitRepository team/repo");
+}
+
+#[test]
+fn with_wait_health_checks_are_left_out_as_flux_ignores_them() {
+    let c = full(|_| ());
+    let s = spec(&c, 0);
+    assert!(s.wait);
+    assert!(s.health_checks.is_empty(), "{:?}", s.health_checks);
+    assert!(has_note(
+        &c,
+        "spec.healthChecks",
+        Severity::Info,
+        "ignored by kustomize-controller when wait is true"
+    ));
+    // The custom health rules still apply to the members waited for.
+    assert_eq!(s.health_check_exprs.len(), 1);
+}
+
+#[test]
+fn without_wait_health_checks_are_carried() {
+    let c = full(|s| s["wait"] = json!(false));
+    let s = spec(&c, 0);
+    assert!(!s.wait);
+    let check = &s.health_checks[0];
+    assert_eq!(check.name, "web");
+    assert_eq!(
+        (check.api_version.as_str(), check.namespace.as_deref()),
+        ("apps/v1", Some("team"))
+    );
+    assert!(
+        !c.notes
+            .iter()
+            .any(|n| n.field.starts_with("spec.healthChecks"))
+    );
+}
+
+#[test]
+fn a_health_check_without_namespace_is_noted() {
+    let c = full(|s| {
+        s["wait"] = json!(false);
+        s["healthChecks"] = json!([
+            {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "things.example.com"},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": ""}
+        ]);
+    });
+    let checks = &spec(&c, 0).health_checks;
+    assert_eq!(
+        checks
+            .iter()
+            .map(|c| c.namespace.clone())
+            .collect::<Vec<_>>(),
+        vec![None, None],
+        "no namespace stays none (an empty one too)"
+    );
+    for i in 0..2 {
+        assert!(
+            has_note(
+                &c,
+                &format!("spec.healthChecks[{i}].namespace"),
+                Severity::Info,
+                "looks the object up with no namespace"
+            ),
+            "{i}: {:#?}",
+            c.notes
+        );
+    }
+    assert!(has_note(
+        &c,
+        "spec.healthChecks[1].namespace",
+        Severity::Info,
+        "in the ApplySet's own namespace"
+    ));
 }
 
 #[test]
@@ -243,18 +329,20 @@ fn the_two_traps_map_to_flux_meaning() {
     ));
 }
 
+/// A Kustomization `a` in `ns` whose source is the `kind` named `s`.
+fn with_source(kind: &str) -> Value {
+    ks(
+        "a",
+        "ns",
+        json!({"interval": "1m", "prune": true, "sourceRef": {"kind": kind, "name": "s"}}),
+    )
+}
+
 #[test]
-fn refusals_name_the_field_and_what_to_do() {
-    let with = |kind: &str| {
-        ks(
-            "a",
-            "ns",
-            json!({"interval": "1m", "prune": true, "sourceRef": {"kind": kind, "name": "s"}}),
-        )
-    };
+fn refusals_of_sources_name_the_field_and_what_to_do() {
     refused(
         vec![
-            with("Bucket"),
+            with_source("Bucket"),
             source("Bucket", "s", "ns", json!({"bucketName": "b"})),
         ],
         "spec.sourceRef",
@@ -262,14 +350,14 @@ fn refusals_name_the_field_and_what_to_do() {
     );
     refused(
         vec![
-            with("ExternalArtifact"),
+            with_source("ExternalArtifact"),
             source("ExternalArtifact", "s", "ns", json!({})),
         ],
         "spec.sourceRef",
         "an ExternalArtifact",
     );
     refused(
-        vec![with("GitRepository")],
+        vec![with_source("GitRepository")],
         "spec.sourceRef",
         "GitRepository ns/s is not among the objects read",
     );
@@ -283,6 +371,10 @@ fn refusals_name_the_field_and_what_to_do() {
         "spec.kubeConfig",
         "remote cluster",
     );
+}
+
+#[test]
+fn refusals_of_refs_name_the_field_and_what_to_do() {
     let git = |r: Value| {
         source(
             "GitRepository",
@@ -292,20 +384,26 @@ fn refusals_name_the_field_and_what_to_do() {
         )
     };
     refused(
-        vec![with("GitRepository"), git(json!({"semver": ">=1.0"}))],
+        vec![
+            with_source("GitRepository"),
+            git(json!({"semver": ">=1.0"})),
+        ],
         "spec.sourceRef",
         "spec.ref.semver: a set does not select tags",
     );
     refused(
         vec![
-            with("GitRepository"),
+            with_source("GitRepository"),
             git(json!({"name": "refs/pull/1/head"})),
         ],
         "spec.sourceRef",
         "neither refs/heads",
     );
     refused(
-        vec![with("GitRepository"), git(json!({"commit": "abc123"}))],
+        vec![
+            with_source("GitRepository"),
+            git(json!({"commit": "abc123"})),
+        ],
         "spec.sourceRef",
         "not a full commit SHA",
     );
@@ -316,10 +414,14 @@ fn refusals_name_the_field_and_what_to_do() {
         json!({"url": "oci://r/x", "interval": "1m", "ref": {"semver": "1.x"}}),
     );
     refused(
-        vec![with("OCIRepository"), oci],
+        vec![with_source("OCIRepository"), oci],
         "spec.sourceRef",
         "spec.ref.semver",
     );
+}
+
+#[test]
+fn refusals_of_malformed_specs_name_the_field() {
     refused(
         vec![
             ks("a", "ns", json!({"interval": "1m", "prune": true})),

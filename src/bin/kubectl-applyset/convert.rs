@@ -7,7 +7,10 @@
 //! the converted set is built offline, as `build` does, and the members' namespaces decide.
 //! Exit 0, or 2 with `--strict` when a field was dropped or a Kustomization refused.
 
-use std::path::{Path, PathBuf};
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+};
 
 use applyset_operator::{
     applyset::ParentRef,
@@ -24,8 +27,11 @@ use crate::{
     render_file::Renderer,
 };
 
-/// The largest file read (a Flux repository's manifests are far smaller).
+/// The largest file read, standard input included (a Flux repository's manifests are far
+/// smaller).
 const MAX_FILE_BYTES: u64 = 8 << 20;
+/// The most bytes read from all the files of a directory given to `-f`, together.
+const MAX_TOTAL_BYTES: u64 = 64 << 20;
 /// The most files a directory given to `-f` may hold (recursively).
 const MAX_FILES: usize = 10_000;
 
@@ -80,13 +86,13 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
         (None, None) => return Err(CliError::Usage("give -f PATH or --from-cluster".into())),
     };
     input.cluster_service_account = cluster_service_account;
-    if opts.handover.handover {
-        // A Kustomization a handover suspended is converted as it was before.
-        input
-            .objects
-            .iter_mut()
-            .for_each(crate::handover::checks::restore_original);
-    }
+    // A Kustomization a handover suspended (one stopped before its end) is converted as it
+    // was before, with or without --handover.
+    let mut notes = if opts.from_cluster.is_some() && opts.file.is_none() {
+        restore_handed_over(&mut input.objects)
+    } else {
+        Vec::new()
+    };
     let kustomizations = input
         .objects
         .iter()
@@ -98,7 +104,7 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
         ));
     }
     let first = convert::convert(&input);
-    let mut notes = written_by_build(g, &mut input, &first).await;
+    notes.extend(written_by_build(g, &mut input, &first).await);
     let conversion = convert::convert(&input);
     notes.extend(conversion.notes.iter().cloned());
     let stream = print(&conversion)?;
@@ -122,6 +128,37 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
     } else {
         0
     })
+}
+
+/// Puts back the `spec.suspend` and `spec.deletionPolicy` a handover recorded on each
+/// Kustomization it suspended ([`crate::handover::checks::restore_original`]), with a note
+/// for each: the Kustomization is still suspended on the cluster.
+fn restore_handed_over(objects: &mut [Value]) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for o in objects {
+        let Some(id) = convert::flux::read(o, "default")
+            .filter(|f| f.id.kind == "Kustomization")
+            .map(|f| f.id)
+        else {
+            continue;
+        };
+        let Some(original) = crate::handover::checks::recorded(o) else {
+            continue;
+        };
+        crate::handover::checks::restore_original(o);
+        notes.push(Note {
+            object: id,
+            field: String::new(),
+            severity: Severity::Info,
+            why: format!(
+                "suspended by a handover that did not finish (annotation {}); converted as it was before it: suspend {}, deletionPolicy {}",
+                crate::handover::checks::ANNOTATION_ORIGINAL,
+                original.suspend,
+                original.deletion_policy.as_deref().unwrap_or("not set"),
+            ),
+        });
+    }
+    notes
 }
 
 /// The notes on standard error: `note:`, `warning:` (a field dropped), `error:` (refused).
@@ -157,40 +194,115 @@ pub fn print(c: &Conversion) -> Result<String, CliError> {
 
 /// The Flux documents of `path`: a file, every .yaml/.yml/.json file under a directory
 /// (sorted), or standard input (`-`). A file that is not YAML is skipped with a warning (a
-/// repository holds templates too); documents that are not objects are left out.
+/// repository holds templates too); documents that are not objects are left out. Each file
+/// (and standard input) is read up to [`MAX_FILE_BYTES`], a directory's files up to
+/// [`MAX_TOTAL_BYTES`] together, both counted while reading.
 pub fn read_path(path: &Path) -> Result<Vec<Value>, CliError> {
+    let limits = Limits {
+        file: MAX_FILE_BYTES,
+        total: MAX_TOTAL_BYTES,
+    };
     if path.as_os_str() == "-" {
-        let text = std::io::read_to_string(std::io::stdin())
-            .map_err(|e| CliError::File(format!("reading standard input: {e}")))?;
+        let text = read_stdin(std::io::stdin().lock(), limits.file)?;
         return parse(&text, "-").map_err(CliError::File);
     }
-    let files = if path.is_dir() {
-        let mut files = Vec::new();
-        walk(path, &mut files)?;
-        files.sort();
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
+    if !path.is_dir() {
+        let text = read_file(path, limits.file, limits.total)?;
+        return parse(&text, &path.display().to_string()).map_err(CliError::File);
+    }
+    let mut files = Vec::new();
+    walk(path, &mut files)?;
+    files.sort();
+    read_files(path, &files, limits)
+}
+
+/// How much is read: per file (standard input included), and in all.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    file: u64,
+    total: u64,
+}
+
+/// The documents of the `files` found under `dir`, at most `limits.file` bytes each and
+/// `limits.total` together; a file that is not YAML is skipped with a warning.
+fn read_files(dir: &Path, files: &[PathBuf], limits: Limits) -> Result<Vec<Value>, CliError> {
     let mut out = Vec::new();
-    let single = files.len() == 1 && !path.is_dir();
-    for f in &files {
+    let mut total = 0u64;
+    for f in files {
+        let left = limits.total - total;
+        let text = read_file(f, limits.file, left).map_err(|e| match e {
+            ReadError::Total => CliError::File(format!(
+                "{}: its files total more than {} bytes ({} MiB), the most convert reads from a directory; give a smaller directory",
+                dir.display(),
+                limits.total,
+                limits.total >> 20
+            )),
+            e => e.into(),
+        })?;
+        total += text.len() as u64;
         let shown = f.display().to_string();
-        let size = std::fs::metadata(f).map_err(|e| CliError::File(format!("{shown}: {e}")))?;
-        if size.len() > MAX_FILE_BYTES {
-            return Err(CliError::File(format!(
-                "{shown}: larger than {MAX_FILE_BYTES} bytes; convert its Flux objects from a smaller file"
-            )));
-        }
-        let text =
-            std::fs::read_to_string(f).map_err(|e| CliError::File(format!("{shown}: {e}")))?;
         match parse(&text, &shown) {
             Ok(docs) => out.extend(docs),
-            Err(e) if single => return Err(CliError::File(e)),
             Err(e) => eprintln!("warning: {e}: skipped"),
         }
     }
     Ok(out)
+}
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// An I/O error or a file over its limit (the message names the file and the limit).
+    #[error("{0}")]
+    File(String),
+    /// The file would take the files read together over their limit.
+    #[error("over the limit of the files read together")]
+    Total,
+}
+
+impl From<ReadError> for CliError {
+    fn from(e: ReadError) -> Self {
+        CliError::File(e.to_string())
+    }
+}
+
+/// The text of the file `f`: at most `limit` bytes, and at most `left` (the budget left of
+/// the files read together: [`ReadError::Total`] beyond), counted while reading.
+fn read_file(f: &Path, limit: u64, left: u64) -> Result<String, ReadError> {
+    let shown = f.display();
+    let file = std::fs::File::open(f).map_err(|e| ReadError::File(format!("{shown}: {e}")))?;
+    let bytes = read_limited(file, limit.min(left))
+        .map_err(|e| ReadError::File(format!("{shown}: {e}")))?;
+    match bytes {
+        Some(b) => String::from_utf8(b)
+            .map_err(|e| ReadError::File(format!("{shown}: not UTF-8 text: {e}"))),
+        None if left < limit => Err(ReadError::Total),
+        None => Err(ReadError::File(format!(
+            "{shown}: larger than {limit} bytes ({} MiB), the most convert reads from a file; convert its Flux objects from a smaller file",
+            limit >> 20
+        ))),
+    }
+}
+
+/// Standard input's text, at most `limit` bytes.
+fn read_stdin(r: impl std::io::Read, limit: u64) -> Result<String, CliError> {
+    let bytes = read_limited(r, limit)
+        .map_err(|e| CliError::File(format!("reading standard input: {e}")))?
+        .ok_or_else(|| {
+            CliError::File(format!(
+                "standard input: larger than {limit} bytes ({} MiB), the most convert reads; convert its Flux objects in parts, or from files",
+                limit >> 20
+            ))
+        })?;
+    String::from_utf8(bytes)
+        .map_err(|e| CliError::File(format!("standard input: not UTF-8 text: {e}")))
+}
+
+/// At most `limit` bytes of `r` (reading one byte more to know): `None` when there are more.
+fn read_limited(r: impl std::io::Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    r.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
 /// The files under `dir` ending in .yaml, .yml or .json (at most [`MAX_FILES`]).
@@ -333,5 +445,137 @@ mod tests {
                 .expect_err("not yaml")
                 .starts_with("f: not YAML")
         );
+    }
+
+    #[test]
+    fn a_read_stops_one_byte_past_its_limit() {
+        let read = |text: &str, limit| read_limited(text.as_bytes(), limit).expect("read");
+        assert_eq!(read("abcd", 4), Some(b"abcd".to_vec()));
+        assert_eq!(read("", 0), Some(Vec::new()));
+        assert_eq!(read("abcde", 4), None);
+        assert_eq!(read("a", 0), None);
+        // Reading stops at the limit and one byte: an endless input is not read to its end.
+        assert_eq!(read_limited(std::io::repeat(b'x'), 16).expect("read"), None);
+    }
+
+    fn message(e: CliError) -> String {
+        match e {
+            CliError::File(m) => m,
+            e => panic!("a file error: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn standard_input_over_its_limit_is_refused_naming_the_limit() {
+        assert_eq!(
+            read_stdin("kind: K\n".as_bytes(), 8).expect("within"),
+            "kind: K\n"
+        );
+        let e = message(read_stdin("kind: K\n".as_bytes(), 7).expect_err("over"));
+        assert!(e.starts_with("standard input: larger than 7 bytes"), "{e}");
+        let e = message(read_stdin(std::io::repeat(b'x'), MAX_FILE_BYTES).expect_err("over"));
+        assert!(e.contains("larger than 8388608 bytes (8 MiB)"), "{e}");
+    }
+
+    fn dir_of(files: &[(&str, usize)]) -> (tempfile::TempDir, Vec<PathBuf>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = files
+            .iter()
+            .map(|(name, size)| {
+                let p = dir.path().join(name);
+                std::fs::write(&p, format!("a: {}\n", "x".repeat(size - 4))).expect("write");
+                p
+            })
+            .collect();
+        (dir, paths)
+    }
+
+    #[test]
+    fn a_file_over_its_limit_is_refused_while_read() {
+        let (dir, files) = dir_of(&[("a.yaml", 10), ("b.yaml", 11)]);
+        let e = message(
+            read_file(&files[1], 10, 100)
+                .map_err(CliError::from)
+                .expect_err("over"),
+        );
+        assert!(e.contains("b.yaml: larger than 10 bytes"), "{e}");
+        assert_eq!(read_file(&files[0], 10, 100).expect("within").len(), 10);
+        let limits = Limits {
+            file: 10,
+            total: 100,
+        };
+        let e = message(read_files(dir.path(), &files, limits).expect_err("over"));
+        assert!(e.contains("b.yaml: larger than 10 bytes"), "{e}");
+    }
+
+    #[test]
+    fn the_files_of_a_directory_are_read_within_a_total() {
+        let (dir, files) = dir_of(&[("a.yaml", 10), ("b.yaml", 10), ("c.yaml", 10)]);
+        let docs = read_files(
+            dir.path(),
+            &files,
+            Limits {
+                file: 10,
+                total: 30,
+            },
+        )
+        .expect("within");
+        assert_eq!(docs.len(), 3);
+        let e = message(
+            read_files(
+                dir.path(),
+                &files,
+                Limits {
+                    file: 10,
+                    total: 25,
+                },
+            )
+            .expect_err("over"),
+        );
+        assert!(
+            e.contains("its files total more than 25 bytes")
+                && e.contains("give a smaller directory"),
+            "{e}"
+        );
+        assert!(e.starts_with(&dir.path().display().to_string()), "{e}");
+        assert_eq!(MAX_TOTAL_BYTES, 64 << 20, "the limit docs/cli.md gives");
+    }
+
+    fn kustomization(annotations: Value) -> Value {
+        json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+               "metadata": {"name": "apps", "namespace": "flux", "annotations": annotations},
+               "spec": {"suspend": true, "deletionPolicy": "Orphan", "interval": "1m"}})
+    }
+
+    #[test]
+    fn a_kustomization_suspended_by_a_handover_is_restored_with_a_note() {
+        let original = crate::handover::checks::ANNOTATION_ORIGINAL;
+        let mut objects = vec![
+            kustomization(json!({original: r#"{"suspend":false,"deletionPolicy":null}"#})),
+            kustomization(json!({original: r#"{"suspend":true,"deletionPolicy":"Delete"}"#})),
+            kustomization(json!({})),
+        ];
+        let notes = restore_handed_over(&mut objects);
+        assert_eq!(
+            objects[0]["spec"],
+            json!({"suspend": false, "interval": "1m"})
+        );
+        assert_eq!(
+            objects[1]["spec"],
+            json!({"suspend": true, "deletionPolicy": "Delete", "interval": "1m"})
+        );
+        assert_eq!(
+            objects[2]["spec"],
+            json!({"suspend": true, "deletionPolicy": "Orphan", "interval": "1m"}),
+            "no record: as read"
+        );
+        let shown: Vec<String> = notes.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 2, "{shown:?}");
+        assert!(shown[0].starts_with("Kustomization flux/apps: suspended by a handover that did not finish (annotation applyset.dev/handover-original); converted as it was before it: suspend false, deletionPolicy not set"), "{shown:?}");
+        assert!(
+            shown[1].ends_with("suspend true, deletionPolicy Delete"),
+            "{shown:?}"
+        );
+        assert!(notes.iter().all(|n| n.severity == Severity::Info));
     }
 }
