@@ -454,7 +454,7 @@ impl<'a, P: Parent> Handover<'a, P> {
         })?;
         let objects = self.resolve(ids).await?;
         eprintln!(
-            "[1/6] read {}: {} objects in its status.inventory; Flux applied revision {revision} ({pin})",
+            "[1/6] read {}: {} objects in its status.inventory; Flux applied revision {revision}: the set is pinned to its {pin}",
             self.from,
             objects.len()
         );
@@ -620,12 +620,19 @@ impl<'a, P: Parent> Handover<'a, P> {
             let (missing, exempt) = self.missing(objects, &id, left).await?;
             if state == SetState::Ready && missing.is_empty() {
                 progress.finish();
-                eprintln!(
-                    "      {} is Ready; the {} objects carry its label, no field of {} and no Flux label (but those noted)",
-                    self.shown,
-                    objects.len(),
-                    checks::FLUX_MANAGER
-                );
+                let but = if exempt.is_empty() {
+                    ""
+                } else {
+                    " (but those noted)"
+                };
+                match objects.len() {
+                    0 => eprintln!("      {} is Ready", self.shown),
+                    n => eprintln!(
+                        "      {} is Ready; the {n} objects carry its label, no field of {} and no Flux label{but}",
+                        self.shown,
+                        checks::FLUX_MANAGER
+                    ),
+                }
                 return Ok(exempt);
             }
             let what = describe(&self.shown, &state, &missing);
