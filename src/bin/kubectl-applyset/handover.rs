@@ -43,7 +43,7 @@ use applyset_operator::{
 use kube::{
     Api, Client, ResourceExt,
     api::{
-        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
         Preconditions,
     },
 };
@@ -82,7 +82,7 @@ pub enum HandoverError {
     NotApplied {
         kustomization: FluxRef,
         #[source]
-        error: revision::NotApplied,
+        error: Box<revision::NotApplied>,
         left: Box<Left>,
     },
     /// The revision Flux applied pins nothing.
@@ -90,7 +90,7 @@ pub enum HandoverError {
     Pin {
         kustomization: FluxRef,
         #[source]
-        error: revision::PinError,
+        error: Box<revision::PinError>,
         left: Box<Left>,
     },
     /// An object could not be encoded as JSON (nothing is sent).
@@ -377,14 +377,8 @@ impl<'a, P: Parent> Handover<'a, P> {
 
     /// Warns about the Kustomizations whose `spec.dependsOn` names this one (all namespaces).
     async fn warn_dependents(&self) {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kustomization_resource());
-        match api.list(&ListParams::default()).await {
-            Ok(list) => {
-                let listed: Vec<Value> = list
-                    .items
-                    .iter()
-                    .filter_map(|k| serde_json::to_value(k).ok())
-                    .collect();
+        match applyset_operator::convert::cluster::all_kustomizations(self.client).await {
+            Ok(listed) => {
                 let dependents = checks::dependents(&listed, self.from);
                 if !dependents.is_empty() {
                     eprintln!(
@@ -395,7 +389,7 @@ impl<'a, P: Parent> Handover<'a, P> {
                 }
             }
             Err(e) => eprintln!(
-                "warning: could not check which Kustomizations depend on {} (listing Kustomizations in all namespaces: {e}); any that do (spec.dependsOn) report DependencyNotReady once it is deleted and apply nothing until they are handed over too",
+                "warning: could not check which Kustomizations depend on {} ({e}); any that do (spec.dependsOn) report DependencyNotReady once it is deleted and apply nothing until they are handed over too",
                 self.from
             ),
         }
@@ -436,12 +430,12 @@ impl<'a, P: Parent> Handover<'a, P> {
         let revision =
             revision::applied(&kustomization).map_err(|error| HandoverError::NotApplied {
                 kustomization: self.from.clone(),
-                error,
+                error: Box::new(error),
                 left: unchanged(),
             })?;
-        let pin_error = |error| HandoverError::Pin {
+        let pin_error = |error: revision::PinError| HandoverError::Pin {
             kustomization: self.from.clone(),
-            error,
+            error: Box::new(error),
             left: unchanged(),
         };
         let pin = revision::pin(self.source_kind, &revision).map_err(pin_error)?;
