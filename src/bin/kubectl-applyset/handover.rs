@@ -145,12 +145,13 @@ impl From<HandoverError> for crate::error::CliError {
 pub struct HandoverArgs {
     /// Hand the objects of the Kustomization named by --from-cluster NAMESPACE/NAME over to
     /// its converted set, deleting nothing but the Kustomization: suspend it (with
-    /// deletionPolicy: Orphan), apply the set, wait until the set is Ready and holds every
-    /// object of the Kustomization's inventory alone, then delete the Kustomization.
+    /// deletionPolicy: Orphan), apply the set pinned to the revision Flux applied, wait until
+    /// the set is Ready and holds every object of the Kustomization's inventory alone, delete
+    /// the Kustomization, then apply the set as converted. Implies --strict.
     #[arg(long, requires = "from_cluster")]
     pub handover: bool,
     /// With --handover: how long each wait may take (the set's take-over, the Kustomization's
-    /// removal), e.g. 90s, 5m.
+    /// removal, the set's return to its branch or tag), e.g. 90s, 5m.
     #[arg(long, default_value = "5m", value_parser = crate::parse_timeout, requires = "handover")]
     pub timeout: Duration,
 }
