@@ -634,10 +634,14 @@ impl<'a, P: Parent> Handover<'a, P> {
             if Instant::now() >= deadline {
                 progress.finish();
                 return Err(HandoverError::Timeout {
-                    what: format!(
-                        "{} did not take over the objects of {}",
-                        self.shown, self.from
-                    ),
+                    what: if objects.is_empty() {
+                        format!("{} did not become Ready", self.shown)
+                    } else {
+                        format!(
+                            "{} did not take over the objects of {}",
+                            self.shown, self.from
+                        )
+                    },
                     timeout: self.opts.timeout,
                     missing: what,
                     left: Box::new(left.clone()),

@@ -176,6 +176,20 @@ mod tests {
             before_apply.contains(r#""deletionPolicy":null"#),
             "{before_apply}"
         );
+        let deleting = Left::Deleting {
+            kustomization: web(),
+            set: applied(),
+            sources: "[]".into(),
+        }
+        .to_string();
+        assert!(
+            deleting.contains("its finalizer deletes nothing"),
+            "{deleting}"
+        );
+        assert!(
+            deleting.ends_with(r#"`kubectl patch applysets.applyset.dev web -n team --type=merge -p '{"spec":{"sources":[]}}'`"#),
+            "{deleting}"
+        );
         let pinned = Left::Pinned {
             set: applied(),
             sources: r#"[{"git":{"url":"u","ref":{"branch":"main"}}}]"#.into(),
