@@ -8,7 +8,9 @@
 //!
 //! Asserted: exit 0, the Kustomization gone, the same UIDs, no DELETED event, no field of
 //! `kustomize-controller`, no Flux owner label, the Deployment's generation and Pod template
-//! unchanged, the Secret's data unchanged, the ApplySet Ready. And a handover that stops
+//! unchanged, the Secret's data unchanged, the ApplySet Ready, following the branch again
+//! (its source's `ref` is `{branch: main}`) with the commit Flux applied in its
+//! `status.lastAppliedRevision`. And a handover that stops
 //! midway (the set does not become Ready: no operator runs, a short --timeout) leaves the
 //! Kustomization suspended with deletionPolicy Orphan and in place, and the objects too; the
 //! same command run again once the operator runs finishes it.
@@ -17,6 +19,7 @@ mod support;
 
 use std::{collections::BTreeMap, process::Output, sync::Arc};
 
+use applyset_operator::api::ApplySetStatus;
 use futures::StreamExt;
 use kube::{
     Api, Client, ResourceExt,
@@ -203,6 +206,8 @@ struct Flux {
     controller: KustomizeController,
     _git: GitServer,
     _files: FileServer,
+    /// The commit the repository's `main` points at (the one Flux applied).
+    commit: String,
     events: Events,
     watches: Vec<JoinHandle<()>>,
 }
@@ -280,6 +285,7 @@ async fn flux_setup(prefix: &str) -> Flux {
         controller,
         _git: git,
         _files: server,
+        commit,
         events,
         watches,
     }
@@ -313,6 +319,21 @@ fn start_operator(h: &Harness) -> applyset_operator::controller::Operator {
     applyset_operator::controller::Operator::start(h.client.clone(), config)
 }
 
+/// The set's source follows the branch again, and what it last applied is `commit`.
+fn assert_follows_main(set: &Value, status: &ApplySetStatus, commit: &str) {
+    let sources = &set["spec"]["sources"];
+    assert_eq!(
+        sources[0]["git"]["ref"],
+        json!({"branch": "main"}),
+        "the set follows the branch again: {sources}"
+    );
+    let applied = status.last_applied_revision.as_deref().unwrap_or_default();
+    assert!(
+        applied.contains(&format!("main@sha1:{commit}")),
+        "the set last applied the commit Flux applied, from the branch: {applied}"
+    );
+}
+
 fn deletions(events: &Events) -> Vec<String> {
     events
         .lock()
@@ -337,7 +358,20 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
         "handover failed: {stderr}\n--- kustomize-controller log ---\n{}",
         f.controller.log()
     );
-    for step in ["[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]", "handover done"] {
+    let pinned = format!(
+        "Flux applied revision main@sha1:{}: the set is pinned to its commit {}",
+        f.commit, f.commit
+    );
+    assert!(stderr.contains(&pinned), "{pinned} not printed: {stderr}");
+    for step in [
+        "[1/6]",
+        "[2/6]",
+        "[3/6]",
+        "[4/6]",
+        "[5/6]",
+        "[6/6]",
+        "handover done",
+    ] {
         assert!(stderr.contains(step), "{step} not printed: {stderr}");
     }
 
@@ -349,6 +383,7 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
     let set = h.applyset(NAME);
     let status = set.wait_ready().await;
     assert_eq!(ready(&status).status, "True");
+    assert_follows_main(&set.live().await.data, &status, &f.commit);
     let id = applyset_id(ns, NAME);
     for (ar, name) in objects() {
         let o = must_get(&h.client, &ar, Some(ns), name).await;
@@ -394,9 +429,9 @@ async fn a_handover_that_stops_midway_leaves_the_kustomization_suspended_and_the
     let out = handover(ns, "4s").await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("[3/5]"), "the set was applied: {stderr}");
+    assert!(stderr.contains("[3/6]"), "the set was applied: {stderr}");
     assert!(
-        !stderr.contains("[5/5]"),
+        !stderr.contains("[5/6]"),
         "the Kustomization was not deleted: {stderr}"
     );
     assert!(
@@ -404,6 +439,12 @@ async fn a_handover_that_stops_midway_leaves_the_kustomization_suspended_and_the
         "{stderr}"
     );
     assert!(stderr.contains("To go back"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            r#"`kubectl patch applysets.applyset.dev {NAME} -n {ns} --type=merge -p '{{"spec":{{"deletionPolicy":"Orphan"}}}}'`, then `kubectl delete applysets.applyset.dev {NAME} -n {ns}`"#
+        )),
+        "the way back orphans the set's members before deleting it: {stderr}"
+    );
 
     let k = flux::kustomization(&h.client, ns, NAME)
         .await
@@ -432,11 +473,74 @@ async fn a_handover_that_stops_midway_leaves_the_kustomization_suspended_and_the
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the handover run again: {stderr}");
     assert_eq!(flux::kustomization(&h.client, ns, NAME).await, None);
-    let set = h.applyset(NAME).live().await;
+    let set = h.applyset(NAME);
+    let status = set.wait_ready().await;
+    let live = set.live().await;
     assert_eq!(
-        set.data["spec"]["suspend"],
+        live.data["spec"]["suspend"],
         json!(false),
         "the set is not suspended"
+    );
+    assert_follows_main(&live.data, &status, &f.commit);
+    assert_eq!(snapshot(&h.client, ns).await, before);
+    flush_watches(&h.client, ns, &f.events).await;
+    assert_eq!(deletions(&f.events), Vec::<String>::new());
+    stop(op).await;
+}
+
+/// Creates Kustomization `namespace/name` depending on `NAME`, without the label that makes
+/// the test's kustomize-controller reconcile it (it is only listed).
+async fn create_dependent(client: &Client, namespace: &str, name: &str) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &flux::kustomization_ar());
+    let k: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"interval": "1m", "prune": true, "dependsOn": [{"name": NAME}],
+            "sourceRef": {"kind": "GitRepository", "name": SOURCE}},
+    }))
+    .expect("a Kustomization");
+    api.create(&kube::api::PostParams::default(), &k)
+        .await
+        .expect("create the dependent Kustomization");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_skipped_by_its_marks_does_not_block_the_handover_and_dependents_are_warned_of() {
+    let f = flux_setup("fluxskip").await;
+    let (h, ns) = (&f.h, f.h.ns.as_str());
+    // The live ConfigMap is marked to be skipped: the set leaves it as it is, Flux's fields
+    // and labels included.
+    let configmaps: Api<DynamicObject> =
+        Api::namespaced_with(h.client.clone(), ns, &configmap_ar());
+    let mark =
+        json!({"metadata": {"annotations": {"kustomize.toolkit.fluxcd.io/reconcile": "disabled"}}});
+    configmaps
+        .patch("web-config", &PatchParams::default(), &Patch::Merge(mark))
+        .await
+        .expect("mark the ConfigMap");
+    create_dependent(&h.client, ns, "after").await;
+    let before = snapshot(&h.client, ns).await;
+    let op = start_operator(h);
+
+    let out = handover(ns, "90s").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "handover failed: {stderr}");
+    let warning = format!(
+        "warning: the Kustomizations {ns}/after depend on Kustomization {ns}/{NAME} (spec.dependsOn): once it is deleted they report DependencyNotReady"
+    );
+    assert!(stderr.contains(&warning), "{warning} not printed: {stderr}");
+    let note = format!(
+        "note: ConfigMap {ns}/web-config carries reconcile: disabled: the set does not apply it"
+    );
+    assert!(stderr.contains(&note), "{note} not printed: {stderr}");
+    assert_eq!(flux::kustomization(&h.client, ns, NAME).await, None);
+    let cm = must_get(&h.client, &configmap_ar(), Some(ns), "web-config").await;
+    assert_eq!(
+        cm.labels().get(FLUX_LABELS[0]).map(String::as_str),
+        Some(NAME),
+        "the skipped ConfigMap is left as it was"
     );
     assert_eq!(snapshot(&h.client, ns).await, before);
     flush_watches(&h.client, ns, &f.events).await;

@@ -56,7 +56,7 @@ pub async fn read(
             doing: format!("reading Kustomization {namespace}/{n}"),
             error,
         })?],
-        None => list(&api, namespace).await?,
+        None => list(&api, &format!("namespace {namespace}")).await?,
     };
     let mut input = Input::default();
     let mut sources: Vec<FluxRef> = Vec::new();
@@ -106,13 +106,22 @@ async fn get(
     })
 }
 
-/// Every Kustomization of `namespace`, page by page.
-async fn list(api: &Api<DynamicObject>, namespace: &str) -> Result<Vec<DynamicObject>, ReadError> {
+/// Every Kustomization of the cluster (all namespaces), page by page, as JSON (for the
+/// handover's check of the Kustomizations that depend on the one handed over).
+pub async fn all_kustomizations(client: &Client) -> Result<Vec<Value>, ReadError> {
+    let ar = api_resource(flux::KUSTOMIZE_GROUP, "Kustomization", "kustomizations");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let items = list(&api, "all namespaces").await?;
+    Ok(items.into_iter().map(|o| with_type(o, &ar)).collect())
+}
+
+/// Every Kustomization `api` lists (`scope`: which, for the error), page by page.
+async fn list(api: &Api<DynamicObject>, scope: &str) -> Result<Vec<DynamicObject>, ReadError> {
     let mut params = ListParams::default().limit(DEFAULT_PAGE_SIZE);
     let mut items = Vec::new();
     loop {
         let page = api.list(&params).await.map_err(|error| ReadError {
-            doing: format!("listing the Kustomizations of namespace {namespace}"),
+            doing: format!("listing the Kustomizations of {scope}"),
             error,
         })?;
         items.extend(page.items);

@@ -3,24 +3,34 @@
 //! (field manager `kubectl-applyset`). The steps, each printed with its result on stderr:
 //!
 //! 1. read the Kustomization and resolve the kinds of its `status.inventory` (nothing changed
-//!    yet: a refused conversion, a Kustomization being deleted or an inventory that cannot be
-//!    read stop here);
+//!    yet: a refused conversion or a field with no equivalent (`--handover` implies
+//!    `--strict`), a Kustomization being deleted, applied by another Kustomization (unless
+//!    suspended in Git with `Orphan`), not Ready for its generation or whose last applied
+//!    revision is not its last attempted one, a revision that pins nothing, or an inventory
+//!    that cannot be read stop here); warn about the Kustomizations that depend on it;
 //! 2. merge-patch the Kustomization `spec.suspend: true`, `spec.deletionPolicy: Orphan`
 //!    (kustomize-controller applies nothing more, and its finalizer deletes nothing: see its
 //!    `finalizerShouldDeleteResources`);
-//! 3. server-side apply the converted set (which adopts the objects and takes over
-//!    `kustomize-controller`'s fields: `adoptExisting`, `takeOverFieldManagers`);
+//! 3. server-side apply the converted set with its source pinned to the revision Flux applied
+//!    (a git commit, an OCI digest: see [`revision`]), so that it applies the values Flux
+//!    applied; it adopts the objects and takes over `kustomize-controller`'s fields
+//!    (`adoptExisting`, `takeOverFieldManagers`);
 //! 4. wait, bounded by `--timeout`, until the set is Ready for its generation and every
 //!    inventory object carries the set's part-of label, no field of `kustomize-controller` and
-//!    no Flux owner label;
+//!    no Flux owner label (an object whose live marks skip it, or with `ssa: Merge`, keeps
+//!    them by design: a `note:` says so);
 //! 5. delete the Kustomization (with its resourceVersion as precondition, once it is seen
-//!    still suspended with `Orphan`) and wait, bounded by `--timeout`, until it is gone.
+//!    still suspended with `Orphan`) and wait, bounded by `--timeout`, until it is gone;
+//! 6. server-side apply the set as converted (following its branch or tag again) and wait,
+//!    bounded by `--timeout`, until it is Ready for that generation.
 //!
 //! Any failure stops the handover with an error naming the object and how to go on (run
 //! the command again: every step is idempotent) or back (resume the Kustomization). Nothing
 //! but the Kustomization is ever deleted.
 
 pub mod checks;
+pub mod left;
+pub mod revision;
 
 use std::time::{Duration, Instant};
 
@@ -40,7 +50,8 @@ use kube::{
 use serde_json::Value;
 
 use crate::{conn, progress::Progress, sets::FIELD_MANAGER};
-use checks::{InventoryError, InventoryId, SetState};
+use checks::{Exempt, InventoryError, InventoryId, SetState};
+pub use left::{AppliedSet, Left};
 
 /// How often the waits read the set, the inventory objects and the Kustomization.
 const POLL: Duration = Duration::from_secs(2);
@@ -51,69 +62,9 @@ const NAMED: usize = 5;
 /// The handover's options.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Bound of each wait (the set's handover, the Kustomization's deletion).
+    /// Bound of each wait (the set's handover, the Kustomization's deletion, the set's
+    /// return to its branch or tag).
     pub timeout: Duration,
-    /// `--strict`: a field with no equivalent refuses the handover too.
-    pub strict: bool,
-}
-
-/// What is left, and how to go on or back, after a handover stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Left {
-    /// Nothing was changed.
-    Unchanged,
-    /// The Kustomization is suspended (and maybe the set applied): `original` is what it had.
-    Suspended {
-        kustomization: FluxRef,
-        original: checks::Original,
-        set: Option<String>,
-    },
-    /// The Kustomization is being deleted, suspended with `Orphan`: its finalizer deletes
-    /// nothing; the set holds the objects.
-    Deleting { kustomization: FluxRef },
-}
-
-impl std::fmt::Display for Left {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Left::Unchanged => write!(f, "nothing was changed"),
-            Left::Suspended {
-                kustomization: k,
-                original,
-                set,
-            } => {
-                let policy = original
-                    .deletion_policy
-                    .as_ref()
-                    .map_or_else(|| "null".to_owned(), |p| format!("{p:?}"));
-                let suspend = original.suspend;
-                let annotation = checks::ANNOTATION_ORIGINAL;
-                write!(
-                    f,
-                    "{k} is suspended (spec.deletionPolicy: Orphan) and in place; nothing was deleted. \
-To go on: fix the cause and run the same command again. To go back: "
-                )?;
-                if let Some(set) = set {
-                    write!(
-                        f,
-                        "`kubectl applyset suspend {set} -n {}` (do not delete the set: it would prune its members), then ",
-                        k.namespace
-                    )?;
-                }
-                write!(
-                    f,
-                    "`kubectl -n {} patch kustomizations.kustomize.toolkit.fluxcd.io {} --type=merge -p '{{\"metadata\":{{\"annotations\":{{\"{annotation}\":null}}}},\"spec\":{{\"suspend\":{suspend},\"deletionPolicy\":{policy}}}}}'` (or `flux resume kustomization {} -n {}`, which leaves deletionPolicy Orphan)",
-                    k.namespace, k.name, k.name, k.namespace
-                )
-            }
-            Left::Deleting { kustomization: k } => write!(
-                f,
-                "{k} is being deleted, suspended with deletionPolicy: Orphan, so its finalizer deletes nothing; \
-kustomize-controller removes the finalizer: check that it runs (`kubectl -n {} get kustomization {} -o yaml`); the set already holds the objects",
-                k.namespace, k.name
-            ),
-        }
-    }
 }
 
 /// Why a handover stopped.
@@ -124,6 +75,30 @@ pub enum HandoverError {
     Refused {
         kustomization: FluxRef,
         why: String,
+        left: Box<Left>,
+    },
+    /// Flux has not applied the values it was last asked to.
+    #[error("{kustomization} not handed over: {error}; {left}")]
+    NotApplied {
+        kustomization: FluxRef,
+        #[source]
+        error: Box<revision::NotApplied>,
+        left: Box<Left>,
+    },
+    /// The revision Flux applied pins nothing.
+    #[error("{kustomization} not handed over: {error}; {left}")]
+    Pin {
+        kustomization: FluxRef,
+        #[source]
+        error: Box<revision::PinError>,
+        left: Box<Left>,
+    },
+    /// An object could not be encoded as JSON (nothing is sent).
+    #[error("encoding {what} as JSON: {error}; {left}")]
+    Encode {
+        what: String,
+        #[source]
+        error: serde_json::Error,
         left: Box<Left>,
     },
     /// Its inventory cannot be read.
@@ -170,12 +145,13 @@ impl From<HandoverError> for crate::error::CliError {
 pub struct HandoverArgs {
     /// Hand the objects of the Kustomization named by --from-cluster NAMESPACE/NAME over to
     /// its converted set, deleting nothing but the Kustomization: suspend it (with
-    /// deletionPolicy: Orphan), apply the set, wait until the set is Ready and holds every
-    /// object of the Kustomization's inventory alone, then delete the Kustomization.
+    /// deletionPolicy: Orphan), apply the set pinned to the revision Flux applied, wait until
+    /// the set is Ready and holds every object of the Kustomization's inventory alone, delete
+    /// the Kustomization, then apply the set as converted. Implies --strict.
     #[arg(long, requires = "from_cluster")]
     pub handover: bool,
     /// With --handover: how long each wait may take (the set's take-over, the Kustomization's
-    /// removal), e.g. 90s, 5m.
+    /// removal, the set's return to its branch or tag), e.g. 90s, 5m.
     #[arg(long, default_value = "5m", value_parser = crate::parse_timeout, requires = "handover")]
     pub timeout: Duration,
 }
@@ -187,7 +163,7 @@ pub async fn after_convert(
     from: &str,
     args: &HandoverArgs,
     conversion: &Conversion,
-    strict: bool,
+    _strict: bool,
 ) -> Result<u8, crate::error::CliError> {
     let Some((namespace, name)) = from
         .split_once('/')
@@ -202,9 +178,9 @@ pub async fn after_convert(
         namespace: namespace.into(),
         name: name.into(),
     };
+    // --handover implies --strict: `run` refuses a field with no equivalent.
     let opts = Options {
         timeout: args.timeout,
-        strict,
     };
     run(client, &from, conversion, &opts).await?;
     Ok(0)
@@ -219,7 +195,8 @@ pub fn kustomization_resource() -> ApiResource {
 }
 
 /// The set converted from `from`, unless the conversion refused it (a note of severity
-/// Refused about it or its source), made none, or (`strict`) dropped a field of it.
+/// Refused about it or its source), made none, or (`strict`, which the handover always is)
+/// dropped a field of it.
 pub fn chosen<'a>(
     conversion: &'a Conversion,
     from: &FluxRef,
@@ -240,7 +217,7 @@ pub fn chosen<'a>(
     }
     if strict && let Some(n) = notes.iter().find(|n| n.severity == Severity::Dropped) {
         return Err(refuse(format!(
-            "--strict and a field has no equivalent: {n}"
+            "a field has no equivalent (--handover implies --strict): {n}"
         )));
     }
     let set = set.ok_or_else(|| refuse("the conversion made no set of it".into()))?;
@@ -263,10 +240,11 @@ pub async fn run(
     conversion: &Conversion,
     opts: &Options,
 ) -> Result<(), HandoverError> {
-    let converted = chosen(conversion, from, opts.strict)?;
+    let converted = chosen(conversion, from, true)?;
+    let source = converted.source.kind.as_str();
     match &converted.set {
-        Set::Namespaced(set) => Handover::new(client, from, set, opts).run().await,
-        Set::Cluster(set) => Handover::new(client, from, set, opts).run().await,
+        Set::Namespaced(set) => Handover::new(client, from, set, opts, source).run().await,
+        Set::Cluster(set) => Handover::new(client, from, set, opts, source).run().await,
     }
 }
 
@@ -280,10 +258,18 @@ struct Handover<'a, P: Parent> {
     shown: String,
     opts: &'a Options,
     kustomizations: Api<DynamicObject>,
+    /// The kind of the Kustomization's source (`GitRepository`, `OCIRepository`, ...).
+    source_kind: &'a str,
 }
 
 impl<'a, P: Parent> Handover<'a, P> {
-    fn new(client: &'a Client, from: &'a FluxRef, set: &'a P, opts: &'a Options) -> Self {
+    fn new(
+        client: &'a Client,
+        from: &'a FluxRef,
+        set: &'a P,
+        opts: &'a Options,
+        source_kind: &'a str,
+    ) -> Self {
         let mut parent = set.parent_ref();
         if parent.namespace.is_none() && P::KIND.is_namespaced() {
             parent.namespace = Some(from.namespace.clone());
@@ -298,24 +284,66 @@ impl<'a, P: Parent> Handover<'a, P> {
             parent,
             opts,
             kustomizations,
+            source_kind,
         }
     }
 
     async fn run(&self) -> Result<(), HandoverError> {
         eprintln!("handover of {} to {}:", self.from, self.shown);
-        let (kustomization, objects) = self.read().await?;
+        let converted = self.body(&Left::Unchanged)?;
+        let (kustomization, objects, pinned) = self.read(&converted).await?;
+        self.warn_dependents().await;
+        let sources = converted
+            .pointer("/spec/sources")
+            .map(|s| {
+                serde_json::to_string(s)
+                    .map_err(self.encode_error("the set's sources", &Left::Unchanged))
+            })
+            .transpose()?
+            .unwrap_or_else(|| "[]".into());
+        let applied = self.applied_set();
         let mut left = Left::Suspended {
             kustomization: self.from.clone(),
             original: checks::original(&kustomization),
             set: None,
         };
         self.suspend(&kustomization, &left).await?;
-        let generation = self.apply(&left).await?;
+        let generation = self.apply(&pinned, &left).await?;
+        eprintln!(
+            "[3/6] applied {} with its source pinned to the revision Flux applied (server-side, field manager {FIELD_MANAGER}; generation {})",
+            self.shown,
+            generation.unwrap_or_default()
+        );
         if let Left::Suspended { set, .. } = &mut left {
-            *set = Some(self.shown.clone());
+            *set = Some(applied.clone());
         }
-        self.wait_handed_over(generation, &objects, &left).await?;
-        self.delete(&left).await?;
+        eprintln!(
+            "[4/6] waiting (at most {:?}) until {} is Ready and holds the {} objects alone ...",
+            self.opts.timeout,
+            self.shown,
+            objects.len()
+        );
+        let exempt = self.wait_handed_over(generation, &objects, &left).await?;
+        for (object, why) in &exempt {
+            eprintln!("note: {object} {why}");
+        }
+        let deleting = Left::Deleting {
+            kustomization: self.from.clone(),
+            set: applied.clone(),
+            sources: sources.clone(),
+        };
+        self.delete(&left, &deleting).await?;
+        let left = Left::Pinned {
+            set: applied,
+            sources,
+        };
+        let generation = self.apply(&converted, &left).await?;
+        eprintln!(
+            "[6/6] applied {} as converted, following its branch or tag again (generation {}); waiting until it is Ready ...",
+            self.shown,
+            generation.unwrap_or_default()
+        );
+        self.wait_handed_over(generation, &[], &left).await?;
         eprintln!(
             "handover done: {} holds the {} objects of {}; nothing was deleted but the Kustomization",
             self.shown,
@@ -325,13 +353,61 @@ impl<'a, P: Parent> Handover<'a, P> {
         Ok(())
     }
 
+    /// How kubectl names the set.
+    fn applied_set(&self) -> AppliedSet {
+        let kubectl = match &self.parent.namespace {
+            Some(ns) if P::KIND.is_namespaced() => {
+                format!("applysets.applyset.dev {} -n {ns}", self.parent.name)
+            }
+            _ => format!("clusterapplysets.applyset.dev {}", self.parent.name),
+        };
+        AppliedSet {
+            shown: self.shown.clone(),
+            kubectl,
+        }
+    }
+
+    fn encode_error(
+        &self,
+        what: &str,
+        left: &Left,
+    ) -> impl FnOnce(serde_json::Error) -> HandoverError {
+        let (what, left) = (what.to_owned(), Box::new(left.clone()));
+        move |error| HandoverError::Encode { what, error, left }
+    }
+
+    /// Warns about the Kustomizations whose `spec.dependsOn` names this one (all namespaces).
+    async fn warn_dependents(&self) {
+        match applyset_operator::convert::cluster::all_kustomizations(self.client).await {
+            Ok(listed) => {
+                let dependents = checks::dependents(&listed, self.from);
+                if !dependents.is_empty() {
+                    eprintln!(
+                        "warning: the Kustomizations {} depend on {} (spec.dependsOn): once it is deleted they report DependencyNotReady and apply nothing until they are handed over too; hand over in dependency order, dependencies first",
+                        dependents.join(", "),
+                        self.from
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "warning: could not check which Kustomizations depend on {} ({e}); any that do (spec.dependsOn) report DependencyNotReady once it is deleted and apply nothing until they are handed over too",
+                self.from
+            ),
+        }
+    }
+
     fn api_error(&self, doing: String, left: &Left) -> impl FnOnce(kube::Error) -> HandoverError {
         let left = Box::new(left.clone());
         move |error| HandoverError::Api { doing, error, left }
     }
 
-    /// Step 1: the Kustomization (not being deleted) and its inventory's objects, resolved.
-    async fn read(&self) -> Result<(Value, Vec<(InventoryId, Resolved)>), HandoverError> {
+    /// Step 1: the Kustomization (not being deleted, not applied by another one, having
+    /// applied its last revision), its inventory's objects, resolved, and the set's body
+    /// `converted` pinned to the revision Flux applied.
+    async fn read(
+        &self,
+        converted: &Value,
+    ) -> Result<(Value, Vec<(InventoryId, Resolved)>, Value), HandoverError> {
         let doing = format!("reading {}", self.from);
         let found = self.kustomizations.get_opt(&self.from.name).await;
         let found = found.map_err(self.api_error(doing, &Left::Unchanged))?;
@@ -344,19 +420,40 @@ impl<'a, P: Parent> Handover<'a, P> {
         if found.metadata.deletion_timestamp.is_some() {
             return Err(refuse("it is being deleted"));
         }
-        let kustomization = serde_json::to_value(&found).unwrap_or_default();
+        let kustomization = serde_json::to_value(&found)
+            .map_err(self.encode_error(&self.from.to_string(), &Left::Unchanged))?;
+        if let Some(why) = checks::applied_by_parent(&found.metadata)
+            && !checks::suspended_in_git(&kustomization)
+        {
+            return Err(refuse(&checks::parent_refusal(&why)));
+        }
+        let unchanged = || Box::new(Left::Unchanged);
+        let revision =
+            revision::applied(&kustomization).map_err(|error| HandoverError::NotApplied {
+                kustomization: self.from.clone(),
+                error: Box::new(error),
+                left: unchanged(),
+            })?;
+        let pin_error = |error: revision::PinError| HandoverError::Pin {
+            kustomization: self.from.clone(),
+            error: Box::new(error),
+            left: unchanged(),
+        };
+        let pin = revision::pin(self.source_kind, &revision).map_err(pin_error)?;
+        let mut pinned = converted.clone();
+        revision::pinned(&mut pinned, &pin).map_err(pin_error)?;
         let ids = checks::inventory(&kustomization).map_err(|error| HandoverError::Inventory {
             kustomization: self.from.clone(),
             error,
-            left: Box::new(Left::Unchanged),
+            left: unchanged(),
         })?;
         let objects = self.resolve(ids).await?;
         eprintln!(
-            "[1/5] read {}: {} objects in its status.inventory",
+            "[1/6] read {}: {} objects in its status.inventory; Flux applied revision {revision}: the set is pinned to its {pin}",
             self.from,
             objects.len()
         );
-        Ok((kustomization, objects))
+        Ok((kustomization, objects, pinned))
     }
 
     /// The inventory's kinds by discovery: at the version recorded, else the preferred one.
@@ -422,7 +519,7 @@ impl<'a, P: Parent> Handover<'a, P> {
             .await
             .map_err(self.api_error(doing, &Left::Unchanged))?;
         eprintln!(
-            "[2/5] suspended {}: spec.suspend: true, spec.deletionPolicy: Orphan; waiting until kustomize-controller has seen it ...",
+            "[2/6] suspended {}: spec.suspend: true, spec.deletionPolicy: Orphan; waiting until kustomize-controller has seen it ...",
             self.from
         );
         let deadline = Instant::now() + self.opts.timeout;
@@ -430,7 +527,8 @@ impl<'a, P: Parent> Handover<'a, P> {
             let doing = format!("reading {}", self.from);
             let live = self.kustomizations.get(&self.from.name).await;
             let live = live.map_err(self.api_error(doing, left))?;
-            let live = serde_json::to_value(&live).unwrap_or_default();
+            let live = serde_json::to_value(&live)
+                .map_err(self.encode_error(&self.from.to_string(), left))?;
             if checks::acknowledged(&live, &token) {
                 eprintln!(
                     "      kustomize-controller handled the suspended {} (status.lastHandledReconcileAt): it applies and deletes nothing more",
@@ -453,9 +551,10 @@ impl<'a, P: Parent> Handover<'a, P> {
         }
     }
 
-    /// Step 3: the set, server-side applied as the plugin; its generation.
-    async fn apply(&self, left: &Left) -> Result<Option<i64>, HandoverError> {
-        let mut body = serde_json::to_value(self.set).unwrap_or_default();
+    /// The converted set's body for a server-side apply.
+    fn body(&self, left: &Left) -> Result<Value, HandoverError> {
+        let mut body =
+            serde_json::to_value(self.set).map_err(self.encode_error(&self.shown, left))?;
         if let Some(o) = body.as_object_mut() {
             o.remove("status");
             o.insert("apiVersion".into(), P::api_version(&()).into());
@@ -475,37 +574,32 @@ impl<'a, P: Parent> Handover<'a, P> {
                 meta.insert("namespace".into(), self.from.namespace.clone().into());
             }
         }
+        Ok(body)
+    }
+
+    /// Steps 3 and 6: the set's `body`, server-side applied as the plugin; its generation.
+    async fn apply(&self, body: &Value, left: &Left) -> Result<Option<i64>, HandoverError> {
         let api = P::api(self.client.clone(), self.parent.namespace.as_deref());
         let doing = format!("applying {}", self.shown);
         let applied = api
             .patch(
                 &self.parent.name,
                 &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&body),
+                &Patch::Apply(body),
             )
             .await
             .map_err(self.api_error(doing, left))?;
-        eprintln!(
-            "[3/5] applied {} (server-side, field manager {FIELD_MANAGER}; generation {})",
-            self.shown,
-            applied.meta().generation.unwrap_or_default()
-        );
         Ok(applied.meta().generation)
     }
 
-    /// Step 4: until the set is Ready for `generation` and holds every inventory object alone.
+    /// Steps 4 and 6: until the set is Ready for `generation` and holds every inventory object
+    /// alone (but those exempt, returned with why).
     async fn wait_handed_over(
         &self,
         generation: Option<i64>,
         objects: &[(InventoryId, Resolved)],
         left: &Left,
-    ) -> Result<(), HandoverError> {
-        eprintln!(
-            "[4/5] waiting (at most {:?}) until {} is Ready and holds the {} objects alone ...",
-            self.opts.timeout,
-            self.shown,
-            objects.len()
-        );
+    ) -> Result<Vec<(String, Exempt)>, HandoverError> {
         let progress = Progress::new();
         let deadline = Instant::now() + self.opts.timeout;
         let api = P::api(self.client.clone(), self.parent.namespace.as_deref());
@@ -518,25 +612,36 @@ impl<'a, P: Parent> Handover<'a, P> {
                 Some(s) => checks::set_state(s.status(), generation),
                 None => SetState::NotYet("it does not exist (deleted meanwhile?)".into()),
             };
-            let missing = self.missing(objects, &id, left).await?;
+            let (missing, exempt) = self.missing(objects, &id, left).await?;
             if state == SetState::Ready && missing.is_empty() {
                 progress.finish();
-                eprintln!(
-                    "      {} is Ready; the {} objects carry its label, no field of {} and no Flux label",
-                    self.shown,
-                    objects.len(),
-                    checks::FLUX_MANAGER
-                );
-                return Ok(());
+                let but = if exempt.is_empty() {
+                    ""
+                } else {
+                    " (but those noted)"
+                };
+                match objects.len() {
+                    0 => eprintln!("      {} is Ready", self.shown),
+                    n => eprintln!(
+                        "      {} is Ready; the {n} objects carry its label, no field of {} and no Flux label{but}",
+                        self.shown,
+                        checks::FLUX_MANAGER
+                    ),
+                }
+                return Ok(exempt);
             }
             let what = describe(&self.shown, &state, &missing);
             if Instant::now() >= deadline {
                 progress.finish();
                 return Err(HandoverError::Timeout {
-                    what: format!(
-                        "{} did not take over the objects of {}",
-                        self.shown, self.from
-                    ),
+                    what: if objects.is_empty() {
+                        format!("{} did not become Ready", self.shown)
+                    } else {
+                        format!(
+                            "{} did not take over the objects of {}",
+                            self.shown, self.from
+                        )
+                    },
                     timeout: self.opts.timeout,
                     missing: what,
                     left: Box::new(left.clone()),
@@ -547,37 +652,44 @@ impl<'a, P: Parent> Handover<'a, P> {
         }
     }
 
-    /// The inventory objects not handed over yet, with what each lacks.
+    /// The inventory objects not handed over yet, with what each lacks, and those exempt (by
+    /// a metadata-only GET of each: only labels, annotations and managedFields are checked).
     async fn missing(
         &self,
         objects: &[(InventoryId, Resolved)],
         set_id: &str,
         left: &Left,
-    ) -> Result<Vec<(String, Vec<checks::Pending>)>, HandoverError> {
-        let mut out = Vec::new();
+    ) -> Result<Missing, HandoverError> {
+        let (mut out, mut exempt) = (Vec::new(), Vec::new());
         for (id, resolved) in objects {
             let namespace =
                 (resolved.namespaced && !id.namespace.is_empty()).then_some(id.namespace.as_str());
             let api: Api<DynamicObject> = api_in(self.client, namespace, &resolved.resource);
             let live = api
-                .get_opt(&id.name)
+                .get_metadata_opt(&id.name)
                 .await
                 .map_err(self.api_error(format!("reading {id}"), left))?;
-            let pending = checks::pending(live.as_ref().map(|o| &o.metadata), set_id);
+            let meta = live.as_ref().map(|o| &o.metadata);
+            if let Some(why) = meta.and_then(checks::exempt) {
+                exempt.push((id.to_string(), why));
+            }
+            let pending = checks::pending(meta, set_id);
             if !pending.is_empty() {
                 out.push((id.to_string(), pending));
             }
         }
-        Ok(out)
+        Ok((out, exempt))
     }
 
-    /// Step 5: the Kustomization deleted, once seen suspended with Orphan, and gone.
-    async fn delete(&self, left: &Left) -> Result<(), HandoverError> {
+    /// Step 5: the Kustomization deleted, once seen suspended with Orphan, and gone (`left`
+    /// before the deletion, `deleting` after).
+    async fn delete(&self, left: &Left, deleting: &Left) -> Result<(), HandoverError> {
         let doing = format!("reading {}", self.from);
         let live = self.kustomizations.get_opt(&self.from.name).await;
         let live = live.map_err(self.api_error(doing, left))?;
         if let Some(live) = live {
-            let value = serde_json::to_value(&live).unwrap_or_default();
+            let value = serde_json::to_value(&live)
+                .map_err(self.encode_error(&self.from.to_string(), left))?;
             if let Some(why) = checks::safe_to_delete(&value) {
                 return Err(HandoverError::Unsafe {
                     kustomization: self.from.clone(),
@@ -602,22 +714,19 @@ impl<'a, P: Parent> Handover<'a, P> {
                 .map_err(self.api_error(doing, left))?;
         }
         eprintln!(
-            "[5/5] deleted {} (suspended, deletionPolicy: Orphan: its finalizer deletes nothing); waiting until it is gone ...",
+            "[5/6] deleted {} (suspended, deletionPolicy: Orphan: its finalizer deletes nothing); waiting until it is gone ...",
             self.from
         );
-        self.wait_gone().await
+        self.wait_gone(deleting).await
     }
 
     /// Until the Kustomization is gone (kustomize-controller removed its finalizer).
-    async fn wait_gone(&self) -> Result<(), HandoverError> {
-        let left = Left::Deleting {
-            kustomization: self.from.clone(),
-        };
+    async fn wait_gone(&self, left: &Left) -> Result<(), HandoverError> {
         let deadline = Instant::now() + self.opts.timeout;
         loop {
             let doing = format!("reading {}", self.from);
             let live = self.kustomizations.get_opt(&self.from.name).await;
-            let Some(live) = live.map_err(self.api_error(doing, &left))? else {
+            let Some(live) = live.map_err(self.api_error(doing, left))? else {
                 eprintln!("      {} is gone", self.from);
                 return Ok(());
             };
@@ -626,13 +735,16 @@ impl<'a, P: Parent> Handover<'a, P> {
                     what: format!("{} was not removed", self.from),
                     timeout: self.opts.timeout,
                     missing: format!("finalizers {:?}", live.finalizers()),
-                    left: Box::new(left),
+                    left: Box::new(left.clone()),
                 });
             }
             tokio::time::sleep(POLL).await;
         }
     }
 }
+
+/// The objects not handed over yet (with what each lacks), and those exempt (with why).
+type Missing = (Vec<(String, Vec<checks::Pending>)>, Vec<(String, Exempt)>);
 
 /// What a wait still waits for: the set's state and the first [`NAMED`] objects not handed
 /// over (the rest counted).
@@ -718,49 +830,6 @@ mod tests {
         }
         let e = chosen(&c, &web, false).expect_err("suspended");
         assert!(e.to_string().contains("flux resume kustomization"), "{e}");
-    }
-
-    #[test]
-    fn what_is_left_says_how_to_go_back() {
-        let left = Left::Suspended {
-            kustomization: flux("Kustomization", "web"),
-            original: checks::Original {
-                suspend: false,
-                deletion_policy: Some("Delete".into()),
-            },
-            set: Some("applyset/web".into()),
-        };
-        let text = left.to_string();
-        assert!(
-            text.contains("Kustomization team/web is suspended"),
-            "{text}"
-        );
-        assert!(
-            text.contains("kubectl applyset suspend applyset/web -n team"),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"-p '{"metadata":{"annotations":{"applyset.dev/handover-original":null}},"spec":{"suspend":false,"deletionPolicy":"Delete"}}'"#),
-            "{text}"
-        );
-        assert!(
-            text.contains("flux resume kustomization web -n team"),
-            "{text}"
-        );
-        let before_apply = Left::Suspended {
-            kustomization: flux("Kustomization", "web"),
-            original: checks::Original {
-                suspend: false,
-                deletion_policy: None,
-            },
-            set: None,
-        }
-        .to_string();
-        assert!(!before_apply.contains("applyset suspend"), "{before_apply}");
-        assert!(
-            before_apply.contains(r#""deletionPolicy":null"#),
-            "{before_apply}"
-        );
     }
 
     #[test]

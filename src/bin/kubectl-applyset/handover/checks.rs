@@ -6,7 +6,11 @@
 //!
 //! No I/O: the requests are `handover`'s.
 
-use applyset_operator::{api::ApplySetStatus, applyset::LABEL_PART_OF};
+use applyset_operator::{
+    api::ApplySetStatus,
+    applyset::{LABEL_PART_OF, controls::Marks},
+    convert::FluxRef,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
@@ -150,14 +154,59 @@ impl std::fmt::Display for Pending {
     }
 }
 
+/// Why an inventory object keeps kustomize-controller's fields and Flux's owner labels after
+/// the handover, by design: its live marks (either prefix, see
+/// [`applyset_operator::applyset::controls`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exempt {
+    /// `reconcile: disabled` or `ssa: Ignore`: the set does not apply it at all.
+    Skipped(&'static str),
+    /// `ssa: Merge`: the set applies it (its label) but keeps the other managers' fields.
+    Merge,
+}
+
+impl std::fmt::Display for Exempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exempt::Skipped(mark) => write!(
+                f,
+                "carries {mark}: the set does not apply it, so it stays as it is, with {FLUX_MANAGER}'s fields and Flux's owner labels, and is no member of the set"
+            ),
+            Exempt::Merge => write!(
+                f,
+                "carries ssa: Merge: the set applies it but keeps {FLUX_MANAGER}'s fields and Flux's owner labels on it"
+            ),
+        }
+    }
+}
+
+/// Why the object with metadata `meta` is exempt from the take-over, if it is.
+pub fn exempt(meta: &ObjectMeta) -> Option<Exempt> {
+    let marks = Marks::of_meta(meta);
+    if marks.reconcile_disabled {
+        Some(Exempt::Skipped("reconcile: disabled"))
+    } else if marks.ssa_ignore {
+        Some(Exempt::Skipped("ssa: Ignore"))
+    } else if marks.ssa_merge {
+        Some(Exempt::Merge)
+    } else {
+        None
+    }
+}
+
 /// What the object with metadata `meta` (`None`: it does not exist) still lacks to be the
 /// set `set_id`'s alone: its part-of label, no managedFields entry of kustomize-controller
-/// (any operation, any subresource), no Flux owner label. Empty when handed over.
+/// (any operation, any subresource), no Flux owner label. Empty when handed over. An object
+/// [`exempt`] lacks nothing (skipped) or only the label (`ssa: Merge`).
 pub fn pending(meta: Option<&ObjectMeta>, set_id: &str) -> Vec<Pending> {
     let Some(meta) = meta else {
         return vec![Pending::Missing];
     };
     let mut out = Vec::new();
+    let exempt = exempt(meta);
+    if matches!(exempt, Some(Exempt::Skipped(_))) {
+        return out;
+    }
     let labels = meta.labels.as_ref();
     if labels
         .and_then(|l| l.get(LABEL_PART_OF))
@@ -165,6 +214,9 @@ pub fn pending(meta: Option<&ObjectMeta>, set_id: &str) -> Vec<Pending> {
         != Some(set_id)
     {
         out.push(Pending::NotPartOf);
+    }
+    if exempt == Some(Exempt::Merge) {
+        return out;
     }
     let flux: Vec<String> = meta
         .managed_fields
@@ -281,7 +333,19 @@ pub fn original(kustomization: &Value) -> Original {
 
 /// Puts the recorded original `spec.suspend` and `spec.deletionPolicy` back into a
 /// Kustomization read from the cluster (for its conversion); unchanged without a record.
+///
+/// A Kustomization applied by another one (suspended in Git, see [`parent_refusal`]) is
+/// converted as not suspended: its set must apply.
 pub fn restore_original(kustomization: &mut Value) {
+    let meta: Option<ObjectMeta> = kustomization
+        .get("metadata")
+        .and_then(|m| serde_json::from_value(m.clone()).ok());
+    if meta.as_ref().and_then(applied_by_parent).is_some()
+        && let Some(spec) = kustomization.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("suspend".into(), Value::Bool(false));
+        return;
+    }
     let Some(original) = recorded(kustomization) else {
         return;
     };
@@ -327,6 +391,67 @@ pub fn acknowledged(kustomization: &Value, token: &str) -> bool {
         .pointer("/status/lastHandledReconcileAt")
         .and_then(Value::as_str)
         == Some(token)
+}
+
+/// Why `kustomization` (its metadata) is applied by another Kustomization, if it is: Flux's
+/// owner labels, or a managedFields entry of kustomize-controller (its server-side apply; its
+/// own status and finalizer are written as `gotk-kustomize-controller`).
+pub fn applied_by_parent(meta: &ObjectMeta) -> Option<String> {
+    let labels = meta.labels.as_ref();
+    for label in FLUX_LABELS {
+        if let Some(value) = labels.and_then(|l| l.get(label)) {
+            return Some(format!("it carries the label {label}: {value}"));
+        }
+    }
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .any(|e| e.manager.as_deref() == Some(FLUX_MANAGER))
+        .then(|| format!("{FLUX_MANAGER} manages fields of it (metadata.managedFields)"))
+}
+
+/// Whether a Kustomization applied by a parent was suspended in Git as the refusal asks:
+/// `spec.suspend: true` and `spec.deletionPolicy: Orphan`, and so before any handover (its
+/// [`original`]).
+pub fn suspended_in_git(kustomization: &Value) -> bool {
+    let orphaned = Original {
+        suspend: true,
+        deletion_policy: Some("Orphan".into()),
+    };
+    safe_to_delete(kustomization).is_none() && original(kustomization) == orphaned
+}
+
+/// The refusal of a Kustomization applied by another one (`why`: [`applied_by_parent`]).
+pub fn parent_refusal(why: &str) -> String {
+    format!(
+        "it is applied by another Kustomization ({why}): once deleted, its parent would re-create it, not suspended, and kustomize-controller would fight the set; and its removal from Git later would run its finalizer and delete the objects. Suspend it in Git (spec.suspend: true, spec.deletionPolicy: Orphan), let the parent apply that, then hand it over"
+    )
+}
+
+/// The Kustomizations in `listed` whose `spec.dependsOn` names `from` (an entry without a
+/// namespace names one in the dependent's namespace), as `namespace/name`, sorted.
+pub fn dependents(listed: &[Value], from: &FluxRef) -> Vec<String> {
+    let mut out: Vec<String> = listed
+        .iter()
+        .filter_map(|k| {
+            let namespace = k.pointer("/metadata/namespace").and_then(Value::as_str)?;
+            let name = k.pointer("/metadata/name").and_then(Value::as_str)?;
+            let depends = k.pointer("/spec/dependsOn").and_then(Value::as_array)?;
+            depends
+                .iter()
+                .any(|d| {
+                    let ns = d
+                        .get("namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or(namespace);
+                    d.get("name").and_then(Value::as_str) == Some(from.name.as_str())
+                        && ns == from.namespace
+                })
+                .then(|| format!("{namespace}/{name}"))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[cfg(test)]
@@ -632,6 +757,140 @@ mod tests {
         let bad = json!({"spec": {"suspend": true}, "metadata": {"annotations": {ANNOTATION_ORIGINAL: "x"}}});
         assert_eq!(recorded(&bad), None);
         assert!(original(&bad).suspend);
+    }
+
+    #[test]
+    fn objects_whose_marks_skip_them_or_merge_keep_fluxs_fields() {
+        let set = "applyset-abc-v1";
+        let flux_entries = || vec![entry(FLUX_MANAGER, "Apply", None)];
+        let owner = ("kustomize.toolkit.fluxcd.io/name", "web");
+        for (key, value, exempted) in [
+            (
+                "kustomize.toolkit.fluxcd.io/reconcile",
+                "disabled",
+                Exempt::Skipped("reconcile: disabled"),
+            ),
+            (
+                "applyset.dev/reconcile",
+                "Disabled",
+                Exempt::Skipped("reconcile: disabled"),
+            ),
+            (
+                "kustomize.toolkit.fluxcd.io/ssa",
+                "Ignore",
+                Exempt::Skipped("ssa: Ignore"),
+            ),
+            ("applyset.dev/ssa", "ignore", Exempt::Skipped("ssa: Ignore")),
+        ] {
+            let mut m = meta(&[owner], flux_entries());
+            m.annotations = Some([(key.to_owned(), value.to_owned())].into());
+            assert_eq!(exempt(&m), Some(exempted), "{key}");
+            assert_eq!(pending(Some(&m), set), vec![], "{key}");
+            // As a label too (Flux reads either).
+            let m = meta(&[owner, (key, value)], flux_entries());
+            assert_eq!(pending(Some(&m), set), vec![], "{key} label");
+        }
+        // Merge: the label is still needed, Flux's fields and labels are not.
+        let mut merge = meta(&[owner], flux_entries());
+        merge.annotations = Some(
+            [(
+                "kustomize.toolkit.fluxcd.io/ssa".to_owned(),
+                "Merge".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(exempt(&merge), Some(Exempt::Merge));
+        assert_eq!(pending(Some(&merge), set), vec![Pending::NotPartOf]);
+        let merged = meta(
+            &[owner, (LABEL_PART_OF, set), ("applyset.dev/ssa", "Merge")],
+            flux_entries(),
+        );
+        assert_eq!(pending(Some(&merged), set), vec![]);
+        assert!(
+            Exempt::Merge
+                .to_string()
+                .contains("keeps kustomize-controller's fields")
+        );
+        // IfNotPresent, Override, an empty value: no exemption.
+        for value in ["IfNotPresent", "Override", ""] {
+            let m = meta(
+                &[owner, ("kustomize.toolkit.fluxcd.io/ssa", value)],
+                flux_entries(),
+            );
+            assert_eq!(exempt(&m), None, "{value}");
+            assert_eq!(pending(Some(&m), set).len(), 3, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_kustomization_applied_by_another_is_refused_unless_suspended_in_git() {
+        let labelled = meta(&[("kustomize.toolkit.fluxcd.io/name", "apps")], vec![]);
+        assert_eq!(
+            applied_by_parent(&labelled).as_deref(),
+            Some("it carries the label kustomize.toolkit.fluxcd.io/name: apps")
+        );
+        let ns_label = meta(
+            &[("kustomize.toolkit.fluxcd.io/namespace", "flux-system")],
+            vec![],
+        );
+        assert!(applied_by_parent(&ns_label).is_some());
+        let applied = meta(&[], vec![entry(FLUX_MANAGER, "Apply", None)]);
+        assert!(applied_by_parent(&applied).is_some_and(|w| w.contains("managedFields")));
+        // Its own status and finalizer writes are not a parent's.
+        let own = meta(
+            &[("app", "web")],
+            vec![
+                entry("gotk-kustomize-controller", "Update", Some("status")),
+                entry("gotk-kustomize-controller", "Update", None),
+                entry("kubectl-client-side-apply", "Update", None),
+            ],
+        );
+        assert_eq!(applied_by_parent(&own), None);
+        let text = parent_refusal("x");
+        assert!(
+            text.contains("Suspend it in Git (spec.suspend: true, spec.deletionPolicy: Orphan)"),
+            "{text}"
+        );
+        // Suspended in Git, not by a handover: handed over, converted as not suspended.
+        let mut k = json!({"metadata": {"labels": {"kustomize.toolkit.fluxcd.io/name": "apps"}},
+            "spec": {"suspend": true, "deletionPolicy": "Orphan"}});
+        assert!(suspended_in_git(&k));
+        assert!(!suspended_in_git(&json!({"spec": {"suspend": true}})));
+        let by_handover = json!({"metadata": {"annotations": {ANNOTATION_ORIGINAL: r#"{"suspend":false,"deletionPolicy":null}"#}},
+            "spec": {"suspend": true, "deletionPolicy": "Orphan"}});
+        assert!(!suspended_in_git(&by_handover));
+        restore_original(&mut k);
+        assert_eq!(
+            k["spec"],
+            json!({"suspend": false, "deletionPolicy": "Orphan"})
+        );
+    }
+
+    #[test]
+    fn the_dependents_are_those_whose_depends_on_names_it() {
+        let from = FluxRef {
+            kind: "Kustomization".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        };
+        let k = |ns: &str, name: &str, depends: Value| json!({"metadata": {"namespace": ns, "name": name}, "spec": {"dependsOn": depends}});
+        let listed = vec![
+            k("team", "b", json!([{"name": "web"}])),
+            k("other", "c", json!([{"name": "web", "namespace": "team"}])),
+            k("other", "d", json!([{"name": "web"}])),
+            k(
+                "team",
+                "a",
+                json!([{"name": "db"}, {"name": "web", "namespace": "team"}]),
+            ),
+            json!({"metadata": {"namespace": "team", "name": "e"}, "spec": {}}),
+            k("team", "web", json!([{"name": "db"}])),
+        ];
+        assert_eq!(
+            dependents(&listed, &from),
+            vec!["other/c", "team/a", "team/b"]
+        );
+        assert_eq!(dependents(&[], &from), Vec::<String>::new());
     }
 
     /// RFC 7386 merge, for the test of the patch.
