@@ -13,34 +13,12 @@ use kube::api::{Patch, PatchParams};
 
 use operator::*;
 use serde_json::{Value, json};
+use support::cli::{PLUGIN, on_cluster, plugin, shown};
+use support::scratch;
 use support::sops as sops_tools;
-use support::{cluster, scratch};
-
-/// The plugin binary.
-const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
 
 /// The checked-in `--help` text (regenerate: `kubectl-applyset --help > tests/cli/help.txt`).
 const HELP: &str = include_str!("cli/help.txt");
-
-/// Runs the plugin with `args` (without waiting on the runtime's threads: the operator of the
-/// test runs on the same runtime).
-async fn plugin(args: &[&str]) -> Output {
-    tokio::process::Command::new(PLUGIN)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run kubectl-applyset")
-}
-
-/// Runs the plugin against the test cluster.
-async fn on_cluster(args: &[&str]) -> Output {
-    let kubeconfig = format!("--kubeconfig={}", cluster().kubeconfig().display());
-    let mut all = vec![kubeconfig.as_str()];
-    all.extend_from_slice(args);
-    plugin(&all).await
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -48,16 +26,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `code`, stdout and stderr, for assertion messages.
-fn shown(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        stdout(o),
-        stderr(o)
-    )
 }
 
 /// Writes an ApplySet document for `set` with `spec` to `path` (JSON is YAML).

@@ -19,7 +19,10 @@
 mod real_flux;
 mod support;
 
-use support::{operator, servers, sops as sops_tools};
+use support::{
+    cli::{PLUGIN, shown},
+    flux, operator, servers, sops as sops_tools,
+};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -29,17 +32,14 @@ use std::{
 };
 
 use applyset_operator::controller::Operator;
-use kube::{
-    Client,
-    api::{ApiResource, GroupVersionKind},
-};
+use kube::{Client, api::ApiResource};
 use operator::*;
 use serde_json::{Value, json};
 use servers::*;
-use support::{cluster, kustomize_binary};
+use support::{
+    cluster, contains, init, kustomize_binary, resource_of, upstream_build, write_files,
+};
 
-/// The plugin binary.
-const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
 /// The fixtures: Flux objects (`flux/`), the git repository (`repo/`), the OCI artifact
 /// (`artifact/`).
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flux");
@@ -54,16 +54,6 @@ const SERVER_ANNOTATIONS: [&str; 2] = ["deployment.kubernetes.io/revision", READ
 const SERVER_LABELS: [&str; 1] = ["kubernetes.io/metadata.name"];
 /// Each wait of this test.
 const WAIT: Duration = Duration::from_secs(60);
-
-fn init() {
-    applyset_operator::sources::install_crypto_provider();
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -107,15 +97,6 @@ fn fixture_files(sub: &str, names: &Names) -> Vec<(String, String)> {
     walk(&root, &root, &mut out);
     out.sort();
     out.into_iter().map(|(p, t)| (p, names.fill(&t))).collect()
-}
-
-/// Writes `files` under `dir`.
-fn write_files(dir: &Path, files: &[(String, String)]) {
-    for (p, t) in files {
-        let path = dir.join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, t).expect("write");
-    }
 }
 
 /// The text of file `path` of `files`.
@@ -188,25 +169,6 @@ fn flux_generated(original: &Value, spec: &Value) -> Value {
     kus
 }
 
-/// What the pinned upstream `kustomize build DIR` prints for `files` (written to a fresh
-/// directory, with `extra` files on top), as objects.
-fn upstream_build(files: &[(String, String)], extra: &[(String, String)], dir: &str) -> Vec<Value> {
-    let root = tempfile::tempdir().expect("tempdir");
-    write_files(root.path(), files);
-    write_files(root.path(), extra);
-    let out = std::process::Command::new(kustomize_binary())
-        .arg("build")
-        .arg(root.path().join(dir))
-        .output()
-        .expect("run kustomize");
-    assert!(
-        out.status.success(),
-        "kustomize build {dir}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    docs(&String::from_utf8(out.stdout).expect("utf-8"))
-}
-
 /// Flux's variable substitution (fluxcd/pkg/envsubst) of one string, for the forms the
 /// fixtures use: `${var}`, `${var:=default}`, `${var:-default}`, and `$$` for a literal `$`.
 /// An unset variable without a default is an error (kustomize-controller 1.9 substitutes
@@ -271,7 +233,7 @@ fn flux_applies(
     let kus_path = format!("{path}/kustomization.yaml");
     let original: Value = serde_saphyr::from_str(file(files, &kus_path)).expect("kustomization");
     let generated = serde_json::to_string_pretty(&flux_generated(&original, spec)).expect("json");
-    let mut objects = upstream_build(files, &[(kus_path, generated)], path);
+    let mut objects = upstream_build(files, &[(kus_path.as_str(), generated.as_str())], path);
     if let Some(post) = spec.get("postBuild") {
         let mut vars = BTreeMap::new();
         for r in post["substituteFrom"].as_array().into_iter().flatten() {
@@ -297,40 +259,10 @@ fn flux_applies(
 // ---------------------------------------------------------------------------------------------
 // Comparison with the live members
 
-/// Whether `live` holds everything `want` says (maps: every key of `want`, recursively;
-/// lists: the same length, element by element): the server adds defaults and status.
-fn contains(live: &Value, want: &Value) -> bool {
-    match (live, want) {
-        (Value::Object(l), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
-        (Value::Array(l), Value::Array(w)) => {
-            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| contains(a, b))
-        }
-        (l, w) => l == w,
-    }
-}
-
 /// `group/kind/namespace/name` of an object (empty group and namespace for the core group and
 /// cluster-scoped objects).
 fn identity(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
     format!("{group}/{kind}/{}/{name}", namespace.unwrap_or_default())
-}
-
-fn group_of(o: &Value) -> &str {
-    let api_version = o["apiVersion"].as_str().expect("apiVersion");
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
-
-/// The API resource of object `o` (by discovery).
-async fn resource_of(client: &Client, o: &Value) -> ApiResource {
-    let api_version = o["apiVersion"].as_str().expect("apiVersion");
-    let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
-    let gvk = GroupVersionKind::gvk(group_of(o), version, o["kind"].as_str().expect("kind"));
-    let (ar, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .unwrap_or_else(|e| panic!("discovery of {gvk:?}: {e}"));
-    ar
 }
 
 /// `map` without the keys in `ignored`.
@@ -343,6 +275,14 @@ fn without(map: &Value, ignored: &[&str]) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The identities (see [`identity`]) of the members in a set's status.
+fn member_identities(st: &applyset_operator::api::ApplySetStatus) -> BTreeSet<String> {
+    st.members
+        .iter()
+        .map(|m| identity(&m.group, &m.kind, m.namespace.as_deref(), &m.name))
+        .collect()
+}
+
 /// Asserts that the members of `set` (status.members), and the objects labelled part of it,
 /// are exactly the objects of `want`, and that each live object holds what `want` says, with
 /// the same labels and annotations but for our part-of label, what the cluster's controllers
@@ -350,11 +290,7 @@ fn without(map: &Value, ignored: &[&str]) -> BTreeMap<String, Value> {
 /// data are equal, with no SOPS metadata. `group` is the Widgets'.
 async fn assert_members(client: &Client, set: &Parent, want: &[Value], force: bool, group: &str) {
     let st = set.status().await.expect("status");
-    let members: BTreeSet<String> = st
-        .members
-        .iter()
-        .map(|m| identity(&m.group, &m.kind, m.namespace.as_deref(), &m.name))
-        .collect();
+    let members = member_identities(&st);
     let mut expected = BTreeSet::new();
     for o in want {
         let ar = resource_of(client, o).await;
@@ -460,35 +396,9 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn shown(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        stdout(o),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// kubectl (of the test cluster's release) on the test cluster.
 fn test_kubectl() -> tokio::process::Command {
     tokio::process::Command::from(cluster().kubectl())
-}
-
-/// The directory of Flux's CRD files: `$APPLYSET_FLUX_CRDS`, else what
-/// tests/testenv/fetch-flux-crds.sh prints (it fetches them, or finds them in its cache).
-fn flux_crds_dir() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("APPLYSET_FLUX_CRDS").filter(|p| !p.is_empty()) {
-        return p.into();
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/fetch-flux-crds.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("run fetch-flux-crds.sh");
-    assert!(out.status.success(), "fetch-flux-crds.sh failed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines().last().unwrap_or_default().trim().into()
 }
 
 /// Runs `kubectl` (a command for one of the test's clusters) with `args`; panics unless it
@@ -505,25 +415,12 @@ async fn run_kubectl(mut kubectl: tokio::process::Command, args: &[&str]) {
     assert!(out.status.success(), "kubectl {args:?}: {}", shown(&out));
 }
 
-/// Installs Flux's CRDs (Kustomization, GitRepository, OCIRepository; with `kubectl`, a
-/// command for the cluster of `client`) and the test's Widget CRD, and waits until they are
-/// Established.
-async fn install_crds(client: &Client, kubectl: tokio::process::Command, group: &str) {
-    let dir = flux_crds_dir();
-    run_kubectl(
-        kubectl,
-        &["apply", "--server-side", "-f", &dir.to_string_lossy()],
-    )
-    .await;
+/// Installs Flux's CRDs (Kustomization, GitRepository, OCIRepository, ...) and the test's
+/// Widget CRD in the cluster of `client`, and waits until they are Established.
+async fn install_crds(client: &Client, group: &str) {
+    flux::install_crds(client).await;
     ssa(client, &crd_ar(), None, "test", widget_crd(group)).await;
-    for name in [
-        "kustomizations.kustomize.toolkit.fluxcd.io".to_owned(),
-        "gitrepositories.source.toolkit.fluxcd.io".to_owned(),
-        "ocirepositories.source.toolkit.fluxcd.io".to_owned(),
-        format!("widgets.{group}"),
-    ] {
-        wait_established(client, &name, WAIT).await;
-    }
+    wait_established(client, &format!("widgets.{group}"), WAIT).await;
 }
 
 /// What kustomize-controller would read in the cluster: the ConfigMap postBuild substitutes
@@ -604,17 +501,9 @@ async fn serve_sources(
             assert!(text.contains("sops:") && !text.contains("aHVudGVyMi1mbHV4"));
         }
     }
-    let entries: Vec<Entry<'_>> = artifact
-        .iter()
-        .map(|(p, t)| Entry::File(p, t.as_bytes()))
-        .collect();
-    let layer = tar_gz(&entries);
+    let layer = flux::artifact(&artifact);
     push_artifact(registry, "team/secrets", "v1", &layer).await;
-    let entries: Vec<Entry<'_>> = repo
-        .iter()
-        .map(|(p, t)| Entry::File(p, t.as_bytes()))
-        .collect();
-    (tar_gz(&entries), layer)
+    (flux::artifact(&repo), layer)
 }
 
 /// Sources' contents as tar.gz: the git repository's, the OCI artifact's.
@@ -633,8 +522,8 @@ async fn real_flux_applies(
     vars: &BTreeMap<String, String>,
     age_key: &str,
 ) -> BTreeMap<String, BTreeMap<String, Value>> {
-    let mut flux = real_flux::RealFlux::start().await;
-    install_crds(&flux.client, flux.kubectl(), &names.group).await;
+    let flux = real_flux::RealFlux::start().await;
+    install_crds(&flux.client, &names.group).await;
     let ns = namespace(&names.ns);
     ssa(&flux.client, &namespace_ar(), None, "test", ns).await;
     prerequisites(&flux.client, &names.ns, vars, age_key).await;
@@ -642,21 +531,25 @@ async fn real_flux_applies(
     let files = FileServer::start(None).await;
     files.put("/repo.tar.gz", contents.repo.clone());
     files.put("/artifact.tar.gz", contents.artifact.clone());
-    let commit = format!("main@sha1:{}", "a".repeat(40));
-    let url = files.url("/repo.tar.gz");
-    let git = (url.as_str(), contents.repo.as_slice(), commit.as_str());
-    flux.source_ready("GitRepository", &names.ns, "repo", git)
-        .await;
-    let digest = format!("v1@sha256:{}", sha256_hex(&contents.artifact));
-    let url = files.url("/artifact.tar.gz");
-    let oci = (url.as_str(), contents.artifact.as_slice(), digest.as_str());
-    flux.source_ready("OCIRepository", &names.ns, "artifacts", oci)
-        .await;
-    flux.start_controller();
+    let git = flux::Stored {
+        url: &files.url("/repo.tar.gz"),
+        revision: &format!("main@sha1:{}", "a".repeat(40)),
+        tarball: &contents.repo,
+    };
+    flux::write_artifact_status(&flux.client, "GitRepository", &names.ns, "repo", &git).await;
+    let oci = flux::Stored {
+        url: &files.url("/artifact.tar.gz"),
+        revision: &format!("v1@sha256:{}", sha256_hex(&contents.artifact)),
+        tarball: &contents.artifact,
+    };
+    flux::write_artifact_status(&flux.client, "OCIRepository", &names.ns, "artifacts", &oci).await;
+    let controller = flux.start_controller();
     mark_widget_ready(&flux.client, &names.ns, &names.group).await;
     let mut out = BTreeMap::new();
     for name in ["web", "secrets", "cross"] {
-        let ks = flux.wait_ready(&names.ns, name, WAIT).await;
+        let ks =
+            flux::wait_kustomization_ready(&flux.client, &controller, &names.ns, name, None, WAIT)
+                .await;
         out.insert(name.to_owned(), flux.inventory(&ks).await);
     }
     out
@@ -713,7 +606,7 @@ async fn converted_kustomizations_apply_what_flux_applies() {
         git_url: server.url("apps"),
         oci_url: registry.url("team/secrets"),
     };
-    install_crds(&h.client, test_kubectl(), &names.group).await;
+    install_crds(&h.client, &names.group).await;
     let key_dir = tempfile::tempdir().expect("tempdir");
     let key = sops_tools::age_keygen(key_dir.path(), "key.txt");
     let (repo, artifact) =
@@ -778,11 +671,7 @@ async fn assert_same_as_flux(
     force: bool,
 ) {
     let st = set.status().await.expect("status");
-    let members: BTreeSet<String> = st
-        .members
-        .iter()
-        .map(|m| identity(&m.group, &m.kind, m.namespace.as_deref(), &m.name))
-        .collect();
+    let members = member_identities(&st);
     let applied: BTreeSet<String> = flux.keys().cloned().collect();
     assert_eq!(
         members,

@@ -7,37 +7,15 @@
 
 mod support;
 
-use std::{path::Path, process::Output, time::Duration};
+use std::{path::Path, time::Duration};
 
 use kube::{
     Api,
     api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
 };
 use serde_json::{Value, json};
+use support::cli::{on_cluster, shown};
 use support::{cluster, operator, scratch, test_namespace, wait_for};
-
-const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-applyset");
-
-async fn plugin(args: &[&str]) -> Output {
-    let kubeconfig = format!("--kubeconfig={}", cluster().kubeconfig().display());
-    tokio::process::Command::new(PLUGIN)
-        .arg(kubeconfig)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run kubectl-applyset")
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn write_docs(path: &Path, docs: &[Value]) {
     let text: Vec<String> = docs
@@ -158,7 +136,7 @@ async fn converted_flux_objects_pass_a_server_side_dry_run() {
     let dir = scratch(&format!("flux-convert-{ns}"));
     write_flux_dir(&dir, &ns);
     let d = dir.display().to_string();
-    let out = plugin(&[
+    let out = on_cluster(&[
         "convert",
         "-f",
         &d,
@@ -223,11 +201,11 @@ async fn a_bucket_source_is_refused_and_strict_exits_2() {
         ],
     );
     let f = file.display().to_string();
-    let out = plugin(&["convert", "-f", &f]).await;
+    let out = on_cluster(&["convert", "-f", &f]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error: Kustomization flux/from-bucket: spec.sourceRef: Bucket flux/b: a Bucket source (S3-compatible object storage) has no equivalent"), "{}", shown(&out));
     assert!(out.stdout.is_empty(), "{}", shown(&out));
-    let strict = plugin(&["convert", "-f", &f, "--strict"]).await;
+    let strict = on_cluster(&["convert", "-f", &f, "--strict"]).await;
     assert_eq!(strict.status.code(), Some(2), "{}", shown(&strict));
 }
 
@@ -359,7 +337,7 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
             .then_some(())
     })
     .await;
-    let out = plugin(&["convert", "--from-cluster", &ns]).await;
+    let out = on_cluster(&["convert", "--from-cluster", &ns]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let (docs, kinds) = docs_of(&out);
     assert!(
@@ -384,7 +362,7 @@ async fn from_cluster_decides_the_scope_from_the_inventory() {
         "{}",
         shown(&out)
     );
-    let one = plugin(&["convert", "--from-cluster", &format!("{ns}/local")]).await;
+    let one = on_cluster(&["convert", "--from-cluster", &format!("{ns}/local")]).await;
     let text = String::from_utf8_lossy(&one.stdout);
     assert!(
         text.contains("name: local") && !text.contains("cluster-wide"),
@@ -465,7 +443,7 @@ async fn an_offline_build_decides_the_scope_of_files() {
     write_docs(&file, &[g, ks("wide", "./wide"), ks("local", "./local")]);
     let kustomize = support::kustomize_binary().display().to_string();
     let f = file.display().to_string();
-    let out = plugin(&["convert", "-f", &f, "--kustomize-binary", &kustomize]).await;
+    let out = on_cluster(&["convert", "-f", &f, "--kustomize-binary", &kustomize]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Kustomization flux/wide: becomes a ClusterApplySet: it writes cluster-scoped objects and objects in namespace elsewhere (known from a build of the converted set)"), "{}", shown(&out));

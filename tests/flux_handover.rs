@@ -232,29 +232,22 @@ async fn flux_setup(prefix: &str) -> Flux {
         .map(|(p, c)| (p.as_str(), Some(c.as_str())))
         .collect();
     let commit = repo.commit(&entries, "the app");
-    let tarball = flux::artifact(
-        &files
-            .iter()
-            .map(|(p, c)| (p.as_str(), c.as_str()))
-            .collect::<Vec<_>>(),
-    );
+    let tarball = flux::artifact(&files);
     let server = FileServer::start(None).await;
     let path = format!("/gitrepository/{}/{SOURCE}/{commit}.tar.gz", h.ns);
     server.put(&path, tarball.clone());
     flux::create_git_repository(&h.client, &h.ns, SOURCE, &git.url(SOURCE)).await;
-    flux::write_artifact_status(
-        &h.client,
-        &h.ns,
-        SOURCE,
-        &server.url(&path),
-        &commit,
-        &tarball,
-    )
-    .await;
-    let controller = KustomizeController::start(cluster().kubeconfig(), &h.label);
+    let stored = flux::Stored {
+        url: &server.url(&path),
+        revision: &format!("main@sha1:{commit}"),
+        tarball: &tarball,
+    };
+    flux::write_artifact_status(&h.client, "GitRepository", &h.ns, SOURCE, &stored).await;
+    let controller = KustomizeController::start(cluster().kubeconfig(), Some(&h.label));
     let spec = json!({"interval": "1m", "path": "./deploy", "prune": true});
     flux::create_kustomization(&h.client, &h.ns, NAME, &h.label, spec, SOURCE).await;
-    flux::wait_kustomization_ready(&h.client, &controller, &h.ns, NAME, 3, LONG_DEADLINE).await;
+    flux::wait_kustomization_ready(&h.client, &controller, &h.ns, NAME, Some(3), LONG_DEADLINE)
+        .await;
     for (ar, name) in objects() {
         let o = must_get(&h.client, &ar, Some(&h.ns), name).await;
         assert!(

@@ -5,29 +5,15 @@
 
 mod support;
 
-use support::{operator, servers};
+use support::{init, operator, servers};
 
 use std::path::Path;
 
 use applyset_operator::{api::ApplySetStatus, controller::Operator};
-use kube::{
-    Client,
-    api::{ApiResource, GroupVersionKind},
-};
 use operator::*;
 use serde_json::{Value, json};
 use servers::*;
-use support::{kustomize_binary, wait_for};
-
-fn init() {
-    applyset_operator::sources::install_crypto_provider();
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
+use support::{contains, kustomize_binary, resource_of, upstream_build, wait_for};
 
 /// An operator for `h` that builds with the pinned kustomize and may reach beyond the
 /// namespace (the overlays hold a CRD); `tune` adjusts its configuration.
@@ -114,62 +100,6 @@ fn commit(repo: &GitRepo, files: &[(String, String)], message: &str) -> String {
         .map(|(p, t)| (p.as_str(), Some(t.as_str())))
         .collect();
     repo.commit(&refs, message)
-}
-
-/// What the pinned upstream `kustomize build DIR` prints for `files` (written to a fresh
-/// directory, with `extra` files on top), as objects.
-fn upstream_build(files: &[(String, String)], extra: &[(&str, &str)], dir: &str) -> Vec<Value> {
-    let root = tempfile::tempdir().expect("tempdir");
-    let write = |p: &str, t: &str| {
-        let path = root.path().join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, t).expect("write");
-    };
-    for (p, t) in files {
-        write(p, t);
-    }
-    for (p, t) in extra {
-        write(p, t);
-    }
-    let out = std::process::Command::new(kustomize_binary())
-        .arg("build")
-        .arg(root.path().join(dir))
-        .output()
-        .expect("run kustomize");
-    assert!(
-        out.status.success(),
-        "kustomize build {dir}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("kustomize output parses");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
-
-/// Whether `live` holds everything `want` says (maps: every key of `want`, recursively;
-/// lists: the same length, element by element): the server adds defaults, status and
-/// metadata, and the operator its part-of label.
-fn contains(live: &Value, want: &Value) -> bool {
-    match (live, want) {
-        (Value::Object(l), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
-        (Value::Array(l), Value::Array(w)) => {
-            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| contains(a, b))
-        }
-        (l, w) => l == w,
-    }
-}
-
-/// The API resource of object `o` (by discovery).
-async fn resource_of(client: &Client, o: &Value) -> ApiResource {
-    let api_version = o["apiVersion"].as_str().expect("apiVersion");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, o["kind"].as_str().expect("kind"));
-    let (ar, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .unwrap_or_else(|e| panic!("discovery of {gvk:?}: {e}"));
-    ar
 }
 
 /// Asserts that every object of `want` is live (namespaced ones in `ns` unless they name

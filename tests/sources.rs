@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{operator, servers};
+use support::{init, operator, servers};
 
 use std::sync::Arc;
 
@@ -19,16 +19,6 @@ use kube::{
 use operator::*;
 use serde_json::{Value, json};
 use servers::*;
-
-fn init() {
-    applyset_operator::sources::install_crypto_provider();
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
-}
 
 /// A ConfigMap document.
 fn cm_doc(name: &str, value: &str) -> String {

@@ -1,13 +1,15 @@
-//! Flux in the tests: its CRDs installed on the test control plane, the REAL
-//! kustomize-controller run as a child process against it, and what source-controller would
-//! provide (a GitRepository whose status carries an artifact served on loopback), since
+//! Flux in the tests: its CRDs installed on a control plane, the REAL kustomize-controller
+//! run as a child process against it, and what source-controller would provide (a
+//! GitRepository or OCIRepository whose status carries an artifact served on loopback), since
 //! source-controller itself is not run.
 //!
 //! kustomize-controller (`$APPLYSET_KUSTOMIZE_CONTROLLER`, built by
-//! tests/testenv/build-kustomize-controller.sh) runs with the admin kubeconfig (`KUBECONFIG`),
-//! `--watch-all-namespaces`, `--watch-label-selector` (each test sees only its own
-//! Kustomizations), metrics and health on free loopback ports, no leader election, no events
-//! address, and is killed when its handle is dropped (also when the test panics).
+//! tests/testenv/build-kustomize-controller.sh) runs with the admin kubeconfig it is given
+//! (`KUBECONFIG`), `--watch-all-namespaces`, optionally `--watch-label-selector` (so each test
+//! sees only its own Kustomizations), dependencies re-checked every second, metrics and health
+//! on free loopback ports, no leader election, no events address. It runs under a shell guard
+//! that stops it when the guard's stdin closes: when its handle is dropped (also when the test
+//! panics) or when the test binary ends however it ends, so it never outlives the test.
 //!
 //! It fetches `status.artifact.url` of the source (a plain loopback URL here, so
 //! `SOURCE_CONTROLLER_LOCALHOST` is left unset) and checks the tarball against
@@ -17,20 +19,22 @@
 use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
 use super::{
-    operator::{DEADLINE, wait_established},
+    operator::install_crd,
     process::free_port,
     servers::{Entry, sha256_hex, tar_gz},
+    testenv_tool,
 };
 
 /// The test label kustomize-controller's `--watch-label-selector` selects on.
@@ -39,38 +43,17 @@ pub const FLUX_TEST_LABEL: &str = "applyset.dev/flux-test";
 /// The directory of Flux's CRD YAML files: `$APPLYSET_FLUX_CRDS`, else whatever
 /// `tests/testenv/fetch-flux-crds.sh` fetches (or finds in its cache).
 pub fn crds_dir() -> PathBuf {
-    from_env_or_script("APPLYSET_FLUX_CRDS", "fetch-flux-crds.sh", None)
+    testenv_tool("APPLYSET_FLUX_CRDS", "fetch-flux-crds.sh", None)
 }
 
 /// The kustomize-controller binary: `$APPLYSET_KUSTOMIZE_CONTROLLER`, else whatever
 /// `tests/testenv/build-kustomize-controller.sh` builds (or finds in its cache).
 pub fn controller_binary() -> PathBuf {
-    from_env_or_script(
+    testenv_tool(
         "APPLYSET_KUSTOMIZE_CONTROLLER",
         "build-kustomize-controller.sh",
         Some("kustomize-controller"),
     )
-}
-
-fn from_env_or_script(var: &str, script: &str, file: Option<&str>) -> PathBuf {
-    if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/testenv")
-        .join(script);
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run the testenv script");
-    assert!(out.status.success(), "{} failed", script.display());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    match file {
-        Some(f) => dir.join(f),
-        None => dir,
-    }
 }
 
 /// `kustomize.toolkit.fluxcd.io/v1` Kustomization.
@@ -81,17 +64,21 @@ pub fn kustomization_ar() -> ApiResource {
     )
 }
 
-/// `source.toolkit.fluxcd.io/v1` GitRepository.
-pub fn git_repository_ar() -> ApiResource {
+/// `source.toolkit.fluxcd.io/v1` source `kind`: GitRepository, OCIRepository, Bucket.
+pub fn source_ar(kind: &str) -> ApiResource {
+    let lower = kind.to_lowercase();
+    let plural = match lower.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{lower}s"),
+    };
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository"),
-        "gitrepositories",
+        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", kind),
+        &plural,
     )
 }
 
 /// Installs Flux's CRDs (create, ignoring AlreadyExists) and waits until each is Established.
 pub async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let dir = crds_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("the Flux CRDs directory")
@@ -103,36 +90,40 @@ pub async fn install_crds(client: &Client) {
     for file in files {
         let text = std::fs::read_to_string(&file).expect("a CRD file");
         let crd: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
-        let name = crd.name_any();
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("installing CRD {name}: {e}"),
-        }
-        wait_established(client, &name, DEADLINE).await;
+        install_crd(client, &crd).await;
     }
 }
 
-/// A running kustomize-controller, killed on drop.
+/// A running kustomize-controller (under its shell guard), stopped on drop.
 pub struct KustomizeController {
-    child: Child,
+    guard: Child,
     pub log: PathBuf,
 }
 
+/// Numbers the controllers' log files within this test binary.
+static STARTED: AtomicU32 = AtomicU32::new(0);
+
 impl KustomizeController {
-    /// Starts kustomize-controller against the cluster of `kubeconfig`, reconciling only the
-    /// Kustomizations labelled `FLUX_TEST_LABEL=<label>`.
-    pub fn start(kubeconfig: &Path, label: &str) -> KustomizeController {
+    /// Starts kustomize-controller against the cluster of `kubeconfig`, reconciling the
+    /// Kustomizations labelled `FLUX_TEST_LABEL=<label>`, or all of them (`None`).
+    pub fn start(kubeconfig: &Path, label: Option<&str>) -> KustomizeController {
         let log = std::env::temp_dir().join(format!(
-            "applyset-kustomize-controller-{}-{label}.log",
-            std::process::id()
+            "applyset-kustomize-controller-{}-{}.log",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::SeqCst)
         ));
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(controller_binary())
+        let selector = label.map(|l| format!("--watch-label-selector={FLUX_TEST_LABEL}={l}"));
+        // The guard runs the controller in the background and stops it once stdin closes.
+        let guard = Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" "$@" & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; wait $pid 2>/dev/null"#)
+            .arg(controller_binary())
             .arg(format!("--metrics-addr=127.0.0.1:{}", free_port()))
             .arg(format!("--health-addr=127.0.0.1:{}", free_port()))
             .arg("--watch-all-namespaces=true")
-            .arg(format!("--watch-label-selector={FLUX_TEST_LABEL}={label}"))
+            .args(selector)
+            .arg("--requeue-dependency=1s")
             .arg("--enable-leader-election=false")
             .arg("--events-addr=")
             .arg("--log-level=debug")
@@ -140,12 +131,12 @@ impl KustomizeController {
             .env("KUBECONFIG", kubeconfig)
             .env("RUNTIME_NAMESPACE", "default")
             .env_remove("SOURCE_CONTROLLER_LOCALHOST")
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(out.try_clone().expect("log handle"))
             .stderr(out)
             .spawn()
             .expect("start kustomize-controller");
-        KustomizeController { child, log }
+        KustomizeController { guard, log }
     }
 
     /// Its log so far (for failure messages).
@@ -157,25 +148,21 @@ impl KustomizeController {
             .unwrap_or(text.len());
         text[start..].to_owned()
     }
-
-    /// Whether it still runs.
-    pub fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
 }
 
 impl Drop for KustomizeController {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Closing stdin makes the guard stop the controller and exit.
+        drop(self.guard.stdin.take());
+        let _ = self.guard.wait();
     }
 }
 
 /// The tarball source-controller would serve for a repository of `files` (path, content).
-pub fn artifact(files: &[(&str, &str)]) -> Vec<u8> {
+pub fn artifact<P: AsRef<str>, C: AsRef<str>>(files: &[(P, C)]) -> Vec<u8> {
     let entries: Vec<Entry<'_>> = files
         .iter()
-        .map(|(p, c)| Entry::File(p, c.as_bytes()))
+        .map(|(p, c)| Entry::File(p.as_ref(), c.as_ref().as_bytes()))
         .collect();
     tar_gz(&entries)
 }
@@ -183,7 +170,7 @@ pub fn artifact(files: &[(&str, &str)]) -> Vec<u8> {
 /// Creates GitRepository `namespace/name` of `url` (branch main), labelled for the test.
 pub async fn create_git_repository(client: &Client, namespace: &str, name: &str, url: &str) {
     let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &git_repository_ar());
+        Api::namespaced_with(client.clone(), namespace, &source_ar("GitRepository"));
     let repo: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "source.toolkit.fluxcd.io/v1",
         "kind": "GitRepository",
@@ -196,40 +183,51 @@ pub async fn create_git_repository(client: &Client, namespace: &str, name: &str,
         .expect("create the GitRepository");
 }
 
-/// Writes the GitRepository's status as source-controller does once it has an artifact:
-/// `status.artifact` (path, url, revision `main@sha1:<commit>`, digest `sha256:<hex>` of
-/// `tarball`, lastUpdateTime, size) and Ready=True, through the status subresource.
+/// An artifact as source-controller stores it: served at `url`, of `revision` (a
+/// GitRepository's `main@sha1:<commit>`, an OCIRepository's `<tag>@sha256:<digest>`), with the
+/// content `tarball`.
+pub struct Stored<'a> {
+    pub url: &'a str,
+    pub revision: &'a str,
+    pub tarball: &'a [u8],
+}
+
+/// Writes the status of source `kind` `namespace/name` as source-controller does once it has
+/// an artifact: `status.artifact` (path, url, revision, digest `sha256:<hex>` of the tarball,
+/// lastUpdateTime, size) and Ready=True, through the status subresource.
 pub async fn write_artifact_status(
     client: &Client,
+    kind: &str,
     namespace: &str,
     name: &str,
-    url: &str,
-    commit: &str,
-    tarball: &[u8],
+    stored: &Stored<'_>,
 ) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &git_repository_ar());
-    let live = api.get(name).await.expect("the GitRepository");
+    let ar = source_ar(kind);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let live = api
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("{kind} {namespace}/{name}: {e}"));
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let revision = format!("main@sha1:{commit}");
+    let hex = sha256_hex(stored.tarball);
     let status = json!({
         "apiVersion": "source.toolkit.fluxcd.io/v1",
-        "kind": "GitRepository",
+        "kind": kind,
         "status": {
             "observedGeneration": live.metadata.generation,
             "artifact": {
-                "path": format!("gitrepository/{namespace}/{name}/{commit}.tar.gz"),
-                "url": url,
-                "revision": revision,
-                "digest": format!("sha256:{}", sha256_hex(tarball)),
+                "path": format!("{}/{namespace}/{name}/{hex}.tar.gz", ar.plural),
+                "url": stored.url,
+                "revision": stored.revision,
+                "digest": format!("sha256:{hex}"),
                 "lastUpdateTime": now,
-                "size": tarball.len(),
+                "size": stored.tarball.len(),
             },
             "conditions": [{
                 "type": "Ready",
                 "status": "True",
                 "reason": "Succeeded",
-                "message": format!("stored artifact for revision '{revision}'"),
+                "message": format!("stored artifact for revision '{}'", stored.revision),
                 "observedGeneration": live.metadata.generation,
                 "lastTransitionTime": now,
             }],
@@ -241,7 +239,7 @@ pub async fn write_artifact_status(
         &Patch::Apply(&status),
     )
     .await
-    .expect("write the GitRepository's status");
+    .unwrap_or_else(|e| panic!("write the status of {kind} {namespace}/{name}: {e}"));
 }
 
 /// Creates Kustomization `namespace/name` over GitRepository `source`, labelled for the
@@ -277,37 +275,26 @@ pub async fn kustomization(client: &Client, namespace: &str, name: &str) -> Opti
     Some(serde_json::to_value(k).expect("JSON"))
 }
 
-/// Waits until kustomize-controller made the Kustomization Ready with `entries` objects in
-/// its inventory; returns it. Panics with the controller's log on timeout.
+/// Waits until kustomize-controller made the Kustomization Ready for its generation (and,
+/// with `entries`, with that many objects in its inventory); returns it. Panics with the
+/// controller's log on timeout.
 pub async fn wait_kustomization_ready(
     client: &Client,
     controller: &KustomizeController,
     namespace: &str,
     name: &str,
-    entries: usize,
+    entries: Option<usize>,
     timeout: Duration,
 ) -> Value {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let k = kustomization(client, namespace, name).await;
-        let ready = k.as_ref().is_some_and(|k| {
-            let conditions = k.pointer("/status/conditions").and_then(Value::as_array);
-            let ready = conditions
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            let listed = k
-                .pointer("/status/inventory/entries")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            ready && listed == entries
-        });
-        if ready {
-            return k.unwrap_or_default();
+        if let Some(k) = k.as_ref().filter(|k| ready_with(k, entries)) {
+            return k.clone();
         }
         if std::time::Instant::now() > deadline {
             panic!(
-                "Kustomization {namespace}/{name} not Ready with {entries} objects within {timeout:?}: {}\n--- kustomize-controller log ---\n{}",
+                "Kustomization {namespace}/{name} not Ready with {entries:?} objects within {timeout:?}: {}\n--- kustomize-controller log ---\n{}",
                 serde_json::to_string_pretty(&k.and_then(|k| k.get("status").cloned()))
                     .unwrap_or_default(),
                 controller.log()
@@ -315,4 +302,22 @@ pub async fn wait_kustomization_ready(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Whether Kustomization `k` is Ready=True for its generation, with `entries` objects in its
+/// inventory when given.
+fn ready_with(k: &Value, entries: Option<usize>) -> bool {
+    let generation = &k["metadata"]["generation"];
+    let ready = k["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["type"] == "Ready" && c["status"] == "True" && &c["observedGeneration"] == generation
+        });
+    let listed = k
+        .pointer("/status/inventory/entries")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    ready && entries.is_none_or(|n| n == listed)
 }

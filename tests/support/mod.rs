@@ -1,11 +1,13 @@
 //! Shared support for the integration tests: one real control plane per test binary, a
-//! namespace per test, impersonating clients, and polling with a deadline; the in-process
+//! namespace per test, impersonating clients, polling with a deadline, the test's logging and
+//! TLS provider ([`init`]), the pinned kustomize; the plugin binary as a process ([`cli`]); the in-process
 //! operator and its handles ([`operator`]), the operator binary as a process ([`process`])
 //! the source tests' servers ([`servers`]), the real sops and age-keygen ([`sops`]) and
 //! Flux's CRDs and real kustomize-controller ([`flux`]). A test file declares it with `mod support;`
 //! (tests/model, one directory down, with a `#[path]`).
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod cli;
 pub mod flux;
 pub mod operator;
 pub mod process;
@@ -154,19 +156,111 @@ where
     }
 }
 
+/// Whether `live` holds everything `want` says (maps: every key of `want`, recursively;
+/// lists: the same length, element by element): the server adds defaults, status and
+/// metadata, and the operator its part-of label.
+pub fn contains(live: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (live, want) {
+        (Value::Object(l), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| l.get(k).is_some_and(|lv| contains(lv, v))),
+        (Value::Array(l), Value::Array(w)) => {
+            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| contains(a, b))
+        }
+        (l, w) => l == w,
+    }
+}
+
+/// The API resource of object `o` (by discovery).
+pub async fn resource_of(client: &Client, o: &serde_json::Value) -> kube::api::ApiResource {
+    let api_version = o["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = o["kind"].as_str().expect("kind");
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("discovery of {gvk:?}: {e}"));
+    ar
+}
+
+/// What a test that fetches sources calls first: installs the TLS crypto provider and, with
+/// `RUST_LOG` set, logs to the test's output.
+pub fn init() {
+    applyset_operator::sources::install_crypto_provider();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// The kustomize binary: `$APPLYSET_KUSTOMIZE`, else whatever
 /// `tests/testenv/build-kustomize.sh` builds (or finds in its cache).
 pub fn kustomize_binary() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("APPLYSET_KUSTOMIZE").filter(|p| !p.is_empty()) {
+    testenv_tool(
+        "APPLYSET_KUSTOMIZE",
+        "build-kustomize.sh",
+        Some("kustomize"),
+    )
+}
+
+/// Writes `files` (path relative to `root`, text), creating their directories.
+pub fn write_files<P: AsRef<str>, T: AsRef<str>>(root: &Path, files: &[(P, T)]) {
+    for (p, t) in files {
+        let path = root.join(p.as_ref());
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, t.as_ref()).expect("write");
+    }
+}
+
+/// What the pinned upstream `kustomize build DIR` prints for `files` (written to a fresh
+/// directory, with `extra` files on top), as objects.
+pub fn upstream_build(
+    files: &[(String, String)],
+    extra: &[(&str, &str)],
+    dir: &str,
+) -> Vec<serde_json::Value> {
+    let root = tempfile::tempdir().expect("tempdir");
+    write_files(root.path(), files);
+    write_files(root.path(), extra);
+    let out = Command::new(kustomize_binary())
+        .arg("build")
+        .arg(root.path().join(dir))
+        .output()
+        .expect("run kustomize");
+    assert!(
+        out.status.success(),
+        "kustomize build {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("kustomize output does not parse: {e}\n{text}"));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// A tool of the test environment: the path in `$var` when set, else the last line
+/// `tests/testenv/<script>` prints (the directory it built or fetched into, or found in its
+/// cache), joined with `file` when given.
+pub fn testenv_tool(var: &str, script: &str, file: Option<&str>) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
         return std::path::PathBuf::from(p);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testenv/build-kustomize.sh");
-    let out = std::process::Command::new("bash")
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/testenv")
+        .join(script);
+    let out = Command::new("bash")
         .arg(&script)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .expect("run build-kustomize.sh");
-    assert!(out.status.success(), "build-kustomize.sh failed");
+        .expect("run the testenv script");
+    assert!(out.status.success(), "{} failed", script.display());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    std::path::PathBuf::from(stdout.lines().last().unwrap_or_default().trim()).join("kustomize")
+    let dir = std::path::PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    match file {
+        Some(f) => dir.join(f),
+        None => dir,
+    }
 }

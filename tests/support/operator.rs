@@ -70,16 +70,21 @@ pub fn unique(prefix: &str) -> String {
 /// Installs the ApplySet and ClusterApplySet CRDs (create, ignoring AlreadyExists) and waits
 /// until both are Established. Safe to call from several tests at once.
 pub async fn ensure_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in applyset_operator::api::crds() {
-        let name = crd.name_any();
-        match crds.create(&PostParams::default(), &crd).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("installing CRD {name}: {e}"),
-        }
-        wait_established(client, &name, DEADLINE).await;
+        install_crd(client, &crd).await;
     }
+}
+
+/// Creates `crd` (ignoring AlreadyExists) and waits until it is Established.
+pub async fn install_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    match crds.create(&PostParams::default(), crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("installing CRD {name}: {e}"),
+    }
+    wait_established(client, &name, DEADLINE).await;
 }
 
 /// Waits until CRD `name` is Established.
