@@ -7,14 +7,14 @@
 
 mod support;
 
-use std::{path::Path, time::Duration};
+use std::{path::Path, process::Output, time::Duration};
 
 use kube::{
     Api,
     api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use support::cli::{on_cluster, shown};
+use support::cli::{on_cluster, plugin, shown};
 use support::{cluster, operator, scratch, test_namespace, wait_for};
 
 fn write_docs(path: &Path, docs: &[Value]) {
