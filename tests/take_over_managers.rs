@@ -5,8 +5,11 @@
 //! ConfigMap whose value the set changes, and a Secret marked `ssa: IfNotPresent`. A set that
 //! adopts them and names `kustomize-controller` ends the only owner of their fields, Flux's
 //! labels gone, with the same UIDs, the Deployment's generation and Pod template unchanged,
-//! and the Secret's data as it was (IfNotPresent); a set that does not name it leaves
-//! kustomize-controller co-owning them, until it names it. A pattern in the list is refused.
+//! and the Secret's data as it was (IfNotPresent); the ConfigMap whose value the set would
+//! change is a Conflict naming kustomize-controller, left as it was (never forced), and an
+//! IfNotPresent Secret made by hand is skipped, never adopted. A set that does not name it
+//! leaves kustomize-controller co-owning them, until it names it. A pattern in the list, or
+//! a manager of Kubernetes itself, is refused.
 
 mod support;
 
@@ -14,7 +17,7 @@ use support::operator;
 
 use kube::{
     Api,
-    api::{DynamicObject, Patch, PatchParams},
+    api::{DynamicObject, Patch, PatchParams, PostParams},
 };
 use operator::*;
 use serde_json::{Value, json};
@@ -94,6 +97,11 @@ fn flux_labelled(o: &DynamicObject) -> bool {
     labels.is_some_and(|l| l.contains_key(FLUX_NAME) || l.contains_key(FLUX_NAMESPACE))
 }
 
+fn part_of(o: &DynamicObject) -> bool {
+    let labels = o.metadata.labels.iter().flatten();
+    labels.into_iter().any(|(k, _)| k == LABEL_PART_OF)
+}
+
 fn uid(o: &DynamicObject) -> String {
     o.metadata.uid.clone().unwrap_or_default()
 }
@@ -106,16 +114,32 @@ async fn a_set_naming_kustomize_controller_ends_sole_owner_without_changing_anyt
     for (api, name) in apis(&h) {
         before.push(api.get(name).await.expect("get"));
     }
+    // A Secret made by hand (no Flux label, no named manager), declared IfNotPresent too.
+    let secrets = dyn_api(&h.client, &secret_ar(), Some(h.ns.as_str()));
+    let mut by_hand = if_not_present_secret("by-hand", LIVE);
+    by_hand["metadata"]["namespace"] = json!(h.ns);
+    let by_hand: DynamicObject = serde_json::from_value(by_hand).expect("a Secret");
+    secrets
+        .create(&PostParams::default(), &by_hand)
+        .await
+        .expect("create by-hand");
     let op = h.start_operator();
     let set = h.applyset("app");
+    let mut members = declared();
+    members.push(if_not_present_secret("by-hand", MANIFEST));
     set.create(
         json!({"adoptExisting": true, "takeOverFieldManagers": [FLUX],
-        "manifests": declared()}),
+        "manifests": members}),
     )
     .await;
-    set.wait_ready().await;
+    // Flux's value of `drifted` differs from the set's: a conflict with the named manager is
+    // reported, not forced (the set would change a value kustomize-controller set).
+    let st = set.wait_ready_reason(Some("False"), "Conflict").await;
+    let msg = ready(&st).message.clone();
+    assert!(msg.contains("drifted") && msg.contains(FLUX), "{msg}");
 
-    for ((api, name), was) in apis(&h).into_iter().zip(&before) {
+    let taken = apis(&h).into_iter().zip(&before);
+    for ((api, name), was) in taken.filter(|((_, n), _)| *n != "drifted") {
         let now = wait_for(
             &format!("{name}: no field of {FLUX}, no Flux label"),
             DEADLINE,
@@ -137,10 +161,16 @@ async fn a_set_naming_kustomize_controller_ends_sole_owner_without_changing_anyt
     );
     let settings = must_get(&h.client, &configmap_ar(), ns, "settings").await;
     assert_eq!(settings.data["data"], json!({"mode": "same"}));
-    // Flux's value conflicted with the set's: the adoption forced it (a conflict only with
-    // the named manager), and the set's value stands.
+    // The conflicting ConfigMap is as Flux left it: its value, its owner, its labels, not
+    // the set's.
     let drifted = must_get(&h.client, &configmap_ar(), ns, "drifted").await;
-    assert_eq!(drifted.data["data"], json!({"mode": "set"}));
+    assert_eq!(drifted.data["data"], json!({"mode": "flux"}));
+    assert!(owned_by_flux(&drifted) && flux_labelled(&drifted));
+    assert!(!part_of(&drifted), "{:?}", drifted.metadata.labels);
+    // The Secret made by hand is skipped: not adopted, its data as it was.
+    let hand = must_get(&h.client, &secret_ar(), ns, "by-hand").await;
+    assert!(!part_of(&hand), "{:?}", hand.metadata.labels);
+    assert_eq!(hand.data["data"], json!({"token": LIVE}));
     // IfNotPresent: adopted by its metadata only, its data as it was.
     let tls = must_get(&h.client, &secret_ar(), ns, "tls").await;
     assert_eq!(tls.data["data"], json!({"token": LIVE}));
@@ -203,8 +233,11 @@ async fn a_plan_shows_the_adoptions_and_takes_nothing_over() {
     apply_as_flux(&h).await;
     let op = h.start_operator();
     let set = h.applyset("app");
+    let mut members = declared();
+    // A value Flux set that the set would change is a conflict in a plan too: declare Flux's.
+    members[2] = configmap("drifted", json!({"mode": "flux"}));
     set.create(json!({"mode": "Plan", "adoptExisting": true,
-        "takeOverFieldManagers": [FLUX], "manifests": declared()}))
+        "takeOverFieldManagers": [FLUX], "manifests": members}))
         .await;
     let st = set.wait_ready_reason(Some("False"), "PlanReady").await;
     let plan = st.plan.clone().expect("a plan");
@@ -221,20 +254,13 @@ async fn a_plan_shows_the_adoptions_and_takes_nothing_over() {
     for (api, name) in apis(&h) {
         let o = api.get(name).await.expect("get");
         assert!(owned_by_flux(&o) && flux_labelled(&o), "{name}: untouched");
-        assert!(
-            !o.metadata
-                .labels
-                .iter()
-                .flatten()
-                .any(|(k, _)| k == LABEL_PART_OF),
-            "{name}"
-        );
+        assert!(!part_of(&o), "{name}");
     }
     stop(op).await;
 }
 
 #[tokio::test]
-async fn a_pattern_or_an_own_manager_is_refused_naming_the_entry() {
+async fn a_pattern_an_own_or_a_kubernetes_manager_is_refused_naming_the_entry() {
     let h = Harness::new("takeover-invalid").await;
     let op = h.start_operator();
     let set = h.applyset("bad");
@@ -260,6 +286,17 @@ async fn a_pattern_or_an_own_manager_is_refused_naming_the_entry() {
         })
         .await;
     assert!(st.contains("is this set's own field manager"), "{st}");
+    // A manager of Kubernetes itself: its fields are a controller's to keep.
+    set.patch_spec(json!({"takeOverFieldManagers": ["kube-controller-manager"]}))
+        .await;
+    let st = set
+        .wait_until("a Kubernetes manager refused", DEADLINE, |_, st| {
+            let m = &ready(st?).message;
+            m.contains("(\"kube-controller-manager\") is a field manager of Kubernetes itself")
+                .then(|| m.clone())
+        })
+        .await;
+    assert!(st.contains("the controller and the set then fight"), "{st}");
     let cm = dyn_api(&h.client, &configmap_ar(), Some(&h.ns));
     assert!(
         cm.get_opt("x").await.expect("get").is_none(),

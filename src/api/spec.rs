@@ -135,9 +135,13 @@ pub struct ApplySetSpec {
     /// its Kustomization was suspended (see the migration guide). Once an object is the set's
     /// (created, or adopted), those managers' fields are merged into the set's own entry, so
     /// the set's next apply reverts what they changed and removes what only they added
-    /// (Flux's owner labels among them); an adopted `ssa: IfNotPresent` object keeps its data
-    /// and loses those labels in the same patch. Not with `ssa: Merge`. At most 16 exact
-    /// names (no pattern), none of them the set's own manager or one of this operator's.
+    /// (Flux's owner labels among them); an `ssa: IfNotPresent` object is adopted only when
+    /// one of them owns fields on it (or it carries Flux's owner labels), keeps its data and
+    /// loses those labels in the same patch. A value the set would change that one of them
+    /// set stays a Conflict naming it (spec.force overrides). Not with `ssa: Merge`. At most
+    /// 16 exact names (no pattern), none of them the set's own manager, one of this
+    /// operator's, or one of Kubernetes' own (kube-controller-manager, kube-scheduler,
+    /// kubelet, kube-apiserver).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(min = 1, max = 128)))]
     pub take_over_field_managers: Vec<String>,

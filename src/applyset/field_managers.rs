@@ -147,12 +147,26 @@ pub enum NamedError {
         name: String,
         what: &'static str,
     },
+    #[error(
+        "spec.takeOverFieldManagers[{index}] ({name:?}) is a field manager of Kubernetes itself: taking over a controller's fields makes the set's next apply remove them, and the controller and the set then fight over them; remove the entry"
+    )]
+    Kubernetes { index: usize, name: String },
 }
+
+/// The field managers of Kubernetes' own components, refused in `spec.takeOverFieldManagers`
+/// (exact names): their fields are the components' to keep.
+pub const KUBERNETES_MANAGERS: [&str; 4] = [
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-apiserver",
+];
 
 /// Checks `spec.takeOverFieldManagers` (`named`) of the set whose member manager is `own`:
 /// at most [`MAX_NAMED`] exact names, none empty, longer than [`MAX_NAME_LEN`], with a
 /// control character or a space at either end, with a `*`, the set's own manager, another
-/// set's or the operator's (`applyset.dev/...`), or the plugin's ([`PLUGIN_FIELD_MANAGER`]).
+/// set's or the operator's (`applyset.dev/...`), the plugin's ([`PLUGIN_FIELD_MANAGER`]), or
+/// one of Kubernetes' own components ([`KUBERNETES_MANAGERS`]).
 pub fn validate(named: &[String], own: &str) -> Result<(), NamedError> {
     if named.len() > MAX_NAMED {
         return Err(NamedError::TooMany { count: named.len() });
@@ -187,6 +201,11 @@ fn refusal(index: usize, name: &str, own: &str) -> Option<NamedError> {
         })
     } else if name == own {
         Some(NamedError::Own {
+            index,
+            name: named(),
+        })
+    } else if KUBERNETES_MANAGERS.contains(&name) {
+        Some(NamedError::Kubernetes {
             index,
             name: named(),
         })
@@ -383,11 +402,27 @@ pub fn cleanup_paths(meta: &ObjectMeta, declared: &ObjectMeta) -> Vec<String> {
     annotations.chain(labels).collect()
 }
 
-/// [`FLUX_OWNER_LABELS`] present on the object, as JSON pointers.
-pub fn flux_label_paths(meta: &ObjectMeta) -> Vec<String> {
+/// [`FLUX_OWNER_LABELS`] present on the object (`meta`) that the manifest (`declared`) does
+/// not declare: those a take-over of an object never applied again removes.
+pub fn flux_labels_to_remove(meta: &ObjectMeta, declared: &ObjectMeta) -> Vec<&'static str> {
+    let has = |m: &ObjectMeta, k: &str| m.labels.as_ref().is_some_and(|l| l.contains_key(k));
+    FLUX_OWNER_LABELS
+        .into_iter()
+        .filter(|k| has(meta, k) && !has(declared, k))
+        .collect()
+}
+
+/// Whether the object carries one of [`FLUX_OWNER_LABELS`] (kustomize-controller applied it).
+pub fn flux_labelled(meta: &ObjectMeta) -> bool {
+    let labels = meta.labels.as_ref();
     FLUX_OWNER_LABELS
         .iter()
-        .filter(|k| meta.labels.as_ref().is_some_and(|m| m.contains_key(**k)))
+        .any(|k| labels.is_some_and(|l| l.contains_key(*k)))
+}
+
+/// The labels `keys` as JSON pointers.
+pub fn label_paths(keys: &[&str]) -> Vec<String> {
+    keys.iter()
         .map(|k| format!("/metadata/labels/{}", escape(k)))
         .collect()
 }

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::{
     Api,
     api::{ListParams, ObjectMeta, Patch, PatchParams},
@@ -23,7 +24,11 @@ use super::{SetScope, live::label_owned_by};
 use crate::{
     Error, Result,
     api::MemberRef,
-    applyset::{ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF, controls::Marks},
+    applyset::{
+        ADOPTION_FIELD_MANAGER, ANNOTATION_ADOPTED, LABEL_PART_OF,
+        controls::Marks,
+        field_managers::{self, APPLY, UPDATE, without_labels},
+    },
     kind_order,
     render::Member,
 };
@@ -46,6 +51,47 @@ pub struct Lookup {
     /// (see [`crate::applyset::controls`]): `ssa: IfNotPresent` on the manifest skips it, as
     /// does `ssa: Ignore` or `reconcile: disabled` on it.
     pub existing: HashMap<MemberRef, Marks>,
+    /// Of the unlabelled members, who holds each (see [`Holders`]): what decides whether
+    /// `ssa: IfNotPresent` adopts it.
+    pub holders: HashMap<MemberRef, Holders>,
+}
+
+/// Who holds an existing object that is not the set's own, as its metadata shows (read by
+/// the look, no request of its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holders {
+    /// The managers of its Apply and Update entries of the main resource (no subresource).
+    pub managers: Vec<String>,
+    /// It carries one of Flux's owner labels (`kustomize.toolkit.fluxcd.io/name`,
+    /// `/namespace`).
+    pub flux_labelled: bool,
+    /// The set's own member manager has an Apply entry owning more than the `part-of` label:
+    /// an apply of the label alone would release (and so remove) the rest.
+    pub ours_beyond_label: bool,
+}
+
+impl Holders {
+    /// What `meta` shows, for the set whose member manager is `ours`.
+    pub fn of(meta: &ObjectMeta, ours: &str) -> Self {
+        let entries = meta.managed_fields.iter().flatten();
+        let main = |e: &&ManagedFieldsEntry| e.subresource.as_deref().is_none_or(str::is_empty);
+        let managers = entries
+            .clone()
+            .filter(main)
+            .filter(|e| matches!(e.operation.as_deref(), Some(APPLY | UPDATE)))
+            .filter_map(|e| e.manager.clone())
+            .collect();
+        let ours_apply: Vec<ManagedFieldsEntry> = entries
+            .filter(main)
+            .filter(|e| e.manager.as_deref() == Some(ours) && e.operation.as_deref() == Some(APPLY))
+            .cloned()
+            .collect();
+        Self {
+            managers,
+            flux_labelled: field_managers::flux_labelled(meta),
+            ours_beyond_label: !without_labels(ours_apply, &[LABEL_PART_OF]).is_empty(),
+        }
+    }
 }
 
 /// The field managers that make objects imperatively (each with operation `Update`):
@@ -115,6 +161,7 @@ pub async fn unlabelled(
         out.unknown.extend(l.unknown);
         out.handover.extend(l.handover);
         out.existing.extend(l.existing);
+        out.holders.extend(l.holders);
     }
     Ok(out)
 }
@@ -134,8 +181,13 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
                         continue;
                     };
                     out.existing.insert(m.reference.clone(), *marks);
-                    if let Found::Foreign { made_by_makers } = found {
+                    if let Found::Foreign {
+                        made_by_makers,
+                        holders,
+                    } = found
+                    {
                         out.unlabelled.insert(m.reference.clone());
+                        out.holders.insert(m.reference.clone(), holders.clone());
                         if *made_by_makers {
                             out.handover.insert(m.reference.clone());
                         }
@@ -159,6 +211,8 @@ async fn unlabelled_in(scope: &SetScope, group: &[&Member]) -> Result<Lookup> {
                 out.existing.insert(m.reference.clone(), marks);
                 if foreign(scope, &o.metadata) {
                     out.unlabelled.insert(m.reference.clone());
+                    let holders = Holders::of(&o.metadata, &scope.manager);
+                    out.holders.insert(m.reference.clone(), holders);
                     if made_by_makers(&o.metadata, &scope.manager) {
                         out.handover.insert(m.reference.clone());
                     }
@@ -191,8 +245,12 @@ fn foreign(scope: &SetScope, meta: &ObjectMeta) -> bool {
 enum Found {
     /// Not someone else's in the sense of adoption.
     Ours,
-    /// [`foreign`], and whether only its makers own its fields ([`made_by_makers`]).
-    Foreign { made_by_makers: bool },
+    /// [`foreign`], whether only its makers own its fields ([`made_by_makers`]), and who
+    /// holds it.
+    Foreign {
+        made_by_makers: bool,
+        holders: Holders,
+    },
 }
 
 /// Names of the objects of a kind in a namespace (the scope of `api`), each with whether it
@@ -213,6 +271,7 @@ async fn list_names(
             let found = match foreign(scope, &o.metadata) {
                 true => Found::Foreign {
                     made_by_makers: made_by_makers(&o.metadata, &scope.manager),
+                    holders: Holders::of(&o.metadata, &scope.manager),
                 },
                 false => Found::Ours,
             };

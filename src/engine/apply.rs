@@ -340,9 +340,9 @@ async fn apply_looked(
 }
 
 /// Adopts `member` by applying `body`: what only its makers own (kubectl create, ...) is
-/// taken over from them, once (a forced apply); a conflict only with managers the set names
-/// is forced too; then the managers the set names are taken over (see
-/// [`take_over::after_adoption`]).
+/// taken over from them, once (a forced apply); then the managers the set names are taken
+/// over (see [`take_over::after_adoption`]). A conflict (with a named manager too) is
+/// reported as it is: the set would change a value that manager set.
 async fn adopt_applying(
     api: &Api<DynamicObject>,
     scope: &SetScope,
@@ -352,10 +352,7 @@ async fn adopt_applying(
     lookup: &adopt::Lookup,
 ) -> (Outcome, Option<Answer>) {
     let handover = lookup.handover.contains(&member.reference);
-    let mut adopted = apply_body(api, scope, member, body, opts, handover).await;
-    if take_over::forces_adoption(&adopted.0, opts.take_over) {
-        adopted = apply_body(api, scope, member, body, opts, true).await;
-    }
+    let adopted = apply_body(api, scope, member, body, opts, handover).await;
     take_over::after_adoption(api, scope, member, body, opts, adopted).await
 }
 

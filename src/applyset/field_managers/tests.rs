@@ -563,7 +563,7 @@ fn a_lone_named_entry_becomes_the_owners_apply_entry() {
 }
 
 #[test]
-fn flux_label_paths_are_escaped_pointers_of_present_labels() {
+fn flux_labels_to_remove_are_the_present_undeclared_ones_as_escaped_pointers() {
     let meta = |keys: &[&str]| ObjectMeta {
         labels: Some(
             keys.iter()
@@ -572,18 +572,35 @@ fn flux_label_paths_are_escaped_pointers_of_present_labels() {
         ),
         ..Default::default()
     };
+    let none = ObjectMeta::default();
+    let all = flux_labels_to_remove(&meta(&FLUX_OWNER_LABELS), &none);
+    assert_eq!(all, FLUX_OWNER_LABELS);
     assert_eq!(
-        flux_label_paths(&meta(&FLUX_OWNER_LABELS)),
+        label_paths(&all),
         [
             "/metadata/labels/kustomize.toolkit.fluxcd.io~1name",
             "/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"
         ]
     );
     assert_eq!(
-        flux_label_paths(&meta(&["kustomize.toolkit.fluxcd.io/namespace", "app"])),
-        ["/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"]
+        flux_labels_to_remove(
+            &meta(&["kustomize.toolkit.fluxcd.io/namespace", "app"]),
+            &none
+        ),
+        ["kustomize.toolkit.fluxcd.io/namespace"]
     );
-    assert!(flux_label_paths(&ObjectMeta::default()).is_empty());
+    // Declared by the manifest: kept.
+    assert_eq!(
+        flux_labels_to_remove(
+            &meta(&FLUX_OWNER_LABELS),
+            &meta(&["kustomize.toolkit.fluxcd.io/name"])
+        ),
+        ["kustomize.toolkit.fluxcd.io/namespace"]
+    );
+    assert!(flux_labels_to_remove(&none, &none).is_empty());
+    assert!(flux_labelled(&meta(&["kustomize.toolkit.fluxcd.io/name"])));
+    assert!(!flux_labelled(&meta(&["app"])));
+    assert!(!flux_labelled(&none));
 }
 
 #[test]
@@ -637,12 +654,17 @@ fn validate_accepts_exact_names_of_other_tools() {
     let sixteen: Vec<String> = (0..MAX_NAMED).map(|i| format!("tool-{i}")).collect();
     assert_eq!(validate(&sixteen, own), Ok(()));
     assert_eq!(validate(&["a".repeat(MAX_NAME_LEN)], own), Ok(()));
+    // Kubernetes' managers are refused by exact name only.
+    assert_eq!(
+        validate(&named(&["kube-controller-manager-x", "kubelet2"]), own),
+        Ok(())
+    );
 }
 
 #[test]
 fn validate_refuses_each_bad_name_naming_its_index() {
     let own = "applyset.dev/ns/flux-system/app";
-    let cases: [(&str, &str); 9] = [
+    let cases: [(&str, &str); 13] = [
         ("", "spec.takeOverFieldManagers[1] is empty"),
         ("kustomize-*", "is a pattern, and names are exact"),
         ("*", "is a pattern"),
@@ -655,6 +677,10 @@ fn validate_refuses_each_bad_name_naming_its_index() {
             "applyset.dev/ns/other/set",
             "a field manager of this operator",
         ),
+        ("kube-controller-manager", "of Kubernetes itself"),
+        ("kube-scheduler", "the controller and the set then fight"),
+        ("kubelet", "of Kubernetes itself"),
+        ("kube-apiserver", "of Kubernetes itself"),
     ];
     for (bad, said) in cases {
         let err = validate(&named(&["kustomize-controller", bad]), own)

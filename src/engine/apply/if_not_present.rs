@@ -1,7 +1,12 @@
 //! `ssa: IfNotPresent` on a member whose object exists but is not the set's, when the set may
-//! adopt it (`spec.adoptExisting`, or `applyset.dev/adopt: enabled` on the manifest): the
-//! object is made the set's without its data being touched, so that a handover from another
-//! tool leaves no object behind (Flux's Kustomization listed it in its inventory).
+//! adopt it (`spec.adoptExisting`, or `applyset.dev/adopt: enabled` on the manifest) and the
+//! object is another tool's to hand over (a manager in `spec.takeOverFieldManagers` owns
+//! fields on it, or it carries Flux's owner labels; see [`handed_over`]): the object is made
+//! the set's without its data being touched, so that a handover from another tool leaves no
+//! object behind (Flux's Kustomization listed it in its inventory). Any other existing object
+//! (one made by hand) is skipped as before, never adopted (and so never pruned), as is one on
+//! which the set's own member manager owns more than the `part-of` label (the metadata-only
+//! apply would release that data and the server remove it).
 //!
 //! Promises:
 //! - The object becomes the set's by a metadata-only apply: `apiVersion`, `kind`, name,
@@ -36,9 +41,25 @@ use crate::{
 const ROUNDS: usize = 3;
 
 /// Whether an IfNotPresent member is adopted rather than skipped: its object exists without
-/// being the set's (`lookup`) and adoption is allowed.
+/// being the set's (`lookup`), adoption is allowed, and the object is another tool's to hand
+/// over ([`handed_over`]).
 pub(super) fn adoptable(member: &Member, opts: &Options<'_>, lookup: &adopt::Lookup) -> bool {
-    lookup.unlabelled.contains(&member.reference) && (opts.adopt_existing || member.adopt)
+    lookup.unlabelled.contains(&member.reference)
+        && (opts.adopt_existing || member.adopt)
+        && lookup
+            .holders
+            .get(&member.reference)
+            .is_some_and(|h| handed_over(h, opts.take_over))
+}
+
+/// Whether an existing object held by `holders` is handed over to the set by its metadata
+/// only: a manager the set names (`named`) owns fields on it, or it carries Flux's owner
+/// labels (an object made by hand is skipped: adopted, it would be pruned later); and the
+/// set's own member manager owns nothing on it but the `part-of` label (the metadata-only
+/// apply would release the rest, and the server remove it).
+pub(super) fn handed_over(holders: &adopt::Holders, named: &[String]) -> bool {
+    let claimed = holders.flux_labelled || holders.managers.iter().any(|m| named.contains(m));
+    claimed && !holders.ours_beyond_label
 }
 
 /// The body that makes the object the set's and nothing else: `apiVersion`, `kind`,

@@ -16,8 +16,8 @@
 //!   ([`after_adoption`]: only when its answer shows an entry of a named manager, so that a
 //!   handover completes in one reconcile); never in a dry-run (a plan reports what the apply
 //!   would do without it), never when `ssa: Merge` is on the rendered or the live object.
-//!   An adoption refused by a conflict only with named managers is forced
-//!   ([`forces_adoption`]): their fields become the set's right after anyway.
+//!   An adoption refused by a conflict (with a named manager too) is never forced: the set
+//!   would change a value that manager set, and the member reports the Conflict naming it.
 //! - Never on an object whose live marks skip it (`ssa: Ignore`, `reconcile: disabled`, added
 //!   while the apply was in flight): nothing is written to a skipped object.
 //! - The patch tests the `resourceVersion` it was computed from: a concurrent change makes it
@@ -31,7 +31,7 @@
 //! - The patch removes `kubectl.kubernetes.io/last-applied-configuration` and Flux v1's
 //!   checksum annotations and GC label, as Flux's cleanup does, unless the manifest declares
 //!   them; for an object never applied again (see [`super::if_not_present`]), Flux's owner
-//!   labels too ([`patch`]).
+//!   labels too, unless the manifest declares them ([`patch`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::{Api, api::DynamicObject};
@@ -42,7 +42,7 @@ use crate::{
     applyset::{
         LABEL_PART_OF,
         controls::{Marks, overrides_managers, skip_apply},
-        field_managers::{self, FLUX_OWNER_LABELS, Takers, taken_over_by},
+        field_managers::{self, Takers, taken_over_by},
     },
     engine::{SetScope, outcome::Outcome},
     render::Member,
@@ -136,18 +136,6 @@ pub(super) async fn after_adoption(
         return adopted;
     }
     override_rounds(api, scope, member, body, opts, adopted).await
-}
-
-/// Whether an adoption refused with `outcome` is applied again with force: a conflict whose
-/// managers are all named by the set (their fields become the set's right after anyway).
-/// Forcing still never takes the `part-of` label, nor fields the server did not name.
-pub(super) fn forces_adoption(outcome: &Outcome, named: &[String]) -> bool {
-    match outcome {
-        Outcome::Conflict { managers, .. } => {
-            !managers.is_empty() && managers.iter().all(|m| named.contains(m))
-        }
-        _ => false,
-    }
 }
 
 /// The take-over rounds after an apply of the set's own object (`applied`, its outcome and
@@ -324,8 +312,8 @@ async fn take_over_known(
 
 /// The take-over's JSON patch: a test of the `resourceVersion`, the cleanup removals and the
 /// managed fields replaced; `None` when there is nothing to change. With `flux_labels`,
-/// Flux's owner labels are removed too, with their ownership (for an object the set never
-/// applies again, whose next apply cannot remove them).
+/// Flux's owner labels the manifest does not declare are removed too, with their ownership
+/// (for an object the set never applies again, whose next apply cannot remove them).
 pub(crate) fn patch(
     live: &ObjectMeta,
     declared: &ObjectMeta,
@@ -335,14 +323,14 @@ pub(crate) fn patch(
     let managed: &[ManagedFieldsEntry] = live.managed_fields.as_deref().unwrap_or_default();
     let mut replaced = taken_over_by(managed, takers);
     let mut removals = field_managers::cleanup_paths(live, declared);
-    let labels = match flux_labels {
-        true => field_managers::flux_label_paths(live),
+    let keys: Vec<&str> = match flux_labels {
+        true => field_managers::flux_labels_to_remove(live, declared),
         false => Vec::new(),
     };
-    if !labels.is_empty() {
+    if !keys.is_empty() {
         let entries = replaced.unwrap_or_else(|| managed.to_vec());
-        replaced = Some(field_managers::without_labels(entries, &FLUX_OWNER_LABELS));
-        removals.extend(labels);
+        replaced = Some(field_managers::without_labels(entries, &keys));
+        removals.extend(field_managers::label_paths(&keys));
     }
     let rv = live.resource_version.as_deref()?;
     if replaced.is_none() && removals.is_empty() {
@@ -437,27 +425,6 @@ mod tests {
             &names(&["kustomize-controller"]),
             Takers::new("me", &[])
         ));
-    }
-
-    #[test]
-    fn an_adoption_is_forced_only_against_named_managers() {
-        let conflict = |m: &[&str]| Outcome::Conflict {
-            message: String::new(),
-            managers: m.iter().map(|s| (*s).to_string()).collect(),
-        };
-        let named = vec!["kustomize-controller".to_string()];
-        assert!(forces_adoption(
-            &conflict(&["kustomize-controller"]),
-            &named
-        ));
-        assert!(!forces_adoption(
-            &conflict(&["kustomize-controller", "helm"]),
-            &named
-        ));
-        assert!(!forces_adoption(&conflict(&["kubectl-edit"]), &named));
-        assert!(!forces_adoption(&conflict(&[]), &named));
-        assert!(!forces_adoption(&conflict(&["kustomize-controller"]), &[]));
-        assert!(!forces_adoption(&Outcome::Configured, &named));
     }
 
     #[test]
@@ -598,6 +565,37 @@ mod tests {
             json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {format!("f:{LABEL_PART_OF}"): {}}}})
         );
         assert_eq!(ops.len(), 4);
+    }
+
+    #[test]
+    fn flux_labels_the_manifest_declares_are_kept_with_their_ownership() {
+        let named = vec!["kustomize-controller".to_string()];
+        let takers = Takers::new("me", &named);
+        let declared = ObjectMeta {
+            labels: Some(
+                [(
+                    "kustomize.toolkit.fluxcd.io/name".to_string(),
+                    "app".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let p = patch(&adopted_from_flux(), &declared, takers, true).unwrap();
+        let ops = p.as_array().unwrap();
+        assert_eq!(
+            ops[1],
+            json!({"op": "remove", "path": "/metadata/labels/kustomize.toolkit.fluxcd.io~1namespace"})
+        );
+        assert_eq!(ops[2]["op"], "replace");
+        let labels = &ops[2]["value"][0]["fieldsV1"]["f:metadata"]["f:labels"];
+        assert!(labels.get("f:kustomize.toolkit.fluxcd.io/name").is_some());
+        assert!(
+            labels
+                .get("f:kustomize.toolkit.fluxcd.io/namespace")
+                .is_none()
+        );
+        assert_eq!(ops.len(), 3);
     }
 
     #[test]

@@ -93,6 +93,14 @@ fn adopted_only_when_it_exists_unlabelled_and_adoption_is_allowed() {
     let mut lookup = adopt::Lookup::default();
     assert!(!adoptable(&m, &options(true, &existing, &lookup), &lookup));
     lookup.unlabelled.insert(m.reference.clone());
+    // Unlabelled, but nothing says whose it is: skipped.
+    assert!(!adoptable(&m, &options(true, &existing, &lookup), &lookup));
+    let flux = adopt::Holders {
+        managers: vec!["kustomize-controller".into()],
+        flux_labelled: true,
+        ours_beyond_label: false,
+    };
+    lookup.holders.insert(m.reference.clone(), flux);
     assert!(adoptable(&m, &options(true, &existing, &lookup), &lookup));
     assert!(!adoptable(&m, &options(false, &existing, &lookup), &lookup));
     let annotated = member(Some("demo"), true, if_not_present());
@@ -181,4 +189,101 @@ fn the_patch_is_sent_only_for_a_named_manager_and_without_merge() {
         json!({"kustomize.toolkit.fluxcd.io/ssa": "IfNotPresent", "applyset.dev/ssa": "Merge"}),
     );
     assert_eq!(patch_for(&flux, &declared, &merged, takers), None);
+}
+
+fn holders(managers: &[&str], flux_labelled: bool, ours_beyond_label: bool) -> adopt::Holders {
+    adopt::Holders {
+        managers: managers.iter().map(|m| (*m).to_string()).collect(),
+        flux_labelled,
+        ours_beyond_label,
+    }
+}
+
+#[test]
+fn only_an_object_another_tool_hands_over_is_adopted() {
+    let named = vec!["kustomize-controller".to_string()];
+    // A named manager owns fields on it, or Flux's owner labels are on it.
+    assert!(handed_over(
+        &holders(&["kustomize-controller"], false, false),
+        &named
+    ));
+    assert!(handed_over(
+        &holders(&["kubectl-create"], true, false),
+        &named
+    ));
+    assert!(handed_over(&holders(&[], true, false), &[]));
+    // Made by hand (kubectl create, a client's Update): never adopted.
+    assert!(!handed_over(
+        &holders(&["kubectl-create"], false, false),
+        &named
+    ));
+    assert!(!handed_over(
+        &holders(&["before-first-apply"], false, false),
+        &named
+    ));
+    // A manager the set does not name (exact names only).
+    assert!(!handed_over(&holders(&["helm"], false, false), &named));
+    assert!(!handed_over(
+        &holders(&["kustomize-controller"], false, false),
+        &[]
+    ));
+    assert!(!handed_over(
+        &holders(&["kustomize-controller-x"], false, false),
+        &named
+    ));
+    // The set's own manager owns data on it: a metadata-only apply would remove that data.
+    assert!(!handed_over(
+        &holders(&["kustomize-controller"], true, true),
+        &named
+    ));
+}
+
+#[test]
+fn holders_are_read_from_the_managed_fields_and_labels() {
+    let ours = "applyset.dev/ns/demo/app";
+    let label = json!({"f:metadata": {"f:labels": {format!("f:{LABEL_PART_OF}"): {}}}});
+    let mut status = entry("kube-controller-manager", json!({"f:status": {}}));
+    status.subresource = Some("status".into());
+    let meta = |entries: Vec<ManagedFieldsEntry>, labels: &[&str]| ObjectMeta {
+        labels: Some(
+            labels
+                .iter()
+                .map(|k| (k.to_string(), "v".to_string()))
+                .collect(),
+        ),
+        managed_fields: Some(entries),
+        ..Default::default()
+    };
+    let flux = meta(
+        vec![
+            entry("kustomize-controller", json!({"f:data": {}})),
+            status.clone(),
+        ],
+        &["kustomize.toolkit.fluxcd.io/name"],
+    );
+    assert_eq!(
+        adopt::Holders::of(&flux, ours),
+        holders(&["kustomize-controller"], true, false)
+    );
+    // Our entry owning only the part-of label is no data of ours.
+    let labelled = meta(vec![entry(ours, label.clone())], &[]);
+    assert_eq!(
+        adopt::Holders::of(&labelled, ours),
+        holders(&[ours], false, false)
+    );
+    // Our entry owning data (the label removed by someone else, say): data of ours.
+    let data = json!({"f:data": {"f:tls.crt": {}}, "f:metadata": {"f:labels": {}}});
+    let owning = meta(vec![entry(ours, data)], &[]);
+    assert!(adopt::Holders::of(&owning, ours).ours_beyond_label);
+    // Another set's manager, or an Update of ours, is not our Apply entry.
+    let mut update = entry(ours, json!({"f:data": {}}));
+    update.operation = Some("Update".into());
+    let other = meta(
+        vec![
+            entry("applyset.dev/ns/demo/other", json!({"f:data": {}})),
+            update,
+        ],
+        &[],
+    );
+    assert!(!adopt::Holders::of(&other, ours).ours_beyond_label);
 }
