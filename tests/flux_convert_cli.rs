@@ -14,7 +14,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use support::cli::{on_cluster, plugin, shown};
+use support::cli::{on_cluster, shown};
 use support::{cluster, operator, scratch, test_namespace, wait_for};
 
 fn write_docs(path: &Path, docs: &[Value]) {
@@ -389,7 +389,7 @@ async fn from_cluster_converts_a_kustomization_a_handover_suspended_as_it_was() 
     };
     let entries = json!([{"id": format!("{ns}_cm__ConfigMap"), "v": "v1"}]);
     kustomization(&ks, &ns, "apps", suspended, entries).await;
-    let out = plugin(&["convert", "--from-cluster", &format!("{ns}/apps")]).await;
+    let out = on_cluster(&["convert", "--from-cluster", &format!("{ns}/apps")]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let (docs, kinds) = docs_of(&out);
     assert_eq!(
