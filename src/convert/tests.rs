@@ -684,7 +684,10 @@ fn what_a_kustomization_writes_decides_its_scope() {
             c.notes
         );
     }
-    // Without what it writes: its targetNamespace decides, with a note.
+}
+
+#[test]
+fn without_what_it_writes_its_target_namespace_decides_the_scope() {
     let t = ks(
         "a",
         "flux",

@@ -54,13 +54,20 @@ pub(super) fn adoptable(member: &Member, opts: &Options<'_>, lookup: &adopt::Loo
 
 /// Whether an existing object held by `holders` is handed over to the set by its metadata
 /// only: a manager the set names (`named`) owns fields on it, or it carries Flux's owner
-/// labels (an object made by hand is skipped: adopted, it would be pruned later); and the
-/// set's own member manager owns nothing on it but the `part-of` label (the metadata-only
-/// apply would release the rest, and the server remove it).
+/// labels and the set names `kustomize-controller` (an object made by hand, or one Flux
+/// still claims for a set that does not replace it, is skipped: adopted, it would be pruned
+/// later); and the set's own member manager owns nothing on it but the `part-of` label (the
+/// metadata-only apply would release the rest, and the server remove it).
 pub(super) fn handed_over(holders: &adopt::Holders, named: &[String]) -> bool {
-    let claimed = holders.flux_labelled || holders.managers.iter().any(|m| named.contains(m));
+    let replaces_flux = named.iter().any(|m| m == FLUX_FIELD_MANAGER);
+    let claimed = (holders.flux_labelled && replaces_flux)
+        || holders.managers.iter().any(|m| named.contains(m));
     claimed && !holders.ours_beyond_label
 }
+
+/// kustomize-controller's field manager, whose owner labels hand an object over only to a
+/// set that names it.
+const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
 
 /// The body that makes the object the set's and nothing else: `apiVersion`, `kind`,
 /// `metadata.name`, `metadata.namespace` (when the member has one) and the `part-of` label.

@@ -67,6 +67,10 @@ fn the_body_carries_the_identity_and_our_label_only() {
     );
 }
 
+/// The set names kustomize-controller.
+static NAMED: std::sync::LazyLock<Vec<String>> =
+    std::sync::LazyLock::new(|| vec!["kustomize-controller".to_string()]);
+
 fn options<'a>(
     adopt_existing: bool,
     existing: &'a HashMap<MemberRef, crate::engine::live::LiveObject>,
@@ -80,7 +84,7 @@ fn options<'a>(
         deadline: std::time::Instant::now(),
         lookup,
         adopt_existing,
-        take_over: &[],
+        take_over: &NAMED,
         preview: false,
         create_only: None,
     }
@@ -211,7 +215,13 @@ fn only_an_object_another_tool_hands_over_is_adopted() {
         &holders(&["kubectl-create"], true, false),
         &named
     ));
-    assert!(handed_over(&holders(&[], true, false), &[]));
+    assert!(handed_over(&holders(&[], true, false), &named));
+    // Flux's labels alone hand it over only to a set that names kustomize-controller.
+    assert!(!handed_over(&holders(&[], true, false), &[]));
+    assert!(!handed_over(
+        &holders(&["kubectl-create"], true, false),
+        &["helm".to_string()]
+    ));
     // Made by hand (kubectl create, a client's Update): never adopted.
     assert!(!handed_over(
         &holders(&["kubectl-create"], false, false),
