@@ -1,8 +1,9 @@
 //! The pure parts of the handover: a Kustomization's `status.inventory` read into object
 //! identities (fluxcd/cli-utils' `ObjMetadata` strings, `<namespace>_<name>_<group>_<kind>`),
 //! what an inventory object still lacks to be the set's alone ([`pending`]), whether the set is
-//! Ready for its generation ([`set_state`]), and the Kustomization's state before its deletion
-//! ([`safe_to_delete`]).
+//! Ready for its generation ([`set_state`]), which inventory objects Flux never owned
+//! ([`never_flux`]), whether Flux applied anything while being suspended ([`applied_since`]),
+//! and the Kustomization's state before its deletion ([`safe_to_delete`]).
 //!
 //! No I/O: the requests are `handover`'s.
 
