@@ -9,8 +9,10 @@
 //! Asserted: exit 0, the Kustomization gone, the same UIDs, no DELETED event, no field of
 //! `kustomize-controller`, no Flux owner label, the Deployment's generation and Pod template
 //! unchanged, the Secret's data unchanged, the ApplySet Ready, following the branch again
-//! (its source's `ref` is `{branch: main}`) with the commit Flux applied in its
-//! `status.lastAppliedRevision`. And a handover that stops
+//! (its source's `ref` is `{branch: main}`) with the commit of `main` in its
+//! `status.lastAppliedRevision`; `main` moved on after Flux applied it (a new ConfigMap value):
+//! the set, pinned to the commit Flux applied until the Kustomization is gone, applies the new
+//! value only then, and says so. And a handover that stops
 //! midway (the set does not become Ready: no operator runs, a short --timeout) leaves the
 //! Kustomization suspended with deletionPolicy Orphan and in place, and the objects too; the
 //! same command run again once the operator runs finishes it.
@@ -31,7 +33,7 @@ use support::{
     cluster,
     flux::{self, KustomizeController},
     operator::*,
-    servers::{FileServer, GitServer},
+    servers::{FileServer, GitRepo, GitServer},
 };
 use tokio::task::JoinHandle;
 
@@ -47,14 +49,19 @@ const FLUX_LABELS: [&str; 2] = [
     "kustomize.toolkit.fluxcd.io/namespace",
 ];
 
+/// The ConfigMap's file, in namespace `ns`, with data `greeting: {greeting}`.
+fn configmap(ns: &str, greeting: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  namespace: {ns}\ndata:\n  greeting: {greeting}\n"
+    )
+}
+
 /// The repository's files, in namespace `ns`.
 fn files(ns: &str) -> Vec<(String, String)> {
     let deployment = format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  replicas: 1\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        image: registry.k8s.io/pause:3.10\n"
     );
-    let configmap = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  namespace: {ns}\ndata:\n  greeting: hello\n"
-    );
+    let configmap = configmap(ns, "hello");
     let secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: web-secret\n  namespace: {ns}\n  annotations:\n    kustomize.toolkit.fluxcd.io/ssa: IfNotPresent\ntype: Opaque\nstringData:\n  token: initial\n"
     );
@@ -205,6 +212,8 @@ struct Flux {
     h: Harness,
     controller: KustomizeController,
     _git: GitServer,
+    /// The repository's work tree (a commit pushes to `main`).
+    repo: GitRepo,
     _files: FileServer,
     /// The commit the repository's `main` points at (the one Flux applied).
     commit: String,
@@ -277,6 +286,7 @@ async fn flux_setup(prefix: &str) -> Flux {
         h,
         controller,
         _git: git,
+        repo,
         _files: server,
         commit,
         events,
@@ -312,7 +322,7 @@ fn start_operator(h: &Harness) -> applyset_operator::controller::Operator {
     applyset_operator::controller::Operator::start(h.client.clone(), config)
 }
 
-/// The set's source follows the branch again, and what it last applied is `commit`.
+/// The set's source follows the branch again, and what it last applied is `commit` (of `main`).
 fn assert_follows_main(set: &Value, status: &ApplySetStatus, commit: &str) {
     let sources = &set["spec"]["sources"];
     assert_eq!(
@@ -323,7 +333,7 @@ fn assert_follows_main(set: &Value, status: &ApplySetStatus, commit: &str) {
     let applied = status.last_applied_revision.as_deref().unwrap_or_default();
     assert!(
         applied.contains(&format!("main@sha1:{commit}")),
-        "the set last applied the commit Flux applied, from the branch: {applied}"
+        "the set last applied the commit {commit} of the branch: {applied}"
     );
 }
 
@@ -341,6 +351,13 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
     let f = flux_setup("fluxho").await;
     let (h, ns) = (&f.h, f.h.ns.as_str());
     let before = snapshot(&h.client, ns).await;
+    // `main` moves on after Flux applied it: the artifact Flux read stays the old commit. The
+    // set is pinned to that commit until the Kustomization is gone (applying the new value
+    // earlier would fight kustomize-controller), then follows `main` and applies it.
+    let newer = f.repo.commit(
+        &[("deploy/configmap.yaml", Some(&configmap(ns, "hello-again")))],
+        "a new value",
+    );
     let op = start_operator(h);
 
     let out = handover(ns, "90s").await;
@@ -356,6 +373,11 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
         f.commit, f.commit
     );
     assert!(stderr.contains(&pinned), "{pinned} not printed: {stderr}");
+    let moved = format!(
+        "the set now follows branch main at main@sha1:{newer} (Flux had applied main@sha1:{}): what changed between them was applied",
+        f.commit
+    );
+    assert!(stderr.contains(&moved), "{moved} not printed: {stderr}");
     for step in [
         "[1/6]",
         "[2/6]",
@@ -376,7 +398,13 @@ async fn a_handover_from_kustomize_controller_deletes_and_recreates_nothing() {
     let set = h.applyset(NAME);
     let status = set.wait_ready().await;
     assert_eq!(ready(&status).status, "True");
-    assert_follows_main(&set.live().await.data, &status, &f.commit);
+    assert_follows_main(&set.live().await.data, &status, &newer);
+    let cm = must_get(&h.client, &configmap_ar(), Some(ns), "web-config").await;
+    assert_eq!(
+        cm.data["data"]["greeting"],
+        json!("hello-again"),
+        "the set applied the new commit's value once it followed main again"
+    );
     let id = applyset_id(ns, NAME);
     for (ar, name) in objects() {
         let o = must_get(&h.client, &ar, Some(ns), name).await;

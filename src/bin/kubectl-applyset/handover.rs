@@ -4,13 +4,16 @@
 //!
 //! 1. read the Kustomization and resolve the kinds of its `status.inventory` (nothing changed
 //!    yet: a refused conversion or a field with no equivalent (`--handover` implies
-//!    `--strict`), a Kustomization being deleted, applied by another Kustomization (unless
-//!    suspended in Git with `Orphan`), not Ready for its generation or whose last applied
-//!    revision is not its last attempted one, a revision that pins nothing, or an inventory
-//!    that cannot be read stop here); warn about the Kustomizations that depend on it;
+//!    `--strict`), a Kustomization being deleted, applied by another Kustomization (always:
+//!    the GitOps flow of docs/migrating-from-flux.md hands those over), not Ready for its
+//!    generation or whose last applied revision is not its last attempted one, a revision
+//!    that pins nothing, or an inventory that cannot be read stop here); an inventory object
+//!    Flux never owned is not waited for (a `note:` says so); warn about the Kustomizations
+//!    that depend on it;
 //! 2. merge-patch the Kustomization `spec.suspend: true`, `spec.deletionPolicy: Orphan`
 //!    (kustomize-controller applies nothing more, and its finalizer deletes nothing: see its
-//!    `finalizerShouldDeleteResources`);
+//!    `finalizerShouldDeleteResources`), and wait until kustomize-controller has handled it;
+//!    stop if it applied another revision or inventory than step 1 read meanwhile;
 //! 3. server-side apply the converted set with its source pinned to the revision Flux applied
 //!    (a git commit, an OCI digest: see [`revision`]), so that it applies the values Flux
 //!    applied; it adopts the objects and takes over `kustomize-controller`'s fields
@@ -20,7 +23,8 @@
 //!    no Flux owner label (an object whose live marks skip it, or with `ssa: Merge`, keeps
 //!    them by design: a `note:` says so);
 //! 5. delete the Kustomization (with its resourceVersion as precondition, once it is seen
-//!    still suspended with `Orphan`) and wait, bounded by `--timeout`, until it is gone;
+//!    still suspended with `Orphan`) and wait, bounded by `--timeout`, until it is gone (no
+//!    object of that name, or one with another UID);
 //! 6. server-side apply the set as converted (following its branch or tag again) and wait,
 //!    bounded by `--timeout`, until it is Ready for that generation.
 //!
@@ -30,14 +34,15 @@
 
 pub mod checks;
 pub mod left;
+mod read;
 pub mod revision;
 
 use std::time::{Duration, Instant};
 
 use applyset_operator::{
-    applyset::{GroupKind, ParentRef},
+    applyset::ParentRef,
     convert::{Conversion, Converted, FluxRef, Set, Severity},
-    discovery::{Resolved, Resolver, api_in},
+    discovery::Resolved,
     parent::Parent,
 };
 use kube::{
@@ -123,6 +128,15 @@ pub enum HandoverError {
         what: String,
         timeout: Duration,
         missing: String,
+        left: Box<Left>,
+    },
+    /// Flux applied another revision before it saw the suspension.
+    #[error(
+        "{kustomization} not handed over: Flux applied a new revision while being suspended ({what}): run the command again; {left}"
+    )]
+    Moved {
+        kustomization: FluxRef,
+        what: String,
         left: Box<Left>,
     },
     /// The Kustomization is no longer safe to delete (resumed, or its policy changed).
@@ -240,6 +254,7 @@ pub async fn run(
     conversion: &Conversion,
     opts: &Options,
 ) -> Result<(), HandoverError> {
+    read::refuse_applied_by_parent(client, from).await?;
     let converted = chosen(conversion, from, true)?;
     let source = converted.source.kind.as_str();
     match &converted.set {
@@ -291,7 +306,7 @@ impl<'a, P: Parent> Handover<'a, P> {
     async fn run(&self) -> Result<(), HandoverError> {
         eprintln!("handover of {} to {}:", self.from, self.shown);
         let converted = self.body(&Left::Unchanged)?;
-        let (kustomization, objects, pinned) = self.read(&converted).await?;
+        let read = self.read(&converted).await?;
         self.warn_dependents().await;
         let sources = converted
             .pointer("/spec/sources")
@@ -304,11 +319,11 @@ impl<'a, P: Parent> Handover<'a, P> {
         let applied = self.applied_set();
         let mut left = Left::Suspended {
             kustomization: self.from.clone(),
-            original: checks::original(&kustomization),
+            original: checks::original(&read.kustomization),
             set: None,
         };
-        self.suspend(&kustomization, &left).await?;
-        let generation = self.apply(&pinned, &left).await?;
+        self.suspend(&read.kustomization, &left).await?;
+        let generation = self.apply(&read.pinned, &left).await?;
         eprintln!(
             "[3/6] applied {} with its source pinned to the revision Flux applied (server-side, field manager {FIELD_MANAGER}; generation {})",
             self.shown,
@@ -321,9 +336,11 @@ impl<'a, P: Parent> Handover<'a, P> {
             "[4/6] waiting (at most {:?}) until {} is Ready and holds the {} objects alone ...",
             self.opts.timeout,
             self.shown,
-            objects.len()
+            read.objects.len()
         );
-        let exempt = self.wait_handed_over(generation, &objects, &left).await?;
+        let exempt = self
+            .wait_handed_over(generation, &read.objects, &left)
+            .await?;
         for (object, why) in &exempt {
             eprintln!("note: {object} {why}");
         }
@@ -337,19 +354,49 @@ impl<'a, P: Parent> Handover<'a, P> {
             set: applied,
             sources,
         };
-        let generation = self.apply(&converted, &left).await?;
+        self.follow_again(&converted, &read, &left).await
+    }
+
+    /// Step 6: the set applied as converted, Ready for that generation; the final line says
+    /// whether it applied the revision Flux had applied or a newer one.
+    async fn follow_again(
+        &self,
+        converted: &Value,
+        read: &read::Read,
+        left: &Left,
+    ) -> Result<(), HandoverError> {
+        let generation = self.apply(converted, left).await?;
         eprintln!(
             "[6/6] applied {} as converted, following its branch or tag again (generation {}); waiting until it is Ready ...",
             self.shown,
             generation.unwrap_or_default()
         );
-        self.wait_handed_over(generation, &[], &left).await?;
-        eprintln!(
-            "handover done: {} holds the {} objects of {}; nothing was deleted but the Kustomization",
-            self.shown,
-            objects.len(),
-            self.from
-        );
+        self.wait_handed_over(generation, &[], left).await?;
+        let api = P::api(self.client.clone(), self.parent.namespace.as_deref());
+        let doing = format!("reading {}", self.shown);
+        let set = api.get_opt(&self.parent.name).await;
+        let set = set.map_err(self.api_error(doing, left))?;
+        let now = set
+            .as_ref()
+            .and_then(|s| s.status())
+            .and_then(|s| s.last_applied_revision.clone())
+            .unwrap_or_default();
+        let count = read.objects.len();
+        if !now.is_empty() && revision::moved_on(&now, &read.pin) {
+            eprintln!(
+                "handover done: {} holds the {count} objects of {}; the set now follows {} at {} (Flux had applied {}): what changed between them was applied",
+                self.shown,
+                self.from,
+                revision::followed(converted),
+                revision::source_part(&now, &read.pin),
+                read.revision
+            );
+        } else {
+            eprintln!(
+                "handover done: {} holds the {count} objects of {}; nothing was deleted but the Kustomization",
+                self.shown, self.from
+            );
+        }
         Ok(())
     }
 
@@ -401,102 +448,6 @@ impl<'a, P: Parent> Handover<'a, P> {
         move |error| HandoverError::Api { doing, error, left }
     }
 
-    /// Step 1: the Kustomization (not being deleted, not applied by another one, having
-    /// applied its last revision), its inventory's objects, resolved, and the set's body
-    /// `converted` pinned to the revision Flux applied.
-    async fn read(
-        &self,
-        converted: &Value,
-    ) -> Result<(Value, Vec<(InventoryId, Resolved)>, Value), HandoverError> {
-        let doing = format!("reading {}", self.from);
-        let found = self.kustomizations.get_opt(&self.from.name).await;
-        let found = found.map_err(self.api_error(doing, &Left::Unchanged))?;
-        let refuse = |why: &str| HandoverError::Refused {
-            kustomization: self.from.clone(),
-            why: why.into(),
-            left: Box::new(Left::Unchanged),
-        };
-        let found = found.ok_or_else(|| refuse("it does not exist"))?;
-        if found.metadata.deletion_timestamp.is_some() {
-            return Err(refuse("it is being deleted"));
-        }
-        let kustomization = serde_json::to_value(&found)
-            .map_err(self.encode_error(&self.from.to_string(), &Left::Unchanged))?;
-        if let Some(why) = checks::applied_by_parent(&found.metadata)
-            && !checks::suspended_in_git(&kustomization)
-        {
-            return Err(refuse(&checks::parent_refusal(&why)));
-        }
-        let unchanged = || Box::new(Left::Unchanged);
-        let revision =
-            revision::applied(&kustomization).map_err(|error| HandoverError::NotApplied {
-                kustomization: self.from.clone(),
-                error: Box::new(error),
-                left: unchanged(),
-            })?;
-        let pin_error = |error: revision::PinError| HandoverError::Pin {
-            kustomization: self.from.clone(),
-            error: Box::new(error),
-            left: unchanged(),
-        };
-        let pin = revision::pin(self.source_kind, &revision).map_err(pin_error)?;
-        let mut pinned = converted.clone();
-        revision::pinned(&mut pinned, &pin).map_err(pin_error)?;
-        let ids = checks::inventory(&kustomization).map_err(|error| HandoverError::Inventory {
-            kustomization: self.from.clone(),
-            error,
-            left: unchanged(),
-        })?;
-        let objects = self.resolve(ids).await?;
-        eprintln!(
-            "[1/6] read {}: {} objects in its status.inventory; Flux applied revision {revision}: the set is pinned to its {pin}",
-            self.from,
-            objects.len()
-        );
-        Ok((kustomization, objects, pinned))
-    }
-
-    /// The inventory's kinds by discovery: at the version recorded, else the preferred one.
-    async fn resolve(
-        &self,
-        ids: Vec<InventoryId>,
-    ) -> Result<Vec<(InventoryId, Resolved)>, HandoverError> {
-        let resolver = Resolver::new(self.client.clone());
-        let gvks: Vec<_> = ids
-            .iter()
-            .map(|i| (i.group.clone(), i.version.clone(), i.kind.clone()))
-            .collect();
-        let gks: Vec<_> = ids
-            .iter()
-            .map(|i| GroupKind::new(&i.group, &i.kind))
-            .collect();
-        let discovery_failed = |e: applyset_operator::Error| HandoverError::Refused {
-            kustomization: self.from.clone(),
-            why: format!("discovery of its inventory's kinds failed: {e}"),
-            left: Box::new(Left::Unchanged),
-        };
-        let exact = resolver
-            .resolve_all(&gvks)
-            .await
-            .map_err(discovery_failed)?;
-        let preferred = resolver
-            .resolve_group_kinds(&gks)
-            .await
-            .map_err(discovery_failed)?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (id, (gvk, gk)) in ids.into_iter().zip(gvks.iter().zip(&gks)) {
-            let Some(r) = exact.get(gvk).or_else(|| preferred.get(gk)) else {
-                return Err(HandoverError::Refused {
-                    kustomization: self.from.clone(),
-                    why: format!("{id} of its inventory is of a kind the cluster does not serve"),
-                    left: Box::new(Left::Unchanged),
-                });
-            };
-            out.push((id, r.clone()));
-        }
-        Ok(out)
-    }
-
     /// Step 2: `spec.suspend: true`, `spec.deletionPolicy: Orphan`, then, bounded by
     /// `--timeout`, until kustomize-controller has handled a reconcile of the suspended
     /// Kustomization (so that none of its applies is still in flight when the set applies).
@@ -512,7 +463,8 @@ impl<'a, P: Parent> Handover<'a, P> {
                 .map(|d| d.as_nanos())
                 .unwrap_or_default()
         );
-        let patch = checks::suspend_patch(kustomization, &token);
+        let patch = checks::suspend_patch(kustomization, &token)
+            .map_err(self.encode_error("the suspension's patch", &Left::Unchanged))?;
         let doing = format!("suspending {}", self.from);
         self.kustomizations
             .patch(&self.from.name, &params, &Patch::Merge(&patch))
@@ -530,6 +482,13 @@ impl<'a, P: Parent> Handover<'a, P> {
             let live = serde_json::to_value(&live)
                 .map_err(self.encode_error(&self.from.to_string(), left))?;
             if checks::acknowledged(&live, &token) {
+                if let Some(what) = checks::applied_since(kustomization, &live) {
+                    return Err(HandoverError::Moved {
+                        kustomization: self.from.clone(),
+                        what,
+                        left: Box::new(left.clone()),
+                    });
+                }
                 eprintln!(
                     "      kustomize-controller handled the suspended {} (status.lastHandledReconcileAt): it applies and deletes nothing more",
                     self.from
@@ -662,14 +621,8 @@ impl<'a, P: Parent> Handover<'a, P> {
     ) -> Result<Missing, HandoverError> {
         let (mut out, mut exempt) = (Vec::new(), Vec::new());
         for (id, resolved) in objects {
-            let namespace =
-                (resolved.namespaced && !id.namespace.is_empty()).then_some(id.namespace.as_str());
-            let api: Api<DynamicObject> = api_in(self.client, namespace, &resolved.resource);
-            let live = api
-                .get_metadata_opt(&id.name)
-                .await
-                .map_err(self.api_error(format!("reading {id}"), left))?;
-            let meta = live.as_ref().map(|o| &o.metadata);
+            let live = self.metadata(id, resolved, left).await?;
+            let meta = live.as_ref();
             if let Some(why) = meta.and_then(checks::exempt) {
                 exempt.push((id.to_string(), why));
             }
@@ -687,6 +640,7 @@ impl<'a, P: Parent> Handover<'a, P> {
         let doing = format!("reading {}", self.from);
         let live = self.kustomizations.get_opt(&self.from.name).await;
         let live = live.map_err(self.api_error(doing, left))?;
+        let uid = live.as_ref().and_then(ResourceExt::uid);
         if let Some(live) = live {
             let value = serde_json::to_value(&live)
                 .map_err(self.encode_error(&self.from.to_string(), left))?;
@@ -717,16 +671,18 @@ impl<'a, P: Parent> Handover<'a, P> {
             "[5/6] deleted {} (suspended, deletionPolicy: Orphan: its finalizer deletes nothing); waiting until it is gone ...",
             self.from
         );
-        self.wait_gone(deleting).await
+        self.wait_gone(uid.as_deref(), deleting).await
     }
 
-    /// Until the Kustomization is gone (kustomize-controller removed its finalizer).
-    async fn wait_gone(&self, left: &Left) -> Result<(), HandoverError> {
+    /// Until the Kustomization of UID `uid` is gone (kustomize-controller removed its
+    /// finalizer): no object of its name, or one with another UID (created again since).
+    async fn wait_gone(&self, uid: Option<&str>, left: &Left) -> Result<(), HandoverError> {
         let deadline = Instant::now() + self.opts.timeout;
         loop {
             let doing = format!("reading {}", self.from);
             let live = self.kustomizations.get_opt(&self.from.name).await;
-            let Some(live) = live.map_err(self.api_error(doing, left))? else {
+            let live = live.map_err(self.api_error(doing, left))?;
+            let Some(live) = live.filter(|l| uid.is_some() && l.uid().as_deref() == uid) else {
                 eprintln!("      {} is gone", self.from);
                 return Ok(());
             };

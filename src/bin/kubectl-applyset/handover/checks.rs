@@ -1,8 +1,9 @@
 //! The pure parts of the handover: a Kustomization's `status.inventory` read into object
 //! identities (fluxcd/cli-utils' `ObjMetadata` strings, `<namespace>_<name>_<group>_<kind>`),
 //! what an inventory object still lacks to be the set's alone ([`pending`]), whether the set is
-//! Ready for its generation ([`set_state`]), and the Kustomization's state before its deletion
-//! ([`safe_to_delete`]).
+//! Ready for its generation ([`set_state`]), which inventory objects Flux never owned
+//! ([`never_flux`]), whether Flux applied anything while being suspended ([`applied_since`]),
+//! and the Kustomization's state before its deletion ([`safe_to_delete`]).
 //!
 //! No I/O: the requests are `handover`'s.
 
@@ -163,6 +164,10 @@ pub enum Exempt {
     Skipped(&'static str),
     /// `ssa: Merge`: the set applies it (its label) but keeps the other managers' fields.
     Merge,
+    /// Before the handover, neither a Flux owner label nor a field of kustomize-controller:
+    /// Flux never applied it (e.g. an `ssa: IfNotPresent` object made by hand), and the set
+    /// does not adopt it either.
+    NotFlux,
 }
 
 impl std::fmt::Display for Exempt {
@@ -175,6 +180,10 @@ impl std::fmt::Display for Exempt {
             Exempt::Merge => write!(
                 f,
                 "carries ssa: Merge: the set applies it but keeps {FLUX_MANAGER}'s fields and Flux's owner labels on it"
+            ),
+            Exempt::NotFlux => write!(
+                f,
+                "not made by {FLUX_MANAGER}: the set leaves it as Flux did"
             ),
         }
     }
@@ -192,6 +201,13 @@ pub fn exempt(meta: &ObjectMeta) -> Option<Exempt> {
     } else {
         None
     }
+}
+
+/// Whether the inventory object with metadata `meta`, read before the handover, was never
+/// Flux's: no Flux owner label and no managedFields entry of kustomize-controller (see
+/// [`applied_by_parent`]). Such an object is not waited for: the set leaves it as it is.
+pub fn never_flux(meta: &ObjectMeta) -> Option<Exempt> {
+    applied_by_parent(meta).is_none().then_some(Exempt::NotFlux)
 }
 
 /// What the object with metadata `meta` (`None`: it does not exist) still lacks to be the
@@ -333,19 +349,7 @@ pub fn original(kustomization: &Value) -> Original {
 
 /// Puts the recorded original `spec.suspend` and `spec.deletionPolicy` back into a
 /// Kustomization read from the cluster (for its conversion); unchanged without a record.
-///
-/// A Kustomization applied by another one (suspended in Git, see [`parent_refusal`]) is
-/// converted as not suspended: its set must apply.
 pub fn restore_original(kustomization: &mut Value) {
-    let meta: Option<ObjectMeta> = kustomization
-        .get("metadata")
-        .and_then(|m| serde_json::from_value(m.clone()).ok());
-    if meta.as_ref().and_then(applied_by_parent).is_some()
-        && let Some(spec) = kustomization.get_mut("spec").and_then(Value::as_object_mut)
-    {
-        spec.insert("suspend".into(), Value::Bool(false));
-        return;
-    }
     let Some(original) = recorded(kustomization) else {
         return;
     };
@@ -366,17 +370,17 @@ pub fn restore_original(kustomization: &mut Value) {
 /// The patch also requests a reconcile with `token` (Flux's `reconcile.fluxcd.io/requestedAt`),
 /// which kustomize-controller records in `status.lastHandledReconcileAt` at the end of every
 /// reconcile, a suspended one included: [`acknowledged`] says when it has.
-pub fn suspend_patch(kustomization: &Value, token: &str) -> Value {
+pub fn suspend_patch(kustomization: &Value, token: &str) -> Result<Value, serde_json::Error> {
     let mut annotations = serde_json::Map::new();
     annotations.insert(RECONCILE_REQUESTED_AT.into(), Value::String(token.into()));
     if recorded(kustomization).is_none() {
-        let text = serde_json::to_string(&original(kustomization)).unwrap_or_default();
+        let text = serde_json::to_string(&original(kustomization))?;
         annotations.insert(ANNOTATION_ORIGINAL.into(), Value::String(text));
     }
-    serde_json::json!({
+    Ok(serde_json::json!({
         "metadata": {"annotations": annotations},
         "spec": {"suspend": true, "deletionPolicy": "Orphan"},
-    })
+    }))
 }
 
 /// Flux's annotation that asks its controllers for a reconcile now (what `flux reconcile`
@@ -391,6 +395,24 @@ pub fn acknowledged(kustomization: &Value, token: &str) -> bool {
         .pointer("/status/lastHandledReconcileAt")
         .and_then(Value::as_str)
         == Some(token)
+}
+
+/// What Flux applied since step 1 read `read`, if anything: the acknowledged suspended
+/// Kustomization `live` must have the same `status.lastAppliedRevision` and
+/// `status.inventory`, else Flux applied another revision before it saw the suspension (and
+/// the set's pin would be stale). `None` when both are unchanged.
+pub fn applied_since(read: &Value, live: &Value) -> Option<String> {
+    let revision = |k: &Value| k.pointer("/status/lastAppliedRevision").cloned();
+    let inventory = |k: &Value| k.pointer("/status/inventory").cloned();
+    if revision(read) != revision(live) {
+        let shown = |v: Option<Value>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
+        return Some(format!(
+            "status.lastAppliedRevision is {}, not {} as read",
+            shown(revision(live)),
+            shown(revision(read))
+        ));
+    }
+    (inventory(read) != inventory(live)).then(|| "status.inventory is not the one read".to_owned())
 }
 
 /// Why `kustomization` (its metadata) is applied by another Kustomization, if it is: Flux's
@@ -410,21 +432,10 @@ pub fn applied_by_parent(meta: &ObjectMeta) -> Option<String> {
         .then(|| format!("{FLUX_MANAGER} manages fields of it (metadata.managedFields)"))
 }
 
-/// Whether a Kustomization applied by a parent was suspended in Git as the refusal asks:
-/// `spec.suspend: true` and `spec.deletionPolicy: Orphan`, and so before any handover (its
-/// [`original`]).
-pub fn suspended_in_git(kustomization: &Value) -> bool {
-    let orphaned = Original {
-        suspend: true,
-        deletion_policy: Some("Orphan".into()),
-    };
-    safe_to_delete(kustomization).is_none() && original(kustomization) == orphaned
-}
-
 /// The refusal of a Kustomization applied by another one (`why`: [`applied_by_parent`]).
 pub fn parent_refusal(why: &str) -> String {
     format!(
-        "it is applied by another Kustomization ({why}): once deleted, its parent would re-create it, not suspended, and kustomize-controller would fight the set; and its removal from Git later would run its finalizer and delete the objects. Suspend it in Git (spec.suspend: true, spec.deletionPolicy: Orphan), let the parent apply that, then hand it over"
+        "it is applied by another Kustomization ({why}): once deleted, its parent would re-create it and kustomize-controller would fight the set, and its removal from Git later would run its finalizer and delete the objects. Follow the GitOps flow of docs/migrating-from-flux.md instead: suspend it in Git (spec.suspend: true, spec.deletionPolicy: Orphan), commit the converted sets, then remove the Kustomizations from Git"
     )
 }
 
@@ -471,7 +482,7 @@ mod tests {
     #[test]
     fn the_suspension_requests_a_reconcile_whose_handling_acknowledges_it() {
         let k = json!({"spec": {"suspend": false}});
-        let patch = suspend_patch(&k, "applyset-handover-1");
+        let patch = suspend_patch(&k, "applyset-handover-1").expect("patch");
         assert_eq!(
             patch["spec"],
             json!({"suspend": true, "deletionPolicy": "Orphan"})
@@ -707,7 +718,7 @@ mod tests {
         );
         // The patch makes a Kustomization safe to delete.
         let mut patched = k(json!({"suspend": false, "prune": true}));
-        let patch = suspend_patch(&patched, "t");
+        let patch = suspend_patch(&patched, "t").expect("patch");
         json_patch_merge(&mut patched, &patch);
         assert_eq!(safe_to_delete(&patched), None);
     }
@@ -716,7 +727,7 @@ mod tests {
     fn the_original_is_recorded_once_and_restored_for_the_conversion() {
         let mut k = json!({"metadata": {"name": "web"},
             "spec": {"prune": true, "deletionPolicy": "Delete"}});
-        let first = suspend_patch(&k, "t1");
+        let first = suspend_patch(&k, "t1").expect("patch");
         let text = first["metadata"]["annotations"][ANNOTATION_ORIGINAL]
             .as_str()
             .expect("recorded");
@@ -724,7 +735,7 @@ mod tests {
         json_patch_merge(&mut k, &first);
         assert_eq!(k["spec"]["suspend"], json!(true));
         // Run again: the record stays the first one.
-        let again = suspend_patch(&k, "t2");
+        let again = suspend_patch(&k, "t2").expect("patch");
         assert!(
             again["metadata"]["annotations"]
                 .get(ANNOTATION_ORIGINAL)
@@ -823,7 +834,7 @@ mod tests {
     }
 
     #[test]
-    fn a_kustomization_applied_by_another_is_refused_unless_suspended_in_git() {
+    fn a_kustomization_applied_by_another_is_refused() {
         let labelled = meta(&[("kustomize.toolkit.fluxcd.io/name", "apps")], vec![]);
         assert_eq!(
             applied_by_parent(&labelled).as_deref(),
@@ -848,22 +859,55 @@ mod tests {
         assert_eq!(applied_by_parent(&own), None);
         let text = parent_refusal("x");
         assert!(
-            text.contains("Suspend it in Git (spec.suspend: true, spec.deletionPolicy: Orphan)"),
+            text.contains("Follow the GitOps flow of docs/migrating-from-flux.md"),
             "{text}"
         );
-        // Suspended in Git, not by a handover: handed over, converted as not suspended.
-        let mut k = json!({"metadata": {"labels": {"kustomize.toolkit.fluxcd.io/name": "apps"}},
-            "spec": {"suspend": true, "deletionPolicy": "Orphan"}});
-        assert!(suspended_in_git(&k));
-        assert!(!suspended_in_git(&json!({"spec": {"suspend": true}})));
-        let by_handover = json!({"metadata": {"annotations": {ANNOTATION_ORIGINAL: r#"{"suspend":false,"deletionPolicy":null}"#}},
-            "spec": {"suspend": true, "deletionPolicy": "Orphan"}});
-        assert!(!suspended_in_git(&by_handover));
-        restore_original(&mut k);
+        assert!(text.contains("spec.deletionPolicy: Orphan"), "{text}");
+    }
+
+    #[test]
+    fn an_object_flux_never_owned_is_exempt() {
         assert_eq!(
-            k["spec"],
-            json!({"suspend": false, "deletionPolicy": "Orphan"})
+            never_flux(&meta(&[("app", "web")], vec![])),
+            Some(Exempt::NotFlux)
         );
+        let other = meta(
+            &[],
+            vec![entry("kubectl-client-side-apply", "Update", None)],
+        );
+        assert_eq!(never_flux(&other), Some(Exempt::NotFlux));
+        let labelled = meta(&[("kustomize.toolkit.fluxcd.io/name", "web")], vec![]);
+        assert_eq!(never_flux(&labelled), None);
+        let applied = meta(&[], vec![entry(FLUX_MANAGER, "Apply", None)]);
+        assert_eq!(never_flux(&applied), None);
+        assert_eq!(
+            Exempt::NotFlux.to_string(),
+            "not made by kustomize-controller: the set leaves it as Flux did"
+        );
+    }
+
+    #[test]
+    fn what_flux_applied_while_being_suspended_is_seen() {
+        let k = |rev: &str, id: &str| {
+            json!({"status": {"lastAppliedRevision": rev,
+                "inventory": {"entries": [{"id": id, "v": "v1"}]}}})
+        };
+        let read = k("main@sha1:aaa", "team_web__ConfigMap");
+        let mut live = read.clone();
+        live["status"]["lastHandledReconcileAt"] = json!("t");
+        assert_eq!(applied_since(&read, &live), None);
+        let moved = applied_since(&read, &k("main@sha1:bbb", "team_web__ConfigMap"));
+        assert_eq!(
+            moved.as_deref(),
+            Some("status.lastAppliedRevision is \"main@sha1:bbb\", not \"main@sha1:aaa\" as read")
+        );
+        let other = applied_since(&read, &k("main@sha1:aaa", "team_other__ConfigMap"));
+        assert_eq!(
+            other.as_deref(),
+            Some("status.inventory is not the one read")
+        );
+        let gone = applied_since(&read, &json!({"status": {}}));
+        assert!(gone.is_some_and(|w| w.contains("is none")));
     }
 
     #[test]

@@ -188,6 +188,48 @@ pub fn pinned(set: &mut Value, pin: &Pin) -> Result<(), PinError> {
     Ok(())
 }
 
+/// Whether the set's `status.lastAppliedRevision` `applied` is another revision than the
+/// one pinned (`pin`'s commit or digest is not in it).
+pub fn moved_on(applied: &str, pin: &Pin) -> bool {
+    let (Pin::Commit(hash) | Pin::Digest(hash)) = pin;
+    !applied.contains(hash.as_str())
+}
+
+/// The source's part of the set's `status.lastAppliedRevision` `applied` (`<digest>;
+/// git:<ref>@sha1:<commit>`): the part after `git:` (a commit pinned) or `oci:` (a digest),
+/// else all of it.
+pub fn source_part<'a>(applied: &'a str, pin: &Pin) -> &'a str {
+    let prefix = match pin {
+        Pin::Commit(_) => "git:",
+        Pin::Digest(_) => "oci:",
+    };
+    applied
+        .split("; ")
+        .find_map(|part| part.strip_prefix(prefix))
+        .unwrap_or(applied)
+}
+
+/// What the set's body `set` follows, for the final message: its first git source's
+/// `branch`, `tag`, `semver` or `name` (`branch main`), else its first oci source's `tag` or
+/// `semver`, else "its branch or tag".
+pub fn followed(set: &Value) -> String {
+    let sources = set.pointer("/spec/sources").and_then(Value::as_array);
+    for source in sources.into_iter().flatten() {
+        let git = source
+            .pointer("/git/ref")
+            .map(|r| (r, ["branch", "tag", "semver", "name"].as_slice()));
+        let oci = source.get("oci").map(|o| (o, ["tag", "semver"].as_slice()));
+        for (object, keys) in git.into_iter().chain(oci) {
+            for key in keys {
+                if let Some(v) = object.get(*key).and_then(Value::as_str) {
+                    return format!("{key} {v}");
+                }
+            }
+        }
+    }
+    "its branch or tag".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +237,28 @@ mod tests {
 
     const SHA1: &str = "0123456789abcdef0123456789abcdef01234567";
     const SHA256: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn the_set_moved_on_when_its_revision_is_not_the_pinned_one() {
+        let pin = Pin::Commit(SHA1.into());
+        assert!(!moved_on(&format!("main@sha1:{SHA1}"), &pin));
+        assert!(moved_on(
+            "main@sha1:ffffffffffffffffffffffffffffffffffffffff",
+            &pin
+        ));
+        let digest = Pin::Digest(format!("sha256:{SHA256}"));
+        assert!(!moved_on(&format!("v1@sha256:{SHA256}"), &digest));
+        assert!(moved_on("v1@sha256:00", &digest));
+        let composite = format!("sha256:00; git:main@sha1:{SHA1}");
+        assert_eq!(source_part(&composite, &pin), format!("main@sha1:{SHA1}"));
+        assert_eq!(source_part("plain", &pin), "plain");
+        assert_eq!(source_part("a; oci:v1@sha256:00", &digest), "v1@sha256:00");
+        let git = json!({"spec": {"sources": [{"git": {"url": "u", "ref": {"branch": "main"}}}]}});
+        assert_eq!(followed(&git), "branch main");
+        let oci = json!({"spec": {"sources": [{"oci": {"url": "u", "tag": "v1"}}]}});
+        assert_eq!(followed(&oci), "tag v1");
+        assert_eq!(followed(&json!({})), "its branch or tag");
+    }
 
     #[test]
     fn a_git_revision_pins_its_commit() {
