@@ -320,19 +320,32 @@ fn without_stale_owner(theirs: &Value, input: &[Value]) -> Value {
     Value::Array(kept)
 }
 
-#[test]
-fn managed_fields_are_taken_over_as_flux() {
-    let inputs = managed_cases();
+/// For each case's managed fields: the entries parsed (for ours) and the managed fields
+/// Flux's `PatchReplaceFieldsManagers` computes for them (its stale owner entry dropped).
+fn against_flux(inputs: &[Vec<Value>]) -> Vec<(Vec<ManagedFieldsEntry>, Value)> {
     let cases: Vec<Value> = inputs
         .iter()
         .map(|m| json!({"desired": {}, "live": {}, "owner": OWNER, "managedFields": m}))
         .collect();
     let answers = flux(&cases);
-    for (input, theirs) in inputs.iter().zip(&answers) {
-        let entries: Vec<ManagedFieldsEntry> =
-            serde_json::from_value(Value::Array(input.clone())).expect("entries");
+    inputs
+        .iter()
+        .zip(&answers)
+        .map(|(input, theirs)| {
+            let entries = serde_json::from_value(Value::Array(input.clone())).expect("entries");
+            (
+                entries,
+                without_stale_owner(&theirs["managedFields"], input),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn managed_fields_are_taken_over_as_flux() {
+    let inputs = managed_cases();
+    for (input, (entries, theirs)) in inputs.iter().zip(against_flux(&inputs)) {
         let mine = serde_json::to_value(taken_over(&entries, OWNER)).expect("as JSON");
-        let theirs = without_stale_owner(&theirs["managedFields"], input);
         assert_eq!(
             mine,
             theirs,
@@ -446,19 +459,11 @@ fn without_controls(entries: &Value) -> Value {
 #[test]
 fn control_keys_stay_with_their_manager_unlike_flux() {
     let inputs = control_cases();
-    let cases: Vec<Value> = inputs
-        .iter()
-        .map(|m| json!({"desired": {}, "live": {}, "owner": OWNER, "managedFields": m}))
-        .collect();
-    let answers = flux(&cases);
-    for (input, theirs) in inputs.iter().zip(&answers) {
-        let entries: Vec<ManagedFieldsEntry> =
-            serde_json::from_value(Value::Array(input.clone())).expect("entries");
+    for (input, (entries, theirs)) in inputs.iter().zip(against_flux(&inputs)) {
         let mine = match taken_over(&entries, OWNER) {
             Some(m) => serde_json::to_value(m).expect("as JSON"),
             None => Value::Array(input.clone()),
         };
-        let theirs = without_stale_owner(&theirs["managedFields"], input);
         let shown = Value::Array(input.clone());
         // The difference: Flux's own entry takes the marks; ours leaves them to their manager.
         for e in input.iter().filter(|e| !controls_of(e).is_empty()) {

@@ -55,40 +55,11 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
         .map(applyset_operator::tenancy::parse_namespaced_name)
         .transpose()
         .map_err(|e| CliError::Usage(format!("--service-account: {e}")))?;
-    let mut input = match (&opts.file, &opts.from_cluster) {
-        (Some(path), _) => {
-            let mut objects = read_path(path)?;
-            let namespace = g.namespace.as_deref().unwrap_or("default");
-            for o in &mut objects {
-                if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut)
-                    && meta
-                        .get("namespace")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                {
-                    meta.insert("namespace".into(), Value::String(namespace.into()));
-                }
-            }
-            Input {
-                objects,
-                ..Input::default()
-            }
-        }
-        (None, Some(target)) => {
-            let c = conn::connect(g).await?;
-            let (namespace, name) = match target.split_once('/') {
-                Some((ns, name)) => (ns.to_string(), Some(name)),
-                None if target.is_empty() => (c.namespace.clone(), None),
-                None => (target.clone(), None),
-            };
-            read_from_cluster(&c.client, &namespace, name).await?
-        }
-        (None, None) => return Err(CliError::Usage("give -f PATH or --from-cluster".into())),
-    };
+    let (mut input, client) = read_input(g, opts).await?;
     input.cluster_service_account = cluster_service_account;
     // A Kustomization a handover suspended (one stopped before its end) is converted as it
     // was before, with or without --handover.
-    let mut notes = if opts.from_cluster.is_some() && opts.file.is_none() {
+    let mut notes = if client.is_some() {
         restore_handed_over(&mut input.objects)
     } else {
         Vec::new()
@@ -110,17 +81,11 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
     let stream = print(&conversion)?;
     print_notes(&notes);
     print!("{stream}");
-    if opts.handover.handover {
+    if opts.handover.handover
+        && let Some(client) = &client
+    {
         let from = opts.from_cluster.as_deref().unwrap_or_default();
-        let client = conn::connect(g).await?.client;
-        return crate::handover::after_convert(
-            &client,
-            from,
-            &opts.handover,
-            &conversion,
-            opts.strict,
-        )
-        .await;
+        return crate::handover::after_convert(client, from, &opts.handover, &conversion).await;
     }
     let fails = conversion.fails_strict();
     Ok(if opts.strict && fails {
@@ -128,6 +93,43 @@ pub async fn run(g: &Global, opts: &Options) -> Result<u8, CliError> {
     } else {
         0
     })
+}
+
+/// The Flux objects of `-f` (with `-n`'s namespace, else `default`, where they name none), or
+/// of `--from-cluster` with the client that read them.
+async fn read_input(g: &Global, opts: &Options) -> Result<(Input, Option<Client>), CliError> {
+    match (&opts.file, &opts.from_cluster) {
+        (Some(path), _) => {
+            let mut objects = read_path(path)?;
+            let namespace = g.namespace.as_deref().unwrap_or("default");
+            for o in &mut objects {
+                if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut)
+                    && meta
+                        .get("namespace")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                {
+                    meta.insert("namespace".into(), Value::String(namespace.into()));
+                }
+            }
+            let input = Input {
+                objects,
+                ..Input::default()
+            };
+            Ok((input, None))
+        }
+        (None, Some(target)) => {
+            let c = conn::connect(g).await?;
+            let (namespace, name) = match target.split_once('/') {
+                Some((ns, name)) => (ns.to_string(), Some(name)),
+                None if target.is_empty() => (c.namespace.clone(), None),
+                None => (target.clone(), None),
+            };
+            let input = read_from_cluster(&c.client, &namespace, name).await?;
+            Ok((input, Some(c.client)))
+        }
+        (None, None) => Err(CliError::Usage("give -f PATH or --from-cluster".into())),
+    }
 }
 
 /// Puts back the `spec.suspend` and `spec.deletionPolicy` a handover recorded on each

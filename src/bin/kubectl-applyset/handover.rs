@@ -177,7 +177,6 @@ pub async fn after_convert(
     from: &str,
     args: &HandoverArgs,
     conversion: &Conversion,
-    _strict: bool,
 ) -> Result<u8, crate::error::CliError> {
     let Some((namespace, name)) = from
         .split_once('/')
