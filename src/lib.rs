@@ -71,6 +71,7 @@ pub mod status;
 pub mod substitute;
 pub mod tenancy;
 pub mod terminating;
+pub mod view;
 
 /// Errors of the operator's I/O. Problems with what the user declared are not errors of this
 /// type: they are reported in status (see [`render::RenderError`], [`applyset::OwnershipError`]).

@@ -20,6 +20,7 @@ mod progress;
 mod render_file;
 mod sets;
 mod tree;
+mod ui;
 
 use std::{path::PathBuf, process::ExitCode, sync::LazyLock, time::Duration};
 
@@ -211,6 +212,19 @@ left out or a Kustomization refused."
         #[command(flatten)]
         handover: handover::HandoverArgs,
     },
+    /// Serve a live, read-only web view of every set you may list, on 127.0.0.1.
+    #[command(
+        long_about = "Serve a live web view of every ApplySet and ClusterApplySet your kubeconfig's user may \
+list, on 127.0.0.1 (a free port unless --port): the sets with their state, each set's members with \
+their health, its dependsOn graph, conditions, events, source and last plan, updated from watches \
+without reloading. Open the one-time URL it prints (or pass --open); the view acts as you and shows \
+only what you may read. Secret values are never shown. With --allow-actions, each set's page offers \
+reconcile, suspend and resume, done as you."
+    )]
+    Ui {
+        #[command(flatten)]
+        args: ui::UiArgs,
+    },
     /// Print a shell completion script for kubectl-applyset.
     #[command(
         long_about = "Print a completion script for kubectl-applyset in the given shell, to be \
@@ -336,6 +350,7 @@ async fn run(cli: Cli) -> Result<u8, error::CliError> {
             };
             convert::run(g, &opts).await
         }
+        Command::Ui { args } => ui::run(g, &args).await,
         Command::Completion { shell } => {
             // Written whole: the generator panics on a write error (a closed pipe).
             let mut script = Vec::new();
