@@ -3,7 +3,8 @@
 //! TLS provider ([`init`]), the pinned kustomize; the plugin binary as a process ([`cli`]); the in-process
 //! operator and its handles ([`operator`]), the operator binary as a process ([`process`])
 //! the source tests' servers ([`servers`]), the real sops and age-keygen ([`sops`]) and
-//! Flux's CRDs and real kustomize-controller ([`flux`]). A test file declares it with `mod support;`
+//! Flux's CRDs and real kustomize-controller ([`flux`]), `kubectl applyset ui` as a process and raw
+//! HTTP to it ([`ui`]). A test file declares it with `mod support;`
 //! (tests/model, one directory down, with a `#[path]`).
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -13,6 +14,7 @@ pub mod operator;
 pub mod process;
 pub mod servers;
 pub mod sops;
+pub mod ui;
 
 use std::{
     future::Future,
