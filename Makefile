@@ -28,20 +28,25 @@ help: ## list the targets
 
 # `deps` needs nothing but bash and apt-get (as root) or sudo: no coreutils (`id`, `env`),
 # which a minimal image may lack.
+# Chromium, its WebDriver (chromium-driver: /usr/bin/chromedriver, the same version by its
+# Depends) and a font are for the ui's browser test (tests/ui_browser.rs), without their
+# recommends.
 # In CI (CI set) the apt-get line of `deps` always runs (a no-op when everything is
 # installed), so that a broken install line fails CI even on a machine that has the packages.
 APT_ALWAYS ?= $(CI)
 
 .PHONY: deps
 deps: ## install what building and testing need (apt packages; Go and Rust are on the machine)
-	@missing=""; for t in openssl curl setsid git ssh ssh-keygen lua5.1 python3; do command -v $$t >/dev/null || missing=1; done; \
+	@missing=""; for t in openssl curl setsid git ssh ssh-keygen lua5.1 python3 chromium chromedriver; do command -v $$t >/dev/null || missing=1; done; \
 	[ -x /usr/sbin/sshd ] || missing=1; \
+	[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing=1; \
 	[ -z "$(APT_ALWAYS)" ] || missing=1; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing apt packages"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  if [ "$$EUID" = 0 ]; then as_root=(); else as_root=(sudo DEBIAN_FRONTEND=noninteractive); fi; \
-	  "$${as_root[@]}" apt-get update -qq && "$${as_root[@]}" apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 python3 >/dev/null; \
+	  "$${as_root[@]}" apt-get update -qq && "$${as_root[@]}" apt-get install -y -qq openssl curl util-linux git openssh-client openssh-server lua5.1 python3 >/dev/null \
+	    && "$${as_root[@]}" apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "Go 1.26 is required (https://go.dev/dl)"; exit 1; }
 	@command -v $(CARGO) >/dev/null || { echo "Rust (cargo) is required (rustup)"; exit 1; }
@@ -107,7 +112,16 @@ test: deps kube-binaries helm-binary kstatus-binary fluxssa-binary flux-crds kus
 	APPLYSET_KREW=$$(tests/testenv/build-krew.sh)/krew \
 	APPLYSET_SOPS=$$(tests/testenv/build-sops.sh)/sops \
 	APPLYSET_AGE_KEYGEN=$$(tests/testenv/build-sops.sh)/age-keygen \
+	UI_SCREENSHOTS_DIR= \
 	  $(CARGO) test --locked --workspace --no-fail-fast -- --test-threads=$(TEST_THREADS)
+
+# The browser test writes its screenshots under target/ui-screenshots/ in `make test`; this
+# target points it at docs/images/ui/ instead, to refresh the screenshots docs/ui.md shows.
+.PHONY: screenshots
+screenshots: deps kube-binaries ## refresh docs/images/ui/*.png: the ui's browser test (headless Chromium) with its screenshots written there
+	$(CARGO) build --locked --bins
+	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) UI_SCREENSHOTS_DIR=$(CURDIR)/docs/images/ui \
+	  $(CARGO) test --locked --test ui_browser -- --nocapture
 
 .PHONY: fuzz
 fuzz: ## the property tests of the tenant-input parsers (tests/fuzz.rs) with more cases: make fuzz CASES=<n>
