@@ -133,7 +133,7 @@ soak: deps kube-binaries ## a long model-based random walk (tests/model): make s
 	  $(CARGO) test --locked --test model walk_with_seed -- --exact --nocapture
 
 .PHONY: bench
-bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling; bench/results/
+bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling, the ui's sets page with 10,000 sets; bench/results/
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
 	  --operator target/release/applyset-operator --out bench/results --teardown-baseline $(BENCH_ARGS)
@@ -143,7 +143,7 @@ bench-scale: deps kube-binaries ## 10,000 ApplySets × 4 (Flux's objects): all R
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
 	  --operator target/release/applyset-operator --out bench/results/scale \
-	  --shapes 10000 --sizes "" --no-kubectl --teardown-baseline $(BENCH_ARGS)
+	  --shapes 10000 --sizes "" --no-kubectl --teardown-baseline --ui 0 $(BENCH_ARGS)
 
 .PHONY: bench-kustomize
 bench-kustomize: deps kustomize-binary ## the cost of kustomize builds through the operator's build path: one, and KZ_BENCH_N (1000) at --kustomize-concurrency 2
@@ -154,9 +154,10 @@ bench-kustomize: deps kustomize-binary ## the cost of kustomize builds through t
 bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make test, so it cannot rot)
 	$(CARGO) build --locked -q --workspace --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/debug/applyset-bench \
-	  --sizes 20 --shapes 10 --operator target/debug/applyset-operator --out target/bench-smoke > target/bench-smoke.log \
+	  --sizes 20 --shapes 10 --ui 20 --plugin target/debug/kubectl-applyset \
+	  --operator target/debug/applyset-operator --out target/bench-smoke > target/bench-smoke.log \
 	  || { cat target/bench-smoke.log; exit 1; }
-	@grep -q '^| 20 | create' target/bench-smoke/report.md && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
+	@grep -q '^| 20 | create' target/bench-smoke/report.md && grep -q '^| 20 sets | ' target/bench-smoke/report.md && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
 
 .PHONY: run
 run: deps kube-binaries ## local control plane (unless KUBECONFIG is set, or CONTEXT=current|NAME) + CRDs + operator in the foreground + examples/

@@ -6,6 +6,7 @@
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
 //!                [--no-kubectl] [--impersonate] [--wait] [--teardown-baseline]
+//!                [--ui 10000] [--plugin target/release/kubectl-applyset]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
@@ -15,6 +16,8 @@
 //! available, as the Deployment controller would): the cost of health waits.
 //! `--teardown-baseline` times each shape's namespace deletion again without the operator
 //! (the same objects, made directly, no finalizers): the teardown's baseline.
+//! `--ui N` measures `kubectl applyset ui` (the `--plugin` binary) serving the sets page with
+//! N ApplySets present, last (see ui.rs); `--ui 0` skips it.
 //!
 //! The Flux shape is Flux's own benchmark shape: per set a ServiceAccount, a headless
 //! Service, a Deployment of 0 replicas and an Ingress. Each shape's teardown (the namespace
@@ -49,6 +52,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+mod ui;
+
 type Res<T> = Result<T, String>;
 
 const CRD_KINDS: usize = 20;
@@ -71,6 +76,10 @@ struct Args {
     /// again without the operator (no finalizers) and their namespace's deletion is timed:
     /// the baseline of the teardown.
     teardown_baseline: bool,
+    /// ApplySets present while the ui's sets page is measured (0: not measured).
+    ui: usize,
+    /// The kubectl-applyset binary whose ui is measured.
+    plugin: PathBuf,
 }
 
 fn parse_args() -> Res<Args> {
@@ -84,6 +93,8 @@ fn parse_args() -> Res<Args> {
         impersonate: false,
         wait: false,
         teardown_baseline: false,
+        ui: 10_000,
+        plugin: PathBuf::from("target/release/kubectl-applyset"),
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -120,6 +131,18 @@ fn parse_args() -> Res<Args> {
             "--impersonate" => a.impersonate = true,
             "--wait" => a.wait = true,
             "--teardown-baseline" => a.teardown_baseline = true,
+            "--ui" => {
+                a.ui = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--ui needs a number")?
+            }
+            "--plugin" => {
+                a.plugin = it
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--plugin needs a path")?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -1141,7 +1164,13 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 /// The report: Markdown for people, JSON for tools.
-fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -> (String, Value) {
+fn report(
+    args: &Args,
+    sets: &[SetResult],
+    shapes: &[Shape],
+    op_rss_sets: f64,
+    ui: Option<&ui::UiResult>,
+) -> (String, Value) {
     let mut md = String::new();
     md.push_str("# applyset-operator benchmark\n\n");
     md.push_str(&format!(
@@ -1151,12 +1180,23 @@ fn report(args: &Args, sets: &[SetResult], shapes: &[Shape], op_rss_sets: f64) -
     ));
     let json_sets = report_sets(&mut md, sets);
     let json_shapes = report_shapes(&mut md, args.wait, shapes, op_rss_sets);
+    let json_ui = ui.map(|u| ui::report(&mut md, u));
     md.push_str("\n## Targets\n\n| target | figure | verdict |\n|---|---|---|\n");
-    let targets = report_targets(sets, shapes);
+    let mut targets = report_targets(sets, shapes);
+    if let Some(u) = ui.filter(|u| u.sets >= 10_000) {
+        targets.push((
+            format!(
+                "ui sets page with {} sets: time to first byte < 1 s (max of 5)",
+                u.sets
+            ),
+            format!("{:.0} ms", u.max()),
+            u.max() < 1000.0,
+        ));
+    }
     for (t, f, ok) in &targets {
         md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
     }
-    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets,
+    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets, "ui": json_ui,
         "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
     (md, json)
 }
@@ -1315,7 +1355,12 @@ async fn run(args: Args) -> Res<()> {
         shapes.push(run_shape(&client, &args, &kubectl, &kubeconfig, k, &work).await?);
     }
     let (sets, rss_sets) = run_sets(&client, &args, &kubectl, &kubeconfig, &work).await?;
-    let (md, json) = report(&args, &sets, &shapes, rss_sets);
+    // The ui last: its ApplySets stay until the control plane goes (no operator runs then).
+    let ui = match args.ui {
+        0 => None,
+        n => Some(ui::run(&client, &args.plugin, &kubeconfig, n).await?),
+    };
+    let (md, json) = report(&args, &sets, &shapes, rss_sets, ui.as_ref());
     std::fs::write(args.out.join("report.md"), &md).map_err(|e| e.to_string())?;
     std::fs::write(
         args.out.join("report.json"),
