@@ -461,6 +461,7 @@ fn every_flag_is_documented() {
         "reconcile",
         "suspend",
         "resume",
+        "ui",
         "completion",
     ] {
         let missing: Vec<String> = flags_of(plugin, &[command, "--help"])
