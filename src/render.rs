@@ -878,12 +878,19 @@ mod tests {
                 "", "v1", kind,
             ));
             let namespaced = true;
-            (gvk, crate::discovery::Resolved { resource, namespaced })
+            (
+                gvk,
+                crate::discovery::Resolved {
+                    resource,
+                    namespaced,
+                },
+            )
         };
         let served = HashMap::from([resolved("ConfigMap")]);
         let set = render_resolved(&parent, &spec, manifests, served).expect("rendered");
         assert_eq!(set.members[0].object["data"]["password"], "hunter2-secret");
-        let said = "data.password: Invalid value: \"hunter2-secret\" (aHVudGVyMi1zZWNyZXQ=) in eu-west-1";
+        let said =
+            "data.password: Invalid value: \"hunter2-secret\" (aHVudGVyMi1zZWNyZXQ=) in eu-west-1";
         // Every member withholds it (a message about one may quote another), not the
         // ConfigMap's value.
         for m in &set.members {

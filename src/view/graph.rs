@@ -434,7 +434,11 @@ mod tests {
         assert_eq!(node(&l, 3).layer, 0);
         assert_eq!(node(&l, 0).x, MARGIN);
         assert_eq!(node(&l, 2).x, MARGIN + 2 * (NODE_WIDTH + LAYER_GAP));
-        let long = l.edges.iter().find(|e| (e.from, e.to) == (0, 2)).expect("routed");
+        let long = l
+            .edges
+            .iter()
+            .find(|e| (e.from, e.to) == (0, 2))
+            .expect("routed");
         assert_eq!(long.points.len(), 4, "bends through the middle layer");
         assert_sound(&l, 4);
         assert_edges(&l);
