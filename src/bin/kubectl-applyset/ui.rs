@@ -125,10 +125,7 @@ pub fn routes(app: AppState) -> Router {
         .route("/assets/{hash}/{file}", get(assets::serve))
         .route("/sets/{namespace}/{name}", get(set_page::applyset))
         .route("/clustersets/{name}", get(set_page::clusterset))
-        .route(
-            "/sets/{namespace}/{name}/diff",
-            get(set_page::applyset_diff),
-        )
+        .route("/sets/{namespace}/{name}/diff", get(set_page::applyset_diff))
         .route("/clustersets/{name}/diff", get(set_page::clusterset_diff))
         .route("/sets/{namespace}/{name}/{action}", post(actions::applyset))
         .route("/clustersets/{name}/{action}", post(actions::clusterset))
