@@ -5,7 +5,8 @@
 //! one), concurrently within a bound, and the prune decision over the live parent's record.
 //! This command only presents the plan, by the engine's classification of each outcome (the
 //! one the operator's status reads): a unified diff per object created, changed or pruned
-//! (Secret values masked as `kubectl diff` masks them), one `# conflict` line per member the
+//! (Secret values masked as `kubectl diff` masks them; values decrypted from SOPS members and
+//! values substituted from Secrets withheld), one `# conflict` line per member the
 //! operator would not apply, and one `# refused` line, with the reason, per member it refuses
 //! (its namespace is being terminated).
 

@@ -85,10 +85,13 @@ fn failing(s: Status) -> bool {
     severity(s) <= severity(Status::NotFound)
 }
 
+/// The members of one namespace by kind, with their health.
+type ByKind<'a> = BTreeMap<String, Vec<(&'a Assessed, Status)>>;
+
 /// The members grouped by namespace, then kind; within each, members sorted by health
 /// (failures first) then name, and groups with more failures first, then by name.
 pub fn group(members: &[Assessed]) -> Vec<NamespaceGroup> {
-    let mut by_ns: BTreeMap<String, BTreeMap<String, Vec<(&Assessed, Status)>>> = BTreeMap::new();
+    let mut by_ns: BTreeMap<String, ByKind<'_>> = BTreeMap::new();
     for m in members {
         let r = &m.reference;
         let ns = r
