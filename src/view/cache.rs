@@ -2,14 +2,38 @@
 //! namespace), each parent projected into a [`SetSummary`] on arrival, and a feed of changes.
 //! One cache serves every viewer of a `kubectl applyset ui`: viewers never reach the API server
 //! for the sets list.
+//!
+//! Only summaries are kept (no manifests, no managed fields). A re-list after a watch
+//! restart drops the sets that vanished meanwhile. The [`Snapshot`] (sorted, with its
+//! dependsOn index and each waiting set's `waiting_for`) is rebuilt on demand, once per
+//! change, and shared. The watches stop when the last clone of the cache is dropped.
 
-use std::sync::Arc;
+use std::{
+    collections::{HashMap, HashSet},
+    pin::pin,
+    sync::Arc,
+};
 
-use kube::Client;
-use tokio::sync::broadcast;
+use futures::StreamExt;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, watcher},
+};
+use parking_lot::Mutex;
+use tokio::{sync::broadcast, task::AbortHandle};
 
-use super::{DepIndex, SetSummary, Watched};
-use crate::applyset::ParentRef;
+use super::{
+    DepIndex, SetSummary, State, Watched,
+    deps::{Found, order, waiting_for},
+};
+use crate::{
+    api::{ApplySet, ClusterApplySet},
+    applyset::{ParentKind, ParentRef},
+    parent::Parent,
+};
+
+/// How many changes a slow receiver may fall behind before it is told it lagged.
+const CHANGES: usize = 1024;
 
 /// A set that changed (added, modified or deleted): read its summary from a fresh snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,52 +51,463 @@ pub struct Snapshot {
 impl Snapshot {
     /// The summary of `parent`, if cached.
     pub fn get(&self, parent: &ParentRef) -> Option<&Arc<SetSummary>> {
-        let _ = parent;
-        todo!("view::Snapshot::get")
+        let want = order(parent);
+        let i = self
+            .sets
+            .binary_search_by(|s| order(&s.parent).cmp(&want))
+            .ok()?;
+        self.sets.get(i)
+    }
+
+    /// Builds the snapshot of `sets`: sorted, indexed, and each waiting set told what it
+    /// waits for (a dependency outside `watched` is unknown, not missing).
+    fn build(sets: &HashMap<ParentRef, Arc<SetSummary>>, watched: &Watched) -> Snapshot {
+        let mut all: Vec<Arc<SetSummary>> = sets.values().cloned().collect();
+        all.sort_unstable_by(|a, b| order(&a.parent).cmp(&order(&b.parent)));
+        let deps = DepIndex::build(all.iter().map(|s| &**s));
+        let find = |d: &ParentRef| match sets.get(d) {
+            Some(s) => Found::Cached(s),
+            None if watched.covers(d) => Found::Absent,
+            None => Found::Unwatched,
+        };
+        for s in all.iter_mut().filter(|s| s.state == State::Waiting) {
+            let waits = waiting_for(s, find);
+            if waits != s.waiting_for {
+                let mut with = SetSummary::clone(s);
+                with.waiting_for = waits;
+                *s = Arc::new(with);
+            }
+        }
+        Snapshot { sets: all, deps }
+    }
+}
+
+/// The sets one watch delivers: a kind, in one namespace or all.
+#[derive(Clone, Debug)]
+struct Scope {
+    kind: ParentKind,
+    namespace: Option<String>,
+}
+
+impl Scope {
+    fn covers(&self, p: &ParentRef) -> bool {
+        p.kind == self.kind
+            && (self.namespace.is_none() || p.namespace.as_deref() == self.namespace.as_deref())
+    }
+
+    /// What the scope is, in words (for errors).
+    fn describe(&self) -> String {
+        match (self.kind, &self.namespace) {
+            (ParentKind::ClusterApplySet, _) => "ClusterApplySets".to_string(),
+            (ParentKind::ApplySet, None) => "ApplySets of every namespace".to_string(),
+            (ParentKind::ApplySet, Some(ns)) => format!("ApplySets of namespace {ns}"),
+        }
+    }
+}
+
+/// Where one watch is: listed once (or refused: it will not list), and its last error.
+#[derive(Clone, Debug, Default)]
+struct Progress {
+    settled: bool,
+    error: Option<String>,
+}
+
+/// The cached summaries, the version of their last change, and the snapshot of a version.
+#[derive(Default)]
+struct Sets {
+    by_ref: HashMap<ParentRef, Arc<SetSummary>>,
+    version: u64,
+    built: u64,
+    snapshot: Arc<Snapshot>,
+}
+
+/// What the cache's clones and its watches share.
+struct Shared {
+    watched: Watched,
+    scopes: Vec<Scope>,
+    changes: broadcast::Sender<Change>,
+    sets: Mutex<Sets>,
+    progress: Mutex<Vec<Progress>>,
+}
+
+impl Shared {
+    /// Stores `summary`; a change anyone could see is announced.
+    fn put(&self, summary: SetSummary) {
+        let mut sets = self.sets.lock();
+        let shown = match sets.by_ref.get(&summary.parent) {
+            Some(old) if **old == summary => return,
+            Some(old) => !old.same_view(&summary),
+            None => true,
+        };
+        let parent = summary.parent.clone();
+        sets.by_ref.insert(parent.clone(), Arc::new(summary));
+        sets.version += 1;
+        if shown {
+            let _ = self.changes.send(Change { parent });
+        }
+    }
+
+    /// Forgets `parent`.
+    fn remove(&self, parent: &ParentRef) {
+        let mut sets = self.sets.lock();
+        if sets.by_ref.remove(parent).is_some() {
+            sets.version += 1;
+            let _ = self.changes.send(Change {
+                parent: parent.clone(),
+            });
+        }
+    }
+
+    /// After watch `index` listed its scope again: forgets the sets of its scope that the
+    /// list did not hold.
+    fn keep_listed(&self, index: usize, listed: &HashSet<ParentRef>) {
+        let Some(scope) = self.scopes.get(index) else {
+            return;
+        };
+        let mut sets = self.sets.lock();
+        let gone: Vec<ParentRef> = sets
+            .by_ref
+            .keys()
+            .filter(|p| scope.covers(p) && !listed.contains(*p))
+            .cloned()
+            .collect();
+        for parent in gone {
+            sets.by_ref.remove(&parent);
+            sets.version += 1;
+            let _ = self.changes.send(Change { parent });
+        }
+    }
+
+    /// Records how watch `index` is doing: listed (clears its error), or failed.
+    fn report(&self, index: usize, outcome: Result<bool, &watcher::Error>) {
+        let mut progress = self.progress.lock();
+        let Some(p) = progress.get_mut(index) else {
+            return;
+        };
+        match outcome {
+            Ok(listed) => {
+                p.settled |= listed;
+                p.error = None;
+            }
+            Err(e) => {
+                // A list the server refuses (forbidden, or no such resource) will not
+                // succeed by retrying: the cache is as complete as it gets without it.
+                p.settled |= refused(e);
+                let scope = self.scopes.get(index).map(Scope::describe);
+                p.error = Some(format!("watching {}: {e}", scope.unwrap_or_default()));
+            }
+        }
+    }
+}
+
+/// Whether `e` is the server refusing the list: 403 (forbidden) or 404 (no such resource).
+fn refused(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s)) => matches!(s.code, 403 | 404),
+        _ => false,
+    }
+}
+
+/// Aborts the watches when dropped (held by every clone of the cache, not by the watches).
+struct Tasks(Vec<AbortHandle>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
     }
 }
 
 /// The cache (cheap to clone: every clone shares it).
 #[derive(Clone)]
 pub struct SetCache {
-    watched: Watched,
-    _changes: broadcast::Sender<Change>,
+    shared: Arc<Shared>,
+    _tasks: Arc<Tasks>,
 }
 
 impl SetCache {
     /// Starts the watches of `watched` on `client` (tasks on the current runtime, stopped
     /// when the last clone is dropped).
     pub fn start(client: Client, watched: Watched) -> SetCache {
-        let _ = client;
-        let (tx, _) = broadcast::channel(1024);
-        SetCache {
+        let mut scopes: Vec<Scope> = match &watched.namespaces {
+            None => vec![Scope {
+                kind: ParentKind::ApplySet,
+                namespace: None,
+            }],
+            Some(namespaces) => namespaces
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|ns| Scope {
+                    kind: ParentKind::ApplySet,
+                    namespace: Some(ns.clone()),
+                })
+                .collect(),
+        };
+        if watched.cluster_sets {
+            scopes.push(Scope {
+                kind: ParentKind::ClusterApplySet,
+                namespace: None,
+            });
+        }
+        let (changes, _) = broadcast::channel(CHANGES);
+        let shared = Arc::new(Shared {
             watched,
-            _changes: tx,
+            progress: Mutex::new(vec![Progress::default(); scopes.len()]),
+            scopes: scopes.clone(),
+            changes,
+            sets: Mutex::new(Sets::default()),
+        });
+        let tasks = scopes
+            .into_iter()
+            .enumerate()
+            .map(|(i, scope)| {
+                let (shared, client) = (shared.clone(), client.clone());
+                let ns = scope.namespace.as_deref();
+                let task = match scope.kind {
+                    ParentKind::ApplySet => {
+                        tokio::spawn(follow(shared, i, ApplySet::api(client, ns)))
+                    }
+                    ParentKind::ClusterApplySet => {
+                        tokio::spawn(follow(shared, i, ClusterApplySet::api(client, None)))
+                    }
+                };
+                task.abort_handle()
+            })
+            .collect();
+        SetCache {
+            shared,
+            _tasks: Arc::new(Tasks(tasks)),
         }
     }
 
-    /// Whether every watch has listed once (the sets page is complete).
+    /// Whether every watch has listed once (the sets page is complete); a watch whose list
+    /// the server refuses counts as done (its error is in [`SetCache::errors`]).
     pub fn is_ready(&self) -> bool {
-        todo!("view::SetCache::is_ready")
+        self.shared.progress.lock().iter().all(|p| p.settled)
     }
 
     /// The sets now (shared; rebuilt only after a change).
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        todo!("view::SetCache::snapshot")
+        let mut sets = self.shared.sets.lock();
+        if sets.built != sets.version {
+            let snapshot = Snapshot::build(&sets.by_ref, &self.shared.watched);
+            sets.snapshot = Arc::new(snapshot);
+            sets.built = sets.version;
+        }
+        sets.snapshot.clone()
     }
 
     /// Every change from now on; a receiver that lags is told so (the viewer reloads).
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
-        self._changes.subscribe()
+        self.shared.changes.subscribe()
     }
 
     /// What is watched.
     pub fn watched(&self) -> &Watched {
-        &self.watched
+        &self.shared.watched
     }
 
-    /// The last error of each watch that failed (e.g. forbidden), to show on the page.
+    /// The last error of each watch that failed (e.g. forbidden), to show on the page;
+    /// a watch's error clears once it delivers again.
     pub fn errors(&self) -> Vec<String> {
-        todo!("view::SetCache::errors")
+        let progress = self.shared.progress.lock();
+        progress.iter().filter_map(|p| p.error.clone()).collect()
+    }
+}
+
+/// Watch `index` of the cache: every parent `api` lists and every change after, projected
+/// into the cache (with the operator's watch configuration and backoff).
+async fn follow<P: Parent>(shared: Arc<Shared>, index: usize, api: Api<P>) {
+    let config = watcher::Config::default().any_semantic();
+    let mut events = pin!(watcher(api, config).backoff(crate::backoff::backoff()));
+    let summary = |o: P| SetSummary::of(&Arc::new(o).into_any());
+    let mut listed: HashSet<ParentRef> = HashSet::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(o)) => {
+                let s = summary(o);
+                listed.insert(s.parent.clone());
+                shared.put(s);
+                shared.report(index, Ok(false));
+            }
+            Ok(watcher::Event::InitDone) => {
+                shared.keep_listed(index, &listed);
+                listed = HashSet::new();
+                shared.report(index, Ok(true));
+            }
+            Ok(watcher::Event::Apply(o)) => {
+                shared.put(summary(o));
+                shared.report(index, Ok(false));
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                shared.remove(&o.parent_ref());
+                shared.report(index, Ok(false));
+            }
+            Err(e) => shared.report(index, Err(&e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dependencies::NotReady;
+
+    fn summary(p: &ParentRef, state: State, deps: &[&ParentRef]) -> SetSummary {
+        SetSummary {
+            parent: p.clone(),
+            uid: String::new(),
+            resource_version: "1".into(),
+            generation: 1,
+            created: None,
+            state,
+            ready: None,
+            healthy: None,
+            reconciling: false,
+            stalled: false,
+            suspended: false,
+            plan_only: false,
+            members: 0,
+            pruned: 0,
+            sources: Vec::new(),
+            last_applied_revision: None,
+            last_attempted_revision: None,
+            last_reconcile: None,
+            depends_on: deps.iter().map(|d| (*d).clone()).collect(),
+            as_dependency: match state {
+                State::Ready => Ok(()),
+                _ => Err(NotReady::NotReconciled {
+                    dependency: p.clone(),
+                    generation: 1,
+                }),
+            },
+            waiting_for: None,
+        }
+    }
+
+    fn shared(namespaces: &[&str]) -> (Shared, broadcast::Receiver<Change>) {
+        let scopes = namespaces
+            .iter()
+            .map(|ns| Scope {
+                kind: ParentKind::ApplySet,
+                namespace: Some(ns.to_string()),
+            })
+            .chain([Scope {
+                kind: ParentKind::ClusterApplySet,
+                namespace: None,
+            }])
+            .collect::<Vec<_>>();
+        let (changes, rx) = broadcast::channel(16);
+        let watched = Watched {
+            namespaces: Some(namespaces.iter().map(|n| n.to_string()).collect()),
+            cluster_sets: true,
+        };
+        let shared = Shared {
+            watched,
+            progress: Mutex::new(vec![Progress::default(); scopes.len()]),
+            scopes,
+            changes,
+            sets: Mutex::new(Sets::default()),
+        };
+        (shared, rx)
+    }
+
+    fn snapshot(s: &Shared) -> Snapshot {
+        Snapshot::build(&s.sets.lock().by_ref, &s.watched)
+    }
+
+    fn drained(rx: &mut broadcast::Receiver<Change>) -> Vec<String> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| super::super::summary::key(&c.parent))
+            .collect()
+    }
+
+    #[test]
+    fn the_snapshot_is_sorted_and_names_what_a_set_waits_for() {
+        let (s, _rx) = shared(&["a", "b"]);
+        let (web, db, infra) = (
+            ParentRef::applyset("b", "web"),
+            ParentRef::applyset("a", "db"),
+            ParentRef::cluster("infra"),
+        );
+        let hidden = ParentRef::applyset("z", "hidden");
+        s.put(summary(&infra, State::Ready, &[]));
+        s.put(summary(&web, State::Waiting, &[&infra, &db]));
+        s.put(summary(&db, State::Reconciling, &[&hidden]));
+        let snap = snapshot(&s);
+        let keys: Vec<String> = snap
+            .sets
+            .iter()
+            .map(|s| super::super::summary::key(&s.parent))
+            .collect();
+        assert_eq!(keys, ["a/db", "b/web", "cluster/infra"]);
+        let waits = snap.get(&web).and_then(|w| w.waiting_for.clone());
+        assert_eq!(
+            waits,
+            Some((
+                db.clone(),
+                "ApplySet a/db has not reconciled generation 1 yet".into()
+            ))
+        );
+        assert!(snap.get(&hidden).is_none());
+        assert_eq!(snap.deps.dependents(&hidden), std::slice::from_ref(&db));
+        assert_eq!(snap.get(&infra).map(|s| s.parent.clone()), Some(infra));
+    }
+
+    #[test]
+    fn changes_are_announced_once_and_a_relist_drops_what_vanished() {
+        let (s, mut rx) = shared(&["a", "b"]);
+        let (one, two, other) = (
+            ParentRef::applyset("a", "one"),
+            ParentRef::applyset("a", "two"),
+            ParentRef::applyset("b", "other"),
+        );
+        s.put(summary(&one, State::Ready, &[]));
+        s.put(summary(&two, State::Ready, &[]));
+        s.put(summary(&other, State::Ready, &[]));
+        assert_eq!(drained(&mut rx), ["a/one", "a/two", "b/other"]);
+        // The same again, or only a new resourceVersion: stored, not announced.
+        s.put(summary(&one, State::Ready, &[]));
+        let mut moved = summary(&one, State::Ready, &[]);
+        moved.resource_version = "2".into();
+        s.put(moved);
+        assert!(drained(&mut rx).is_empty());
+        s.put(summary(&one, State::Failing, &[]));
+        assert_eq!(drained(&mut rx), ["a/one"]);
+        // Namespace a listed again without `two`: it goes, b's set stays.
+        s.keep_listed(0, &HashSet::from([one.clone()]));
+        assert_eq!(drained(&mut rx), ["a/two"]);
+        let snap = snapshot(&s);
+        assert!(snap.get(&two).is_none() && snap.get(&other).is_some());
+        s.remove(&other);
+        s.remove(&other);
+        assert_eq!(drained(&mut rx), ["b/other"]);
+    }
+
+    #[test]
+    fn readiness_waits_for_every_watch_and_errors_name_the_scope() {
+        let (s, _rx) = shared(&["a"]);
+        s.report(0, Ok(true));
+        assert!(!s.progress.lock().iter().all(|p| p.settled));
+        let status = kube::core::Status::failure("forbidden", "Forbidden").with_code(403);
+        let refused = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)));
+        s.report(1, Err(&refused));
+        assert!(s.progress.lock().iter().all(|p| p.settled));
+        let errors: Vec<String> = s
+            .progress
+            .lock()
+            .iter()
+            .filter_map(|p| p.error.clone())
+            .collect();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("watching ClusterApplySets: "),
+            "{errors:?}"
+        );
+        s.report(1, Ok(false));
+        assert!(s.progress.lock().iter().all(|p| p.error.is_none()));
     }
 }
