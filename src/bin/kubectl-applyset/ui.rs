@@ -260,31 +260,9 @@ pub async fn run(g: &Global, args: &UiArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// A set's KEY in the ui's URLs, ids and live events: `namespace/name`, or `cluster/name` for
-/// a ClusterApplySet.
-pub fn key(parent: &ParentRef) -> String {
-    match parent.kind {
-        ParentKind::ApplySet => format!(
-            "{}/{}",
-            parent.namespace.as_deref().unwrap_or(""),
-            parent.name
-        ),
-        ParentKind::ClusterApplySet => format!("cluster/{}", parent.name),
-    }
-}
-
-/// The set a KEY names, if it is one.
-pub fn parse_key(k: &str) -> Option<ParentRef> {
-    let (namespace, name) = k.split_once('/')?;
-    if namespace.is_empty() || name.is_empty() || name.contains('/') {
-        return None;
-    }
-    Some(if namespace == "cluster" {
-        ParentRef::cluster(name)
-    } else {
-        ParentRef::applyset(namespace, name)
-    })
-}
+/// A set's KEY in the ui's URLs, ids and live events (`namespace/name`, `cluster/name`), and
+/// the set a KEY names: the view library's.
+pub use applyset_operator::view::summary::{from_key as parse_key, key};
 
 /// A KEY as an element id's part: `/` as `--` (`team-a--web`, `cluster--infra`).
 pub fn key_id(k: &str) -> String {
