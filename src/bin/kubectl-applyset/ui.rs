@@ -23,9 +23,11 @@ mod set_page;
 mod sets_page;
 
 use std::{
+    collections::HashSet,
     io::Write as _,
     net::{Ipv4Addr, SocketAddr},
     sync::Arc,
+    time::Duration,
 };
 
 use applyset_operator::{
@@ -200,6 +202,21 @@ async fn stopped() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// Prints each watch error of `cache` to stderr once, as it comes (looked at every 2 s);
+/// never ends.
+async fn report_errors(cache: SetCache) {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        for e in cache.errors() {
+            if seen.insert(e.clone()) {
+                eprintln!("warning: {e}");
+            }
+        }
+    }
+}
+
 /// The routes with their guards: security headers on every answer (outermost), then the
 /// `Host` allowlist and origin checks, then the session.
 pub fn service(app: AppState) -> Router {
@@ -252,9 +269,11 @@ pub async fn run(g: &Global, args: &UiArgs) -> Result<u8, CliError> {
     {
         eprintln!("warning: could not open a browser ({e}); open the URL above");
     }
+    let errors = report_errors(app.cache.clone());
     let served = axum::serve(listener, service(app));
     tokio::select! {
         r = served => r.map_err(UiError::Serve)?,
+        () = errors => {}
         () = stopped() => {}
     }
     Ok(0)
