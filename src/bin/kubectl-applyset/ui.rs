@@ -19,6 +19,8 @@ mod guard;
 mod live;
 mod members;
 mod open;
+#[cfg(test)]
+mod service_tests;
 mod set_page;
 mod sets_page;
 
