@@ -19,13 +19,17 @@ mod guard;
 mod live;
 mod members;
 mod open;
+#[cfg(test)]
+mod service_tests;
 mod set_page;
 mod sets_page;
 
 use std::{
+    collections::HashSet,
     io::Write as _,
     net::{Ipv4Addr, SocketAddr},
     sync::Arc,
+    time::Duration,
 };
 
 use applyset_operator::{
@@ -200,6 +204,21 @@ async fn stopped() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// Prints each watch error of `cache` to stderr once, as it comes (looked at every 2 s);
+/// never ends.
+async fn report_errors(cache: SetCache) {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        for e in cache.errors() {
+            if seen.insert(e.clone()) {
+                eprintln!("warning: {e}");
+            }
+        }
+    }
+}
+
 /// The routes with their guards: security headers on every answer (outermost), then the
 /// `Host` allowlist and origin checks, then the session.
 pub fn service(app: AppState) -> Router {
@@ -252,39 +271,19 @@ pub async fn run(g: &Global, args: &UiArgs) -> Result<u8, CliError> {
     {
         eprintln!("warning: could not open a browser ({e}); open the URL above");
     }
+    let errors = report_errors(app.cache.clone());
     let served = axum::serve(listener, service(app));
     tokio::select! {
         r = served => r.map_err(UiError::Serve)?,
+        () = errors => {}
         () = stopped() => {}
     }
     Ok(0)
 }
 
-/// A set's KEY in the ui's URLs, ids and live events: `namespace/name`, or `cluster/name` for
-/// a ClusterApplySet.
-pub fn key(parent: &ParentRef) -> String {
-    match parent.kind {
-        ParentKind::ApplySet => format!(
-            "{}/{}",
-            parent.namespace.as_deref().unwrap_or(""),
-            parent.name
-        ),
-        ParentKind::ClusterApplySet => format!("cluster/{}", parent.name),
-    }
-}
-
-/// The set a KEY names, if it is one.
-pub fn parse_key(k: &str) -> Option<ParentRef> {
-    let (namespace, name) = k.split_once('/')?;
-    if namespace.is_empty() || name.is_empty() || name.contains('/') {
-        return None;
-    }
-    Some(if namespace == "cluster" {
-        ParentRef::cluster(name)
-    } else {
-        ParentRef::applyset(namespace, name)
-    })
-}
+/// A set's KEY in the ui's URLs, ids and live events (`namespace/name`, `cluster/name`), and
+/// the set a KEY names: the view library's.
+pub use applyset_operator::view::summary::{from_key as parse_key, key};
 
 /// A KEY as an element id's part: `/` as `--` (`team-a--web`, `cluster--infra`).
 pub fn key_id(k: &str) -> String {

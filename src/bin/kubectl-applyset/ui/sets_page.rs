@@ -363,7 +363,7 @@ impl Row {
             healthy: healthy_of(s),
             members: s.members,
             pruned: s.pruned,
-            source: source.unwrap_or_default(),
+            source: source.unwrap_or_else(|| "inline manifests".into()),
             source_more: s.sources.len().saturating_sub(1),
             revision: short_revision(revision),
             revision_full: revision.to_string(),

@@ -65,9 +65,11 @@
       });
   }
 
+  // At most one refresh per DEBOUNCE_MS: a burst of changes makes one fetch, and a steady
+  // stream of changes still refreshes the page (the timer is not pushed back).
   function schedule() {
     if (timer !== null) {
-      clearTimeout(timer);
+      return;
     }
     timer = setTimeout(function () {
       timer = null;

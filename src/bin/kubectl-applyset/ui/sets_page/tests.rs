@@ -28,6 +28,7 @@ fn summary(parent: ParentRef, state: State) -> SetSummary {
         last_attempted_revision: None,
         last_reconcile: None,
         depends_on: Vec::new(),
+        as_dependency: Ok(()),
         waiting_for: None,
     }
 }
@@ -370,6 +371,7 @@ fn a_rows_text() {
     );
     assert!(r.cluster);
     assert_eq!((r.last_reconcile.as_str(), r.age.as_str()), ("", ""));
+    assert_eq!(r.source, "inline manifests");
 }
 
 #[test]
