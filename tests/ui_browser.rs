@@ -23,7 +23,11 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use support::{operator::*, process, ui::UiProcess};
+use support::{
+    operator::*,
+    process,
+    ui::{Req, UiProcess},
+};
 
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -41,8 +45,8 @@ struct Driver {
 
 impl Driver {
     /// Starts chromedriver on a free port (another is tried if the port was taken meanwhile)
-    /// and waits until it says it is ready.
-    fn start(log: &Path) -> Driver {
+    /// and waits until its `/status` says it is ready (it speaks HTTP/1.1 only).
+    async fn start(log: &Path) -> Driver {
         for _ in 0..3 {
             let port = process::free_port();
             let child = Command::new(CHROMEDRIVER)
@@ -59,12 +63,14 @@ impl Driver {
                 if let Ok(Some(_)) = d.child.try_wait() {
                     break;
                 }
-                if let Some((200, body)) = process::http_get(port, "/status")
-                    && body.contains("\"ready\":true")
-                {
+                let status = Req::new(port, "GET", "/status")
+                    .header("Host", &format!("127.0.0.1:{port}"))
+                    .try_send()
+                    .await;
+                if status.is_some_and(|r| r.status == 200 && r.body.contains("\"ready\":true")) {
                     return d;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let _ = d.child.kill();
             let _ = d.child.wait();
@@ -237,7 +243,7 @@ async fn the_view_in_a_real_browser() {
     let ui = UiProcess::start(&[]).await;
     let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
     std::fs::create_dir_all(&log).expect("target/ui-screenshots");
-    let driver = Driver::start(&log.join("chromedriver.log"));
+    let driver = Driver::start(&log.join("chromedriver.log")).await;
     let c = browser(&driver, work.path()).await;
     let walked = walk(&c, &ui, &h, &shots).await;
     if let Err(e) = &walked {
@@ -314,16 +320,33 @@ async fn walk(c: &Client, ui: &UiProcess, h: &Harness, shots: &Path) -> Result<(
         return Err(format!("the link led to {url}"));
     }
     wait_live(c).await?;
+    // The whole page in one picture: the window as tall as the document (at most 2400).
+    let height = c
+        .execute("return document.documentElement.scrollHeight;", vec![])
+        .await
+        .map_err(|e| format!("the page's height: {e}"))?
+        .as_u64()
+        .unwrap_or(1000)
+        .clamp(1000, 2400);
+    c.set_window_size(1400, u32::try_from(height).unwrap_or(2400) + 100)
+        .await
+        .map_err(|e| format!("resize the window: {e}"))?;
     save(c, shots, "set.png").await?;
     let graph = c
         .find(css("#graph"))
         .await
         .map_err(|e| format!("#graph: {e}"))?;
+    c.execute("document.getElementById('graph').scrollIntoView();", vec![])
+        .await
+        .map_err(|e| format!("scroll to the graph: {e}"))?;
     let png = graph
         .screenshot()
         .await
         .map_err(|e| format!("the graph's screenshot: {e}"))?;
     std::fs::write(shots.join("graph.png"), png).map_err(|e| e.to_string())?;
+    c.set_window_size(1400, 1000)
+        .await
+        .map_err(|e| format!("resize the window back: {e}"))?;
 
     // Back on the sets page, flip another set through the API: the row changes in place.
     c.find(css("#home"))

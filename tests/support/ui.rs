@@ -273,12 +273,20 @@ impl Req {
         Some(s)
     }
 
-    /// Sends the request and reads the whole answer; None when nothing answers in time.
+    /// Sends the request and reads the whole answer (to its length, its last chunk, or the
+    /// end of the connection); None when nothing answers in time.
     pub async fn try_send(&self) -> Option<Resp> {
         let read = async {
             let mut s = self.connect().await?;
             let mut buf = Vec::new();
-            s.read_to_end(&mut buf).await.ok()?;
+            let mut chunk = [0u8; 8192];
+            while !complete(&buf) {
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
             Resp::parse(&buf)
         };
         tokio::time::timeout(REQUEST_DEADLINE, read).await.ok()?
@@ -357,6 +365,30 @@ impl Resp {
         s.push_str(&format!("\n{body}"));
         s
     }
+}
+
+/// Whether `raw` holds a whole answer: its head and `Content-Length` bytes, or its last chunk.
+fn complete(raw: &[u8]) -> bool {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let Some((_, headers)) = parse_head(&String::from_utf8_lossy(&raw[..end])) else {
+        return false;
+    };
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let body = &raw[end + 4..];
+    if let Some(len) = header("content-length").and_then(|l| l.parse::<usize>().ok()) {
+        return body.len() >= len;
+    }
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        return body.starts_with(b"0\r\n\r\n") || body.windows(7).any(|w| w == b"\r\n0\r\n\r\n");
+    }
+    false
 }
 
 fn parse_head(head: &str) -> Option<(u16, Vec<(String, String)>)> {
