@@ -513,6 +513,39 @@ mod tests {
 }
 
 #[cfg(test)]
+mod lifetime {
+    use super::*;
+
+    /// The watches (here retrying against a port nobody listens on) hold the shared state
+    /// until the last clone of the cache goes; then they are aborted and it is freed.
+    #[tokio::test]
+    async fn the_watches_stop_with_the_last_clone() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URI"));
+        let client = Client::try_from(config).expect("a client");
+        let watched = Watched {
+            namespaces: Some(vec!["a".into(), "b".into()]),
+            cluster_sets: true,
+        };
+        let cache = SetCache::start(client, watched);
+        let shared = Arc::downgrade(&cache.shared);
+        let clone = cache.clone();
+        drop(cache);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(shared.upgrade().is_some(), "a clone keeps the watches");
+        assert!(!clone.is_ready());
+        drop(clone);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while shared.upgrade().is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the watches still run"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[cfg(test)]
 mod scale {
     use super::*;
     use crate::{api::ApplySet, parent::AnyParent};
