@@ -248,3 +248,70 @@ async fn a_viewer_with_a_namespaced_role_watches_only_its_namespace() {
     assert!(errors.iter().all(|e| e.contains("forbidden")), "{errors:?}");
     assert!(refused.snapshot().sets.is_empty());
 }
+
+/// Events are read page by page (here one a request) and only those regarding the set's UID.
+#[tokio::test]
+async fn events_are_paged_and_selected_by_uid() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::{Api, api::PostParams};
+
+    let h = Harness::new("view-events").await;
+    let set = ParentRef::applyset(&h.ns, "paged");
+    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let uid = unique("uid");
+    let made = [
+        (
+            "Normal",
+            "First",
+            "2026-01-01T00:00:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Warning",
+            "Broke",
+            "2026-01-01T00:01:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Normal",
+            "Latest",
+            "2026-01-01T00:02:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Warning",
+            "Other",
+            "2026-01-01T00:03:00.000000Z",
+            "another-uid",
+        ),
+    ];
+    for (i, (type_, reason, at, regarding)) in made.into_iter().enumerate() {
+        let e: Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("paged.{i}"), "namespace": h.ns},
+            "type": type_, "reason": reason, "note": format!("{reason} note"), "action": "Test",
+            "eventTime": at, "reportingController": "applyset.dev/test",
+            "reportingInstance": "test",
+            "regarding": {"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                "namespace": h.ns, "name": "paged", "uid": regarding},
+        }))
+        .expect("an event");
+        events
+            .create(&PostParams::default(), &e)
+            .await
+            .expect("create an event");
+    }
+    let rows = wait_for("the three events", DEADLINE, || async {
+        let rows = events::recent_in_pages(&h.client, &set, &uid, 10, 1)
+            .await
+            .ok()?;
+        (rows.len() == 3).then_some(rows)
+    })
+    .await;
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["Broke", "Latest", "First"]);
+    assert_eq!(rows[0].note, "Broke note");
+    let two = events::recent(&h.client, &set, &uid, 2)
+        .await
+        .expect("events");
+    assert_eq!(two.len(), 2);
+}
