@@ -9,8 +9,8 @@ mod support;
 use std::{sync::Arc, time::Duration};
 
 use applyset_operator::{
-    applyset::ParentRef,
-    view::{SetCache, Snapshot, State, Watched, access, events},
+    applyset::{ParentKind, ParentRef},
+    view::{SetCache, SetSummary, Snapshot, State, Watched, access, events},
 };
 use serde_json::json;
 use support::{cluster, operator::*, wait_for};
@@ -52,6 +52,7 @@ async fn the_cache_lists_each_set_in_its_state_and_follows_changes() {
         h.applyset(&unique("waiting")),
         h.applyset(&unique("paused")),
     );
+    let infra = h.cluster_applyset(&unique("infra"));
     let missing = ParentRef::applyset(&h.ns, unique("missing"));
     ready
         .create(json!({"manifests": [configmap("view-ready", json!({"k": "v"}))]}))
@@ -64,20 +65,40 @@ async fn the_cache_lists_each_set_in_its_state_and_follows_changes() {
         .create(json!({"suspend": true,
             "manifests": [configmap("view-paused", json!({"k": "v"}))]}))
         .await;
+    infra
+        .create(json!({"manifests": [configmap_in(&h.ns, "view-infra", json!({"k": "v"}))]}))
+        .await;
     let watched = Watched {
         namespaces: Some(vec![h.ns.clone()]),
-        cluster_sets: false,
+        cluster_sets: true,
     };
     let cache = SetCache::start(h.client.clone(), watched);
     let (r, w, p) = (reference(&ready), reference(&waiting), reference(&paused));
+    let i = ParentRef::cluster(&infra.name);
     let snap = wait_snapshot(&cache, "Ready, Waiting and Suspended", |s| {
         state(s, &r) == Some(State::Ready)
             && state(s, &w) == Some(State::Waiting)
             && state(s, &p) == Some(State::Suspended)
+            && state(s, &i) == Some(State::Ready)
     })
     .await;
     assert!(cache.is_ready());
-    assert_eq!(snap.sets.len(), 3, "only the test namespace's sets");
+    let applysets = snap
+        .sets
+        .iter()
+        .filter(|s| s.parent.kind == ParentKind::ApplySet);
+    assert_eq!(applysets.count(), 3, "only the test namespace's ApplySets");
+    let order = |s: &SetSummary| {
+        (
+            s.parent.kind,
+            s.parent.namespace.clone(),
+            s.parent.name.clone(),
+        )
+    };
+    assert!(
+        snap.sets.windows(2).all(|p| order(&p[0]) < order(&p[1])),
+        "sorted by kind, namespace and name"
+    );
     assert!(cache.errors().is_empty(), "{:?}", cache.errors());
     let waits = snap.get(&w).and_then(|s| s.waiting_for.clone());
     let why = format!("ApplySet {}/{} does not exist", h.ns, missing.name);
@@ -133,7 +154,11 @@ async fn the_cache_lists_each_set_in_its_state_and_follows_changes() {
 
     // Deleted: gone from the snapshot.
     waiting.delete().await;
-    wait_snapshot(&cache, "the deleted set gone", |s| s.get(&w).is_none()).await;
+    infra.delete().await;
+    wait_snapshot(&cache, "the deleted sets gone", |s| {
+        s.get(&w).is_none() && s.get(&i).is_none()
+    })
+    .await;
     stop(op).await;
 }
 
@@ -222,4 +247,71 @@ async fn a_viewer_with_a_namespaced_role_watches_only_its_namespace() {
     );
     assert!(errors.iter().all(|e| e.contains("forbidden")), "{errors:?}");
     assert!(refused.snapshot().sets.is_empty());
+}
+
+/// Events are read page by page (here one a request) and only those regarding the set's UID.
+#[tokio::test]
+async fn events_are_paged_and_selected_by_uid() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::{Api, api::PostParams};
+
+    let h = Harness::new("view-events").await;
+    let set = ParentRef::applyset(&h.ns, "paged");
+    let events: Api<Event> = Api::namespaced(h.client.clone(), &h.ns);
+    let uid = unique("uid");
+    let made = [
+        (
+            "Normal",
+            "First",
+            "2026-01-01T00:00:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Warning",
+            "Broke",
+            "2026-01-01T00:01:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Normal",
+            "Latest",
+            "2026-01-01T00:02:00.000000Z",
+            uid.as_str(),
+        ),
+        (
+            "Warning",
+            "Other",
+            "2026-01-01T00:03:00.000000Z",
+            "another-uid",
+        ),
+    ];
+    for (i, (type_, reason, at, regarding)) in made.into_iter().enumerate() {
+        let e: Event = serde_json::from_value(json!({
+            "metadata": {"name": format!("paged.{i}"), "namespace": h.ns},
+            "type": type_, "reason": reason, "note": format!("{reason} note"), "action": "Test",
+            "eventTime": at, "reportingController": "applyset.dev/test",
+            "reportingInstance": "test",
+            "regarding": {"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                "namespace": h.ns, "name": "paged", "uid": regarding},
+        }))
+        .expect("an event");
+        events
+            .create(&PostParams::default(), &e)
+            .await
+            .expect("create an event");
+    }
+    let rows = wait_for("the three events", DEADLINE, || async {
+        let rows = events::recent_in_pages(&h.client, &set, &uid, 10, 1)
+            .await
+            .ok()?;
+        (rows.len() == 3).then_some(rows)
+    })
+    .await;
+    let reasons: Vec<&str> = rows.iter().map(|r| r.reason.as_str()).collect();
+    assert_eq!(reasons, ["Broke", "Latest", "First"]);
+    assert_eq!(rows[0].note, "Broke note");
+    let two = events::recent(&h.client, &set, &uid, 2)
+        .await
+        .expect("events");
+    assert_eq!(two.len(), 2);
 }

@@ -3,8 +3,8 @@
 //!
 //! The operator records a set's events in the set's namespace, and a ClusterApplySet's in
 //! [`CLUSTER_EVENTS_NAMESPACE`]. They are listed by `regarding.uid` (a field selector the
-//! API server serves), a page of [`PAGE`] at a time, at most [`MAX_PAGES`] pages (events
-//! live an hour on a default API server: a set has far fewer).
+//! API server serves), from its watch cache, a page of [`PAGE`] at a time, at most
+//! [`MAX_PAGES`] pages (events live an hour on a default API server: a set has far fewer).
 
 use k8s_openapi::{api::events::v1::Event, jiff::Timestamp};
 use kube::{Api, Client, api::ListParams};
@@ -78,16 +78,29 @@ pub async fn recent(
     uid: &str,
     limit: usize,
 ) -> kube::Result<Vec<EventRow>> {
+    recent_in_pages(client, parent, uid, limit, PAGE).await
+}
+
+/// [`recent`], asking for `page` events a request (at most [`MAX_PAGES`] requests).
+pub async fn recent_in_pages(
+    client: &Client,
+    parent: &ParentRef,
+    uid: &str,
+    limit: usize,
+    page: u32,
+) -> kube::Result<Vec<EventRow>> {
     let api: Api<Event> = Api::namespaced(client.clone(), namespace_of(parent));
-    let mut params = ListParams::default()
-        .fields(&format!("regarding.uid={uid}"))
-        .limit(PAGE);
+    let selector = format!("regarding.uid={uid}");
+    let first = ListParams::default().fields(&selector).limit(page.max(1));
+    // The first page from the API server's watch cache (a view needs no quorum read); the
+    // next ones at the version its continue token carries.
+    let mut params = first.clone().match_any();
     let mut rows = Vec::new();
     for _ in 0..MAX_PAGES {
-        let page = api.list(&params).await?;
-        rows.extend(page.items.iter().map(EventRow::of));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
+        let listed = api.list(&params).await?;
+        rows.extend(listed.items.iter().map(EventRow::of));
+        match listed.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = first.clone().continue_token(&token),
             None => break,
         }
     }

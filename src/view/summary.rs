@@ -1,5 +1,6 @@
 //! One set as a view lists it: a small projection of the parent (no manifests, no managed
-//! fields), and its state in one word. Pure.
+//! fields), its state in one word, and the KEY naming it in a view's URLs and live feed
+//! ([`key`]). Pure.
 
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Condition, jiff::Timestamp};
 
@@ -14,7 +15,7 @@ use crate::{
 /// A set's state in one word, for the sets page's filter, its colour and the summary bar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum State {
-    /// Ready True.
+    /// Ready True (or, in Plan mode, the plan made: Ready False for PlanReady).
     Ready,
     /// Ready False for a reason other than waiting for dependencies, or Stalled.
     Failing,
@@ -142,9 +143,10 @@ pub struct Signals<'a> {
 impl State {
     /// The state: Deleting when being deleted; else Suspended when suspended; else
     /// Reconciling when the status does not describe this generation or Reconciling is True;
-    /// else Waiting when Ready is False for DependencyNotReady; else Failing when Ready is
-    /// False or Stalled is True; else Ready when Ready is True; else (Ready Unknown or absent)
-    /// Reconciling.
+    /// else Waiting when Ready is False for DependencyNotReady; else Ready when Ready is False
+    /// for PlanReady (a Plan-mode set that planned: not a failure) and not Stalled; else
+    /// Failing when Ready is False or Stalled is True; else Ready when Ready is True; else
+    /// (Ready Unknown or absent) Reconciling.
     pub fn decide(s: Signals<'_>) -> State {
         let ready_false = matches!(s.ready, Some(("False", _)));
         if s.deleting {
@@ -155,6 +157,8 @@ impl State {
             State::Reconciling
         } else if s.ready == Some(("False", Reason::DependencyNotReady.as_str())) {
             State::Waiting
+        } else if s.ready == Some(("False", Reason::PlanReady.as_str())) && !s.stalled {
+            State::Ready
         } else if ready_false || s.stalled {
             State::Failing
         } else if matches!(s.ready, Some(("True", _))) {
@@ -294,6 +298,7 @@ mod tests {
     const WAITING: Option<(&str, &str)> = Some(("False", "DependencyNotReady"));
     const FAILED: Option<(&str, &str)> = Some(("False", "ApplyFailed"));
     const UNKNOWN: Option<(&str, &str)> = Some(("Unknown", "Progressing"));
+    const PLANNED: Option<(&str, &str)> = Some(("False", "PlanReady"));
 
     fn settled(ready: Option<(&'static str, &'static str)>) -> Signals<'static> {
         Signals {
@@ -310,6 +315,7 @@ mod tests {
             (settled(FAILED), State::Failing),
             (settled(WAITING), State::Waiting),
             (settled(UNKNOWN), State::Reconciling),
+            (settled(PLANNED), State::Ready),
             (settled(None), State::Reconciling),
             (
                 Signals {
@@ -384,6 +390,8 @@ mod tests {
                     State::Reconciling
                 } else if ready == WAITING {
                     State::Waiting
+                } else if ready == PLANNED && !s.stalled {
+                    State::Ready
                 } else if ready_false || s.stalled {
                     State::Failing
                 } else if ready == READY_TRUE {
