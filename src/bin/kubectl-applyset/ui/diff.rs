@@ -73,6 +73,12 @@ pub enum Unavailable {
     Render(String),
     #[error("planning the set: {0}")]
     Plan(String),
+    /// A dry-run refused to the user (the set acts as the operator, so the diff acts as the
+    /// user): the API server's message names the right.
+    #[error(
+        "your kubeconfig's user may not dry-run the set's members (server-side apply, as the diff does): {0}; ask for this permission, or use a context that has it"
+    )]
+    Forbidden(String),
     #[error("the diff took longer than {}s", .0.as_secs())]
     TimedOut(Duration),
 }
@@ -192,6 +198,10 @@ async fn diff(app: &AppState, parent: &ParentRef) -> Result<String, Unavailable>
         let (body, counts) = diff_set(client, &resolver, set)
             .await
             .map_err(Unavailable::Plan)?;
+        // Acting as the user, a refusal is the user's: the diff is not theirs to see.
+        if let (Identity::Operator, Some(refused)) = (&identity, counts.forbidden.first()) {
+            return Err(Unavailable::Forbidden(refused.clone()));
+        }
         for failure in &counts.failures {
             text.push_str(&format!("# failed {failure}\n"));
         }

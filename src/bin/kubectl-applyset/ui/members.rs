@@ -37,6 +37,8 @@ pub struct Row {
     pub message: String,
     /// `group/Kind/namespace/name` (the `data-member` attribute).
     pub id: String,
+    /// A Secret's keys, comma-separated (never its values).
+    pub keys: String,
 }
 
 /// The members of one kind.
@@ -148,6 +150,7 @@ fn row(m: &Assessed, s: Status) -> Row {
         health: class(s),
         status: s.as_str(),
         message: m.health.message.clone(),
+        keys: m.secret_keys.join(", "),
         id: format!(
             "{}/{}/{}/{}",
             r.group,
@@ -213,6 +216,10 @@ mod tests {
             },
             exists: s != Status::NotFound,
             health: Health::new(s, format!("{name} is {s}")),
+            secret_keys: match kind {
+                "Secret" => vec!["password".into(), "user".into()],
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -258,6 +265,8 @@ mod tests {
         assert_eq!(web.message, "web is Failed");
         assert_eq!(groups[1].kinds[0].rows[0].health, "not-found");
         assert_eq!(groups[2].kinds[0].rows[0].id, "/Namespace//a");
+        assert_eq!(groups[3].kinds[0].rows[0].keys, "password, user");
+        assert_eq!(web.keys, "");
         assert!(group(&[]).is_empty());
     }
 
