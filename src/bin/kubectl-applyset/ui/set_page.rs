@@ -1,18 +1,18 @@
 //! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, conditions, source,
 //! last plan (`status.plan`), member tree, dependsOn graph, events and a place for the live
 //! diff (fetched apart, from `…/diff`, so the page never waits for it). The set must be in the
-//! view's cache (else a 404 "not found or not visible to you"); the page reads the parent once
-//! (conditions, plan), its members through a listing shared by every viewer for a few seconds
-//! ([`super::members::listed`]), and its recent events. Every tenant string reaches the HTML
-//! through the template's escaping.
+//! view's cache (else a 404 "not found or not visible to you"); the parent (conditions, plan),
+//! its members and its recent events are read once per change of the set and shared by every
+//! viewer for a few seconds ([`reads`]). Every tenant string reaches the HTML through the
+//! template's escaping.
 
 mod graph;
+mod reads;
 
 use applyset_operator::{
     api::{ApplySetStatus, MemberRef},
     applyset::{ParentKind, ParentRef},
-    parent::AnyParent,
-    view::{EventRow, SetSummary, SourceView, State, events},
+    view::{EventRow, SetSummary, SourceView, State},
 };
 use askama::Template;
 use axum::{
@@ -28,9 +28,6 @@ use super::{
 };
 use crate::sets::age;
 use graph::GraphView;
-
-/// Events shown at most.
-const EVENTS: usize = 20;
 
 pub async fn applyset(
     Extract(app): Extract<AppState>,
@@ -182,33 +179,30 @@ async fn page(app: &AppState, parent: ParentRef) -> Response {
     let Some(summary) = snapshot.get(&parent).cloned() else {
         return missing(chrome, set_key);
     };
-    let live = match AnyParent::get(&app.client, &parent).await {
-        Ok(Some(p)) => Ok(p),
-        Ok(None) => return missing(chrome, set_key),
-        Err(e) => Err(format!("reading {parent}: {e}")),
-    };
+    let read = reads::of(
+        &app.client,
+        &parent,
+        &summary.uid,
+        &summary.resource_version,
+    )
+    .await;
     let mut view = SetPage::of(chrome, &summary, app.allow_actions);
     view.graph = graph::view(&snapshot, &parent);
-    match live {
-        Ok(p) => {
-            let (listed, recent) = tokio::join!(
-                members::listed(&app.client, &p),
-                events::recent(&app.client, &parent, &summary.uid, EVENTS)
-            );
-            view.with_status(p.status());
-            match listed.as_ref() {
-                Ok(list) => {
-                    view.member_count = list.len();
-                    view.members = members::group(list);
-                }
-                Err(e) => view.members_error = e.clone(),
-            }
-            match recent {
-                Ok(rows) => view.events = events_shown(rows),
-                Err(e) => view.events_error = format!("listing its events: {e}"),
-            }
+    match &read.parent {
+        Ok(Some(p)) => view.with_status(p.status()),
+        Ok(None) => return missing(view.chrome, set_key),
+        Err(e) => view.read_error = e.clone(),
+    }
+    match &read.members {
+        Ok(list) => {
+            view.member_count = list.len();
+            view.members = members::group(list);
         }
-        Err(e) => view.read_error = e,
+        Err(e) => view.members_error = e.clone(),
+    }
+    match &read.events {
+        Ok(rows) => view.events = events_shown(rows.clone()),
+        Err(e) => view.events_error = e.clone(),
     }
     html(&view)
 }
