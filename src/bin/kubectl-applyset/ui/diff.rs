@@ -202,10 +202,10 @@ async fn diff(app: &AppState, parent: &ParentRef) -> Result<String, Unavailable>
         if let (Identity::Operator, Some(refused)) = (&identity, counts.forbidden.first()) {
             return Err(Unavailable::Forbidden(refused.clone()));
         }
+        text.push_str(&body);
         for failure in &counts.failures {
             text.push_str(&format!("# failed {failure}\n"));
         }
-        text.push_str(&body);
     }
     Ok(text)
 }

@@ -393,6 +393,112 @@ mod tests {
         assert_eq!(reasons, ["w-new", "w-old", "new", "old"]);
     }
 
+    const HOSTILE: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+
+    fn hostile_page() -> SetPage {
+        let chrome = Chrome {
+            css: "/assets/0/app.css",
+            js: "/assets/0/app.js",
+            live_src: "/live?set=team/web".into(),
+            watched: "ApplySets of every namespace".into(),
+            actions: true,
+        };
+        let node = graph::GraphNode {
+            href: "/sets/team/web".into(),
+            key: HOSTILE.into(),
+            class: "state-failing focus".into(),
+            label: HOSTILE.into(),
+            scope: HOSTILE.into(),
+            x: 16,
+            y: 16,
+            width: 200,
+            height: 36,
+            text_x: 24,
+            scope_y: 29,
+            label_y: 45,
+        };
+        SetPage {
+            chrome,
+            key: "team/web".into(),
+            kind: "ApplySet",
+            name: "web".into(),
+            namespace: "team".into(),
+            state: "failing",
+            state_word: "Failing",
+            ready_message: HOSTILE.into(),
+            waiting_for: String::new(),
+            suspended: false,
+            plan_only: false,
+            deleting: false,
+            read_error: String::new(),
+            conditions: vec![ConditionRow {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "Conflict".into(),
+                message: HOSTILE.into(),
+                since: "2026-01-01T00:00:00Z".into(),
+                ago: "5m".into(),
+            }],
+            sources: vec![source_row(&SourceView {
+                kind: "git",
+                location: format!("javascript:alert(3)//{HOSTILE}"),
+                path: Some(HOSTILE.into()),
+                reference: None,
+            })],
+            applied: String::new(),
+            attempted: HOSTILE.into(),
+            plan: None,
+            members: Vec::new(),
+            member_count: 0,
+            members_error: String::new(),
+            members_truncated: false,
+            graph: graph::GraphView {
+                nodes: vec![node],
+                edges: Vec::new(),
+                width: 232,
+                height: 68,
+                left_out: 3,
+            },
+            events: vec![EventView {
+                kind: "Warning".into(),
+                reason: "ApplyFailed".into(),
+                note: HOSTILE.into(),
+                ago: "1m".into(),
+                count: 2,
+            }],
+            events_error: String::new(),
+            diff_src: "/sets/team/web/diff".into(),
+            actions: true,
+            action_base: "/sets/team/web".into(),
+        }
+    }
+
+    #[test]
+    fn tenant_strings_render_as_inert_text() {
+        let body = hostile_page().render().expect("renders");
+        assert!(!body.contains("<script>alert"), "{body}");
+        assert!(!body.contains("<img"), "{body}");
+        assert!(
+            body.contains("&#60;script&#62;alert(1)") || body.contains("&lt;script&gt;alert(1)"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("href=\"javascript:"),
+            "a javascript: URL is no link: {body}"
+        );
+        assert!(!body.contains(" style="), "{body}");
+        for part in [
+            "<svg id=\"graph-svg\"",
+            "class=\"node state-failing focus\"",
+            "3 more not drawn",
+            "class=\"event type-Warning\"",
+            "data-src=\"/sets/team/web/diff\"",
+            "action=\"/sets/team/web/resume\"",
+        ] {
+            assert!(body.contains(part), "{part} in {body}");
+        }
+    }
+
     #[test]
     fn keys_paths_and_labels() {
         let a = ParentRef::applyset("team-a", "web");
