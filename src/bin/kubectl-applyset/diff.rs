@@ -59,8 +59,11 @@ enum Change {
     Conflict(String),
     /// The operator refuses to apply it: `member: reason`.
     Refused(String),
-    /// The dry-run failed.
-    Failed(String),
+    /// The dry-run failed (`forbidden`: the API server refused it to whom the set acts as).
+    Failed {
+        message: String,
+        forbidden: bool,
+    },
     /// Not applied by its own controls: `member: reason` (not a change, not an error).
     Skipped(String),
 }
@@ -76,6 +79,8 @@ pub struct Counts {
     pub unchanged: usize,
     pub failed: usize,
     pub skipped: usize,
+    /// Of the failed dry-runs, the messages of those the API server refused (forbidden).
+    pub forbidden: Vec<String>,
     /// The message of each failed dry-run (decrypted and Secret-substituted values withheld).
     pub failures: Vec<String>,
 }
@@ -244,10 +249,9 @@ pub async fn diff_set(
             .iter()
             .fold(text, |text, m| m.withhold_decrypted(text))
     };
-    counts.failures = std::mem::take(&mut counts.failures)
-        .into_iter()
-        .map(withhold)
-        .collect();
+    for messages in [&mut counts.failures, &mut counts.forbidden] {
+        *messages = std::mem::take(messages).into_iter().map(withhold).collect();
+    }
     Ok((withhold(text), counts))
 }
 
@@ -359,7 +363,10 @@ fn member_change(r: &MemberResult) -> Change {
         },
         Class::Conflict { message, .. } => Change::Conflict(message.to_string()),
         Class::Refused(reason) => Change::Refused(format!("{}: {reason}", r.reference)),
-        Class::Failed { message, .. } => Change::Failed(message.to_string()),
+        Class::Failed { message, forbidden } => Change::Failed {
+            message: message.to_string(),
+            forbidden,
+        },
         Class::Skipped(why) => Change::Skipped(format!("{}: {why}", r.reference)),
         // The classes of a prune candidate are not a member's.
         Class::Unchanged
@@ -424,8 +431,11 @@ fn present(
                 counts.refused += 1;
                 body.push_str(&format!("# refused {why}\n"));
             }
-            Change::Failed(message) => {
+            Change::Failed { message, forbidden } => {
                 counts.failed += 1;
+                if *forbidden {
+                    counts.forbidden.push(message.clone());
+                }
                 counts.failures.push(message.clone());
             }
             Change::Skipped(why) => {
@@ -447,6 +457,9 @@ async fn prune_change(engine: &SetEngine<'_>, m: &LiveMember) -> Change {
             before: shown::object(&live),
         },
         Ok(None) => Change::Unchanged,
-        Err(e) => Change::Failed(format!("{}: reading it: {e}", m.reference)),
+        Err(e) => Change::Failed {
+            message: format!("{}: reading it: {e}", m.reference),
+            forbidden: false,
+        },
     }
 }

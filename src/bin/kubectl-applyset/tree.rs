@@ -38,6 +38,8 @@ pub struct Assessed {
     pub reference: MemberRef,
     pub exists: bool,
     pub health: health::Health,
+    /// A Secret's keys (of `data` and `stringData`, sorted), never its values.
+    pub secret_keys: Vec<String>,
 }
 
 /// How deep nested sets are expanded.
@@ -132,6 +134,7 @@ async fn node_of(
         reference,
         exists,
         health: h,
+        ..
     } in assessed(reader, p).await?
     {
         let nested = reference.group == GROUP
@@ -192,13 +195,31 @@ pub async fn assessed(reader: &Reader<'_>, p: &AnyParent) -> Result<Vec<Assessed
                 }
                 None => health::Health::not_found(),
             };
+            let secret = reference.group.is_empty() && reference.kind == "Secret";
             Assessed {
+                secret_keys: object
+                    .as_ref()
+                    .filter(|_| secret)
+                    .map(keys)
+                    .unwrap_or_default(),
                 reference,
                 exists: object.is_some(),
                 health,
             }
         })
         .collect())
+}
+
+/// The keys of a Secret's `data` and `stringData`, sorted.
+fn keys(o: &DynamicObject) -> Vec<String> {
+    let mut keys: Vec<String> = ["data", "stringData"]
+        .iter()
+        .filter_map(|f| o.data.get(*f).and_then(serde_json::Value::as_object))
+        .flat_map(|m| m.keys().cloned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The set's members: live objects labelled with its ID (whole objects, for their health,

@@ -73,6 +73,12 @@ pub enum Unavailable {
     Render(String),
     #[error("planning the set: {0}")]
     Plan(String),
+    /// A dry-run refused to the user (the set acts as the operator, so the diff acts as the
+    /// user): the API server's message names the right.
+    #[error(
+        "your kubeconfig's user may not dry-run the set's members (server-side apply, as the diff does): {0}; ask for this permission, or use a context that has it"
+    )]
+    Forbidden(String),
     #[error("the diff took longer than {}s", .0.as_secs())]
     TimedOut(Duration),
 }
@@ -83,10 +89,22 @@ pub struct Line {
     pub text: String,
 }
 
+/// A run of lines: the notes (the header, conflicts, refusals: `title` empty) or one
+/// member's unified diff (`title`: its name, as `kubectl diff` names it).
+pub struct Block {
+    pub title: String,
+    pub lines: Vec<Line>,
+}
+
+/// Members' diffs shown open at most (more are shown closed).
+const OPEN: usize = 20;
+
 #[derive(Template)]
 #[template(path = "diff.html")]
 pub struct DiffFragment {
-    pub lines: Vec<Line>,
+    pub blocks: Vec<Block>,
+    /// Whether the members' diffs are shown open.
+    pub open: bool,
     pub truncated: bool,
     pub unavailable: String,
 }
@@ -123,14 +141,17 @@ fn answer(diffed: Result<String, Unavailable>) -> Response {
     let t = match diffed {
         Ok(text) => {
             let (lines, truncated) = lines(&text);
+            let blocks = blocks(lines);
             DiffFragment {
-                lines,
+                open: blocks.iter().filter(|b| !b.title.is_empty()).count() <= OPEN,
+                blocks,
                 truncated,
                 unavailable: String::new(),
             }
         }
         Err(why) => DiffFragment {
-            lines: Vec::new(),
+            blocks: Vec::new(),
+            open: false,
             truncated: false,
             unavailable: format!("The live diff is not available: {why}"),
         },
@@ -192,10 +213,14 @@ async fn diff(app: &AppState, parent: &ParentRef) -> Result<String, Unavailable>
         let (body, counts) = diff_set(client, &resolver, set)
             .await
             .map_err(Unavailable::Plan)?;
+        // Acting as the user, a refusal is the user's: the diff is not theirs to see.
+        if let (Identity::Operator, Some(refused)) = (&identity, counts.forbidden.first()) {
+            return Err(Unavailable::Forbidden(refused.clone()));
+        }
+        text.push_str(&body);
         for failure in &counts.failures {
             text.push_str(&format!("# failed {failure}\n"));
         }
-        text.push_str(&body);
     }
     Ok(text)
 }
@@ -268,6 +293,46 @@ fn lines(text: &str) -> (Vec<Line>, bool) {
     (out, false)
 }
 
+/// The lines in blocks: a member's diff from its `--- ` line to the next member's or the
+/// next note; the notes between them in blocks of their own.
+fn blocks(lines: Vec<Line>) -> Vec<Block> {
+    let mut out: Vec<Block> = Vec::new();
+    for line in lines {
+        // A created member is named by its `+++ merged/NAME` line.
+        let created = line.text.strip_prefix("+++ merged/");
+        if let (Some(name), Some(last)) = (created, out.last_mut())
+            && last.title == CREATED
+        {
+            last.title = name.to_string();
+        }
+        let starts = match line.class {
+            "file" if line.text.starts_with("--- ") => Some(title(&line.text)),
+            "note" if out.last().is_some_and(|b| !b.title.is_empty()) => Some(String::new()),
+            _ => None,
+        };
+        match (starts, out.last_mut()) {
+            (None, Some(last)) => last.lines.push(line),
+            (starts, _) => out.push(Block {
+                title: starts.unwrap_or_default(),
+                lines: vec![line],
+            }),
+        }
+    }
+    out
+}
+
+/// The title of a created member's block until its `+++ merged/NAME` line names it.
+const CREATED: &str = "(created)";
+
+/// A member's name from its diff's `--- live/NAME` line ([`CREATED`] for `--- /dev/null`).
+fn title(line: &str) -> String {
+    let old = line.trim_start_matches("--- ");
+    match old.strip_prefix("live/") {
+        Some(name) => name.to_string(),
+        None => CREATED.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,10 +347,65 @@ mod tests {
             ["note", "file", "file", "hunk", "del", "add", "ctx"]
         );
         assert!(!cut);
+        let blocks = blocks(lines);
+        let titles: Vec<&str> = blocks.iter().map(|b| b.title.as_str()).collect();
+        assert_eq!(titles, ["", "x"]);
+        let text = "# header\n--- /dev/null\n+++ merged/v1.ConfigMap.a.c\n@@ -0,0 +1 @@\n+k: v\n--- live/v1.ConfigMap.a.d\n+++ /dev/null\n# conflict ConfigMap a/b: theirs\n";
+        let blocks = super::blocks(super::lines(text).0);
+        let shape: Vec<(&str, usize)> = blocks
+            .iter()
+            .map(|b| (b.title.as_str(), b.lines.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("", 1),
+                ("v1.ConfigMap.a.c", 4),
+                ("v1.ConfigMap.a.d", 2),
+                ("", 1)
+            ]
+        );
         let big = "+ x\n".repeat(MAX_BYTES / 4 + 10);
         let (lines, cut) = super::lines(&big);
         assert!(cut);
         assert!(lines.len() * 4 <= MAX_BYTES);
+    }
+
+    #[test]
+    fn the_fragment_escapes_the_diff_and_says_why_not() {
+        let text = "# ApplySet a/b: 0 to create\n--- live/v1.ConfigMap.a.x\n+++ merged/v1.ConfigMap.a.x\n+  k: <script>alert(1)</script>\n";
+        let (lines, truncated) = lines(text);
+        let fragment = DiffFragment {
+            blocks: blocks(lines),
+            open: true,
+            truncated,
+            unavailable: String::new(),
+        };
+        let body = fragment.render().expect("renders");
+        assert!(
+            body.starts_with("<div class=\"diff-result\">\n<pre class=\"diff\">"),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "<details class=\"diff-member\" open><summary>v1.ConfigMap.a.x</summary>"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("<script>"), "{body}");
+        let why = Unavailable::Forbidden("configmaps \"x\" is forbidden: <b>".into());
+        let fragment = DiffFragment {
+            blocks: Vec::new(),
+            open: false,
+            truncated: false,
+            unavailable: format!("The live diff is not available: {why}"),
+        };
+        let body = fragment.render().expect("renders");
+        assert!(body.starts_with("<p class=\"diff-unavailable\">"), "{body}");
+        assert!(
+            body.contains("may not dry-run") && !body.contains("<b>"),
+            "{body}"
+        );
     }
 
     #[test]

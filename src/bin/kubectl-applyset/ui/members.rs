@@ -6,21 +6,12 @@
 //! kept: a member is its reference, its health word and its message (a Secret shows its name
 //! only).
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, LazyLock},
-    time::{Duration, Instant},
-};
+use std::collections::BTreeMap;
 
 use applyset_operator::{api::MemberRef, discovery::Resolver, health::Status, parent::AnyParent};
 use kube::Client;
-use parking_lot::Mutex;
-use tokio::sync::OnceCell;
 
 use crate::tree::{self, Assessed, Reader};
-
-/// How long a listing of a set's members serves every viewer.
-const TTL: Duration = Duration::from_secs(5);
 
 /// Objects per page of a member LIST.
 const PAGE_SIZE: u32 = 500;
@@ -37,6 +28,8 @@ pub struct Row {
     pub message: String,
     /// `group/Kind/namespace/name` (the `data-member` attribute).
     pub id: String,
+    /// A Secret's keys, comma-separated (never its values).
+    pub keys: String,
 }
 
 /// The members of one kind.
@@ -148,6 +141,7 @@ fn row(m: &Assessed, s: Status) -> Row {
         health: class(s),
         status: s.as_str(),
         message: m.health.message.clone(),
+        keys: m.secret_keys.join(", "),
         id: format!(
             "{}/{}/{}/{}",
             r.group,
@@ -158,44 +152,15 @@ fn row(m: &Assessed, s: Status) -> Row {
     }
 }
 
-/// A set's members as listed once, or why they could not be.
-pub type Listing = Arc<Result<Vec<Assessed>, String>>;
-
-/// The listings of the last few seconds, by set ID: its resourceVersion, when listed, and
-/// the listing (filled once; concurrent viewers wait for the same one).
-type Entries = HashMap<String, (String, Instant, Arc<OnceCell<Listing>>)>;
-
-static LISTINGS: LazyLock<Mutex<Entries>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// The members of `p` with their health: listed as the user (`client`), or the listing of
-/// the same resourceVersion made in the last [`TTL`].
-pub async fn listed(client: &Client, p: &AnyParent) -> Listing {
-    let key = p.parent_ref().id();
-    let rv = p.meta().resource_version.clone().unwrap_or_default();
-    let cell = {
-        let mut entries = LISTINGS.lock();
-        entries.retain(|_, (_, at, _)| at.elapsed() < TTL);
-        let fresh = entries.get(&key).filter(|(v, _, _)| *v == rv);
-        match fresh {
-            Some((_, _, cell)) => cell.clone(),
-            None => {
-                let cell = Arc::new(OnceCell::new());
-                entries.insert(key, (rv, Instant::now(), cell.clone()));
-                cell
-            }
-        }
+/// The members of `p` with their health, listed as the user (`client`).
+pub async fn list(client: &Client, p: &AnyParent) -> Result<Vec<Assessed>, String> {
+    let resolver = Resolver::new(client.clone());
+    let reader = Reader {
+        client,
+        resolver: &resolver,
+        page_size: PAGE_SIZE,
     };
-    cell.get_or_init(|| async {
-        let resolver = Resolver::new(client.clone());
-        let reader = Reader {
-            client,
-            resolver: &resolver,
-            page_size: PAGE_SIZE,
-        };
-        Arc::new(tree::assessed(&reader, p).await)
-    })
-    .await
-    .clone()
+    tree::assessed(&reader, p).await
 }
 
 #[cfg(test)]
@@ -213,6 +178,10 @@ mod tests {
             },
             exists: s != Status::NotFound,
             health: Health::new(s, format!("{name} is {s}")),
+            secret_keys: match kind {
+                "Secret" => vec!["password".into(), "user".into()],
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -258,6 +227,8 @@ mod tests {
         assert_eq!(web.message, "web is Failed");
         assert_eq!(groups[1].kinds[0].rows[0].health, "not-found");
         assert_eq!(groups[2].kinds[0].rows[0].id, "/Namespace//a");
+        assert_eq!(groups[3].kinds[0].rows[0].keys, "password, user");
+        assert_eq!(web.keys, "");
         assert!(group(&[]).is_empty());
     }
 

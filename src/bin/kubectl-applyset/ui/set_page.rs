@@ -1,18 +1,18 @@
 //! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, conditions, source,
 //! last plan (`status.plan`), member tree, dependsOn graph, events and a place for the live
 //! diff (fetched apart, from `…/diff`, so the page never waits for it). The set must be in the
-//! view's cache (else a 404 "not found or not visible to you"); the page reads the parent once
-//! (conditions, plan), its members through a listing shared by every viewer for a few seconds
-//! ([`super::members::listed`]), and its recent events. Every tenant string reaches the HTML
-//! through the template's escaping.
+//! view's cache (else a 404 "not found or not visible to you"); the parent (conditions, plan),
+//! its members and its recent events are read once per change of the set and shared by every
+//! viewer for a few seconds ([`reads`]). Every tenant string reaches the HTML through the
+//! template's escaping.
 
 mod graph;
+mod reads;
 
 use applyset_operator::{
     api::{ApplySetStatus, MemberRef},
     applyset::{ParentKind, ParentRef},
-    parent::AnyParent,
-    view::{EventRow, SetSummary, SourceView, State, events},
+    view::{EventRow, SetSummary, SourceView, State},
 };
 use askama::Template;
 use axum::{
@@ -28,9 +28,6 @@ use super::{
 };
 use crate::sets::age;
 use graph::GraphView;
-
-/// Events shown at most.
-const EVENTS: usize = 20;
 
 pub async fn applyset(
     Extract(app): Extract<AppState>,
@@ -182,33 +179,30 @@ async fn page(app: &AppState, parent: ParentRef) -> Response {
     let Some(summary) = snapshot.get(&parent).cloned() else {
         return missing(chrome, set_key);
     };
-    let live = match AnyParent::get(&app.client, &parent).await {
-        Ok(Some(p)) => Ok(p),
-        Ok(None) => return missing(chrome, set_key),
-        Err(e) => Err(format!("reading {parent}: {e}")),
-    };
+    let read = reads::of(
+        &app.client,
+        &parent,
+        &summary.uid,
+        &summary.resource_version,
+    )
+    .await;
     let mut view = SetPage::of(chrome, &summary, app.allow_actions);
     view.graph = graph::view(&snapshot, &parent);
-    match live {
-        Ok(p) => {
-            let (listed, recent) = tokio::join!(
-                members::listed(&app.client, &p),
-                events::recent(&app.client, &parent, &summary.uid, EVENTS)
-            );
-            view.with_status(p.status());
-            match listed.as_ref() {
-                Ok(list) => {
-                    view.member_count = list.len();
-                    view.members = members::group(list);
-                }
-                Err(e) => view.members_error = e.clone(),
-            }
-            match recent {
-                Ok(rows) => view.events = events_shown(rows),
-                Err(e) => view.events_error = format!("listing its events: {e}"),
-            }
+    match &read.parent {
+        Ok(Some(p)) => view.with_status(p.status()),
+        Ok(None) => return missing(view.chrome, set_key),
+        Err(e) => view.read_error = e.clone(),
+    }
+    match &read.members {
+        Ok(list) => {
+            view.member_count = list.len();
+            view.members = members::group(list);
         }
-        Err(e) => view.read_error = e,
+        Err(e) => view.members_error = e.clone(),
+    }
+    match &read.events {
+        Ok(rows) => view.events = events_shown(rows.clone()),
+        Err(e) => view.events_error = e.clone(),
     }
     html(&view)
 }
@@ -397,6 +391,112 @@ mod tests {
         ]);
         let reasons: Vec<&str> = shown.iter().map(|e| e.reason.as_str()).collect();
         assert_eq!(reasons, ["w-new", "w-old", "new", "old"]);
+    }
+
+    const HOSTILE: &str = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+
+    fn hostile_page() -> SetPage {
+        let chrome = Chrome {
+            css: "/assets/0/app.css",
+            js: "/assets/0/app.js",
+            live_src: "/live?set=team/web".into(),
+            watched: "ApplySets of every namespace".into(),
+            actions: true,
+        };
+        let node = graph::GraphNode {
+            href: "/sets/team/web".into(),
+            key: HOSTILE.into(),
+            class: "state-failing focus".into(),
+            label: HOSTILE.into(),
+            scope: HOSTILE.into(),
+            x: 16,
+            y: 16,
+            width: 200,
+            height: 36,
+            text_x: 24,
+            scope_y: 29,
+            label_y: 45,
+        };
+        SetPage {
+            chrome,
+            key: "team/web".into(),
+            kind: "ApplySet",
+            name: "web".into(),
+            namespace: "team".into(),
+            state: "failing",
+            state_word: "Failing",
+            ready_message: HOSTILE.into(),
+            waiting_for: String::new(),
+            suspended: false,
+            plan_only: false,
+            deleting: false,
+            read_error: String::new(),
+            conditions: vec![ConditionRow {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "Conflict".into(),
+                message: HOSTILE.into(),
+                since: "2026-01-01T00:00:00Z".into(),
+                ago: "5m".into(),
+            }],
+            sources: vec![source_row(&SourceView {
+                kind: "git",
+                location: format!("javascript:alert(3)//{HOSTILE}"),
+                path: Some(HOSTILE.into()),
+                reference: None,
+            })],
+            applied: String::new(),
+            attempted: HOSTILE.into(),
+            plan: None,
+            members: Vec::new(),
+            member_count: 0,
+            members_error: String::new(),
+            members_truncated: false,
+            graph: graph::GraphView {
+                nodes: vec![node],
+                edges: Vec::new(),
+                width: 232,
+                height: 68,
+                left_out: 3,
+            },
+            events: vec![EventView {
+                kind: "Warning".into(),
+                reason: "ApplyFailed".into(),
+                note: HOSTILE.into(),
+                ago: "1m".into(),
+                count: 2,
+            }],
+            events_error: String::new(),
+            diff_src: "/sets/team/web/diff".into(),
+            actions: true,
+            action_base: "/sets/team/web".into(),
+        }
+    }
+
+    #[test]
+    fn tenant_strings_render_as_inert_text() {
+        let body = hostile_page().render().expect("renders");
+        assert!(!body.contains("<script>alert"), "{body}");
+        assert!(!body.contains("<img"), "{body}");
+        assert!(
+            body.contains("&#60;script&#62;alert(1)") || body.contains("&lt;script&gt;alert(1)"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("href=\"javascript:"),
+            "a javascript: URL is no link: {body}"
+        );
+        assert!(!body.contains(" style="), "{body}");
+        for part in [
+            "<svg id=\"graph-svg\"",
+            "class=\"node state-failing focus\"",
+            "3 more not drawn",
+            "class=\"event type-Warning\"",
+            "data-src=\"/sets/team/web/diff\"",
+            "action=\"/sets/team/web/resume\"",
+        ] {
+            assert!(body.contains(part), "{part} in {body}");
+        }
     }
 
     #[test]
