@@ -2,8 +2,8 @@
 //! `POST /clustersets/{name}/{action}`), only with `--allow-actions` (else 404), done as the
 //! user with the plugin's own verbs (`kubectl applyset reconcile` without its wait, `suspend`,
 //! `resume`). The answer is a small page whose `#message` app.js shows in `#action-result`:
-//! 200 and what was done, or the API server's status code and `refused: <its message>`. The
-//! guard has checked `Origin` and `Sec-Fetch-Site` before.
+//! 200 and `done: <what was done>`, or the API server's status code and
+//! `refused: <its message>`. The guard has checked `Origin` and `Sec-Fetch-Site` before.
 
 use applyset_operator::applyset::ParentRef;
 use axum::{
@@ -35,12 +35,12 @@ impl Action {
         }
     }
 
-    /// What was done, in words.
+    /// What was done, in words: `done: …`, as a refusal says `refused: …`.
     pub fn done(self, parent: &ParentRef) -> String {
         match self {
-            Action::Reconcile => format!("Reconcile requested for {parent}"),
-            Action::Suspend => format!("Suspended {parent}"),
-            Action::Resume => format!("Resumed {parent}"),
+            Action::Reconcile => format!("done: reconcile requested for {parent}"),
+            Action::Suspend => format!("done: suspended {parent}"),
+            Action::Resume => format!("done: resumed {parent}"),
         }
     }
 
@@ -120,13 +120,13 @@ mod tests {
         let web = ParentRef::applyset("team", "web");
         assert_eq!(
             Action::Reconcile.done(&web),
-            "Reconcile requested for ApplySet team/web"
+            "done: reconcile requested for ApplySet team/web"
         );
         assert_eq!(
             Action::Suspend.done(&ParentRef::cluster("infra")),
-            "Suspended ClusterApplySet infra"
+            "done: suspended ClusterApplySet infra"
         );
-        assert_eq!(Action::Resume.done(&web), "Resumed ApplySet team/web");
+        assert_eq!(Action::Resume.done(&web), "done: resumed ApplySet team/web");
     }
 
     #[test]

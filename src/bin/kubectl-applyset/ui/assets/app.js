@@ -35,12 +35,20 @@
     busy = true;
     fetch(location.href, { credentials: 'same-origin', headers: { Accept: 'text/html' } })
       .then(function (response) {
+        if (response.status === 404) {
+          // The set is gone (or no longer visible): show the page that says so.
+          location.reload();
+          return null;
+        }
         if (!response.ok) {
           throw new Error('HTTP ' + response.status);
         }
         return response.text();
       })
       .then(function (text) {
+        if (text === null) {
+          return;
+        }
         var fresh = parse(text);
         document.querySelectorAll('[data-live]').forEach(function (old) {
           if (!old.id) {
