@@ -257,6 +257,12 @@ async fn the_view_in_a_real_browser() {
             ui.output()
         );
     }
+    let opened = open_flag(&c, work.path()).await;
+    if let Err(e) = &opened {
+        let source = c.source().await.unwrap_or_default();
+        let _ = c.clone().close().await;
+        panic!("{e}\n--- the page:\n{source}");
+    }
     c.close().await.expect("end the browser session");
     drop(sets);
     stop(op).await;
@@ -394,6 +400,85 @@ async fn walk(c: &Client, ui: &UiProcess, h: &Harness, shots: &Path) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// `--open`: the ui hands the opener (a stand-in `xdg-open` on its PATH that records its
+/// arguments) the path of a private file, never the token; that file, opened in the browser
+/// as `file://`, leads through the login to the sets page with a session (the SameSite=Strict
+/// cookie works after a navigation that began on another origin).
+async fn open_flag(c: &Client, work: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let bin = work.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let args = work.join("xdg-open-args");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", args.display()),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let ui = UiProcess::start_env(
+        support::cluster().kubeconfig(),
+        &["--open"],
+        &[("PATH", path.as_str()), ("DISPLAY", ":0")],
+    )
+    .await;
+    let deadline = Instant::now() + SHOWN;
+    let argv = loop {
+        if let Ok(a) = std::fs::read_to_string(&args)
+            && !a.is_empty()
+        {
+            break a;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "--open did not start the opener; the ui printed:\n{}",
+                ui.output()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if argv.contains(&ui.token) {
+        return Err(format!(
+            "the opener was given the token on its command line: {argv}"
+        ));
+    }
+    let file = PathBuf::from(
+        argv.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("file://"),
+    );
+    let mode = std::fs::metadata(&file)
+        .map_err(|e| format!("the opener's file {}: {e}", file.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{} is readable by others: {mode:o}",
+            file.display()
+        ));
+    }
+    c.goto(&format!("file://{}", file.display()))
+        .await
+        .map_err(|e| format!("open {}: {e}", file.display()))?;
+    c.wait()
+        .at_most(SHOWN)
+        .for_element(Locator::Css(&format!("#row-{NS}--postgres")))
+        .await
+        .map_err(|e| format!("--open's file leads to the sets page with a session: {e}"))?;
+    let url = c.current_url().await.map_err(|e| e.to_string())?;
+    if url.as_str() != format!("{}/", ui.origin()) {
+        return Err(format!("after --open's file the browser is at {url}"));
+    }
+    wait_live(c).await
 }
 
 /// Waits until the page's live stream is open (`#live-status.live-on`).

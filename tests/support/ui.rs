@@ -48,12 +48,18 @@ impl UiProcess {
     /// `kubectl applyset --kubeconfig <kubeconfig> ui --port 0 <args>`; waits for the first
     /// stdout line and checks it is exactly the contract's.
     pub async fn start_with(kubeconfig: &Path, args: &[&str]) -> UiProcess {
+        UiProcess::start_env(kubeconfig, args, &[]).await
+    }
+
+    /// Like [`UiProcess::start_with`], with environment variables `env` set for the process.
+    pub async fn start_env(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> UiProcess {
         let mut child = Command::new(PLUGIN)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .args(["ui", "--port", "0"])
             .args(args)
             .env_remove("KUBECONFIG")
             .env_remove("BROWSER")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
