@@ -222,7 +222,12 @@ async fn pages_show_sets_in_every_state() {
     assert_row(&body, &key(ns, "ready"), "ready", "Ready");
     assert_row(&body, &key(ns, "failing"), "failing", "Failing");
     assert_row(&body, &key(ns, "suspended"), "suspended", "Suspended");
-    assert_row(&body, &key(ns, "pruned"), "ready", "Ready");
+    let pruned = assert_row(&body, &key(ns, "pruned"), "ready", "Ready");
+    assert!(
+        pruned.contains("<td class=\"num members\">1</td>")
+            && pruned.contains("<td class=\"num pruned\">1</td>"),
+        "the pruned set's row counts 1 member and 1 pruned: {pruned}"
+    );
     let waiting = assert_row(&body, &key(ns, "waiting"), "waiting", "Waiting");
     assert!(
         waiting.contains(&format!("waiting for {ns}/failing")),
