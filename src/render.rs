@@ -51,14 +51,15 @@ pub struct Member {
     pub adopt: bool,
     /// The paths of the `spec.ignore` rules whose target matches it (see [`crate::ignore`]).
     pub ignore: Vec<crate::ignore::Pointer>,
-    /// Decrypted values withheld from messages about this member (`None`: the set decrypted
+    /// Decrypted values, and values substituted from Secrets, withheld from messages about
+    /// this member and from a diff of it (`None`: the set decrypted and took from Secrets
     /// nothing).
     pub redaction: Option<Arc<Redaction>>,
 }
 
 impl Member {
-    /// `message` without the decrypted values of this member (an API server's message may
-    /// echo them).
+    /// `message` without the decrypted values of this member, nor the values substituted into
+    /// the set from Secrets (an API server's message, or a diff, may echo them).
     pub fn withhold_decrypted(&self, message: String) -> String {
         match &self.redaction {
             Some(r) if !r.is_empty() => r.apply(&message),
@@ -557,7 +558,8 @@ pub async fn render_set(
         // Flux's order: build (the sources above), decrypt, substitute.
         stage_memory.extend(decrypt(&mut keys, &mut manifests, &stages).await?);
         withhold(&mut manifests, &mut withheld);
-        let (mut manifests, held) = post_build(input, &readers.set, manifests, &stages).await?;
+        let substituted = post_build(input, &readers.set, manifests, &stages, &mut withheld);
+        let (mut manifests, held) = substituted.await?;
         stage_memory.extend(held);
         // Members substituted anew are parsed anew: they carry the values again.
         withhold(&mut manifests, &mut withheld);
@@ -587,8 +589,9 @@ pub async fn render_set(
 }
 
 /// Every value decrypted for the set (its build inputs', carried by the members they built,
-/// and its decrypted members') withheld from the messages about any member, and from those
-/// about the set (`withheld`).
+/// and its decrypted members') and every value substituted from a Secret (already in
+/// `withheld`) withheld from the messages about any member, and from those about the set
+/// (`withheld`).
 fn withhold(manifests: &mut [Manifest], withheld: &mut Redaction) {
     for m in manifests.iter() {
         if let Some(r) = &m.redaction {
@@ -751,17 +754,21 @@ async fn decrypt(
 
 /// spec.postBuild: the set's variables substituted in every member (see [`substitute`]), on
 /// the blocking pool, the output counted against the set's YAML bound and the operator-wide
-/// memory budget as it is expanded; `manifests` unchanged when the set has none. Returns
-/// what the substituted members hold of the memory budget.
+/// memory budget as it is expanded; `manifests` unchanged when the set has none. The values
+/// read from Secrets join `withheld` (withheld from every message about the set, and from a
+/// diff, as decrypted values are). Returns what the substituted members hold of the memory
+/// budget.
 async fn post_build(
     input: &RenderInput<'_>,
     reader: &SetReader<'_>,
     manifests: Vec<Manifest>,
     stages: &Stages<'_>,
+    withheld: &mut Redaction,
 ) -> std::result::Result<(Vec<Manifest>, Option<Lease>), SetError> {
     let Some(vars) = substitute::variables(reader, input.parent, input.spec).await? else {
         return Ok((manifests, None));
     };
+    withheld.extend(vars.secret_values());
     let member_text = input
         .limits
         .max_member_bytes
@@ -840,6 +847,62 @@ mod tests {
             msg.starts_with("ApplySet team/big: its inline manifests"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn values_substituted_from_a_secret_are_withheld_from_what_is_said_of_every_member() {
+        let parent = ParentRef::applyset("team", "app");
+        let spec: ApplySetSpec = serde_json::from_value(serde_json::json!({})).expect("spec");
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  password: ${password}\n  region: ${region}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n";
+        let manifests = parse_documents(text, &Origin::source("test")).expect("parses");
+        let layer = |pairs: &[(&str, &str)], secret: bool| {
+            let values = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            ("substituteFrom[0]".to_string(), values, secret)
+        };
+        let vars = substitute::merge(vec![
+            layer(&[("password", "hunter2-secret")], true),
+            layer(&[("region", "eu-west-1")], false),
+        ])
+        .expect("valid");
+        let mut manifests = substitute::apply(manifests, &vars).expect("substituted");
+        // As render_set does after post_build.
+        let mut withheld = Redaction::default();
+        withheld.extend(vars.secret_values());
+        withhold(&mut manifests, &mut withheld);
+        let resolved = |kind: &str| {
+            let gvk = (String::new(), "v1".to_string(), kind.to_string());
+            let resource = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "", "v1", kind,
+            ));
+            let namespaced = true;
+            (
+                gvk,
+                crate::discovery::Resolved {
+                    resource,
+                    namespaced,
+                },
+            )
+        };
+        let served = HashMap::from([resolved("ConfigMap")]);
+        let set = render_resolved(&parent, &spec, manifests, served).expect("rendered");
+        assert_eq!(set.members[0].object["data"]["password"], "hunter2-secret");
+        let said =
+            "data.password: Invalid value: \"hunter2-secret\" (aHVudGVyMi1zZWNyZXQ=) in eu-west-1";
+        // Every member withholds it (a message about one may quote another), not the
+        // ConfigMap's value.
+        for m in &set.members {
+            assert_eq!(
+                m.withhold_decrypted(said.to_string()),
+                "data.password: Invalid value: \"<redacted>\" (<redacted>) in eu-west-1"
+            );
+        }
+        // Without a Secret, nothing is withheld.
+        let plain = substitute::merge(vec![layer(&[("password", "hunter2-secret")], false)])
+            .expect("valid");
+        assert!(plain.secret_values().is_empty());
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!   `applyset.dev/substitute: disabled` is left as it is.
 //! - Values from Secrets never reach messages: errors name variables and members, never
 //!   values, and a member whose substituted text does not parse is named without the parser's
-//!   message when any value came from a Secret.
+//!   message when any value came from a Secret. The values themselves are kept
+//!   ([`Vars::secret_values`]) so that the render withholds them, as it withholds decrypted
+//!   values, from what the API server says about a member and from a diff.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -25,6 +27,7 @@ use crate::{
     applyset::ParentRef,
     manifest::{DEFAULT_SET_YAML_BYTES, Manifest, object_cost, parse_documents},
     set_reads::{ReadError, SetReader},
+    sops::redact::Redaction,
     sources::memory::MemoryError,
     stage::{Exceeded, StageBudget},
 };
@@ -157,16 +160,24 @@ impl SubstituteError {
     }
 }
 
-/// The variables of a set, and whether any came from a Secret.
+/// The variables of a set, whether any came from a Secret, and the values that did (to
+/// withhold from every message and diff about the set).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Vars {
     values: BTreeMap<String, String>,
     from_secret: bool,
+    secret_values: Redaction,
 }
 
 impl Vars {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str)
+    }
+
+    /// The non-empty values read from Secrets (whether or not a later layer overrode them),
+    /// to withhold as decrypted values are withheld.
+    pub fn secret_values(&self) -> &Redaction {
+        &self.secret_values
     }
 }
 
@@ -184,15 +195,20 @@ pub fn merge(
     layers: Vec<(String, BTreeMap<String, String>, bool)>,
 ) -> Result<Vars, SubstituteError> {
     let mut vars = Vars::default();
+    let mut secret_values = Vec::new();
     for (field, values, secret) in layers {
         for (k, v) in values {
             if !is_name(&k) {
                 return Err(SubstituteError::BadName { field, name: k });
             }
             vars.from_secret |= secret && !v.is_empty();
+            if secret && !v.is_empty() {
+                secret_values.push(v.clone());
+            }
             vars.values.insert(k, v);
         }
     }
+    vars.secret_values = Redaction::new(secret_values);
     Ok(vars)
 }
 

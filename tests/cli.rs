@@ -152,6 +152,45 @@ async fn diff_withholds_values_decrypted_from_sops_members() {
     );
 }
 
+/// `diff` of a set whose ConfigMap takes a value from a Secret (spec.postBuild.substituteFrom)
+/// withholds that value, in the diff and the header alike; a value from a ConfigMap shows.
+#[tokio::test]
+async fn diff_withholds_values_substituted_from_secrets() {
+    let h = Harness::new("cli-subst-diff").await;
+    let ns = h.ns.as_str();
+    let mut vars = secret_in(ns, "vars");
+    vars["data"] = json!({"dbpassword": "czNjcjN0LXBhc3N3MHJk"}); // s3cr3t-passw0rd
+    ssa(&h.client, &secret_ar(), Some(ns), "test", vars).await;
+    let plain = configmap_in(ns, "plain-vars", json!({"region": "eu-west-1"}));
+    ssa(&h.client, &configmap_ar(), Some(ns), "test", plain).await;
+    let set = h.applyset("subst");
+    let dir = scratch("cli-subst-diff");
+    let file = dir.join(format!("{ns}.yaml"));
+    let member = configmap(
+        "cfg",
+        json!({"password": "${dbpassword}", "region": "${region}"}),
+    );
+    write_set(
+        &file,
+        &set,
+        &json!({"manifests": [member], "postBuild": {"substituteFrom": [
+            {"kind": "Secret", "name": "vars"},
+            {"kind": "ConfigMap", "name": "plain-vars"},
+        ]}}),
+    );
+    let out = on_cluster(&["diff", "-f", file.to_str().expect("path")]).await;
+    let text = stdout(&out);
+    assert!(text.contains("1 to create"), "{}", shown(&out));
+    assert!(
+        text.contains("password: <redacted>")
+            && text.contains("region: eu-west-1")
+            && !text.contains("s3cr3t-passw0rd")
+            && !text.contains("czNjcjN0LXBhc3N3MHJk"),
+        "{}",
+        shown(&out)
+    );
+}
+
 #[tokio::test]
 async fn help_matches_the_snapshot() {
     let out = plugin(&["--help"]).await;

@@ -5,7 +5,8 @@
 //! one), concurrently within a bound, and the prune decision over the live parent's record.
 //! This command only presents the plan, by the engine's classification of each outcome (the
 //! one the operator's status reads): a unified diff per object created, changed or pruned
-//! (Secret values masked as `kubectl diff` masks them), one `# conflict` line per member the
+//! (Secret values masked as `kubectl diff` masks them; values decrypted from SOPS members and
+//! values substituted from Secrets withheld), one `# conflict` line per member the
 //! operator would not apply, and one `# refused` line, with the reason, per member it refuses
 //! (its namespace is being terminated).
 
@@ -58,23 +59,30 @@ enum Change {
     Conflict(String),
     /// The operator refuses to apply it: `member: reason`.
     Refused(String),
-    /// The dry-run failed.
-    Failed(String),
+    /// The dry-run failed (`forbidden`: the API server refused it to whom the set acts as).
+    Failed {
+        message: String,
+        forbidden: bool,
+    },
     /// Not applied by its own controls: `member: reason` (not a change, not an error).
     Skipped(String),
 }
 
 /// The result of one set's diff.
 #[derive(Default)]
-struct Counts {
-    create: usize,
-    update: usize,
-    prune: usize,
-    conflicts: usize,
-    refused: usize,
-    unchanged: usize,
-    failed: usize,
-    skipped: usize,
+pub struct Counts {
+    pub create: usize,
+    pub update: usize,
+    pub prune: usize,
+    pub conflicts: usize,
+    pub refused: usize,
+    pub unchanged: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    /// Of the failed dry-runs, the messages of those the API server refused (forbidden).
+    pub forbidden: Vec<String>,
+    /// The message of each failed dry-run (decrypted and Secret-substituted values withheld).
+    pub failures: Vec<String>,
 }
 
 /// How `diff` runs: requests in flight, objects per page of a LIST, and whether to validate
@@ -122,9 +130,13 @@ pub async fn run(g: &Global, path: &Path, opts: Options) -> Result<u8, CliError>
             desired: rendered.set,
             concurrency: opts.concurrency,
             page_size: opts.page_size,
+            progress: true,
         };
         match diff_set(&c.client, &resolver, set).await {
             Ok((text, counts)) => {
+                for message in &counts.failures {
+                    eprintln!("error: {message}");
+                }
                 print!("{text}");
                 code = exit_code(code, &counts);
             }
@@ -153,19 +165,23 @@ fn exit_code(code: u8, counts: &Counts) -> u8 {
     }
 }
 
-/// One rendered set of the file, and how many of its requests may be in flight.
-struct Set<'a> {
-    parent: &'a ParentRef,
-    spec: &'a ApplySetSpec,
-    identity: &'a Identity,
-    desired: DesiredSet,
-    concurrency: usize,
+/// One rendered set (of a file, or of a live parent for the ui), and how many of its
+/// requests may be in flight.
+pub struct Set<'a> {
+    pub parent: &'a ParentRef,
+    pub spec: &'a ApplySetSpec,
+    pub identity: &'a Identity,
+    pub desired: DesiredSet,
+    pub concurrency: usize,
     /// Objects per page of a LIST of members.
-    page_size: u32,
+    pub page_size: u32,
+    /// Whether to show progress on a terminal's standard error.
+    pub progress: bool,
 }
 
-/// The diff of one set: its text and counts.
-async fn diff_set(
+/// The diff of one set: its text and counts. The one diff of `kubectl applyset diff` and of
+/// the ui's set page.
+pub async fn diff_set(
     client: &Client,
     resolver: &Arc<Resolver>,
     set: Set<'_>,
@@ -189,11 +205,15 @@ async fn diff_set(
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("its ApplySet annotations are malformed ({e})"))?;
     let desired = Desired::new(set.desired, Vec::new());
-    let progress = Progress::new();
+    let progress = set.progress.then(Progress::new);
     let members = desired.set.members.len();
-    progress.say(&format!("diff {parent}: planning {members} members ..."));
+    if let Some(p) = &progress {
+        p.say(&format!("diff {parent}: planning {members} members ..."));
+    }
     let planned = planned(&mut engine, &desired, &before).await;
-    progress.finish();
+    if let Some(p) = &progress {
+        p.finish();
+    }
     let planned = planned?;
     let mut changes = member_changes(&desired.set, &planned.members);
     match planned.prune {
@@ -213,20 +233,26 @@ async fn diff_set(
         &changes,
         notes.iter().filter(|n| n.starts_with("# conflict")).count(),
     );
-    let (body, counts) = presented.map_err(|e| e.to_string())?;
+    let (body, mut counts) = presented.map_err(|e| e.to_string())?;
     let mut text = header(set.parent, set.spec, set.identity, &scope, &counts);
     for n in &notes {
         text.push_str(n);
     }
     text.push_str(&body);
-    // The values decrypted from SOPS members are withheld (a Secret's are masked already; a
-    // decrypted ConfigMap's, or a server message echoing one, would otherwise show).
-    let text = desired
-        .set
-        .members
-        .iter()
-        .fold(text, |text, m| m.withhold_decrypted(text));
-    Ok((text, counts))
+    // The values decrypted from SOPS members, and those substituted from Secrets, are withheld
+    // (a Secret's are masked already; a decrypted or substituted ConfigMap's, or a server
+    // message echoing one, would otherwise show).
+    let withhold = |text: String| {
+        desired
+            .set
+            .members
+            .iter()
+            .fold(text, |text, m| m.withhold_decrypted(text))
+    };
+    for messages in [&mut counts.failures, &mut counts.forbidden] {
+        *messages = std::mem::take(messages).into_iter().map(withhold).collect();
+    }
+    Ok((withhold(text), counts))
 }
 
 /// The set's scope: its field manager, acting as its identity (impersonated), listing
@@ -337,7 +363,10 @@ fn member_change(r: &MemberResult) -> Change {
         },
         Class::Conflict { message, .. } => Change::Conflict(message.to_string()),
         Class::Refused(reason) => Change::Refused(format!("{}: {reason}", r.reference)),
-        Class::Failed { message, .. } => Change::Failed(message.to_string()),
+        Class::Failed { message, forbidden } => Change::Failed {
+            message: message.to_string(),
+            forbidden,
+        },
         Class::Skipped(why) => Change::Skipped(format!("{}: {why}", r.reference)),
         // The classes of a prune candidate are not a member's.
         Class::Unchanged
@@ -402,9 +431,12 @@ fn present(
                 counts.refused += 1;
                 body.push_str(&format!("# refused {why}\n"));
             }
-            Change::Failed(message) => {
+            Change::Failed { message, forbidden } => {
                 counts.failed += 1;
-                eprintln!("error: {message}");
+                if *forbidden {
+                    counts.forbidden.push(message.clone());
+                }
+                counts.failures.push(message.clone());
             }
             Change::Skipped(why) => {
                 counts.skipped += 1;
@@ -425,6 +457,9 @@ async fn prune_change(engine: &SetEngine<'_>, m: &LiveMember) -> Change {
             before: shown::object(&live),
         },
         Ok(None) => Change::Unchanged,
-        Err(e) => Change::Failed(format!("{}: reading it: {e}", m.reference)),
+        Err(e) => Change::Failed {
+            message: format!("{}: reading it: {e}", m.reference),
+            forbidden: false,
+        },
     }
 }

@@ -23,12 +23,23 @@ use crate::{Global, Output, conn, error::CliError, sets};
 /// LISTs of one set's members in flight at once.
 const CONCURRENCY: usize = 8;
 
-/// How the tree reads the cluster: with whom, resolving kinds how, listing how many objects
-/// a page.
-struct Reader<'a> {
-    client: &'a Client,
-    resolver: &'a Resolver,
-    page_size: u32,
+/// How the tree (and the ui's member tree) reads the cluster: with whom, resolving kinds how,
+/// listing how many objects a page.
+pub struct Reader<'a> {
+    pub client: &'a Client,
+    pub resolver: &'a Resolver,
+    pub page_size: u32,
+}
+
+/// One member of a set with its health (of the object as listed; `not found` when it does
+/// not exist).
+#[derive(Clone, Debug)]
+pub struct Assessed {
+    pub reference: MemberRef,
+    pub exists: bool,
+    pub health: health::Health,
+    /// A Secret's keys (of `data` and `stringData`, sorted), never its values.
+    pub secret_keys: Vec<String>,
 }
 
 /// How deep nested sets are expanded.
@@ -118,16 +129,17 @@ async fn node_of(
         reason: c.reason.clone(),
         message: c.message.clone(),
     });
-    let objects = members(reader, p).await?;
-    let now = Timestamp::now();
-    // The set's healthCheckExprs, as the operator uses them (one that does not compile is
-    // the set's ValidationFailed: its members are then assessed by the built-in rules).
-    let exprs = health::HealthExprs::compile(&p.spec().health_check_exprs).unwrap_or_default();
     let mut nodes = Vec::new();
-    for (reference, object) in objects {
+    for Assessed {
+        reference,
+        exists,
+        health: h,
+        ..
+    } in assessed(reader, p).await?
+    {
         let nested = reference.group == GROUP
             && matches!(reference.kind.as_str(), "ApplySet" | "ClusterApplySet");
-        if nested && depth < MAX_DEPTH && object.is_some() {
+        if nested && depth < MAX_DEPTH && exists {
             let child = match reference.kind.as_str() {
                 "ApplySet" => ParentRef::applyset(
                     reference.namespace.clone().unwrap_or_default(),
@@ -142,12 +154,6 @@ async fn node_of(
                 continue;
             }
         }
-        let h = match &object {
-            Some(o) => {
-                health::assess_with(&serde_json::to_value(o).unwrap_or_default(), now, &exprs)
-            }
-            None => health::Health::not_found(),
-        };
         nodes.push(Node {
             group: reference.group.clone(),
             kind: reference.kind.clone(),
@@ -170,6 +176,50 @@ async fn node_of(
         health: None,
         members: nodes,
     })
+}
+
+/// The set's members with their health, sorted by reference: each live object assessed by
+/// the set's healthCheckExprs as the operator assesses it (one that does not compile is the
+/// set's ValidationFailed: its members are then assessed by the built-in rules), those its
+/// status lists that do not exist `not found`.
+pub async fn assessed(reader: &Reader<'_>, p: &AnyParent) -> Result<Vec<Assessed>, String> {
+    let objects = members(reader, p).await?;
+    let now = Timestamp::now();
+    let exprs = health::HealthExprs::compile(&p.spec().health_check_exprs).unwrap_or_default();
+    Ok(objects
+        .into_iter()
+        .map(|(reference, object)| {
+            let health = match &object {
+                Some(o) => {
+                    health::assess_with(&serde_json::to_value(o).unwrap_or_default(), now, &exprs)
+                }
+                None => health::Health::not_found(),
+            };
+            let secret = reference.group.is_empty() && reference.kind == "Secret";
+            Assessed {
+                secret_keys: object
+                    .as_ref()
+                    .filter(|_| secret)
+                    .map(keys)
+                    .unwrap_or_default(),
+                reference,
+                exists: object.is_some(),
+                health,
+            }
+        })
+        .collect())
+}
+
+/// The keys of a Secret's `data` and `stringData`, sorted.
+fn keys(o: &DynamicObject) -> Vec<String> {
+    let mut keys: Vec<String> = ["data", "stringData"]
+        .iter()
+        .filter_map(|f| o.data.get(*f).and_then(serde_json::Value::as_object))
+        .flat_map(|m| m.keys().cloned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The set's members: live objects labelled with its ID (whole objects, for their health,

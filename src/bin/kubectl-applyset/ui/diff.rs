@@ -1,1 +1,428 @@
-//! TODO
+//! The live diff of a set's page (`…/diff`, an HTML fragment for `#diff`): the set rendered
+//! from its live spec exactly as `kubectl applyset diff` renders a file's set (the plugin's
+//! [`Renderer`], the local age keys of the global flags), planned and presented by the same
+//! function ([`crate::diff::diff_set`]: Secret values masked, decrypted values and values
+//! substituted from Secrets withheld). Offered only when the user may do what the diff does:
+//! a SelfSubjectAccessReview first asks whether the user may impersonate the ServiceAccount
+//! the set acts as; any other refusal (reading a Secret the render needs, a dry-run) comes
+//! back from the render or the plan in the plugin's words ("your kubeconfig's user may not
+//! …"). Bounded in time ([`TIMEOUT`]) and size ([`MAX_BYTES`]).
+
+use std::time::Duration;
+
+use applyset_operator::{
+    applyset::ParentRef,
+    parent::AnyParent,
+    tenancy::{self, Defaults, Identity},
+};
+use askama::Template;
+use axum::{http::StatusCode, response::Response};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::{Api, Client, api::PostParams};
+
+use super::{AppState, html};
+use crate::{
+    diff::{Set, diff_set},
+    file::{File, SetDoc},
+    render_file::Renderer,
+};
+
+/// How long a diff may take (render and plan).
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How much diff text is shown at most (the rest is cut, saying so).
+pub const MAX_BYTES: usize = 512 * 1024;
+
+/// Requests of one diff in flight at once, and objects per page of a LIST.
+const CONCURRENCY: usize = 8;
+const PAGE_SIZE: u32 = 500;
+
+/// Why the diff is not offered.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("{0}: not found or not visible to you")]
+    NotVisible(String),
+    #[error("reading {parent}: {error}")]
+    Read {
+        parent: ParentRef,
+        #[source]
+        error: kube::Error,
+    },
+    #[error("{parent}: {error}")]
+    Identity {
+        parent: ParentRef,
+        #[source]
+        error: tenancy::TenancyError,
+    },
+    /// The set acts as a ServiceAccount the user may not impersonate.
+    #[error(
+        "your kubeconfig's user may not impersonate {identity} ({user}), which this set acts as and the diff's dry-runs would act as; ask for the impersonate permission on serviceaccounts, or use a context that has it"
+    )]
+    Impersonate { identity: Identity, user: String },
+    #[error("asking the API server whether you may impersonate {user}: {error}")]
+    Review {
+        user: String,
+        #[source]
+        error: kube::Error,
+    },
+    #[error(transparent)]
+    AgeKey(#[from] crate::age_keys::AgeKeyError),
+    #[error("rendering the set: {0}")]
+    Render(String),
+    #[error("planning the set: {0}")]
+    Plan(String),
+    /// A dry-run refused to the user (the set acts as the operator, so the diff acts as the
+    /// user): the API server's message names the right.
+    #[error(
+        "your kubeconfig's user may not dry-run the set's members (server-side apply, as the diff does): {0}; ask for this permission, or use a context that has it"
+    )]
+    Forbidden(String),
+    #[error("the diff took longer than {}s", .0.as_secs())]
+    TimedOut(Duration),
+}
+
+/// One line of the diff, with its CSS class (`add`, `del`, `hunk`, `file`, `note`, `ctx`).
+pub struct Line {
+    pub class: &'static str,
+    pub text: String,
+}
+
+/// A run of lines: the notes (the header, conflicts, refusals: `title` empty) or one
+/// member's unified diff (`title`: its name, as `kubectl diff` names it).
+pub struct Block {
+    pub title: String,
+    pub lines: Vec<Line>,
+}
+
+/// Members' diffs shown open at most (more are shown closed).
+const OPEN: usize = 20;
+
+#[derive(Template)]
+#[template(path = "diff.html")]
+pub struct DiffFragment {
+    pub blocks: Vec<Block>,
+    /// Whether the members' diffs are shown open.
+    pub open: bool,
+    pub truncated: bool,
+    pub unavailable: String,
+}
+
+/// The fragment for `parent`.
+pub async fn fragment(app: &AppState, parent: ParentRef) -> Response {
+    if app.cache.snapshot().get(&parent).is_none() {
+        let why = Unavailable::NotVisible(parent.to_string());
+        let mut r = answer(Err(why));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return r;
+    }
+    answer(off_the_workers(app.clone(), parent).await)
+}
+
+/// The diff of `parent`, bounded by [`TIMEOUT`], on a thread of the blocking pool: the
+/// render's future is not `Send` (a closure of the source readers is not general enough
+/// for the compiler to prove it), so it runs to its end on a thread of its own, driven by
+/// the runtime's handle.
+async fn off_the_workers(app: AppState, parent: ParentRef) -> Result<String, Unavailable> {
+    let handle = tokio::runtime::Handle::current();
+    let run = move || {
+        handle.block_on(async {
+            let diffed = tokio::time::timeout(TIMEOUT, diff(&app, &parent)).await;
+            diffed.unwrap_or(Err(Unavailable::TimedOut(TIMEOUT)))
+        })
+    };
+    tokio::task::spawn_blocking(run)
+        .await
+        .unwrap_or_else(|e| Err(Unavailable::Plan(format!("the diff stopped: {e}"))))
+}
+
+fn answer(diffed: Result<String, Unavailable>) -> Response {
+    let t = match diffed {
+        Ok(text) => {
+            let (lines, truncated) = lines(&text);
+            let blocks = blocks(lines);
+            DiffFragment {
+                open: blocks.iter().filter(|b| !b.title.is_empty()).count() <= OPEN,
+                blocks,
+                truncated,
+                unavailable: String::new(),
+            }
+        }
+        Err(why) => DiffFragment {
+            blocks: Vec::new(),
+            open: false,
+            truncated: false,
+            unavailable: format!("The live diff is not available: {why}"),
+        },
+    };
+    html(&t)
+}
+
+/// The diff's text: the live parent rendered as a one-set file and planned.
+async fn diff(app: &AppState, parent: &ParentRef) -> Result<String, Unavailable> {
+    let client = &app.client;
+    let read = |error| Unavailable::Read {
+        parent: parent.clone(),
+        error,
+    };
+    let Some(live) = AnyParent::get(client, parent).await.map_err(read)? else {
+        return Err(Unavailable::NotVisible(parent.to_string()));
+    };
+    let defaults = Defaults::default();
+    let identity = tenancy::identity(parent, live.spec(), &defaults).map_err(|error| {
+        Unavailable::Identity {
+            parent: parent.clone(),
+            error,
+        }
+    })?;
+    may_impersonate(client, &identity).await?;
+    let file = File {
+        path: "the live set".into(),
+        sets: vec![SetDoc {
+            parent: parent.clone(),
+            spec: live.spec().clone(),
+            line: 0,
+            manifest_lines: Vec::new(),
+            source_lines: Vec::new(),
+        }],
+        crds: Vec::new(),
+    };
+    let keys = crate::age_keys::local_keys(app.global.sops_age_key_file.as_deref())?;
+    let kustomize = app.global.kustomize_binary.clone();
+    let renderer =
+        Renderer::new(&file, Some(client.clone()), defaults, kustomize).with_age_keys(keys);
+    let Some(resolver) = renderer.resolver().cloned() else {
+        return Err(Unavailable::Render("no cluster".into()));
+    };
+    let mut text = String::new();
+    for doc in &file.sets {
+        let rendered = renderer
+            .render(&file, doc)
+            .await
+            .map_err(|e| Unavailable::Render(e.to_string()))?;
+        let set = Set {
+            parent: &doc.parent,
+            spec: &doc.spec,
+            identity: &rendered.identity,
+            desired: rendered.set,
+            concurrency: CONCURRENCY,
+            page_size: PAGE_SIZE,
+            progress: false,
+        };
+        let (body, counts) = diff_set(client, &resolver, set)
+            .await
+            .map_err(Unavailable::Plan)?;
+        // Acting as the user, a refusal is the user's: the diff is not theirs to see.
+        if let (Identity::Operator, Some(refused)) = (&identity, counts.forbidden.first()) {
+            return Err(Unavailable::Forbidden(refused.clone()));
+        }
+        text.push_str(&body);
+        for failure in &counts.failures {
+            text.push_str(&format!("# failed {failure}\n"));
+        }
+    }
+    Ok(text)
+}
+
+/// Whether the user may impersonate the ServiceAccount the set acts as (nothing to ask when
+/// it acts as the operator: the diff then acts as the user).
+async fn may_impersonate(client: &Client, identity: &Identity) -> Result<(), Unavailable> {
+    let (Identity::ServiceAccount { namespace, name }, Some(user)) = (identity, identity.user())
+    else {
+        return Ok(());
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(String::new()),
+                resource: Some("serviceaccounts".into()),
+                verb: Some("impersonate".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|error| Unavailable::Review {
+            user: user.clone(),
+            error,
+        })?;
+    match answer.status.is_some_and(|s| s.allowed) {
+        true => Ok(()),
+        false => Err(Unavailable::Impersonate {
+            identity: identity.clone(),
+            user,
+        }),
+    }
+}
+
+/// The diff's lines with their classes, cut at [`MAX_BYTES`] (whether it was).
+fn lines(text: &str) -> (Vec<Line>, bool) {
+    let mut size = 0;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        size += line.len() + 1;
+        if size > MAX_BYTES {
+            return (out, true);
+        }
+        let class = if line.starts_with("--- ") || line.starts_with("+++ ") {
+            "file"
+        } else if line.starts_with("@@") {
+            "hunk"
+        } else if line.starts_with('+') {
+            "add"
+        } else if line.starts_with('-') {
+            "del"
+        } else if line.starts_with('#') {
+            "note"
+        } else {
+            "ctx"
+        };
+        out.push(Line {
+            class,
+            text: line.to_string(),
+        });
+    }
+    (out, false)
+}
+
+/// The lines in blocks: a member's diff from its `--- ` line to the next member's or the
+/// next note; the notes between them in blocks of their own.
+fn blocks(lines: Vec<Line>) -> Vec<Block> {
+    let mut out: Vec<Block> = Vec::new();
+    for line in lines {
+        // A created member is named by its `+++ merged/NAME` line.
+        let created = line.text.strip_prefix("+++ merged/");
+        if let (Some(name), Some(last)) = (created, out.last_mut())
+            && last.title == CREATED
+        {
+            last.title = name.to_string();
+        }
+        let starts = match line.class {
+            "file" if line.text.starts_with("--- ") => Some(title(&line.text)),
+            "note" if out.last().is_some_and(|b| !b.title.is_empty()) => Some(String::new()),
+            _ => None,
+        };
+        match (starts, out.last_mut()) {
+            (None, Some(last)) => last.lines.push(line),
+            (starts, _) => out.push(Block {
+                title: starts.unwrap_or_default(),
+                lines: vec![line],
+            }),
+        }
+    }
+    out
+}
+
+/// The title of a created member's block until its `+++ merged/NAME` line names it.
+const CREATED: &str = "(created)";
+
+/// A member's name from its diff's `--- live/NAME` line ([`CREATED`] for `--- /dev/null`).
+fn title(line: &str) -> String {
+    let old = line.trim_start_matches("--- ");
+    match old.strip_prefix("live/") {
+        Some(name) => name.to_string(),
+        None => CREATED.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classed_and_cut() {
+        let text = "# ApplySet a/b: 1 to change\n--- live/x\n+++ merged/x\n@@ -1 +1 @@\n-  k: a\n+  k: b\n   same\n";
+        let (lines, cut) = lines(text);
+        let classes: Vec<&str> = lines.iter().map(|l| l.class).collect();
+        assert_eq!(
+            classes,
+            ["note", "file", "file", "hunk", "del", "add", "ctx"]
+        );
+        assert!(!cut);
+        let blocks = blocks(lines);
+        let titles: Vec<&str> = blocks.iter().map(|b| b.title.as_str()).collect();
+        assert_eq!(titles, ["", "x"]);
+        let text = "# header\n--- /dev/null\n+++ merged/v1.ConfigMap.a.c\n@@ -0,0 +1 @@\n+k: v\n--- live/v1.ConfigMap.a.d\n+++ /dev/null\n# conflict ConfigMap a/b: theirs\n";
+        let blocks = super::blocks(super::lines(text).0);
+        let shape: Vec<(&str, usize)> = blocks
+            .iter()
+            .map(|b| (b.title.as_str(), b.lines.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("", 1),
+                ("v1.ConfigMap.a.c", 4),
+                ("v1.ConfigMap.a.d", 2),
+                ("", 1)
+            ]
+        );
+        let big = "+ x\n".repeat(MAX_BYTES / 4 + 10);
+        let (lines, cut) = super::lines(&big);
+        assert!(cut);
+        assert!(lines.len() * 4 <= MAX_BYTES);
+    }
+
+    #[test]
+    fn the_fragment_escapes_the_diff_and_says_why_not() {
+        let text = "# ApplySet a/b: 0 to create\n--- live/v1.ConfigMap.a.x\n+++ merged/v1.ConfigMap.a.x\n+  k: <script>alert(1)</script>\n";
+        let (lines, truncated) = lines(text);
+        let fragment = DiffFragment {
+            blocks: blocks(lines),
+            open: true,
+            truncated,
+            unavailable: String::new(),
+        };
+        let body = fragment.render().expect("renders");
+        assert!(
+            body.starts_with("<div class=\"diff-result\">\n<pre class=\"diff\">"),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "<details class=\"diff-member\" open><summary>v1.ConfigMap.a.x</summary>"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("<script>"), "{body}");
+        let why = Unavailable::Forbidden("configmaps \"x\" is forbidden: <b>".into());
+        let fragment = DiffFragment {
+            blocks: Vec::new(),
+            open: false,
+            truncated: false,
+            unavailable: format!("The live diff is not available: {why}"),
+        };
+        let body = fragment.render().expect("renders");
+        assert!(body.starts_with("<p class=\"diff-unavailable\">"), "{body}");
+        assert!(
+            body.contains("may not dry-run") && !body.contains("<b>"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn the_missing_right_is_named() {
+        let identity = Identity::ServiceAccount {
+            namespace: "team".into(),
+            name: "deployer".into(),
+        };
+        let why = Unavailable::Impersonate {
+            user: identity.user().unwrap_or_default(),
+            identity,
+        };
+        let text = why.to_string();
+        assert!(text.contains("may not impersonate"), "{text}");
+        assert!(
+            text.contains("system:serviceaccount:team:deployer"),
+            "{text}"
+        );
+    }
+}
