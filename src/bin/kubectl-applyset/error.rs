@@ -37,6 +37,9 @@ pub enum CliError {
     /// `convert --handover` stopped: at which step, and how to go on or back.
     #[error(transparent)]
     Handover(Box<crate::handover::HandoverError>),
+    /// `ui` could not listen, make its token or serve.
+    #[error(transparent)]
+    Ui(#[from] crate::ui::UiError),
     /// Output could not be written.
     #[error("writing YAML: {0}")]
     Yaml(String),

@@ -168,15 +168,42 @@ fn table(rows: &[Row], namespaces: bool) -> String {
 pub async fn suspend(g: &Global, name: &str, suspend: bool) -> Result<u8, CliError> {
     let c = conn::connect(g).await?;
     let parent = conn::parse_set(name, &c.namespace)?;
-    let patch = json!({"spec": {"suspend": suspend}});
-    match parent.kind {
-        ParentKind::ApplySet => drop(merge::<ApplySet>(&c.client, &parent, &patch).await?),
-        ParentKind::ClusterApplySet => {
-            drop(merge::<ClusterApplySet>(&c.client, &parent, &patch).await?)
-        }
-    }
+    set_suspend(&c.client, &parent, suspend).await?;
     println!("{parent} {}", if suspend { "suspended" } else { "resumed" });
     Ok(0)
+}
+
+/// Sets `spec.suspend` of `parent` to `suspend` (a JSON merge patch as the plugin's field
+/// manager), as `client`'s user; neither waits nor prints.
+pub async fn set_suspend(
+    client: &Client,
+    parent: &ParentRef,
+    suspend: bool,
+) -> Result<(), CliError> {
+    let patch = json!({"spec": {"suspend": suspend}});
+    match parent.kind {
+        ParentKind::ApplySet => drop(merge::<ApplySet>(client, parent, &patch).await?),
+        ParentKind::ClusterApplySet => {
+            drop(merge::<ClusterApplySet>(client, parent, &patch).await?)
+        }
+    }
+    Ok(())
+}
+
+/// Requests a reconcile of `parent`: sets its reconcile-requested-at annotation to a new value
+/// (now), as `client`'s user, and returns that value (the operator echoes it in
+/// `status.lastHandledReconcileAt` once handled); neither waits nor prints.
+pub async fn request_reconcile(client: &Client, parent: &ParentRef) -> Result<String, CliError> {
+    let requested = Timestamp::now().to_string();
+    let patch =
+        json!({"metadata": {"annotations": {ANNOTATION_RECONCILE_REQUESTED_AT: requested}}});
+    match parent.kind {
+        ParentKind::ApplySet => drop(merge::<ApplySet>(client, parent, &patch).await?),
+        ParentKind::ClusterApplySet => {
+            drop(merge::<ClusterApplySet>(client, parent, &patch).await?)
+        }
+    }
+    Ok(requested)
 }
 
 /// A JSON merge patch of the set `parent`.
@@ -219,10 +246,7 @@ async fn reconcile_as<P: Parent>(
     parent: &ParentRef,
     timeout: Duration,
 ) -> Result<u8, CliError> {
-    let requested = Timestamp::now().to_string();
-    let patch =
-        json!({"metadata": {"annotations": {ANNOTATION_RECONCILE_REQUESTED_AT: requested}}});
-    merge::<P>(client, parent, &patch).await?;
+    let requested = request_reconcile(client, parent).await?;
     let progress = Progress::new();
     progress.say(&format!(
         "waiting for the operator to reconcile {parent} ..."
