@@ -35,6 +35,6 @@ pub use spec::{
     ApplySet, ApplySetSpec, ClusterApplySet, ClusterApplySetSpec, DeletionPolicy, Mode,
 };
 pub use status::{
-    ApplySetStatus, HealthStatus, MemberRef, NOT_OBSERVED, NotCurrentObject, Plan, PlanSkip,
-    Summary,
+    ApplySetStatus, HealthStatus, MemberFailure, MemberRef, NOT_OBSERVED, NotCurrentObject, Plan,
+    PlanSkip, Summary,
 };

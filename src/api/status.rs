@@ -36,6 +36,11 @@ pub struct ApplySetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempted_revision: Option<String>,
 
+    /// When lastAttemptedRevision last changed: when the operator first read the set's
+    /// sources at that revision (as Flux's artifact lastUpdateTime; not every fetch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
     /// The value of the applyset.dev/reconcile-requested-at annotation the last reported
     /// reconcile saw: a client that set the annotation knows its request was handled when
     /// this equals the value it set.
@@ -59,6 +64,12 @@ pub struct ApplySetStatus {
     /// In Plan mode: what an apply would do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
+
+    /// The members the last reconcile could not apply (a conflict, a refused adoption,
+    /// another set's object, a failed apply, a namespace being terminated), at most 20, each
+    /// with its reason and message; empty when it applied them all or applied nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<MemberFailure>,
 
     /// Short message of the last failure; cleared on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +170,20 @@ pub struct PlanSkip {
     pub member: MemberRef,
     /// Why: `ssa: Ignore`, `reconcile: disabled` or `IfNotPresent, exists`.
     pub reason: String,
+}
+
+/// A member the last reconcile could not apply, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberFailure {
+    /// The member.
+    #[serde(flatten)]
+    pub member: MemberRef,
+    /// The status reason it leads to: OwnershipConflict, AdoptionRefused, Conflict,
+    /// ApplyFailed or NamespaceTerminating.
+    pub reason: String,
+    /// What stopped it (at most 512 characters).
+    pub message: String,
 }
 
 /// A reference to a member object.

@@ -13,7 +13,7 @@ pub(super) use step::{Step, Stop};
 pub use write::{announce_changes, mark_progressing, orphaned, write};
 
 use crate::{
-    api::{ApplySetStatus, MemberRef, Plan, PlanSkip, Summary},
+    api::{ApplySetStatus, MemberFailure, MemberRef, Plan, PlanSkip, Summary},
     engine::{
         class::{Class, ConflictKind, Refusal},
         outcome::MemberResult,
@@ -32,6 +32,8 @@ pub struct Report {
     pub summary: Option<Summary>,
     pub members: Option<Vec<MemberRef>>,
     pub plan: Option<Plan>,
+    /// The members not applied, and why (status.failures).
+    pub failures: Vec<MemberFailure>,
     pub attempted: Option<String>,
     pub applied: Option<String>,
     /// Retry with backoff even if the reason is a stalled one (something the operator does
@@ -54,6 +56,7 @@ impl Report {
             summary: None,
             members: None,
             plan: None,
+            failures: Vec::new(),
             attempted: None,
             applied: None,
             retry: false,
@@ -99,6 +102,7 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     let mut conflicts = Vec::new();
     let mut failed = Vec::new();
     let mut terminating = std::collections::BTreeMap::<&str, usize>::new();
+    let failures = failures(results);
     for r in results {
         match r.outcome.class() {
             Class::Refused(Refusal::NamespaceTerminating { namespace }) => {
@@ -122,7 +126,8 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
     } else if !failed.is_empty() {
         (Reason::ApplyFailed, failed)
     } else if !terminating.is_empty() {
-        return Some(namespace_terminating(&terminating).attempted(revision));
+        let r = namespace_terminating(&terminating);
+        return Some(Report { failures, ..r }.attempted(revision));
     } else {
         return None;
     };
@@ -131,7 +136,47 @@ pub fn apply_failure(results: &[MemberResult], revision: &str) -> Option<Report>
         list.len(),
         listing(&list)
     );
-    Some(Report::failed(reason, msg).attempted(revision))
+    let r = Report::failed(reason, msg);
+    Some(Report { failures, ..r }.attempted(revision))
+}
+
+/// Failures listed in status at most, and the length of each message.
+pub const MAX_FAILURES: usize = 20;
+const FAILURE_MESSAGE: usize = 512;
+
+/// The members not applied, with the reason each leads to and its message: the most
+/// serious first (another set's object, a refused adoption, a conflict, a failed apply, a
+/// namespace being terminated), at most [`MAX_FAILURES`].
+pub fn failures(results: &[MemberResult]) -> Vec<MemberFailure> {
+    let mut out: Vec<(u8, MemberFailure)> = results
+        .iter()
+        .filter_map(|r| {
+            let (rank, reason, message) = match r.outcome.class() {
+                Class::Conflict { kind, message } => match kind {
+                    ConflictKind::Owned => (0, Reason::OwnershipConflict, message.to_string()),
+                    ConflictKind::AdoptionRefused => {
+                        (1, Reason::AdoptionRefused, message.to_string())
+                    }
+                    ConflictKind::Fields => (2, Reason::Conflict, message.to_string()),
+                },
+                Class::Failed { message, .. } => (3, Reason::ApplyFailed, message.to_string()),
+                Class::Refused(Refusal::NamespaceTerminating { namespace }) => (
+                    4,
+                    Reason::NamespaceTerminating,
+                    format!("namespace {namespace} is being terminated"),
+                ),
+                _ => return None,
+            };
+            let failure = MemberFailure {
+                member: r.reference.clone(),
+                reason: reason.as_str().to_string(),
+                message: status::truncate(&message, FAILURE_MESSAGE),
+            };
+            Some((rank, failure))
+        })
+        .collect();
+    out.sort_by(|a, b| (a.0, &a.1.member).cmp(&(b.0, &b.1.member)));
+    out.into_iter().take(MAX_FAILURES).map(|(_, f)| f).collect()
 }
 
 /// How soon a set with members in a namespace being terminated looks again (whether the
@@ -239,6 +284,7 @@ pub fn plan(results: &[MemberResult], prune: Vec<MemberRef>, revision: &str) -> 
     );
     Report {
         plan: Some(plan),
+        failures: failures(results),
         ..Report::failed(Reason::PlanReady, msg).attempted(revision)
     }
 }
@@ -260,6 +306,7 @@ pub fn succeeded(summary: Summary, members: Vec<MemberRef>, revision: &str) -> R
         summary: Some(summary),
         members: Some(members),
         plan: None,
+        failures: Vec::new(),
         attempted: Some(revision.to_string()),
         applied: Some(revision.to_string()),
         retry: false,
@@ -294,7 +341,13 @@ pub fn next_status(
         next.members = m.into_iter().take(MAX_LISTED).collect();
     }
     next.plan = r.plan;
+    next.failures = r.failures;
     if let Some(a) = r.attempted {
+        if previous.last_attempted_revision.as_deref() != Some(a.as_str()) {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            next.last_attempted_revision_time =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        }
         next.last_attempted_revision = Some(a);
     }
     if let Some(a) = r.applied {

@@ -466,3 +466,89 @@ fn the_crd_default_of_observed_generation_is_not_observed() {
     );
     assert_eq!(again, done, "a no-op reconcile writes nothing");
 }
+
+#[test]
+fn every_member_not_applied_is_listed_with_its_reason_most_serious_first() {
+    let conflict = Outcome::Conflict {
+        managers: vec!["kubectl".into()],
+        message: "c: conflict".into(),
+    };
+    let owned = Outcome::Owned {
+        message: "o: owned".into(),
+    };
+    let all = [
+        r("a", Outcome::Created),
+        r("f", failed("f: broken")),
+        r("c", conflict),
+        r("o", owned),
+    ];
+    let report = apply_failure(&all, "rev").expect("a failure");
+    let listed: Vec<(&str, &str, &str)> = report
+        .failures
+        .iter()
+        .map(|f| {
+            (
+                f.member.name.as_str(),
+                f.reason.as_str(),
+                f.message.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("o", "OwnershipConflict", "o: owned"),
+            ("c", "Conflict", "c: conflict"),
+            ("f", "ApplyFailed", "f: broken"),
+        ]
+    );
+    let status = next_status(&ApplySetStatus::default(), Some(1), "id", report);
+    assert_eq!(status.failures.len(), 3);
+    // A reconcile that applies everything clears them.
+    let ok = succeeded(Summary::default(), vec![member("a")], "rev");
+    assert!(next_status(&status, Some(1), "id", ok).failures.is_empty());
+}
+
+#[test]
+fn failures_are_bounded_in_number_and_length() {
+    let long = "x".repeat(2000);
+    let all: Vec<MemberResult> = (0..30)
+        .map(|i| r(&format!("m{i:02}"), failed(&long)))
+        .collect();
+    let listed = failures(&all);
+    assert_eq!(listed.len(), MAX_FAILURES);
+    assert!(listed.iter().all(|f| f.message.len() <= 512 + 3));
+}
+
+#[test]
+fn the_revision_time_moves_only_when_the_attempted_revision_changes() {
+    let first = next_status(
+        &ApplySetStatus::default(),
+        Some(1),
+        "id",
+        Report::failed(Reason::ApplyFailed, "x".into()).attempted("rev1"),
+    );
+    let at = first.last_attempted_revision_time.clone().expect("a time");
+    let again = next_status(
+        &first,
+        Some(1),
+        "id",
+        succeeded(Summary::default(), vec![], "rev1"),
+    );
+    assert_eq!(again.last_attempted_revision_time, Some(at.clone()));
+    let unattempted = next_status(
+        &again,
+        Some(1),
+        "id",
+        Report::failed(Reason::Suspended, "s".into()),
+    );
+    assert_eq!(unattempted.last_attempted_revision_time, Some(at));
+    let next = next_status(
+        &again,
+        Some(2),
+        "id",
+        succeeded(Summary::default(), vec![], "rev2"),
+    );
+    assert_eq!(next.last_attempted_revision, Some("rev2".into()));
+    assert!(next.last_attempted_revision_time.is_some());
+}
