@@ -6,7 +6,8 @@
 //! - `cargo run -p xtask -- check`: fails when either is stale, when a link between the docs
 //!   (README, CHANGELOG, docs/, examples/) is broken, when a production file under `src/` is
 //!   over 800 lines ([`sizes`]), or when the kubectl plugin lists cluster objects itself
-//!   ([`plugin_reads`]); it reports every failure, not only the first.
+//!   ([`plugin_reads`]), or when a ui template turns escaping off or holds what its
+//!   Content-Security-Policy forbids ([`ui_markup`]); it reports every failure, not only the first.
 //! - `cargo run -p xtask -- links`: the link check alone.
 //!
 //! The same checks run as this crate's tests (`cargo test --workspace`, so `make test`).
@@ -16,6 +17,7 @@ mod links;
 mod plugin_reads;
 mod sizes;
 mod sources;
+mod ui_markup;
 mod values;
 
 use std::{
@@ -43,6 +45,8 @@ pub enum Error {
     Oversized(Vec<sizes::Oversized>),
     /// Listings of cluster objects under `src/bin/`.
     Listings(Vec<plugin_reads::Listing>),
+    /// Unescaped output or forbidden markup in the ui's templates.
+    Markup(Vec<ui_markup::Found>),
     /// Several checks failed: each one's error.
     Several(Vec<Error>),
 }
@@ -84,6 +88,17 @@ impl fmt::Display for Error {
                 )?;
                 for l in found {
                     writeln!(f, "  {l}")?;
+                }
+                Ok(())
+            }
+            Error::Markup(found) => {
+                writeln!(
+                    f,
+                    "{} construct(s) in the ui's templates that turn escaping off or that its Content-Security-Policy forbids (escape every value; scripts and styles go in ui/assets):",
+                    found.len()
+                )?;
+                for m in found {
+                    writeln!(f, "  {m}")?;
                 }
                 Ok(())
             }
@@ -143,6 +158,7 @@ fn check(root: &Path) -> Result<(), Error> {
         links::check_repo(root),
         sizes::check_repo(root),
         plugin_reads::check_repo(root),
+        ui_markup::check_repo(root),
     ];
     let mut errors: Vec<Error> = results.into_iter().filter_map(Result::err).collect();
     match errors.len() {
@@ -221,6 +237,13 @@ mod tests {
     #[test]
     fn the_plugin_lists_no_cluster_objects_itself() {
         if let Err(e) = plugin_reads::check_repo(&root()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn the_ui_templates_escape_everything_and_keep_to_the_policy() {
+        if let Err(e) = ui_markup::check_repo(&root()) {
             panic!("{e}");
         }
     }
