@@ -13,7 +13,7 @@
 use std::{collections::HashMap, path::Path, sync::Arc};
 
 use applyset_operator::{
-    api::{ApplySetSpec, MemberRef, Mode},
+    api::{ApplySetSpec, MemberRef, Mode, SubstituteKind},
     applyset::ParentRef,
     discovery::Resolver,
     engine::{
@@ -33,7 +33,7 @@ use crate::{
     Global, conn,
     error::CliError,
     file,
-    output::{file_name, unified},
+    output::{file_name, mask_all, unified},
     progress::Progress,
     render_file::Renderer,
 };
@@ -226,7 +226,12 @@ pub async fn diff_set(
             for (m, why) in &selection.retained {
                 notes.push(format!("# retained {}: {why:?}\n", m.reference));
             }
-            changes.extend(prune_changes(&engine, selection.delete).await);
+            let pruned = prune_changes(&engine, selection.delete).await;
+            let secretive = substitutes_from_secrets(set.spec);
+            changes.extend(pruned.into_iter().map(|(v, r, change)| match secretive {
+                true => (v, r, masked(change)),
+                false => (v, r, change),
+            }));
         }
     }
     let presented = present(
@@ -345,9 +350,48 @@ fn member_changes(set: &DesiredSet, results: &[MemberResult]) -> Vec<(String, Me
         .filter_map(|m| {
             let r = by_ref.get(&m.reference)?;
             let api_version = m.resource.api_version.clone();
-            Some((api_version, m.reference.clone(), member_change(r)))
+            let change = member_change(r);
+            let change = match m.secret_substituted {
+                true => masked(change),
+                false => change,
+            };
+            Some((api_version, m.reference.clone(), change))
         })
         .collect()
+}
+
+/// `change` with every value masked on both sides ([`mask_all`]): a Secret's value was
+/// substituted into it, so the live side may hold the value before the Secret rotated, and
+/// any value may be (part of) one.
+fn masked(change: Change) -> Change {
+    match change {
+        Change::Create { mut after } => {
+            mask_all(None, after.as_mut());
+            Change::Create { after }
+        }
+        Change::Update {
+            mut before,
+            mut after,
+        } => {
+            mask_all(before.as_mut(), after.as_mut());
+            Change::Update { before, after }
+        }
+        Change::Prune { mut before } => {
+            mask_all(Some(&mut before), None);
+            Change::Prune { before }
+        }
+        other => other,
+    }
+}
+
+/// Whether the set takes variables from Secrets: the objects it would prune are then masked
+/// ([`masked`]; what was substituted into them when they were applied is not known).
+fn substitutes_from_secrets(spec: &ApplySetSpec) -> bool {
+    spec.post_build.as_ref().is_some_and(|pb| {
+        pb.substitute_from
+            .iter()
+            .any(|r| r.kind == SubstituteKind::Secret)
+    })
 }
 
 /// How a member's dry-run shows: its class, with what the dry-run showed of it (server-set
