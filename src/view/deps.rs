@@ -1,9 +1,16 @@
 //! The dependsOn index over the cached sets, both ways, and the part of it a set's graph
-//! draws; and which dependency a waiting set waits for. Pure.
+//! draws; which changes concern a set's page ([`Near`]); and which dependency a waiting set
+//! waits for. Pure.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    sync::Arc,
+};
 
-use super::summary::{SetSummary, State, key};
+use super::{
+    cache::{Change, Snapshot},
+    summary::{SetSummary, State, key},
+};
 use crate::{applyset::ParentRef, dependencies::NotReady};
 
 /// Edges `dependency -> dependents` and back, by set.
@@ -28,7 +35,7 @@ pub struct Neighbourhood {
 }
 
 /// Which way a set of a neighbourhood was reached from the focus.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Way {
     Focus,
     Up,
@@ -74,23 +81,7 @@ impl DepIndex {
     /// step, each in index order), so the nearest sets are kept when some are left out. A
     /// dependency that is not cached is a set of it too (a missing one).
     pub fn neighbourhood(&self, focus: &ParentRef, limit: usize) -> Neighbourhood {
-        let mut sets = vec![focus.clone()];
-        let mut at: HashMap<ParentRef, usize> = HashMap::from([(focus.clone(), 0)]);
-        let mut queue = VecDeque::from([(focus.clone(), Way::Focus)]);
-        while let Some((p, way)) = queue.pop_front() {
-            let up = matches!(way, Way::Focus | Way::Up).then(|| (self.dependencies(&p), Way::Up));
-            let down =
-                matches!(way, Way::Focus | Way::Down).then(|| (self.dependents(&p), Way::Down));
-            for (next, way) in [up, down].into_iter().flatten() {
-                for n in next {
-                    if !at.contains_key(n) {
-                        at.insert(n.clone(), sets.len());
-                        sets.push(n.clone());
-                        queue.push_back((n.clone(), way));
-                    }
-                }
-            }
-        }
+        let (mut sets, _, mut at) = self.walk(focus, usize::MAX);
         let left_out = sets.len().saturating_sub(limit.max(1));
         sets.truncate(limit.max(1));
         at.retain(|_, i| *i < sets.len());
@@ -111,6 +102,98 @@ impl DepIndex {
             edges,
             left_out,
         }
+    }
+
+    /// The sets of [`DepIndex::neighbourhood`] (the same `limit` first), without walking
+    /// further nor finding the edges; and those of them whose dependents belong to it (the
+    /// focus and the sets reached downstream).
+    fn near(&self, focus: &ParentRef, limit: usize) -> (HashSet<ParentRef>, HashSet<ParentRef>) {
+        let (sets, ways, _) = self.walk(focus, limit.max(1));
+        let down = sets
+            .iter()
+            .zip(ways)
+            .filter(|(_, way)| *way != Way::Up)
+            .map(|(s, _)| s.clone())
+            .collect();
+        (sets.into_iter().collect(), down)
+    }
+
+    /// The breadth-first walk of [`DepIndex::neighbourhood`], stopped once `stop` sets are
+    /// found: the sets in walk order, the way each was reached, and where each is.
+    fn walk(&self, focus: &ParentRef, stop: usize) -> Walk {
+        let mut ways = vec![Way::Focus];
+        let mut sets = vec![focus.clone()];
+        let mut at: HashMap<ParentRef, usize> = HashMap::from([(focus.clone(), 0)]);
+        let mut queue = VecDeque::from([(focus.clone(), Way::Focus)]);
+        while let Some((p, way)) = queue.pop_front() {
+            let up = matches!(way, Way::Focus | Way::Up).then(|| (self.dependencies(&p), Way::Up));
+            let down =
+                matches!(way, Way::Focus | Way::Down).then(|| (self.dependents(&p), Way::Down));
+            for (next, way) in [up, down].into_iter().flatten() {
+                for n in next {
+                    if sets.len() >= stop {
+                        return (sets, ways, at);
+                    }
+                    if !at.contains_key(n) {
+                        at.insert(n.clone(), sets.len());
+                        sets.push(n.clone());
+                        ways.push(way);
+                        queue.push_back((n.clone(), way));
+                    }
+                }
+            }
+        }
+        (sets, ways, at)
+    }
+}
+
+/// A walk: the sets in walk order, the way each was reached, and where each is.
+type Walk = (Vec<ParentRef>, Vec<Way>, HashMap<ParentRef, usize>);
+
+/// What a set page's live stream follows: its set, and the sets of its neighbourhood (the
+/// first `limit`, as [`DepIndex::neighbourhood`] finds them) as of one snapshot version,
+/// found again only when the snapshot moved.
+#[derive(Debug)]
+pub struct Near {
+    focus: ParentRef,
+    limit: usize,
+    version: u64,
+    sets: HashSet<ParentRef>,
+    /// The focus and the sets reached downstream: a set depending on one of them joins.
+    down: HashSet<ParentRef>,
+}
+
+impl Near {
+    /// The neighbourhood of `focus` in `snapshot`.
+    pub fn new(focus: ParentRef, limit: usize, snapshot: &Snapshot) -> Near {
+        let (sets, down) = snapshot.deps.near(&focus, limit);
+        Near {
+            sets,
+            down,
+            version: snapshot.version,
+            focus,
+            limit,
+        }
+    }
+
+    /// Whether `change` concerns the page: any change of its set; a summary change of a set
+    /// of the neighbourhood as it was, of a set that now depends on its set or on a set
+    /// downstream of it, or of a set of the neighbourhood as `snapshot` (called only for a
+    /// summary change) now has it.
+    pub fn concerns(&mut self, change: &Change, snapshot: impl FnOnce() -> Arc<Snapshot>) -> bool {
+        let own = change.parent == self.focus;
+        if !change.summary_changed {
+            return own;
+        }
+        let joins = |s: &Arc<SetSummary>| s.depends_on.iter().any(|d| self.down.contains(d));
+        let before =
+            self.sets.contains(&change.parent) || change.summary.as_ref().is_some_and(joins);
+        let now = snapshot();
+        if now.version != self.version {
+            (self.sets, self.down) = now.deps.near(&self.focus, self.limit);
+            self.version = now.version;
+        }
+        own || before || self.sets.contains(&change.parent)
     }
 }
 

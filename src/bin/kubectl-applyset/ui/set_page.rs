@@ -187,7 +187,7 @@ async fn page(app: &AppState, parent: ParentRef) -> Response {
     )
     .await;
     let mut view = SetPage::of(chrome, &summary, app.allow_actions);
-    view.graph = graph::view(&snapshot, &parent);
+    view.graph = graph::drawn(snapshot.clone(), parent.clone()).await;
     match &read.parent {
         Ok(Some(p)) => view.with_status(p.status()),
         Ok(None) => return missing(view.chrome, set_key),
@@ -458,6 +458,7 @@ mod tests {
                 width: 232,
                 height: 68,
                 left_out: 3,
+                edges_left_out: 2,
             },
             events: vec![EventView {
                 kind: "Warning".into(),
