@@ -582,6 +582,33 @@ mod tests {
     }
 
     #[test]
+    fn the_snapshot_is_rebuilt_at_most_every_so_often() {
+        let (s, _rx) = shared(&["a"]);
+        let (one, two) = (ParentRef::applyset("a", "one"), ParentRef::applyset("a", "two"));
+        s.put(summary(&one, State::Ready, &[]));
+        let first = s.snapshot();
+        assert_eq!((first.sets.len(), first.version), (1, 1));
+        assert!(Arc::ptr_eq(&first, &s.snapshot()), "no change: the same snapshot");
+        // A change right after a build: the previous snapshot is served meanwhile.
+        s.put(summary(&two, State::Ready, &[]));
+        let started = Instant::now();
+        let served = s.snapshot();
+        if started.duration_since(s.sets.lock().built_at.expect("built")) < REBUILD_EVERY {
+            assert!(Arc::ptr_eq(&first, &served));
+        }
+        std::thread::sleep(REBUILD_EVERY);
+        let next = s.snapshot();
+        assert_eq!((next.sets.len(), next.version), (2, 2));
+        // Another build running: the previous snapshot, without waiting for it.
+        s.remove(&two);
+        std::thread::sleep(REBUILD_EVERY);
+        let building = s.building.lock();
+        assert!(Arc::ptr_eq(&next, &s.snapshot()));
+        drop(building);
+        assert_eq!(s.snapshot().sets.len(), 1);
+    }
+
+    #[test]
     fn readiness_waits_for_every_watch_and_errors_name_the_scope() {
         let (s, _rx) = shared(&["a"]);
         s.report(0, Ok(true));

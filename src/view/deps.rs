@@ -401,4 +401,64 @@ mod tests {
         waiting.state = State::Failing;
         assert_eq!(waiting_for(&waiting, find), None);
     }
+
+    /// A change of `p` (its summary `s`; `None`: gone).
+    fn change(p: &ParentRef, summary_changed: bool, s: Option<SetSummary>) -> Change {
+        Change {
+            parent: p.clone(),
+            summary_changed,
+            summary: s.map(Arc::new),
+        }
+    }
+
+    fn snapshot(sets: &[SetSummary], version: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            sets: Vec::new(),
+            deps: DepIndex::build(sets),
+            version,
+        })
+    }
+
+    #[test]
+    fn a_set_page_hears_its_set_always_and_its_neighbourhood_when_it_moves() {
+        // db <- api <- web; other depends on db too (upstream of api: not in api's graph).
+        let (db, api, web, other, new) = (a("db"), a("api"), a("web"), a("other"), a("new"));
+        let sets = [
+            set(&db, &[]),
+            set(&api, &[&db]),
+            set(&web, &[&api]),
+            set(&other, &[&db]),
+        ];
+        let mut near = Near::new(api.clone(), 10, &snapshot(&sets, 1));
+        let mut builds = 0;
+        let mut hears = |near: &mut Near, c: Change, now: &Arc<Snapshot>| {
+            near.concerns(&c, || {
+                builds += 1;
+                now.clone()
+            })
+        };
+        let same = snapshot(&sets, 1);
+        // Its own set: every change, even one its summary does not show.
+        assert!(hears(&mut near, change(&api, false, Some(set(&api, &[&db]))), &same));
+        // A neighbour: summary changes only.
+        assert!(!hears(&mut near, change(&web, false, Some(set(&web, &[&api]))), &same));
+        assert!(hears(&mut near, change(&db, true, Some(set(&db, &[]))), &same));
+        // A sibling through db: not heard.
+        assert!(!hears(&mut near, change(&other, true, Some(set(&other, &[&db]))), &same));
+        // A new set depending on api joins: heard before any snapshot has it.
+        let joined = set(&new, &[&api]);
+        assert!(hears(&mut near, change(&new, true, Some(joined.clone())), &same));
+        // web leaves (no longer depends on api): heard, then no longer followed.
+        let mut moved = vec![set(&db, &[]), set(&api, &[&db]), set(&web, &[]), joined];
+        let left = snapshot(&moved, 2);
+        assert!(hears(&mut near, change(&web, true, Some(set(&web, &[]))), &left));
+        assert!(!hears(&mut near, change(&web, true, Some(set(&web, &[]))), &left));
+        // The joined set, now in the snapshot, is followed; a deleted neighbour is heard.
+        assert!(hears(&mut near, change(&new, true, None), &left));
+        moved.pop();
+        assert!(hears(&mut near, change(&db, true, None), &snapshot(&moved, 3)));
+        // The neighbourhood is the newest snapshot's.
+        assert!(!near.sets.contains(&web) && !near.sets.contains(&new));
+        assert_eq!(builds, 7, "the snapshot is asked for once per summary change");
+    }
 }
