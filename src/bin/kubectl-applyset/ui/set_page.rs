@@ -163,7 +163,7 @@ async fn page(app: &AppState, parent: ParentRef) -> Response {
     )
     .await;
     let mut view = SetPage::of(chrome, &summary, app.allow_actions);
-    view.graph = graph::view(&snapshot, &parent);
+    view.graph = graph::drawn(snapshot.clone(), parent.clone()).await;
     let mut failures: &[MemberFailure] = &[];
     match &read.parent {
         Ok(Some(p)) => {
@@ -474,6 +474,7 @@ mod tests {
                 width: 232,
                 height: 68,
                 left_out: 3,
+                edges_left_out: 2,
             },
             events: vec![EventView {
                 kind: "Warning".into(),
