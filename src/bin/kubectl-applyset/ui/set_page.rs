@@ -1,10 +1,12 @@
-//! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, conditions, source,
-//! last plan (`status.plan`), member tree, dependsOn graph, events and a place for the live
-//! diff (fetched apart, from `…/diff`, so the page never waits for it). The set must be in the
-//! view's cache (else a 404 "not found or not visible to you"); the parent (conditions, plan),
-//! its members and its recent events are read once per change of the set and shared by every
-//! viewer for a few seconds ([`reads`]). Every tenant string reaches the HTML through the
-//! template's escaping.
+//! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, labels and
+//! annotations (the last-applied annotation left out), conditions, source (with when the
+//! attempted revision was first read), last plan (`status.plan`), member tree (joined with
+//! `status.failures`), dependsOn graph, events (the conditions' history) and a place for the
+//! live diff, computed only when the user clicks its button (app.js fetches `…/diff` into
+//! `#diff-body`). The set must be in the view's cache (else a 404 "not found or not visible
+//! to you"); the parent, its members and its recent events are read once per change of the set
+//! and shared by every viewer for a few seconds ([`reads`]). Every tenant string reaches the
+//! HTML through the template's escaping.
 
 mod graph;
 mod reads;
