@@ -100,7 +100,7 @@ pub enum Unavailable {
     #[error("the ui has no cluster to render the set against")]
     NoCluster,
     #[error("planning the set: {0}")]
-    Plan(String),
+    Plan(#[source] crate::diff::DiffError),
     /// A dry-run refused to the user (the set acts as the operator, so the diff acts as the
     /// user): the API server's message names the right.
     #[error(
