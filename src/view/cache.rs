@@ -584,11 +584,17 @@ mod tests {
     #[test]
     fn the_snapshot_is_rebuilt_at_most_every_so_often() {
         let (s, _rx) = shared(&["a"]);
-        let (one, two) = (ParentRef::applyset("a", "one"), ParentRef::applyset("a", "two"));
+        let (one, two) = (
+            ParentRef::applyset("a", "one"),
+            ParentRef::applyset("a", "two"),
+        );
         s.put(summary(&one, State::Ready, &[]));
         let first = s.snapshot();
         assert_eq!((first.sets.len(), first.version), (1, 1));
-        assert!(Arc::ptr_eq(&first, &s.snapshot()), "no change: the same snapshot");
+        assert!(
+            Arc::ptr_eq(&first, &s.snapshot()),
+            "no change: the same snapshot"
+        );
         // A change right after a build: the previous snapshot is served meanwhile.
         s.put(summary(&two, State::Ready, &[]));
         let started = Instant::now();

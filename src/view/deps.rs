@@ -439,26 +439,61 @@ mod tests {
         };
         let same = snapshot(&sets, 1);
         // Its own set: every change, even one its summary does not show.
-        assert!(hears(&mut near, change(&api, false, Some(set(&api, &[&db]))), &same));
+        assert!(hears(
+            &mut near,
+            change(&api, false, Some(set(&api, &[&db]))),
+            &same
+        ));
         // A neighbour: summary changes only.
-        assert!(!hears(&mut near, change(&web, false, Some(set(&web, &[&api]))), &same));
-        assert!(hears(&mut near, change(&db, true, Some(set(&db, &[]))), &same));
+        assert!(!hears(
+            &mut near,
+            change(&web, false, Some(set(&web, &[&api]))),
+            &same
+        ));
+        assert!(hears(
+            &mut near,
+            change(&db, true, Some(set(&db, &[]))),
+            &same
+        ));
         // A sibling through db: not heard.
-        assert!(!hears(&mut near, change(&other, true, Some(set(&other, &[&db]))), &same));
+        assert!(!hears(
+            &mut near,
+            change(&other, true, Some(set(&other, &[&db]))),
+            &same
+        ));
         // A new set depending on api joins: heard before any snapshot has it.
         let joined = set(&new, &[&api]);
-        assert!(hears(&mut near, change(&new, true, Some(joined.clone())), &same));
+        assert!(hears(
+            &mut near,
+            change(&new, true, Some(joined.clone())),
+            &same
+        ));
         // web leaves (no longer depends on api): heard, then no longer followed.
         let mut moved = vec![set(&db, &[]), set(&api, &[&db]), set(&web, &[]), joined];
         let left = snapshot(&moved, 2);
-        assert!(hears(&mut near, change(&web, true, Some(set(&web, &[]))), &left));
-        assert!(!hears(&mut near, change(&web, true, Some(set(&web, &[]))), &left));
+        assert!(hears(
+            &mut near,
+            change(&web, true, Some(set(&web, &[]))),
+            &left
+        ));
+        assert!(!hears(
+            &mut near,
+            change(&web, true, Some(set(&web, &[]))),
+            &left
+        ));
         // The joined set, now in the snapshot, is followed; a deleted neighbour is heard.
         assert!(hears(&mut near, change(&new, true, None), &left));
         moved.pop();
-        assert!(hears(&mut near, change(&db, true, None), &snapshot(&moved, 3)));
+        assert!(hears(
+            &mut near,
+            change(&db, true, None),
+            &snapshot(&moved, 3)
+        ));
         // The neighbourhood is the newest snapshot's.
         assert!(!near.sets.contains(&web) && !near.sets.contains(&new));
-        assert_eq!(builds, 7, "the snapshot is asked for once per summary change");
+        assert_eq!(
+            builds, 7,
+            "the snapshot is asked for once per summary change"
+        );
     }
 }

@@ -682,7 +682,10 @@ mod tests {
         eprintln!("the worst graph laid out in {took:?}");
         assert!(took < std::time::Duration::from_secs(1), "{took:?}");
         assert_sound(&l, MAX_NODES);
-        let valid = edges.iter().filter(|&&(a, b)| b < MAX_NODES && a < b).count();
+        let valid = edges
+            .iter()
+            .filter(|&&(a, b)| b < MAX_NODES && a < b)
+            .count();
         assert_eq!(l.edges.len(), MAX_EDGES);
         assert_eq!(l.edges_left_out, valid - MAX_EDGES);
         // Every node keeps an edge to a dependency.
