@@ -55,6 +55,9 @@ pub struct Member {
     /// this member and from a diff of it (`None`: the set decrypted and took from Secrets
     /// nothing).
     pub redaction: Option<Arc<Redaction>>,
+    /// Whether a variable taken from a Secret was substituted into it: a diff shows none of
+    /// its values, as none of a Secret's (see [`crate::substitute`]).
+    pub secret_substituted: bool,
 }
 
 impl Member {

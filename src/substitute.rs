@@ -18,7 +18,10 @@
 //!   ([`Vars::secret_values`]) so that the render withholds them, as it withholds decrypted
 //!   values, from what the API server says about a member and from a diff.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::Secret;
 
@@ -167,6 +170,8 @@ pub struct Vars {
     values: BTreeMap<String, String>,
     from_secret: bool,
     secret_values: Redaction,
+    /// The variables some Secret gave a value (whether or not a later layer overrode it).
+    secret_names: BTreeSet<String>,
 }
 
 impl Vars {
@@ -178,6 +183,37 @@ impl Vars {
     /// to withhold as decrypted values are withheld.
     pub fn secret_values(&self) -> &Redaction {
         &self.secret_values
+    }
+
+    /// Whether `text` references a variable some Secret gave a value (with or without a
+    /// default): the member made of it then holds, or may hold, a Secret's value.
+    pub fn references_secret(&self, text: &str) -> bool {
+        if self.secret_names.is_empty() {
+            return false;
+        }
+        let mut uses = Uses {
+            vars: self,
+            secret: false,
+        };
+        // Only references are looked at: an unterminated one is the substitution's error.
+        let _ = expand(text, self, "", &mut uses);
+        uses.secret
+    }
+}
+
+/// Records whether an expansion references a Secret's variable, writing nothing.
+struct Uses<'v> {
+    vars: &'v Vars,
+    secret: bool,
+}
+
+impl Sink for Uses<'_> {
+    fn put(&mut self, _: &str, _: Option<&str>) -> Result<(), SubstituteError> {
+        Ok(())
+    }
+
+    fn used(&mut self, name: &str) {
+        self.secret |= self.vars.secret_names.contains(name);
     }
 }
 
@@ -202,6 +238,9 @@ pub fn merge(
                 return Err(SubstituteError::BadName { field, name: k });
             }
             vars.from_secret |= secret && !v.is_empty();
+            if secret {
+                vars.secret_names.insert(k.clone());
+            }
             if secret && !v.is_empty() {
                 secret_values.push(v.clone());
             }
@@ -243,6 +282,9 @@ pub fn substitute(
 trait Sink {
     /// Adds `piece`, written from the value of variable `var` (`None`: the member's text).
     fn put(&mut self, piece: &str, var: Option<&str>) -> Result<(), SubstituteError>;
+
+    /// Told of each variable a reference names, before its value (or default) is put.
+    fn used(&mut self, _name: &str) {}
 }
 
 impl Sink for String {
@@ -312,6 +354,7 @@ fn expand(
         let inner = &body[..end];
         match reference(inner) {
             Some((name, default)) => {
+                out.used(name);
                 let value = vars
                     .get(name)
                     .filter(|v| !v.is_empty() || default.is_none());
@@ -425,6 +468,7 @@ fn apply_one(
         budget.release(size);
         return Ok(m);
     }
+    let secret = vars.references_secret(&text);
     drop(text);
     // The parse takes about as much again as the text while both are held.
     budget.reserve(size).map_err(stopped)?;
@@ -450,7 +494,9 @@ fn apply_one(
     budget
         .reserve(crate::sources::estimate_bytes(&parsed).saturating_mul(KEPT_COPIES))
         .map_err(stopped)?;
-    Ok(parsed.remove(0))
+    let mut member = parsed.remove(0);
+    member.secret_substituted = secret;
+    Ok(member)
 }
 
 /// The variables of `spec` for `parent`: `substituteFrom` read by `reader` (as the set's
@@ -827,6 +873,47 @@ mod tests {
             err.to_string()
                 .contains("\"app.properties\" is not a valid variable name")
         );
+    }
+
+    #[test]
+    fn members_a_secret_variable_was_substituted_into_are_marked() {
+        let layer = |pairs: &[(&str, &str)], secret| {
+            (
+                "substituteFrom[0]".to_string(),
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                secret,
+            )
+        };
+        // A 1-byte Secret value, an empty one, and one a later plain layer overrode: each
+        // marks the members that reference it.
+        let v = merge(vec![
+            layer(&[("region", "eu")], false),
+            layer(&[("pin", "7"), ("empty", ""), ("over", "s")], true),
+            layer(&[("over", "plain")], false),
+        ])
+        .expect("valid");
+        let cm = |data: &str| {
+            manifest(&format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n{data}"
+            ))
+        };
+        let cases = [
+            ("  v: ${region}\n", false),
+            ("  v: ${pin}\n", true),
+            ("  v: x${empty:=d}\n", true),
+            ("  v: ${over}\n", true),
+            ("  v: ${region}\n  w: $${pin}\n", false),
+            ("  v: plain\n", false),
+        ];
+        for (data, marked) in cases {
+            let out = apply(vec![cm(data)], &v).expect("substituted");
+            assert_eq!(out[0].secret_substituted, marked, "{data}");
+        }
+        assert!(v.references_secret("${pin}") && !v.references_secret("$${pin}"));
+        assert!(!vars(&[("pin", "7")]).references_secret("${pin}"));
     }
 
     fn manifest(text: &str) -> Manifest {

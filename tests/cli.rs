@@ -152,43 +152,70 @@ async fn diff_withholds_values_decrypted_from_sops_members() {
     );
 }
 
-/// `diff` of a set whose ConfigMap takes a value from a Secret (spec.postBuild.substituteFrom)
-/// withholds that value, in the diff and the header alike; a value from a ConfigMap shows.
+/// `diff` of a set whose ConfigMap takes values from a Secret (spec.postBuild.substituteFrom)
+/// masks every value of that ConfigMap on both sides, after the Secret rotated too (the live
+/// side holds the old values): multi-line, quoted and 1-byte values alike; a change shows as
+/// `*** (before)` / `*** (after)`. A member that takes no Secret's variable shows its values.
 #[tokio::test]
 async fn diff_withholds_values_substituted_from_secrets() {
     let h = Harness::new("cli-subst-diff").await;
+    let op = h.start_operator();
     let ns = h.ns.as_str();
-    let mut vars = secret_in(ns, "vars");
-    vars["data"] = json!({"dbpassword": "czNjcjN0LXBhc3N3MHJk"}); // s3cr3t-passw0rd
-    ssa(&h.client, &secret_ar(), Some(ns), "test", vars).await;
+    // A value a diff's YAML quotes or escapes, a 1-byte one (a multi-line value cannot be
+    // substituted into a valid manifest's text: the masking's unit tests cover it).
+    let vars = |password: &str, quoted: &str, pin: &str| {
+        let mut vars = secret_in(ns, "vars");
+        vars["stringData"] = json!({"dbpassword": password, "quoted": quoted, "pin": pin});
+        vars
+    };
+    let secret = vars("s3cr3t-passw0rd", "q\"u\\o1", "x");
+    ssa(&h.client, &secret_ar(), Some(ns), "test", secret).await;
     let plain = configmap_in(ns, "plain-vars", json!({"region": "eu-west-1"}));
     ssa(&h.client, &configmap_ar(), Some(ns), "test", plain).await;
     let set = h.applyset("subst");
-    let dir = scratch("cli-subst-diff");
-    let file = dir.join(format!("{ns}.yaml"));
     let member = configmap(
         "cfg",
-        json!({"password": "${dbpassword}", "region": "${region}"}),
+        json!({"password": "${dbpassword}", "quoted": "${quoted}",
+            "pin": "${pin}", "region": "${region}"}),
     );
-    write_set(
-        &file,
-        &set,
-        &json!({"manifests": [member], "postBuild": {"substituteFrom": [
-            {"kind": "Secret", "name": "vars"},
-            {"kind": "ConfigMap", "name": "plain-vars"},
-        ]}}),
-    );
+    let post_build = json!({"substituteFrom": [
+        {"kind": "Secret", "name": "vars"},
+        {"kind": "ConfigMap", "name": "plain-vars"},
+    ]});
+    let applied = json!({"manifests": [member.clone()], "postBuild": post_build.clone()});
+    set.create(applied).await;
+    set.wait_ready().await;
+    stop(op).await;
+    // The Secret rotates: the live cfg holds the old values; the file adds a member that
+    // takes no Secret's variable.
+    let rotated = vars("n3w-passw0rd", "q\"u\\o2", "z");
+    ssa(&h.client, &secret_ar(), Some(ns), "test", rotated).await;
+    let dir = scratch("cli-subst-diff");
+    let file = dir.join(format!("{ns}.yaml"));
+    let region = configmap("plain", json!({"region": "${region}"}));
+    let spec = json!({"manifests": [member, region], "postBuild": post_build});
+    write_set(&file, &set, &spec);
     let out = on_cluster(&["diff", "-f", file.to_str().expect("path")]).await;
     let text = stdout(&out);
-    assert!(text.contains("1 to create"), "{}", shown(&out));
+    assert!(text.contains("1 to create, 1 to change"), "{}", shown(&out));
+    // The change shows, none of the values, old or new; the other member's values show.
     assert!(
-        text.contains("password: <redacted>")
-            && text.contains("region: eu-west-1")
-            && !text.contains("s3cr3t-passw0rd")
-            && !text.contains("czNjcjN0LXBhc3N3MHJk"),
+        text.contains("*** (before)") && text.contains("*** (after)"),
         "{}",
         shown(&out)
     );
+    assert!(text.contains("+  region: eu-west-1"), "{}", shown(&out));
+    for value in [
+        "s3cr3t-passw0rd",
+        "n3w-passw0rd",
+        "czNjcjN0LXBhc3N3MHJk",
+        "u\\o",
+    ] {
+        assert!(!text.contains(value), "{value}: {}", shown(&out));
+    }
+    for line in text.lines().filter(|l| l.contains("pin:")) {
+        assert!(line.contains("***"), "{line}: {}", shown(&out));
+    }
 }
 
 #[tokio::test]

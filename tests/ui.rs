@@ -4,15 +4,17 @@
 //! `Host`, `Origin`, `Sec-Fetch-Site` and `Cookie` exactly.
 //!
 //! - every page of sets in several states (Ready, failing with a conflict, waiting on
-//!   dependsOn, suspended, with a pruned member): ids, classes, links, the graph, the diff;
+//!   dependsOn, suspended, with a pruned member): ids, classes, links, the member tree with
+//!   the failed member, the graph, the diff on a click (its fragment fetched);
 //! - the one-time token and the session cookie; 401 without it, 403 with a wrong token;
 //! - a foreign `Host` refused on every route; a foreign `Origin` or a cross-site
 //!   `Sec-Fetch-Site` refused for actions and the live stream, and nothing changed;
 //! - the security headers on every answer, no CORS headers;
-//! - tenant strings (annotations, a status message, an event message, source URLs) rendered
+//! - tenant strings (annotations in `#metadata`, a status message, an event message, source
+//!   URLs) rendered
 //!   as inert text; Secret values (members and values substituted from Secrets) never shown;
 //! - actions only with `--allow-actions`, done as the user (a refusal shown as such);
-//! - the live stream reports a changed set within 2 s;
+//! - the live stream reports a set whose Ready flips within 2 s;
 //! - a user whose RBAC hides a namespace sees none of its sets.
 
 mod support;
@@ -254,6 +256,15 @@ async fn pages_show_sets_in_every_state() {
     assert_eq!(failing_only.status, 200, "{}", failing_only.show());
     assert!(tag_by_id(&failing_only.body, &row_id(&key(ns, "failing"))).is_some());
     assert!(tag_by_id(&failing_only.body, &row_id(&key(ns, "ready"))).is_none());
+    // The summary bar still counts the namespace's sets in every state.
+    for (id, n) in [("count-total", 5), ("count-ready", 2), ("count-failing", 1)] {
+        assert_eq!(
+            element_by_id(&failing_only.body, id).map(inner_text),
+            Some(n.to_string()),
+            "#{id} under the state filter counts the whole namespace: {}",
+            failing_only.body
+        );
+    }
     let searched = ui
         .get(&format!("/?ns={ns}&q=prun"))
         .cookie(&cookie)
@@ -337,6 +348,26 @@ async fn pages_show_sets_in_every_state() {
         members.contains("health-"),
         "members carry their health: {members}"
     );
+    // The member the last reconcile could not apply (status.failures): failed, its reason
+    // Conflict, listed first.
+    let shared = format!("data-member=\"/ConfigMap/{ns}/shared\"");
+    let at_shared = members
+        .find(&shared)
+        .unwrap_or_else(|| panic!("the conflicting member shared in the tree: {members}"));
+    let shared_row = &members[members[..at_shared].rfind("<li").expect("li")..];
+    let shared_row = &shared_row[..shared_row.find("</li>").expect("</li>")];
+    assert!(
+        shared_row.contains("health-failed")
+            && shared_row.contains("<span class=\"health\">Conflict</span>"),
+        "the conflicting member is failed with reason Conflict: {shared_row}"
+    );
+    assert!(
+        at_shared
+            < members
+                .find(&format!("ConfigMap/{ns}/failing-cm\""))
+                .expect("failing-cm"),
+        "the failure comes first: {members}"
+    );
     let graph = element_by_id(&page, "graph").expect("graph");
     assert!(
         graph.contains(&format!("data-set=\"{}\"", key(ns, "waiting")))
@@ -344,16 +375,26 @@ async fn pages_show_sets_in_every_state() {
         "the graph shows the dependent set, linked: {graph}"
     );
     let diff = tag_by_id(&page, "diff").expect("diff");
-    assert_eq!(
-        attr(diff, "data-src"),
-        Some(format!("/sets/{ns}/failing/diff").as_str())
+    let diff_src = attr(diff, "data-src").expect("#diff[data-src]").to_string();
+    assert_eq!(diff_src, format!("/sets/{ns}/failing/diff"));
+    let diff_section = element_by_id(&page, "diff").expect("#diff");
+    assert!(
+        diff_section.contains("<button id=\"diff-load\" type=\"button\">")
+            && diff_section.contains("<div id=\"diff-body\"></div>")
+            && !diff_section.contains("<pre"),
+        "the diff waits for a click: {diff_section}"
     );
     assert!(
-        page.contains(&format!(
-            "data-live-src=\"/live?set={}\"",
-            key(ns, "failing")
-        )),
-        "the set page listens to its own key"
+        page.contains(&format!("data-live-src=\"/live?set={ns}%2Ffailing\"")),
+        "the set page listens to its own key, query-encoded"
+    );
+    // The fragment the click fetches: the failing set's diff (the admin has every right).
+    let frag = ui.get(&diff_src).cookie(&cookie).send().await;
+    assert_eq!(frag.status, 200, "{}", frag.show());
+    assert!(
+        frag.body.contains("<pre class=\"diff\">"),
+        "the failing set's diff: {}",
+        frag.body
     );
 
     // The waiting set's graph shows its dependency in its state.
@@ -787,6 +828,22 @@ async fn tenant_strings_are_inert_and_secret_values_never_shown() {
         ),
         "the event message shows, escaped: {hostile_page}"
     );
+    let metadata = element_by_id(hostile_page, "metadata").expect("#metadata");
+    assert!(
+        shows(metadata, &escaped_script)
+            && shows(
+                metadata,
+                &[
+                    "&#34;&#62;&#60;img src=x onerror=alert(1)&#62;",
+                    "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+                ]
+            ),
+        "both annotations show, escaped, in #metadata: {metadata}"
+    );
+    assert!(
+        !metadata.contains("last-applied-configuration"),
+        "the last-applied annotation is left out: {metadata}"
+    );
     let sources_page = page_of(&format!("/sets/{ns}/hostile-sources"));
     let source = element_by_id(sources_page, "source").expect("#source");
     assert!(
@@ -809,6 +866,14 @@ async fn tenant_strings_are_inert_and_secret_values_never_shown() {
     assert!(
         members.contains(">api-token<") && members.contains("(keys: token)"),
         "the Secret member shows its name and keys: {members}"
+    );
+    let token_row = members
+        .split("</li>")
+        .find(|r| r.contains(">api-token<"))
+        .expect("api-token row");
+    assert!(
+        !token_row.contains("class=\"message\""),
+        "a Secret member shows no health message: {token_row}"
     );
     assert!(
         secret_diff.contains("<pre class=\"diff\">") && secret_diff.contains("mode"),
@@ -982,7 +1047,8 @@ async fn actions_need_the_flag_and_the_same_origin() {
 }
 
 /// The live stream: refused with a foreign Origin or a cross-site Sec-Fetch-Site; otherwise
-/// a set suspended through the API is reported as `changed` with its key within 2 s, on the
+/// a set whose Ready condition flips (written through the status subresource: Ready, then
+/// failing) is reported as `changed` with its key within 2 s of the write's answer, on the
 /// sets page's stream and on the set's own.
 #[tokio::test]
 async fn the_live_stream_reports_a_change_within_two_seconds() {
@@ -1035,8 +1101,8 @@ async fn the_live_stream_reports_a_change_within_two_seconds() {
         .await;
     assert_eq!(set_stream.status, 200);
 
+    set_ready(&a, "True", "Applied").await;
     let t = Instant::now();
-    a.patch_spec(json!({"suspend": true})).await;
     let seen = sets_stream
         .wait_for("changed", &key(ns, "flip"), SEEN)
         .await;
@@ -1052,8 +1118,8 @@ async fn the_live_stream_reports_a_change_within_two_seconds() {
         "reported in {took:?}, over 2 s"
     );
 
+    set_ready(&b, "False", "ApplyFailed").await;
     let t = Instant::now();
-    b.patch_spec(json!({"suspend": true})).await;
     let seen = set_stream.wait_for("changed", &key(ns, "flop"), SEEN).await;
     let took = t.elapsed();
     assert!(
@@ -1067,13 +1133,36 @@ async fn the_live_stream_reports_a_change_within_two_seconds() {
     );
     // The pages show the new state.
     ui.wait_page(
-        "flip suspended",
+        "flip ready, flop failing",
         &format!("/?ns={ns}"),
         &cookie,
         SEEN,
-        |body| row_in_state(body, &key(ns, "flip"), "suspended"),
+        |body| {
+            row_in_state(body, &key(ns, "flip"), "ready")
+                && row_in_state(body, &key(ns, "flop"), "failing")
+        },
     )
     .await;
+}
+
+/// Writes the set's status through its status subresource: observed at its generation, Ready
+/// `status` for `reason` (no operator runs: the test is the writer).
+async fn set_ready(set: &Parent, status: &str, reason: &str) {
+    let generation = set.live().await.metadata.generation.unwrap_or(1);
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    set.api()
+        .patch_status(
+            &set.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {
+                "observedGeneration": generation,
+                "conditions": [{"type": "Ready", "status": status, "reason": reason,
+                    "message": format!("written by the test: {reason}"),
+                    "lastTransitionTime": now, "observedGeneration": generation}]
+            }})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("writing {}'s status: {e}", set.name));
 }
 
 /// A user whose RBAC lets them read ApplySets in namespace A only sees A's sets and none of

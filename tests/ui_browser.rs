@@ -1,9 +1,11 @@
 //! End to end in a real browser: `kubectl applyset ui` driven in Debian's headless Chromium
 //! through chromedriver (WebDriver, with fantoccini), against the real API server with the
 //! operator in-process (docs/ui.md, docs/testing.md). The test logs in with the printed URL,
-//! reads the sets page, follows the link of a failing set, finds its member tree, its
-//! dependsOn graph and its diff in the DOM, then flips another set through the API and sees
-//! the sets page change without a reload. It saves screenshots under target/ui-screenshots/
+//! reads the sets page, follows the link of a failing set, finds its member tree (the member
+//! the last reconcile could not apply first, failed with reason Conflict) and its dependsOn
+//! graph in the DOM, clicks "Compute the diff" and finds the diff, then flips another set
+//! through the API and sees the sets page change without a reload. chromedriver and Chromium
+//! run in a process group the test kills when it ends, panics included. It saves screenshots under target/ui-screenshots/
 //! (`make screenshots` points UI_SCREENSHOTS_DIR at docs/images/ui/ to refresh the committed
 //! ones).
 //!
@@ -14,6 +16,7 @@
 mod support;
 
 use std::{
+    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -37,7 +40,9 @@ const SHOWN: Duration = Duration::from_secs(20);
 /// binary has a control plane of its own).
 const NS: &str = "shop";
 
-/// chromedriver on a loopback port, killed on drop.
+/// chromedriver on a loopback port, in a process group of its own that the Chromium it starts
+/// joins: on drop (the end of the test, or a panic anywhere in it) the whole group is killed,
+/// so no chromedriver nor Chromium outlives the test.
 struct Driver {
     child: Child,
     port: u16,
@@ -50,6 +55,7 @@ impl Driver {
         for _ in 0..3 {
             let port = process::free_port();
             let child = Command::new(CHROMEDRIVER)
+                .process_group(0)
                 .arg(format!("--port={port}"))
                 .arg(format!("--log-path={}", log.display()))
                 .stdin(Stdio::null())
@@ -72,8 +78,7 @@ impl Driver {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let _ = d.child.kill();
-            let _ = d.child.wait();
+            d.kill_group();
         }
         panic!(
             "chromedriver did not become ready; its log: {}",
@@ -82,10 +87,23 @@ impl Driver {
     }
 }
 
-impl Drop for Driver {
-    fn drop(&mut self) {
+impl Driver {
+    /// Kills chromedriver's process group (chromedriver and the Chromium it started), then
+    /// reaps chromedriver.
+    fn kill_group(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.kill_group();
     }
 }
 
@@ -313,7 +331,7 @@ async fn walk(c: &Client, ui: &UiProcess, h: &Harness, shots: &Path) -> Result<(
         "#graph svg",
         "#graph g.node[data-set=\"shop/orders-api\"]",
         "#events li.event",
-        "#diff pre.diff, #diff .diff-unavailable",
+        "#diff #diff-load",
     ] {
         c.wait()
             .at_most(SHOWN)
@@ -325,7 +343,9 @@ async fn walk(c: &Client, ui: &UiProcess, h: &Harness, shots: &Path) -> Result<(
     if url.path() != "/sets/shop/postgres" {
         return Err(format!("the link led to {url}"));
     }
+    failed_member(c).await?;
     wait_live(c).await?;
+    diff_on_click(c).await?;
     // The whole page in one picture: the window as tall as the document (at most 2400).
     let height = c
         .execute("return document.documentElement.scrollHeight;", vec![])
@@ -398,6 +418,68 @@ async fn walk(c: &Client, ui: &UiProcess, h: &Harness, shots: &Path) -> Result<(
         return Err(format!(
             "the page was reloaded (the marker set before the change reads {marker})"
         ));
+    }
+    Ok(())
+}
+
+/// The member the last reconcile could not apply (`status.failures`): the ConfigMap another
+/// manager owns a field of, failed with reason Conflict, first in the tree.
+async fn failed_member(c: &Client) -> Result<(), String> {
+    let sel = "#members li.member.health-failed[data-member=\"/ConfigMap/shop/postgres-config\"]";
+    let row = c
+        .wait()
+        .at_most(SHOWN)
+        .for_element(Locator::Css(sel))
+        .await
+        .map_err(|e| format!("the failing set's tree has {sel}: {e}"))?;
+    let text = row.text().await.map_err(|e| format!("{sel}'s text: {e}"))?;
+    if !text.contains("Conflict") {
+        return Err(format!("{sel} does not say Conflict: {text}"));
+    }
+    let first = c
+        .find(Locator::Css("#members li.member"))
+        .await
+        .map_err(|e| format!("the tree's first member: {e}"))?
+        .attr("data-member")
+        .await
+        .map_err(|e| format!("the first member's data-member: {e}"))?;
+    match first.as_deref() {
+        Some("/ConfigMap/shop/postgres-config") => Ok(()),
+        other => Err(format!(
+            "the failed member is not first in the tree: {other:?}"
+        )),
+    }
+}
+
+/// The diff is computed only on a click of `#diff-load`: nothing before, then the diff
+/// (`pre.diff`, the test's admin has every right it needs) in `#diff-body`.
+async fn diff_on_click(c: &Client) -> Result<(), String> {
+    let before = c
+        .find_all(Locator::Css("#diff-body *"))
+        .await
+        .map_err(|e| format!("#diff-body before the click: {e}"))?;
+    if !before.is_empty() {
+        return Err("#diff-body has content before the click".into());
+    }
+    c.find(Locator::Css("#diff-load"))
+        .await
+        .map_err(|e| format!("#diff-load: {e}"))?
+        .click()
+        .await
+        .map_err(|e| format!("click #diff-load: {e}"))?;
+    c.wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css(
+            "#diff-body pre.diff, #diff-body .diff-unavailable",
+        ))
+        .await
+        .map_err(|e| format!("the diff comes after the click: {e}"))?;
+    if c.find(Locator::Css("#diff-body pre.diff")).await.is_err() {
+        let said = match c.find(Locator::Css("#diff-body")).await {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        return Err(format!("the diff of shop/postgres is unavailable: {said}"));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! End to end: the view library behind `kubectl applyset ui`, against a real API server and
 //! the in-process operator. The cache lists each set with its state (a Waiting set naming the
-//! dependency it waits for), announces a change within 2 s and forgets a deleted set; a set's
+//! dependency it waits for), announces a change within 2 s and forgets a deleted set, and
+//! announces a change that leaves the set's summary alone as such; a set's
 //! recent events are the operator's, warnings first; a viewer with only a namespaced Role
 //! watches only its namespace, and a watch the server refuses is reported, naming its scope.
 
@@ -106,14 +107,16 @@ async fn the_cache_lists_each_set_in_its_state_and_follows_changes() {
     assert_eq!(snap.get(&r).map(|s| s.members), Some(1));
     assert_eq!(snap.deps.dependents(&missing), std::slice::from_ref(&w));
 
-    // A change: announced within 2 s, and in the next snapshot.
+    // A change: announced within 2 s as a summary change, and in a snapshot soon after.
     let mut changes = cache.subscribe();
     ready.patch_spec(json!({"suspend": true})).await;
     let seen = tokio::time::timeout(PROMPTLY, async {
         loop {
             match changes.recv().await {
                 Ok(c)
-                    if c.parent == r && state(&cache.snapshot(), &r) == Some(State::Suspended) =>
+                    if c.parent == r
+                        && c.summary_changed
+                        && c.summary.as_ref().map(|s| s.state) == Some(State::Suspended) =>
                 {
                     return;
                 }
@@ -124,6 +127,10 @@ async fn the_cache_lists_each_set_in_its_state_and_follows_changes() {
     })
     .await;
     assert!(seen.is_ok(), "no change to Suspended within {PROMPTLY:?}");
+    wait_snapshot(&cache, "Suspended in the snapshot", |s| {
+        state(s, &r) == Some(State::Suspended)
+    })
+    .await;
 
     // The operator's events about a set, warnings first.
     let rows = wait_for("the waiting set's events", DEADLINE, || async {
@@ -314,4 +321,68 @@ async fn events_are_paged_and_selected_by_uid() {
         .await
         .expect("events");
     assert_eq!(two.len(), 2);
+}
+
+/// A condition `Stalled` of `status` with `message` (a JSON merge patch of the status).
+fn stalled(status: &str, message: &str) -> serde_json::Value {
+    json!({"status": {"conditions": [{"type": "Stalled", "status": status, "reason": "Testing",
+        "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+}
+
+/// The next change of `set` the cache announces within 2 s.
+async fn next_change(
+    changes: &mut tokio::sync::broadcast::Receiver<applyset_operator::view::Change>,
+    set: &ParentRef,
+) -> applyset_operator::view::Change {
+    let next = tokio::time::timeout(PROMPTLY, async {
+        loop {
+            match changes.recv().await {
+                Ok(c) if &c.parent == set => return c,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => panic!("the cache's feed closed"),
+            }
+        }
+    })
+    .await;
+    next.unwrap_or_else(|_| panic!("no change of {set} within {PROMPTLY:?}"))
+}
+
+/// A set's status changing where its summary does not look (a condition's message, as a
+/// new plan or a member's health would) is announced, marked as leaving the summary alone;
+/// one its summary shows is marked as such.
+#[tokio::test]
+async fn a_change_beside_the_summary_is_announced_as_such() {
+    use kube::api::{Patch, PatchParams};
+
+    let h = Harness::new("view-beside").await;
+    let set = h.applyset(&unique("beside"));
+    set.create(json!({})).await;
+    let watched = Watched {
+        namespaces: Some(vec![h.ns.clone()]),
+        cluster_sets: false,
+    };
+    let cache = SetCache::start(h.client.clone(), watched);
+    let p = reference(&set);
+    wait_snapshot(&cache, "the set", |s| s.get(&p).is_some()).await;
+    let mut changes = cache.subscribe();
+    let patch = |body: serde_json::Value| {
+        let api = set.api();
+        let name = set.name.clone();
+        async move {
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .expect("patch the status")
+        }
+    };
+    patch(stalled("False", "first")).await;
+    let first = next_change(&mut changes, &p).await;
+    assert!(first.summary.as_ref().is_some_and(|s| !s.stalled));
+    patch(stalled("False", "second")).await;
+    let second = next_change(&mut changes, &p).await;
+    assert!(!second.summary_changed, "{second:?}");
+    assert!(second.summary.is_some());
+    patch(stalled("True", "second")).await;
+    let third = next_change(&mut changes, &p).await;
+    assert!(third.summary_changed, "{third:?}");
+    assert!(third.summary.as_ref().is_some_and(|s| s.stalled));
 }

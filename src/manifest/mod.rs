@@ -79,6 +79,9 @@ pub struct Manifest {
     pub sops_file: Option<std::sync::Arc<SopsFile>>,
     /// The values decryption put in this object, withheld from messages about it.
     pub redaction: Option<std::sync::Arc<crate::sops::redact::Redaction>>,
+    /// Whether a variable taken from a Secret was substituted into it (see
+    /// [`crate::substitute`]): a diff then masks all its values, as a Secret's.
+    pub secret_substituted: bool,
 }
 
 /// A source file that carries SOPS metadata: its name in messages and its text.
@@ -130,6 +133,7 @@ impl Manifest {
             namespace: fields.namespace,
             sops_file: None,
             redaction: None,
+            secret_substituted: false,
         })
     }
 }

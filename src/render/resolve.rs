@@ -171,6 +171,7 @@ fn member(
         adopt,
         ignore: Vec::new(),
         redaction: m.redaction,
+        secret_substituted: m.secret_substituted,
     })
 }
 

@@ -4,14 +4,18 @@
 //! for the sets list.
 //!
 //! Only summaries are kept (no manifests, no managed fields). A re-list after a watch
-//! restart drops the sets that vanished meanwhile. The [`Snapshot`] (sorted, with its
-//! dependsOn index and each waiting set's `waiting_for`) is rebuilt on demand, once per
-//! change, and shared. The watches stop when the last clone of the cache is dropped.
+//! restart drops the sets that vanished meanwhile. Every new resourceVersion of a set is
+//! announced ([`Change`]), saying whether its summary moved. The [`Snapshot`] (sorted, with
+//! its dependsOn index and each waiting set's `waiting_for`) is rebuilt on demand, at most
+//! every [`REBUILD_EVERY`] (the previous one is served meanwhile), outside the lock the
+//! watches write through, and shared. The watches stop when the last clone of the cache is
+//! dropped.
 
 use std::{
     collections::{HashMap, HashSet},
     pin::pin,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use futures::StreamExt;
@@ -32,13 +36,23 @@ use crate::{
     parent::Parent,
 };
 
-/// How many changes a slow receiver may fall behind before it is told it lagged.
-const CHANGES: usize = 1024;
+/// How many changes a slow receiver may fall behind before it is told it lagged (every
+/// new resourceVersion is one: a resync of many sets is a burst).
+const CHANGES: usize = 4096;
 
-/// A set that changed (added, modified or deleted): read its summary from a fresh snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The least time between two snapshot builds: a burst of changes costs a build every
+/// this often, not one per change.
+pub const REBUILD_EVERY: Duration = Duration::from_millis(150);
+
+/// A set that changed (a new resourceVersion, or deleted): read it from a fresh snapshot.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Change {
     pub parent: ParentRef,
+    /// Whether its summary (what the sets page shows) changed; `false` when only the rest
+    /// of the set moved (its plan, failures, members' health, conditions' messages).
+    pub summary_changed: bool,
+    /// Its summary after the change; `None` when it is gone.
+    pub summary: Option<Arc<SetSummary>>,
 }
 
 /// The sets at one moment, sorted by kind, namespace and name, with their dependsOn index.
@@ -46,39 +60,55 @@ pub struct Change {
 pub struct Snapshot {
     pub sets: Vec<Arc<SetSummary>>,
     pub deps: DepIndex,
+    /// The cache's count of changes this snapshot holds (a newer snapshot has a larger one).
+    pub version: u64,
+}
+
+/// Where `parent` is in `sets` (sorted by [`order`]).
+fn position(sets: &[Arc<SetSummary>], parent: &ParentRef) -> Option<usize> {
+    let want = order(parent);
+    sets.binary_search_by(|s| order(&s.parent).cmp(&want)).ok()
 }
 
 impl Snapshot {
     /// The summary of `parent`, if cached.
     pub fn get(&self, parent: &ParentRef) -> Option<&Arc<SetSummary>> {
-        let want = order(parent);
-        let i = self
-            .sets
-            .binary_search_by(|s| order(&s.parent).cmp(&want))
-            .ok()?;
-        self.sets.get(i)
+        self.sets.get(position(&self.sets, parent)?)
     }
 
-    /// Builds the snapshot of `sets`: sorted, indexed, and each waiting set told what it
-    /// waits for (a dependency outside `watched` is unknown, not missing).
-    fn build(sets: &HashMap<ParentRef, Arc<SetSummary>>, watched: &Watched) -> Snapshot {
-        let mut all: Vec<Arc<SetSummary>> = sets.values().cloned().collect();
+    /// Builds the snapshot `version` of `all`: sorted, indexed, and each waiting set told
+    /// what it waits for (a dependency outside `watched` is unknown, not missing).
+    fn build(mut all: Vec<Arc<SetSummary>>, version: u64, watched: &Watched) -> Snapshot {
         all.sort_unstable_by(|a, b| order(&a.parent).cmp(&order(&b.parent)));
         let deps = DepIndex::build(all.iter().map(|s| &**s));
-        let find = |d: &ParentRef| match sets.get(d) {
-            Some(s) => Found::Cached(s),
-            None if watched.covers(d) => Found::Absent,
-            None => Found::Unwatched,
+        let waits: Vec<(usize, Option<(ParentRef, String)>)> = {
+            let sorted = &all;
+            let find = |d: &ParentRef| match position(sorted, d).and_then(|i| sorted.get(i)) {
+                Some(s) => Found::Cached(s),
+                None if watched.covers(d) => Found::Absent,
+                None => Found::Unwatched,
+            };
+            all.iter()
+                .enumerate()
+                .filter(|(_, s)| s.state == State::Waiting)
+                .filter_map(|(i, s)| {
+                    let waits = waiting_for(s, find);
+                    (waits != s.waiting_for).then_some((i, waits))
+                })
+                .collect()
         };
-        for s in all.iter_mut().filter(|s| s.state == State::Waiting) {
-            let waits = waiting_for(s, find);
-            if waits != s.waiting_for {
+        for (i, waits) in waits {
+            if let Some(s) = all.get_mut(i) {
                 let mut with = SetSummary::clone(s);
                 with.waiting_for = waits;
                 *s = Arc::new(with);
             }
         }
-        Snapshot { sets: all, deps }
+        Snapshot {
+            sets: all,
+            deps,
+            version,
+        }
     }
 }
 
@@ -112,13 +142,23 @@ struct Progress {
     error: Option<String>,
 }
 
-/// The cached summaries, the version of their last change, and the snapshot of a version.
+/// The cached summaries, the version of their last change, and the last snapshot built
+/// (of version `built`, finished at `built_at`).
 #[derive(Default)]
 struct Sets {
     by_ref: HashMap<ParentRef, Arc<SetSummary>>,
     version: u64,
     built: u64,
+    built_at: Option<Instant>,
     snapshot: Arc<Snapshot>,
+}
+
+impl Sets {
+    /// Whether the last snapshot is the one to serve: current, or built too recently to
+    /// build again.
+    fn fresh(&self) -> bool {
+        self.built == self.version || self.built_at.is_some_and(|t| t.elapsed() < REBUILD_EVERY)
+    }
 }
 
 /// What the cache's clones and its watches share.
@@ -127,24 +167,42 @@ struct Shared {
     scopes: Vec<Scope>,
     changes: broadcast::Sender<Change>,
     sets: Mutex<Sets>,
+    /// Held while a snapshot is built (outside `sets`): one build at a time.
+    building: Mutex<()>,
     progress: Mutex<Vec<Progress>>,
 }
 
 impl Shared {
-    /// Stores `summary`; a change anyone could see is announced.
+    fn new(watched: Watched, scopes: Vec<Scope>, capacity: usize) -> Shared {
+        let (changes, _) = broadcast::channel(capacity);
+        Shared {
+            watched,
+            progress: Mutex::new(vec![Progress::default(); scopes.len()]),
+            scopes,
+            changes,
+            sets: Mutex::new(Sets::default()),
+            building: Mutex::new(()),
+        }
+    }
+
+    /// Stores `summary`; a new resourceVersion is announced, saying whether the summary
+    /// moved (the same object again, as a re-list delivers it, is not).
     fn put(&self, summary: SetSummary) {
         let mut sets = self.sets.lock();
-        let shown = match sets.by_ref.get(&summary.parent) {
+        let summary_changed = match sets.by_ref.get(&summary.parent) {
             Some(old) if **old == summary => return,
             Some(old) => !old.same_view(&summary),
             None => true,
         };
+        let summary = Arc::new(summary);
         let parent = summary.parent.clone();
-        sets.by_ref.insert(parent.clone(), Arc::new(summary));
+        sets.by_ref.insert(parent.clone(), summary.clone());
         sets.version += 1;
-        if shown {
-            let _ = self.changes.send(Change { parent });
-        }
+        let _ = self.changes.send(Change {
+            parent,
+            summary_changed,
+            summary: Some(summary),
+        });
     }
 
     /// Forgets `parent`.
@@ -152,10 +210,37 @@ impl Shared {
         let mut sets = self.sets.lock();
         if sets.by_ref.remove(parent).is_some() {
             sets.version += 1;
-            let _ = self.changes.send(Change {
-                parent: parent.clone(),
-            });
+            let _ = self.changes.send(gone(parent.clone()));
         }
+    }
+
+    /// The last snapshot, built again first when changes came since and the last build is
+    /// at least [`REBUILD_EVERY`] old. The build runs outside `sets` (on the summaries'
+    /// `Arc`s copied out), one at a time: a caller arriving meanwhile gets the previous one.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        {
+            let sets = self.sets.lock();
+            if sets.fresh() {
+                return sets.snapshot.clone();
+            }
+        }
+        let Some(_building) = self.building.try_lock() else {
+            return self.sets.lock().snapshot.clone();
+        };
+        let (all, version) = {
+            let sets = self.sets.lock();
+            if sets.fresh() {
+                return sets.snapshot.clone();
+            }
+            let all: Vec<Arc<SetSummary>> = sets.by_ref.values().cloned().collect();
+            (all, sets.version)
+        };
+        let snapshot = Arc::new(Snapshot::build(all, version, &self.watched));
+        let mut sets = self.sets.lock();
+        sets.snapshot = snapshot.clone();
+        sets.built = version;
+        sets.built_at = Some(Instant::now());
+        snapshot
     }
 
     /// After watch `index` listed its scope again: forgets the sets of its scope that the
@@ -165,16 +250,16 @@ impl Shared {
             return;
         };
         let mut sets = self.sets.lock();
-        let gone: Vec<ParentRef> = sets
+        let vanished: Vec<ParentRef> = sets
             .by_ref
             .keys()
             .filter(|p| scope.covers(p) && !listed.contains(*p))
             .cloned()
             .collect();
-        for parent in gone {
+        for parent in vanished {
             sets.by_ref.remove(&parent);
             sets.version += 1;
-            let _ = self.changes.send(Change { parent });
+            let _ = self.changes.send(gone(parent));
         }
     }
 
@@ -197,6 +282,15 @@ impl Shared {
                 p.error = Some(format!("watching {}: {e}", scope.unwrap_or_default()));
             }
         }
+    }
+}
+
+/// The change of a set deleted.
+fn gone(parent: ParentRef) -> Change {
+    Change {
+        parent,
+        summary_changed: true,
+        summary: None,
     }
 }
 
@@ -251,14 +345,7 @@ impl SetCache {
                 namespace: None,
             });
         }
-        let (changes, _) = broadcast::channel(CHANGES);
-        let shared = Arc::new(Shared {
-            watched,
-            progress: Mutex::new(vec![Progress::default(); scopes.len()]),
-            scopes: scopes.clone(),
-            changes,
-            sets: Mutex::new(Sets::default()),
-        });
+        let shared = Arc::new(Shared::new(watched, scopes.clone(), CHANGES));
         let tasks = scopes
             .into_iter()
             .enumerate()
@@ -288,18 +375,14 @@ impl SetCache {
         self.shared.progress.lock().iter().all(|p| p.settled)
     }
 
-    /// The sets now (shared; rebuilt only after a change).
+    /// The sets now, or as they were at most [`REBUILD_EVERY`] ago (shared; rebuilt only
+    /// after a change, at most that often).
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        let mut sets = self.shared.sets.lock();
-        if sets.built != sets.version {
-            let snapshot = Snapshot::build(&sets.by_ref, &self.shared.watched);
-            sets.snapshot = Arc::new(snapshot);
-            sets.built = sets.version;
-        }
-        sets.snapshot.clone()
+        self.shared.snapshot()
     }
 
-    /// Every change from now on; a receiver that lags is told so (the viewer reloads).
+    /// Every new resourceVersion of a set and every deletion from now on; a receiver that
+    /// lags is told so (the viewer reloads).
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.shared.changes.subscribe()
     }
@@ -400,28 +483,30 @@ mod tests {
                 namespace: None,
             }])
             .collect::<Vec<_>>();
-        let (changes, rx) = broadcast::channel(16);
         let watched = Watched {
             namespaces: Some(namespaces.iter().map(|n| n.to_string()).collect()),
             cluster_sets: true,
         };
-        let shared = Shared {
-            watched,
-            progress: Mutex::new(vec![Progress::default(); scopes.len()]),
-            scopes,
-            changes,
-            sets: Mutex::new(Sets::default()),
-        };
+        let shared = Shared::new(watched, scopes, 16);
+        let rx = shared.changes.subscribe();
         (shared, rx)
     }
 
     fn snapshot(s: &Shared) -> Snapshot {
-        Snapshot::build(&s.sets.lock().by_ref, &s.watched)
+        let all = s.sets.lock().by_ref.values().cloned().collect();
+        Snapshot::build(all, 0, &s.watched)
     }
 
+    /// The changes announced: each set's key, `*` marking a summary change.
     fn drained(rx: &mut broadcast::Receiver<Change>) -> Vec<String> {
         std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|c| super::super::summary::key(&c.parent))
+            .map(|c| {
+                let key = super::super::summary::key(&c.parent);
+                match c.summary_changed {
+                    true => format!("{key}*"),
+                    false => key,
+                }
+            })
             .collect()
     }
 
@@ -468,23 +553,65 @@ mod tests {
         s.put(summary(&one, State::Ready, &[]));
         s.put(summary(&two, State::Ready, &[]));
         s.put(summary(&other, State::Ready, &[]));
-        assert_eq!(drained(&mut rx), ["a/one", "a/two", "b/other"]);
-        // The same again, or only a new resourceVersion: stored, not announced.
+        assert_eq!(drained(&mut rx), ["a/one*", "a/two*", "b/other*"]);
+        // The same again: not announced; only a new resourceVersion (a new plan, a
+        // member's health): announced, its summary unmoved.
         s.put(summary(&one, State::Ready, &[]));
+        assert!(drained(&mut rx).is_empty());
         let mut moved = summary(&one, State::Ready, &[]);
         moved.resource_version = "2".into();
         s.put(moved);
-        assert!(drained(&mut rx).is_empty());
-        s.put(summary(&one, State::Failing, &[]));
         assert_eq!(drained(&mut rx), ["a/one"]);
+        let mut failing = summary(&one, State::Failing, &[]);
+        failing.resource_version = "3".into();
+        s.put(failing);
+        let change = rx.try_recv().expect("announced");
+        assert!(change.summary_changed);
+        let after = change.summary.as_ref().map(|s| s.state);
+        assert_eq!(after, Some(State::Failing));
         // Namespace a listed again without `two`: it goes, b's set stays.
         s.keep_listed(0, &HashSet::from([one.clone()]));
-        assert_eq!(drained(&mut rx), ["a/two"]);
+        assert_eq!(drained(&mut rx), ["a/two*"]);
         let snap = snapshot(&s);
         assert!(snap.get(&two).is_none() && snap.get(&other).is_some());
         s.remove(&other);
         s.remove(&other);
-        assert_eq!(drained(&mut rx), ["b/other"]);
+        let change = rx.try_recv().expect("announced");
+        assert_eq!((change.summary_changed, change.summary), (true, None));
+        assert!(drained(&mut rx).is_empty());
+    }
+
+    #[test]
+    fn the_snapshot_is_rebuilt_at_most_every_so_often() {
+        let (s, _rx) = shared(&["a"]);
+        let (one, two) = (
+            ParentRef::applyset("a", "one"),
+            ParentRef::applyset("a", "two"),
+        );
+        s.put(summary(&one, State::Ready, &[]));
+        let first = s.snapshot();
+        assert_eq!((first.sets.len(), first.version), (1, 1));
+        assert!(
+            Arc::ptr_eq(&first, &s.snapshot()),
+            "no change: the same snapshot"
+        );
+        // A change right after a build: the previous snapshot is served meanwhile.
+        s.put(summary(&two, State::Ready, &[]));
+        let started = Instant::now();
+        let served = s.snapshot();
+        if started.duration_since(s.sets.lock().built_at.expect("built")) < REBUILD_EVERY {
+            assert!(Arc::ptr_eq(&first, &served));
+        }
+        std::thread::sleep(REBUILD_EVERY);
+        let next = s.snapshot();
+        assert_eq!((next.sets.len(), next.version), (2, 2));
+        // Another build running: the previous snapshot, without waiting for it.
+        s.remove(&two);
+        std::thread::sleep(REBUILD_EVERY);
+        let building = s.building.lock();
+        assert!(Arc::ptr_eq(&next, &s.snapshot()));
+        drop(building);
+        assert_eq!(s.snapshot().sets.len(), 1);
     }
 
     #[test]
@@ -586,7 +713,7 @@ mod scale {
             cluster_sets: true,
         };
         let started = std::time::Instant::now();
-        let snap = Snapshot::build(&by_ref, &watched);
+        let snap = Snapshot::build(by_ref.values().cloned().collect(), 1, &watched);
         let took = started.elapsed();
         assert!(took < std::time::Duration::from_secs(1), "{took:?}");
         assert_eq!(snap.sets.len(), 10_000);
@@ -597,5 +724,57 @@ mod scale {
         );
         let crds = ParentRef::cluster("crds");
         assert_eq!(snap.deps.dependents(&crds).len(), 10_000);
+    }
+
+    /// 10,000 sets, then 10,000 summary changes (one a set, as a resync after an operator
+    /// restart makes them) heard by one set page's listener: the snapshot is rebuilt at most
+    /// every [`REBUILD_EVERY`] and the neighbourhood once per snapshot, so it all takes well
+    /// under a second, even unoptimized; the page hears its set and its neighbours only.
+    #[test]
+    fn a_set_page_listener_keeps_up_with_ten_thousand_changes() {
+        use crate::view::{deps::Near, graph::MAX_NODES};
+        let watched = Watched {
+            namespaces: None,
+            cluster_sets: true,
+        };
+        let scopes = vec![Scope {
+            kind: ParentKind::ApplySet,
+            namespace: None,
+        }];
+        let shared = Shared::new(watched, scopes, CHANGES);
+        let sets: Vec<SetSummary> = (0..10_000).map(|i| SetSummary::of(&parent(i))).collect();
+        for s in &sets {
+            shared.put(s.clone());
+        }
+        let changed: Vec<SetSummary> = sets
+            .into_iter()
+            .map(|mut s| {
+                s.resource_version = "123456790".into();
+                s.members += 1;
+                s
+            })
+            .collect();
+        // team-0/set-00100 depends on a missing team-0/set-00050 and on crds; only
+        // team-0/set-00200 depends on it (set-i is in team-(i % 100), depending on set-(i/2)).
+        let focus = ParentRef::applyset("team-0", "set-00100");
+        let mut rx = shared.changes.subscribe();
+        let started = std::time::Instant::now();
+        let mut near = Near::new(focus, MAX_NODES, &shared.snapshot());
+        let mut heard = Vec::new();
+        for s in changed {
+            shared.put(s);
+            while let Ok(change) = rx.try_recv() {
+                if near.concerns(&change, || shared.snapshot()) {
+                    heard.push(change.parent.name.clone());
+                }
+            }
+        }
+        let took = started.elapsed();
+        eprintln!("10,000 changes heard by a set page in {took:?}");
+        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+        // Its dependents, theirs and so on (in its namespace), each once; not the 9,993
+        // others, though every set depends on the same missing ClusterApplySet.
+        let chain = [100, 200, 400, 800, 1600, 3200, 6400].map(|i| format!("set-{i:05}"));
+        assert_eq!(heard, chain);
     }
 }

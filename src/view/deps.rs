@@ -1,9 +1,16 @@
 //! The dependsOn index over the cached sets, both ways, and the part of it a set's graph
-//! draws; and which dependency a waiting set waits for. Pure.
+//! draws; which changes concern a set's page ([`Near`]); and which dependency a waiting set
+//! waits for. Pure.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    sync::Arc,
+};
 
-use super::summary::{SetSummary, State, key};
+use super::{
+    cache::{Change, Snapshot},
+    summary::{SetSummary, State, key},
+};
 use crate::{applyset::ParentRef, dependencies::NotReady};
 
 /// Edges `dependency -> dependents` and back, by set.
@@ -28,7 +35,7 @@ pub struct Neighbourhood {
 }
 
 /// Which way a set of a neighbourhood was reached from the focus.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Way {
     Focus,
     Up,
@@ -74,23 +81,7 @@ impl DepIndex {
     /// step, each in index order), so the nearest sets are kept when some are left out. A
     /// dependency that is not cached is a set of it too (a missing one).
     pub fn neighbourhood(&self, focus: &ParentRef, limit: usize) -> Neighbourhood {
-        let mut sets = vec![focus.clone()];
-        let mut at: HashMap<ParentRef, usize> = HashMap::from([(focus.clone(), 0)]);
-        let mut queue = VecDeque::from([(focus.clone(), Way::Focus)]);
-        while let Some((p, way)) = queue.pop_front() {
-            let up = matches!(way, Way::Focus | Way::Up).then(|| (self.dependencies(&p), Way::Up));
-            let down =
-                matches!(way, Way::Focus | Way::Down).then(|| (self.dependents(&p), Way::Down));
-            for (next, way) in [up, down].into_iter().flatten() {
-                for n in next {
-                    if !at.contains_key(n) {
-                        at.insert(n.clone(), sets.len());
-                        sets.push(n.clone());
-                        queue.push_back((n.clone(), way));
-                    }
-                }
-            }
-        }
+        let (mut sets, _, mut at) = self.walk(focus, usize::MAX);
         let left_out = sets.len().saturating_sub(limit.max(1));
         sets.truncate(limit.max(1));
         at.retain(|_, i| *i < sets.len());
@@ -111,6 +102,98 @@ impl DepIndex {
             edges,
             left_out,
         }
+    }
+
+    /// The sets of [`DepIndex::neighbourhood`] (the same `limit` first), without walking
+    /// further nor finding the edges; and those of them whose dependents belong to it (the
+    /// focus and the sets reached downstream).
+    fn near(&self, focus: &ParentRef, limit: usize) -> (HashSet<ParentRef>, HashSet<ParentRef>) {
+        let (sets, ways, _) = self.walk(focus, limit.max(1));
+        let down = sets
+            .iter()
+            .zip(ways)
+            .filter(|(_, way)| *way != Way::Up)
+            .map(|(s, _)| s.clone())
+            .collect();
+        (sets.into_iter().collect(), down)
+    }
+
+    /// The breadth-first walk of [`DepIndex::neighbourhood`], stopped once `stop` sets are
+    /// found: the sets in walk order, the way each was reached, and where each is.
+    fn walk(&self, focus: &ParentRef, stop: usize) -> Walk {
+        let mut ways = vec![Way::Focus];
+        let mut sets = vec![focus.clone()];
+        let mut at: HashMap<ParentRef, usize> = HashMap::from([(focus.clone(), 0)]);
+        let mut queue = VecDeque::from([(focus.clone(), Way::Focus)]);
+        while let Some((p, way)) = queue.pop_front() {
+            let up = matches!(way, Way::Focus | Way::Up).then(|| (self.dependencies(&p), Way::Up));
+            let down =
+                matches!(way, Way::Focus | Way::Down).then(|| (self.dependents(&p), Way::Down));
+            for (next, way) in [up, down].into_iter().flatten() {
+                for n in next {
+                    if sets.len() >= stop {
+                        return (sets, ways, at);
+                    }
+                    if !at.contains_key(n) {
+                        at.insert(n.clone(), sets.len());
+                        sets.push(n.clone());
+                        ways.push(way);
+                        queue.push_back((n.clone(), way));
+                    }
+                }
+            }
+        }
+        (sets, ways, at)
+    }
+}
+
+/// A walk: the sets in walk order, the way each was reached, and where each is.
+type Walk = (Vec<ParentRef>, Vec<Way>, HashMap<ParentRef, usize>);
+
+/// What a set page's live stream follows: its set, and the sets of its neighbourhood (the
+/// first `limit`, as [`DepIndex::neighbourhood`] finds them) as of one snapshot version,
+/// found again only when the snapshot moved.
+#[derive(Debug)]
+pub struct Near {
+    focus: ParentRef,
+    limit: usize,
+    version: u64,
+    sets: HashSet<ParentRef>,
+    /// The focus and the sets reached downstream: a set depending on one of them joins.
+    down: HashSet<ParentRef>,
+}
+
+impl Near {
+    /// The neighbourhood of `focus` in `snapshot`.
+    pub fn new(focus: ParentRef, limit: usize, snapshot: &Snapshot) -> Near {
+        let (sets, down) = snapshot.deps.near(&focus, limit);
+        Near {
+            sets,
+            down,
+            version: snapshot.version,
+            focus,
+            limit,
+        }
+    }
+
+    /// Whether `change` concerns the page: any change of its set; a summary change of a set
+    /// of the neighbourhood as it was, of a set that now depends on its set or on a set
+    /// downstream of it, or of a set of the neighbourhood as `snapshot` (called only for a
+    /// summary change) now has it.
+    pub fn concerns(&mut self, change: &Change, snapshot: impl FnOnce() -> Arc<Snapshot>) -> bool {
+        let own = change.parent == self.focus;
+        if !change.summary_changed {
+            return own;
+        }
+        let joins = |s: &Arc<SetSummary>| s.depends_on.iter().any(|d| self.down.contains(d));
+        let before =
+            self.sets.contains(&change.parent) || change.summary.as_ref().is_some_and(joins);
+        let now = snapshot();
+        if now.version != self.version {
+            (self.sets, self.down) = now.deps.near(&self.focus, self.limit);
+            self.version = now.version;
+        }
+        own || before || self.sets.contains(&change.parent)
     }
 }
 
@@ -317,5 +400,100 @@ mod tests {
         waiting.depends_on = vec![api.clone()];
         waiting.state = State::Failing;
         assert_eq!(waiting_for(&waiting, find), None);
+    }
+
+    /// A change of `p` (its summary `s`; `None`: gone).
+    fn change(p: &ParentRef, summary_changed: bool, s: Option<SetSummary>) -> Change {
+        Change {
+            parent: p.clone(),
+            summary_changed,
+            summary: s.map(Arc::new),
+        }
+    }
+
+    fn snapshot(sets: &[SetSummary], version: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot {
+            sets: Vec::new(),
+            deps: DepIndex::build(sets),
+            version,
+        })
+    }
+
+    #[test]
+    fn a_set_page_hears_its_set_always_and_its_neighbourhood_when_it_moves() {
+        // db <- api <- web; other depends on db too (upstream of api: not in api's graph).
+        let (db, api, web, other, new) = (a("db"), a("api"), a("web"), a("other"), a("new"));
+        let sets = [
+            set(&db, &[]),
+            set(&api, &[&db]),
+            set(&web, &[&api]),
+            set(&other, &[&db]),
+        ];
+        let mut near = Near::new(api.clone(), 10, &snapshot(&sets, 1));
+        let mut builds = 0;
+        let mut hears = |near: &mut Near, c: Change, now: &Arc<Snapshot>| {
+            near.concerns(&c, || {
+                builds += 1;
+                now.clone()
+            })
+        };
+        let same = snapshot(&sets, 1);
+        // Its own set: every change, even one its summary does not show.
+        assert!(hears(
+            &mut near,
+            change(&api, false, Some(set(&api, &[&db]))),
+            &same
+        ));
+        // A neighbour: summary changes only.
+        assert!(!hears(
+            &mut near,
+            change(&web, false, Some(set(&web, &[&api]))),
+            &same
+        ));
+        assert!(hears(
+            &mut near,
+            change(&db, true, Some(set(&db, &[]))),
+            &same
+        ));
+        // A sibling through db: not heard.
+        assert!(!hears(
+            &mut near,
+            change(&other, true, Some(set(&other, &[&db]))),
+            &same
+        ));
+        // A new set depending on api joins: heard before any snapshot has it.
+        let joined = set(&new, &[&api]);
+        assert!(hears(
+            &mut near,
+            change(&new, true, Some(joined.clone())),
+            &same
+        ));
+        // web leaves (no longer depends on api): heard, then no longer followed.
+        let mut moved = vec![set(&db, &[]), set(&api, &[&db]), set(&web, &[]), joined];
+        let left = snapshot(&moved, 2);
+        assert!(hears(
+            &mut near,
+            change(&web, true, Some(set(&web, &[]))),
+            &left
+        ));
+        assert!(!hears(
+            &mut near,
+            change(&web, true, Some(set(&web, &[]))),
+            &left
+        ));
+        // The joined set, now in the snapshot, is followed; a deleted neighbour is heard.
+        assert!(hears(&mut near, change(&new, true, None), &left));
+        moved.pop();
+        assert!(hears(
+            &mut near,
+            change(&db, true, None),
+            &snapshot(&moved, 3)
+        ));
+        // The neighbourhood is the newest snapshot's.
+        assert!(!near.sets.contains(&web) && !near.sets.contains(&new));
+        assert_eq!(
+            builds, 7,
+            "the snapshot is asked for once per summary change"
+        );
     }
 }

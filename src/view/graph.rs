@@ -2,6 +2,11 @@
 //! longest-path layers, dummy nodes on long edges, barycenter sweeps against crossings, then
 //! coordinates). Pure and deterministic: the same graph always draws the same picture. Never
 //! panics: an edge naming a node that does not exist, or a node itself, is left out.
+//!
+//! Its cost is bounded whatever the graph: at most [`MAX_NODES`] nodes and [`MAX_EDGES`]
+//! edges are drawn (the others counted), at most [`MAX_DUMMIES`] bends are made (a longer
+//! edge beyond is drawn straight), crossings are counted as inversions (O(S log S) for S
+//! segments) and each sweep reorders a layer from adjacency lists.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -14,6 +19,14 @@ pub const LAYER_GAP: u32 = 80;
 pub const ROW_GAP: u32 = 24;
 /// The empty border around the drawing.
 pub const MARGIN: u32 = 16;
+
+/// Sets a graph draws at most: a set page's graph and its live neighbourhood alike.
+pub const MAX_NODES: usize = 200;
+/// Edges drawn at most (those nearest each node first); the others are counted.
+pub const MAX_EDGES: usize = 600;
+/// Dummy nodes (an edge's bends, one per layer it crosses) made at most; the edges beyond
+/// (longest last) are drawn straight.
+pub const MAX_DUMMIES: usize = 2_000;
 
 /// Barycenter sweeps (alternating down and up); the ordering with the fewest crossings seen
 /// is kept.
@@ -47,17 +60,21 @@ pub struct Layout {
     pub edges: Vec<Route>,
     pub width: u32,
     pub height: u32,
+    /// Valid edges not drawn (past [`MAX_EDGES`]).
+    pub edges_left_out: usize,
 }
 
-/// Lays out `names.len()` nodes (their names order ties) and `edges` (`(dependency,
-/// dependent)`: dependencies left of dependents). Edges naming a node out of range, self
-/// edges and repeated edges are left out.
+/// Lays out the first [`MAX_NODES`] of `names.len()` nodes (their names order ties) and
+/// `edges` (`(dependency, dependent)`: dependencies left of dependents). Edges naming a node
+/// out of range, self edges and repeated edges are left out; past [`MAX_EDGES`], the others
+/// are counted in `edges_left_out`.
 pub fn layout(names: &[String], edges: &[(usize, usize)]) -> Layout {
+    let names = names.get(..MAX_NODES).unwrap_or(names);
     let n = names.len();
     if n == 0 {
         return Layout::default();
     }
-    let edges = valid_edges(n, edges);
+    let (edges, edges_left_out) = bounded(n, valid_edges(n, edges));
     let rank = name_ranks(names);
     let reversed = back_edges(n, &edges, &rank);
     // The acyclic graph: each back edge turned round.
@@ -71,7 +88,43 @@ pub fn layout(names: &[String], edges: &[(usize, usize)]) -> Layout {
     let layer = layers(n, &dag, &rank);
     let mut g = Virtual::new(&layer, &rank, &dag);
     g.order();
-    g.place(edges, &reversed)
+    Layout {
+        edges_left_out,
+        ..g.place(edges, &reversed)
+    }
+}
+
+/// The first [`MAX_EDGES`] of `edges` (their order kept), and how many others there were:
+/// an edge's priority is the lower of its rank among its dependency's edges and among its
+/// dependent's (so every node keeps its first edges), then how near the start of the node
+/// list its ends are.
+fn bounded(n: usize, edges: Vec<(usize, usize)>) -> (Vec<(usize, usize)>, usize) {
+    if edges.len() <= MAX_EDGES {
+        return (edges, 0);
+    }
+    let (mut outs, mut ins) = (vec![0usize; n], vec![0usize; n]);
+    let mut by_priority: Vec<(usize, usize, usize)> = edges
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, b))| {
+            let (out, into) = (outs[a], ins[b]);
+            outs[a] += 1;
+            ins[b] += 1;
+            (out.min(into), a.max(b), i)
+        })
+        .collect();
+    by_priority.sort_unstable();
+    let mut kept = vec![false; edges.len()];
+    for &(_, _, i) in by_priority.iter().take(MAX_EDGES) {
+        kept[i] = true;
+    }
+    let left_out = edges.len() - MAX_EDGES;
+    let edges = edges
+        .into_iter()
+        .zip(kept)
+        .filter_map(|(e, keep)| keep.then_some(e))
+        .collect();
+    (edges, left_out)
 }
 
 /// The edges in range, without self edges and repeats, in their first order.
@@ -181,15 +234,21 @@ fn layers(n: usize, dag: &[(usize, usize)], rank: &[usize]) -> Vec<usize> {
     layer
 }
 
-/// The graph with a dummy node wherever an edge crosses a layer: nodes `0..real` are the
-/// input's, the others dummies; every segment joins adjacent layers.
+/// The graph with a dummy node wherever an edge crosses a layer (within [`MAX_DUMMIES`]; an
+/// edge beyond joins its ends straight): nodes `0..real` are the input's, the others
+/// dummies; the segments joining adjacent layers are what the ordering weighs.
 struct Virtual {
     real: usize,
     layer_of: Vec<usize>,
     /// Each layer's nodes, top to bottom.
     rows: Vec<Vec<usize>>,
-    /// `(left, right)` segments between adjacent layers.
-    segments: Vec<(usize, usize)>,
+    /// Each node's position within its layer.
+    pos: Vec<usize>,
+    /// `(left, right)` segments between layer `l` and `l + 1`, by `l`.
+    between: Vec<Vec<(usize, usize)>>,
+    /// Each node's neighbours by a segment, in the layer before it and after it.
+    before: Vec<Vec<usize>>,
+    after: Vec<Vec<usize>>,
     /// The chain of nodes of each acyclic edge, left to right.
     chains: Vec<Vec<usize>>,
 }
@@ -197,17 +256,18 @@ struct Virtual {
 impl Virtual {
     fn new(layer: &[usize], rank: &[usize], dag: &[(usize, usize)]) -> Virtual {
         let real = layer.len();
+        let bends = bent(layer, dag);
         let mut layer_of = layer.to_vec();
-        let mut segments = Vec::new();
         let mut chains = Vec::new();
-        for &(a, b) in dag {
+        for (&(a, b), bend) in dag.iter().zip(bends) {
             let mut chain = vec![a];
-            for l in layer[a] + 1..layer[b] {
-                layer_of.push(l);
-                chain.push(layer_of.len() - 1);
+            if bend {
+                for l in layer[a] + 1..layer[b] {
+                    layer_of.push(l);
+                    chain.push(layer_of.len() - 1);
+                }
             }
             chain.push(b);
-            segments.extend(chain.windows(2).map(|w| (w[0], w[1])));
             chains.push(chain);
         }
         let depth = layer_of.iter().max().map_or(0, |m| m + 1);
@@ -217,12 +277,40 @@ impl Virtual {
         for v in real_nodes.into_iter().chain(real..layer_of.len()) {
             rows[layer_of[v]].push(v);
         }
-        Virtual {
+        let nodes = layer_of.len();
+        let mut g = Virtual {
             real,
             layer_of,
             rows,
-            segments,
-            chains,
+            pos: vec![0; nodes],
+            between: vec![Vec::new(); depth],
+            before: vec![Vec::new(); nodes],
+            after: vec![Vec::new(); nodes],
+            chains: Vec::new(),
+        };
+        for chain in &chains {
+            for w in chain.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                if g.layer_of[a] + 1 == g.layer_of[b] {
+                    g.between[g.layer_of[a]].push((a, b));
+                    g.after[a].push(b);
+                    g.before[b].push(a);
+                }
+            }
+        }
+        g.chains = chains;
+        for l in 0..g.rows.len() {
+            g.index(l);
+        }
+        g
+    }
+
+    /// Records the positions of layer `l`'s nodes.
+    fn index(&mut self, l: usize) {
+        if let Some(row) = self.rows.get(l) {
+            for (i, &v) in row.iter().enumerate() {
+                self.pos[v] = i;
+            }
         }
     }
 
@@ -246,38 +334,25 @@ impl Virtual {
             }
         }
         self.rows = best;
-    }
-
-    /// Each node's position within its layer.
-    fn positions(&self) -> Vec<usize> {
-        let mut pos = vec![0; self.layer_of.len()];
-        for row in &self.rows {
-            for (i, &v) in row.iter().enumerate() {
-                pos[v] = i;
-            }
+        for l in 0..self.rows.len() {
+            self.index(l);
         }
-        pos
     }
 
     /// Sorts layer `l` by the mean position of each node's neighbours in the layer before it
     /// (`down`) or after it; a node without such neighbours keeps its position.
     fn reorder(&mut self, l: usize, down: bool) {
-        let pos = self.positions();
         let Some(row) = self.rows.get(l) else {
             return;
         };
+        let pos = &self.pos;
         let mut keyed: Vec<(f64, usize, usize)> = row
             .iter()
             .map(|&v| {
-                let neighbours: Vec<usize> = self
-                    .segments
-                    .iter()
-                    .filter_map(|&(a, b)| match down {
-                        true if b == v => Some(a),
-                        false if a == v => Some(b),
-                        _ => None,
-                    })
-                    .collect();
+                let neighbours = match down {
+                    true => &self.before[v],
+                    false => &self.after[v],
+                };
                 let center = match neighbours.len() {
                     0 => pos[v] as f64,
                     k => neighbours.iter().map(|&u| pos[u] as f64).sum::<f64>() / k as f64,
@@ -287,30 +362,30 @@ impl Virtual {
             .collect();
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         self.rows[l] = keyed.into_iter().map(|(_, _, v)| v).collect();
+        self.index(l);
     }
 
-    /// How many pairs of segments cross.
+    /// How many pairs of segments cross: per pair of adjacent layers, the segments sorted
+    /// by their left ends, the inversions among their right ends.
     fn crossings(&self) -> usize {
-        let pos = self.positions();
-        let mut count = 0;
-        for (i, &(a1, b1)) in self.segments.iter().enumerate() {
-            for &(a2, b2) in &self.segments[i + 1..] {
-                let same_layer = self.layer_of[a1] == self.layer_of[a2];
-                let crossed = (pos[a1] < pos[a2] && pos[b1] > pos[b2])
-                    || (pos[a1] > pos[a2] && pos[b1] < pos[b2]);
-                if same_layer && crossed {
-                    count += 1;
-                }
-            }
-        }
-        count
+        self.between
+            .iter()
+            .map(|segments| {
+                let mut ends: Vec<(usize, usize)> = segments
+                    .iter()
+                    .map(|&(a, b)| (self.pos[a], self.pos[b]))
+                    .collect();
+                ends.sort_unstable();
+                let mut right: Vec<usize> = ends.into_iter().map(|(_, b)| b).collect();
+                inversions(&mut right)
+            })
+            .sum()
     }
 
     /// Coordinates of the nodes and routes of the edges (`edges` as given, each acyclic
     /// chain in the same order).
     fn place(&self, edges: Vec<(usize, usize)>, reversed: &BTreeSet<(usize, usize)>) -> Layout {
-        let pos = self.positions();
-        let corner = |v: usize| (x_of(self.layer_of[v]), y_of(pos[v]));
+        let corner = |v: usize| (x_of(self.layer_of[v]), y_of(self.pos[v]));
         let nodes = (0..self.real)
             .map(|v| {
                 let (x, y) = corner(v);
@@ -359,8 +434,54 @@ impl Virtual {
                 .saturating_sub(LAYER_GAP)
                 .saturating_add(MARGIN),
             height: y_of(widest).saturating_sub(ROW_GAP).saturating_add(MARGIN),
+            edges_left_out: 0,
         }
     }
+}
+
+/// Which edges of `dag` bend through the layers they cross: the shortest first, as long as
+/// their dummy nodes stay within [`MAX_DUMMIES`].
+fn bent(layer: &[usize], dag: &[(usize, usize)]) -> Vec<bool> {
+    let dummies = |&(a, b): &(usize, usize)| (layer[b] - layer[a]).saturating_sub(1);
+    let mut by_span: Vec<usize> = (0..dag.len()).collect();
+    by_span.sort_by_key(|&i| (dummies(&dag[i]), i));
+    let mut bends = vec![false; dag.len()];
+    let mut left = MAX_DUMMIES;
+    for i in by_span {
+        let d = dummies(&dag[i]);
+        if d > left {
+            break;
+        }
+        left -= d;
+        bends[i] = true;
+    }
+    bends
+}
+
+/// The pairs `i < j` with `xs[i] > xs[j]`, counted by merge sort (`xs` ends sorted).
+fn inversions(xs: &mut [usize]) -> usize {
+    let n = xs.len();
+    if n < 2 {
+        return 0;
+    }
+    let mid = n / 2;
+    let mut count = inversions(&mut xs[..mid]) + inversions(&mut xs[mid..]);
+    let mut merged = Vec::with_capacity(n);
+    let (mut i, mut j) = (0, mid);
+    while i < mid && j < n {
+        if xs[i] <= xs[j] {
+            merged.push(xs[i]);
+            i += 1;
+        } else {
+            merged.push(xs[j]);
+            count += mid - i;
+            j += 1;
+        }
+    }
+    merged.extend_from_slice(&xs[i..mid]);
+    merged.extend_from_slice(&xs[j..]);
+    xs.copy_from_slice(&merged);
+    count
 }
 
 fn x_of(layer: usize) -> u32 {
@@ -529,5 +650,59 @@ mod tests {
             assert!(l.edges.iter().all(|e| !e.reversed), "seed {seed}");
             assert_edges(&l);
         }
+    }
+
+    #[test]
+    fn inversions_count_the_crossing_pairs() {
+        let mut rng = Rng(7);
+        for len in 0..60 {
+            let xs: Vec<usize> = (0..len).map(|_| rng.next(8)).collect();
+            let brute = (0..len)
+                .flat_map(|i| (i + 1..len).map(move |j| (i, j)))
+                .filter(|&(i, j)| xs[i] > xs[j])
+                .count();
+            let mut sorted = xs.clone();
+            assert_eq!(inversions(&mut sorted), brute, "{xs:?}");
+            assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
+        }
+    }
+
+    /// The worst a tenant can make: 200 sets each depending on its 64 predecessors. Drawn
+    /// within the caps, each edge either bent through every layer it crosses or straight,
+    /// in well under a second even unoptimized.
+    #[test]
+    fn the_worst_graph_is_bounded() {
+        let n = MAX_NODES + 20;
+        let edges: Vec<(usize, usize)> = (0..n)
+            .flat_map(|i| (i.saturating_sub(64)..i).map(move |j| (j, i)))
+            .collect();
+        let started = std::time::Instant::now();
+        let l = layout(&names(n), &edges);
+        let took = started.elapsed();
+        eprintln!("the worst graph laid out in {took:?}");
+        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+        assert_sound(&l, MAX_NODES);
+        let valid = edges
+            .iter()
+            .filter(|&&(a, b)| b < MAX_NODES && a < b)
+            .count();
+        assert_eq!(l.edges.len(), MAX_EDGES);
+        assert_eq!(l.edges_left_out, valid - MAX_EDGES);
+        // Every node keeps an edge to a dependency.
+        assert!((1..MAX_NODES).all(|i| l.edges.iter().any(|e| e.to == i)));
+        for e in &l.edges {
+            let span = node(&l, e.to).layer - node(&l, e.from).layer;
+            assert!(span > 0 && !e.reversed, "{e:?}");
+            assert!([2, 2 * span].contains(&e.points.len()), "{e:?}");
+        }
+        // Long edges past the bends' budget are drawn straight.
+        let star: Vec<(usize, usize)> = (1..MAX_NODES).map(|i| (i - 1, i)).collect();
+        let mut long = star.clone();
+        long.extend((0..40).map(|i| (i, MAX_NODES - 1 - i)));
+        let l = layout(&names(MAX_NODES), &long);
+        assert_eq!((l.edges.len(), l.edges_left_out), (long.len(), 0));
+        let straight = l.edges.iter().filter(|e| e.points.len() == 2).count();
+        assert!(straight > MAX_NODES - 1, "{straight}");
+        assert_sound(&l, MAX_NODES);
     }
 }

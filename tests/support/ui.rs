@@ -595,6 +595,21 @@ pub fn element_by_id<'a>(body: &'a str, id: &str) -> Option<&'a str> {
     Some(&body[start..end])
 }
 
+/// The text inside an element (as [`element_by_id`] gives it) without its tags.
+pub fn inner_text(element: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in element.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text
+}
+
 /// The value of attribute `name` in an opening tag.
 pub fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
     let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;

@@ -13,8 +13,8 @@
 use std::{collections::HashMap, path::Path, sync::Arc};
 
 use applyset_operator::{
-    api::{ApplySetSpec, MemberRef, Mode},
-    applyset::ParentRef,
+    api::{ApplySetSpec, MemberRef, Mode, SubstituteKind},
+    applyset::{ConventionError, ParentRef},
     discovery::Resolver,
     engine::{
         Before, Class, Desired, MemberResult, Plan, Pruning, SetEngine, SetScope, SetView,
@@ -33,7 +33,7 @@ use crate::{
     Global, conn,
     error::CliError,
     file,
-    output::{file_name, unified},
+    output::{file_name, mask_all, unified},
     progress::Progress,
     render_file::Renderer,
 };
@@ -83,6 +83,33 @@ pub struct Counts {
     pub forbidden: Vec<String>,
     /// The message of each failed dry-run (decrypted and Secret-substituted values withheld).
     pub failures: Vec<String>,
+}
+
+/// Why a set's diff could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error("reading the live {parent}: {error}")]
+    ReadParent {
+        parent: ParentRef,
+        #[source]
+        error: kube::Error,
+    },
+    #[error("{0} cannot be impersonated")]
+    CannotImpersonate(Identity),
+    /// Reading what the live parent records of its members.
+    #[error(transparent)]
+    Recorded(applyset_operator::Error),
+    #[error("its ApplySet annotations are malformed ({0})")]
+    Malformed(#[source] ConventionError),
+    /// A request of the plan failed: the plugin's words for it ([`crate::conn::said`], which
+    /// names the right the kubeconfig's user lacks when the set acts as the operator).
+    #[error("{0}")]
+    Api(String),
+    /// The plan did not finish within spec.timeout.
+    #[error("the plan {0}")]
+    Unfinished(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Present(#[from] CliError),
 }
 
 /// How `diff` runs: requests in flight, objects per page of a LIST, and whether to validate
@@ -185,13 +212,16 @@ pub async fn diff_set(
     client: &Client,
     resolver: &Arc<Resolver>,
     set: Set<'_>,
-) -> Result<(String, Counts), String> {
+) -> Result<(String, Counts), DiffError> {
     let parent = set.parent;
     let scope = scope(client, &set)?;
     let mut engine = SetEngine::new(&scope, resolver, set.spec);
     let live = AnyParent::get(client, parent)
         .await
-        .map_err(|e| format!("reading the live {parent}: {e}"))?;
+        .map_err(|error| DiffError::ReadParent {
+            parent: parent.clone(),
+            error,
+        })?;
     let mut notes = Vec::new();
     if let Some(Err(e)) = live
         .as_ref()
@@ -202,8 +232,8 @@ pub async fn diff_set(
     let before = engine
         .recorded(live.as_ref())
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("its ApplySet annotations are malformed ({e})"))?;
+        .map_err(DiffError::Recorded)?
+        .map_err(DiffError::Malformed)?;
     let desired = Desired::new(set.desired, Vec::new());
     let progress = set.progress.then(Progress::new);
     let members = desired.set.members.len();
@@ -221,19 +251,24 @@ pub async fn diff_set(
         Pruning::EmptySetRefused => notes.push(format!(
             "# conflict {parent}: the desired set is empty; the operator refuses to prune every member (EmptySetRefused) unless spec.allowEmpty is true\n"
         )),
-        Pruning::Undecided(e) => return Err(crate::conn::said(e, &scope.identity)),
+        Pruning::Undecided(e) => return Err(DiffError::Api(crate::conn::said(e, &scope.identity))),
         Pruning::Decided(selection) => {
             for (m, why) in &selection.retained {
                 notes.push(format!("# retained {}: {why:?}\n", m.reference));
             }
-            changes.extend(prune_changes(&engine, selection.delete).await);
+            let pruned = prune_changes(&engine, selection.delete).await;
+            let secretive = substitutes_from_secrets(set.spec);
+            changes.extend(pruned.into_iter().map(|(v, r, change)| match secretive {
+                true => (v, r, masked(change)),
+                false => (v, r, change),
+            }));
         }
     }
     let presented = present(
         &changes,
         notes.iter().filter(|n| n.starts_with("# conflict")).count(),
     );
-    let (body, mut counts) = presented.map_err(|e| e.to_string())?;
+    let (body, mut counts) = presented?;
     let mut text = header(set.parent, set.spec, set.identity, &scope, &counts);
     for n in &notes {
         text.push_str(n);
@@ -258,14 +293,14 @@ pub async fn diff_set(
 /// The set's scope: its field manager, acting as its identity (impersonated), listing
 /// `page_size` objects a page, and learning which member namespaces are being terminated
 /// (with the user's own client, as the operator looks with its own).
-fn scope(client: &Client, set: &Set<'_>) -> Result<SetScope, String> {
+fn scope(client: &Client, set: &Set<'_>) -> Result<SetScope, DiffError> {
     let terminating = Arc::new(Terminating::new(client.clone()));
     let mut scope = SetScope::new(set.parent.clone(), client.clone(), set.concurrency)
         .with_page_size(set.page_size)
         .with_terminating(terminating);
     if let Some(user) = set.identity.user() {
         let impersonating = conn::impersonating(client, &user)
-            .ok_or_else(|| format!("{} cannot be impersonated", set.identity))?;
+            .ok_or_else(|| DiffError::CannotImpersonate(set.identity.clone()))?;
         scope = scope.acting_as(set.identity.clone(), impersonating);
     }
     Ok(scope)
@@ -279,14 +314,14 @@ async fn planned(
     engine: &mut SetEngine<'_>,
     desired: &Desired,
     before: &Before,
-) -> Result<Plan, String> {
+) -> Result<Plan, DiffError> {
     let who = &engine.scope().identity;
     engine.look_at_namespaces(desired).await;
     let extent = engine.extent(&before.recorded, desired);
     let live = engine
         .observe(&extent, desired)
         .await
-        .map_err(|e| crate::conn::said(e, who))?;
+        .map_err(|e| DiffError::Api(crate::conn::said(e, who)))?;
     let view = SetView {
         desired,
         extent: &extent,
@@ -296,8 +331,8 @@ async fn planned(
     engine
         .plan(&view, &before.recorded, true)
         .await
-        .map_err(|e| crate::conn::said(e, who))?
-        .map_err(|e| format!("the plan {e}"))
+        .map_err(|e| DiffError::Api(crate::conn::said(e, who)))?
+        .map_err(|e| DiffError::Unfinished(Box::new(e)))
 }
 
 /// `# ApplySet ns/name: 1 to create, …; field manager …, acting as …`.
@@ -345,9 +380,48 @@ fn member_changes(set: &DesiredSet, results: &[MemberResult]) -> Vec<(String, Me
         .filter_map(|m| {
             let r = by_ref.get(&m.reference)?;
             let api_version = m.resource.api_version.clone();
-            Some((api_version, m.reference.clone(), member_change(r)))
+            let change = member_change(r);
+            let change = match m.secret_substituted {
+                true => masked(change),
+                false => change,
+            };
+            Some((api_version, m.reference.clone(), change))
         })
         .collect()
+}
+
+/// `change` with every value masked on both sides ([`mask_all`]): a Secret's value was
+/// substituted into it, so the live side may hold the value before the Secret rotated, and
+/// any value may be (part of) one.
+fn masked(change: Change) -> Change {
+    match change {
+        Change::Create { mut after } => {
+            mask_all(None, after.as_mut());
+            Change::Create { after }
+        }
+        Change::Update {
+            mut before,
+            mut after,
+        } => {
+            mask_all(before.as_mut(), after.as_mut());
+            Change::Update { before, after }
+        }
+        Change::Prune { mut before } => {
+            mask_all(Some(&mut before), None);
+            Change::Prune { before }
+        }
+        other => other,
+    }
+}
+
+/// Whether the set takes variables from Secrets: the objects it would prune are then masked
+/// ([`masked`]; what was substituted into them when they were applied is not known).
+fn substitutes_from_secrets(spec: &ApplySetSpec) -> bool {
+    spec.post_build.as_ref().is_some_and(|pb| {
+        pb.substitute_from
+            .iter()
+            .any(|r| r.kind == SubstituteKind::Secret)
+    })
 }
 
 /// How a member's dry-run shows: its class, with what the dry-run showed of it (server-set

@@ -90,6 +90,70 @@ pub fn mask(before: Option<&mut Value>, after: Option<&mut Value>) {
     }
 }
 
+/// Masks every value of an object a Secret's value was substituted into, on both sides, as
+/// [`mask`] masks a Secret's: `***` where both sides hold the same value (or one side only
+/// has it), `*** (before)` / `*** (after)` where it changes. Only the object's identity
+/// (apiVersion, kind, metadata.name, metadata.namespace) and the keys of its maps are kept.
+pub fn mask_all(mut before: Option<&mut Value>, mut after: Option<&mut Value>) {
+    let identity = |v: &Value| {
+        [
+            v.get("apiVersion").cloned(),
+            v.get("kind").cloned(),
+            v.pointer("/metadata/name").cloned(),
+            v.pointer("/metadata/namespace").cloned(),
+        ]
+    };
+    let kept = [before.as_deref(), after.as_deref()].map(|v| v.map(identity));
+    mask_pair(before.as_deref_mut(), after.as_deref_mut());
+    let paths = [
+        "/apiVersion",
+        "/kind",
+        "/metadata/name",
+        "/metadata/namespace",
+    ];
+    for (side, kept) in [before, after].into_iter().zip(kept) {
+        let (Some(side), Some(kept)) = (side, kept) else {
+            continue;
+        };
+        for (path, value) in paths.iter().zip(kept) {
+            if let (Some(slot), Some(value)) = (side.pointer_mut(path), value) {
+                *slot = value;
+            }
+        }
+    }
+}
+
+/// [`mask_all`] of two values at the same path (`None`: absent on that side).
+fn mask_pair(before: Option<&mut Value>, after: Option<&mut Value>) {
+    match (before, after) {
+        (Some(Value::Object(old)), Some(Value::Object(new))) => {
+            let keys: BTreeSet<String> = old.keys().chain(new.keys()).cloned().collect();
+            for key in keys {
+                mask_pair(old.get_mut(&key), new.get_mut(&key));
+            }
+        }
+        (Some(Value::Array(old)), Some(Value::Array(new))) => {
+            for i in 0..old.len().max(new.len()) {
+                mask_pair(old.get_mut(i), new.get_mut(i));
+            }
+        }
+        (Some(old), Some(new)) if old == new => {
+            mask_pair(Some(old), None);
+            mask_pair(None, Some(new));
+        }
+        (Some(old), Some(new)) => {
+            *old = Value::String("*** (before)".into());
+            *new = Value::String("*** (after)".into());
+        }
+        (Some(one), None) | (None, Some(one)) => match one {
+            Value::Object(map) => map.values_mut().for_each(|v| mask_pair(Some(v), None)),
+            Value::Array(items) => items.iter_mut().for_each(|v| mask_pair(Some(v), None)),
+            leaf => *leaf = Value::String("***".into()),
+        },
+        (None, None) => {}
+    }
+}
+
 /// The annotation client-side `kubectl apply` keeps the whole applied object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -160,6 +224,64 @@ mod tests {
             applied["metadata"]["annotations"],
             json!({LAST_APPLIED: "***", "other": "kept"})
         );
+    }
+
+    #[test]
+    fn every_value_of_a_secret_substituted_object_is_masked_on_both_sides() {
+        let pem = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END KEY-----\n";
+        let cm = |data: Value, labels: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "app", "namespace": "team", "labels": labels},
+                "data": data})
+        };
+        // The Secret rotated: the live side holds the old value; a multi-line value, one YAML
+        // quotes and escapes, a 1-byte one; a list; a key only one side has.
+        let mut before = cm(
+            json!({"pem": pem, "quoted": "a\"b\\: *c", "pin": "7", "url": "https://u:old@h",
+                "ports": [1, 2], "gone": "x"}),
+            json!({"tier": "s"}),
+        );
+        let mut after = cm(
+            json!({"pem": pem, "quoted": "a\"b\\: *c", "pin": "8", "url": "https://u:new@h",
+                "ports": [1, 3, 4], "added": true}),
+            json!({"tier": "s"}),
+        );
+        mask_all(Some(&mut before), Some(&mut after));
+        assert_eq!(
+            before,
+            cm(
+                json!({"pem": "***", "quoted": "***", "pin": "*** (before)",
+                    "url": "*** (before)", "ports": ["***", "*** (before)"], "gone": "***"}),
+                json!({"tier": "***"})
+            )
+        );
+        assert_eq!(
+            after,
+            cm(
+                json!({"pem": "***", "quoted": "***", "pin": "*** (after)",
+                    "url": "*** (after)", "ports": ["***", "*** (after)", "***"], "added": "***"}),
+                json!({"tier": "***"})
+            )
+        );
+        let mut created = cm(json!({"pem": pem, "nested": {"a": [pem]}}), json!({}));
+        mask_all(None, Some(&mut created));
+        assert_eq!(
+            created,
+            cm(json!({"pem": "***", "nested": {"a": ["***"]}}), json!({}))
+        );
+        // The diff shows that the value changed, and none of it.
+        let text = unified("live/x", "merged/x", Some(&before), Some(&after)).expect("diff");
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(line("-  pin:").contains("*** (before)"), "{text}");
+        assert!(line("+  pin:").contains("*** (after)"), "{text}");
+        for secret in ["old", "new", "MIIE", "BEGIN", "a\\\"b", "pin: 7", "pin: 8"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use applyset_operator::{
     },
     set_reads::SetReader,
     sops::AgeKeys,
-    sources::{self, Sources},
+    sources::{self, Sources, egress},
     tenancy::{self, Defaults, Identity},
 };
 use kube::Client;
@@ -62,6 +62,18 @@ impl Renderer {
         defaults: Defaults,
         kustomize: Option<std::path::PathBuf>,
     ) -> Renderer {
+        Renderer::with_policy(file, client, defaults, kustomize, egress::Policy::local())
+    }
+
+    /// [`Renderer::new`] whose sources connect only where `policy` allows (the ui renders a
+    /// tenant's sources under the operator's default policy, not the user's own).
+    pub fn with_policy(
+        file: &File,
+        client: Option<Client>,
+        defaults: Defaults,
+        kustomize: Option<std::path::PathBuf>,
+        policy: egress::Policy,
+    ) -> Renderer {
         let file_crds: HashMap<Gvk, Resolved> =
             render::declared_kinds(&file.crds).into_iter().collect();
         let mut table = crate::known_kinds::builtin();
@@ -73,7 +85,7 @@ impl Renderer {
             },
             ..Default::default()
         };
-        let sources = Sources::new(limits, sources::egress::Policy::local(), None);
+        let sources = Sources::new(limits, policy, None);
         Renderer {
             cluster: client.map(|c| (c.clone(), Arc::new(Resolver::new(c)))),
             table,

@@ -34,7 +34,7 @@ use std::{
 
 use applyset_operator::{
     applyset::{ParentKind, ParentRef},
-    view::{SetCache, Watched, access},
+    view::{SetCache, State, Watched, access},
 };
 use askama::Template;
 use axum::{
@@ -302,6 +302,26 @@ pub fn set_href(parent: &ParentRef) -> String {
     }
 }
 
+/// A state's word: `Ready`, `Failing`, `Waiting`, `Suspended`, `Reconciling`, `Deleting`.
+pub fn word(state: State) -> &'static str {
+    match state {
+        State::Ready => "Ready",
+        State::Failing => "Failing",
+        State::Waiting => "Waiting",
+        State::Suspended => "Suspended",
+        State::Reconciling => "Reconciling",
+        State::Deleting => "Deleting",
+    }
+}
+
+/// The live stream of a set's page: `/live?set=KEY`, the KEY query-encoded.
+pub fn live_src(parent: &ParentRef) -> String {
+    let query: String = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("set", &key(parent))
+        .finish();
+    format!("/live?{query}")
+}
+
 /// A small page that says one thing (a refusal, an action's outcome, a missing page): its
 /// text is in `#message`.
 #[derive(Template)]
@@ -343,6 +363,9 @@ mod tests {
         assert_eq!(key_id(&key(&infra)), "cluster--infra");
         assert_eq!(set_href(&web), "/sets/team-a/web");
         assert_eq!(set_href(&infra), "/clustersets/infra");
+        assert_eq!(live_src(&web), "/live?set=team-a%2Fweb");
+        assert_eq!(live_src(&infra), "/live?set=cluster%2Finfra");
+        assert_eq!(word(State::Failing), "Failing");
     }
 
     #[test]

@@ -7,20 +7,39 @@
 //! the set acts as; any other refusal (reading a Secret the render needs, a dry-run) comes
 //! back from the render or the plan in the plugin's words ("your kubeconfig's user may not
 //! …"). Bounded in time ([`TIMEOUT`]) and size ([`MAX_BYTES`]).
+//!
+//! Computed only when asked (the page's button; this route changes nothing, so it is a GET).
+//! The set's sources are read from this machine under the operator's default egress policy
+//! (loopback, link-local and metadata addresses refused: the set's tenant chose the URLs, not
+//! the user), never the user's own ([`Policy::local`], which `kubectl applyset diff FILE`
+//! keeps). At most [`PERMITS`] diffs run at once in the whole process (a diff waits at most
+//! [`TIMEOUT`] for its turn), and a diff of a set at one resourceVersion is shared by every
+//! viewer for [`SHARE`] after it is done.
 
-use std::time::Duration;
+use std::{
+    collections::HashMap,
+    sync::{Arc, LazyLock},
+    time::{Duration, Instant},
+};
 
 use applyset_operator::{
     applyset::ParentRef,
     parent::AnyParent,
+    sources::egress::Policy,
     tenancy::{self, Defaults, Identity},
 };
 use askama::Template;
 use axum::{http::StatusCode, response::Response};
+use futures::{
+    FutureExt,
+    future::{BoxFuture, Shared},
+};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::{Api, Client, api::PostParams};
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{AppState, html};
 use crate::{
@@ -34,6 +53,13 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How much diff text is shown at most (the rest is cut, saying so).
 pub const MAX_BYTES: usize = 512 * 1024;
+
+/// Diffs computed at once in the whole ui process.
+pub const PERMITS: usize = 2;
+
+/// How long a diff, once done, is shown to every viewer of the set at the same
+/// resourceVersion.
+pub const SHARE: Duration = Duration::from_secs(10);
 
 /// Requests of one diff in flight at once, and objects per page of a LIST.
 const CONCURRENCY: usize = 8;
@@ -70,9 +96,11 @@ pub enum Unavailable {
     #[error(transparent)]
     AgeKey(#[from] crate::age_keys::AgeKeyError),
     #[error("rendering the set: {0}")]
-    Render(String),
+    Render(#[source] crate::error::CliError),
+    #[error("the ui has no cluster to render the set against")]
+    NoCluster,
     #[error("planning the set: {0}")]
-    Plan(String),
+    Plan(#[source] crate::diff::DiffError),
     /// A dry-run refused to the user (the set acts as the operator, so the diff acts as the
     /// user): the API server's message names the right.
     #[error(
@@ -81,6 +109,12 @@ pub enum Unavailable {
     Forbidden(String),
     #[error("the diff took longer than {}s", .0.as_secs())]
     TimedOut(Duration),
+    /// Other diffs held every [`PERMITS`] for this long.
+    #[error("other diffs were being computed for {}s; try again", .0.as_secs())]
+    Busy(Duration),
+    /// The diff's task stopped without an answer (a panic: a bug, not the set's).
+    #[error("internal error: the diff stopped ({0})")]
+    Crashed(#[source] tokio::task::JoinError),
 }
 
 /// One line of the diff, with its CSS class (`add`, `del`, `hunk`, `file`, `note`, `ctx`).
@@ -111,34 +145,101 @@ pub struct DiffFragment {
 
 /// The fragment for `parent`.
 pub async fn fragment(app: &AppState, parent: ParentRef) -> Response {
-    if app.cache.snapshot().get(&parent).is_none() {
+    let Some(summary) = app.cache.snapshot().get(&parent).cloned() else {
         let why = Unavailable::NotVisible(parent.to_string());
-        let mut r = answer(Err(why));
+        let mut r = html(&present(Err(why)));
         *r.status_mut() = StatusCode::NOT_FOUND;
         return r;
-    }
-    answer(off_the_workers(app.clone(), parent).await)
+    };
+    let shared = DIFFS.get(app, parent, &summary.resource_version);
+    html(&shared.await.fragment)
 }
 
-/// The diff of `parent`, bounded by [`TIMEOUT`], on a thread of the blocking pool: the
-/// render's future is not `Send` (a closure of the source readers is not general enough
-/// for the compiler to prove it), so it runs to its end on a thread of its own, driven by
-/// the runtime's handle.
-async fn off_the_workers(app: AppState, parent: ParentRef) -> Result<String, Unavailable> {
+/// A diff done: its fragment and when it was done.
+struct Done {
+    fragment: DiffFragment,
+    at: Instant,
+}
+
+type Pending = Shared<BoxFuture<'static, Arc<Done>>>;
+
+/// The diffs of the process: the permits, and each set's diff at a resourceVersion while it
+/// runs and for [`SHARE`] after.
+struct Diffs {
+    permits: Arc<Semaphore>,
+    shared: Mutex<HashMap<(ParentRef, String), Pending>>,
+}
+
+static DIFFS: LazyLock<Diffs> = LazyLock::new(|| Diffs {
+    permits: Arc::new(Semaphore::new(PERMITS)),
+    shared: Mutex::new(HashMap::new()),
+});
+
+impl Diffs {
+    /// The diff of `parent` at `version`: the one running or done less than [`SHARE`] ago,
+    /// else a new one, on a task of its own (it runs to its end, and is shared, even when
+    /// the viewer who asked went away).
+    fn get(&self, app: &AppState, parent: ParentRef, version: &str) -> Pending {
+        let fresh = |p: &Pending| p.peek().is_none_or(|d| d.at.elapsed() < SHARE);
+        let mut shared = self.shared.lock();
+        shared.retain(|_, p| fresh(p));
+        let key = (parent.clone(), version.to_string());
+        if let Some(p) = shared.get(&key) {
+            return p.clone();
+        }
+        let task = tokio::spawn(computed(app.clone(), parent, self.permits.clone()));
+        let pending = async move {
+            let diffed = task.await.unwrap_or_else(|e| Err(Unavailable::Crashed(e)));
+            Arc::new(Done {
+                fragment: present(diffed),
+                at: Instant::now(),
+            })
+        }
+        .boxed()
+        .shared();
+        shared.insert(key, pending.clone());
+        pending
+    }
+}
+
+/// The diff of `parent` once a permit is free (waiting at most [`TIMEOUT`]).
+async fn computed(
+    app: AppState,
+    parent: ParentRef,
+    permits: Arc<Semaphore>,
+) -> Result<String, Unavailable> {
+    match tokio::time::timeout(TIMEOUT, permits.acquire_owned()).await {
+        Ok(Ok(permit)) => off_the_workers(app, parent, permit).await,
+        _ => Err(Unavailable::Busy(TIMEOUT)),
+    }
+}
+
+/// The diff of `parent`, bounded by [`TIMEOUT`], on a thread of the blocking pool holding
+/// `permit` until it is done: the render's future is not `Send` (a closure of the source
+/// readers is not general enough for the compiler to prove it), so it runs to its end on a
+/// thread of its own, driven by the runtime's handle.
+async fn off_the_workers(
+    app: AppState,
+    parent: ParentRef,
+    permit: OwnedSemaphorePermit,
+) -> Result<String, Unavailable> {
     let handle = tokio::runtime::Handle::current();
     let run = move || {
-        handle.block_on(async {
+        let diffed = handle.block_on(async {
             let diffed = tokio::time::timeout(TIMEOUT, diff(&app, &parent)).await;
             diffed.unwrap_or(Err(Unavailable::TimedOut(TIMEOUT)))
-        })
+        });
+        drop(permit);
+        diffed
     };
     tokio::task::spawn_blocking(run)
         .await
-        .unwrap_or_else(|e| Err(Unavailable::Plan(format!("the diff stopped: {e}"))))
+        .unwrap_or_else(|e| Err(Unavailable::Crashed(e)))
 }
 
-fn answer(diffed: Result<String, Unavailable>) -> Response {
-    let t = match diffed {
+/// The fragment of a diff's text, or of why there is none.
+fn present(diffed: Result<String, Unavailable>) -> DiffFragment {
+    match diffed {
         Ok(text) => {
             let (lines, truncated) = lines(&text);
             let blocks = blocks(lines);
@@ -155,8 +256,7 @@ fn answer(diffed: Result<String, Unavailable>) -> Response {
             truncated: false,
             unavailable: format!("The live diff is not available: {why}"),
         },
-    };
-    html(&t)
+    }
 }
 
 /// The diff's text: the live parent rendered as a one-set file and planned.
@@ -190,17 +290,25 @@ async fn diff(app: &AppState, parent: &ParentRef) -> Result<String, Unavailable>
     };
     let keys = crate::age_keys::local_keys(app.global.sops_age_key_file.as_deref())?;
     let kustomize = app.global.kustomize_binary.clone();
-    let renderer =
-        Renderer::new(&file, Some(client.clone()), defaults, kustomize).with_age_keys(keys);
+    // The operator's egress policy with its flags at their defaults (its main builds
+    // `Policy::new(&[], &[], true)`, which is `Policy::default()`).
+    let renderer = Renderer::with_policy(
+        &file,
+        Some(client.clone()),
+        defaults,
+        kustomize,
+        Policy::default(),
+    )
+    .with_age_keys(keys);
     let Some(resolver) = renderer.resolver().cloned() else {
-        return Err(Unavailable::Render("no cluster".into()));
+        return Err(Unavailable::NoCluster);
     };
     let mut text = String::new();
     for doc in &file.sets {
         let rendered = renderer
             .render(&file, doc)
             .await
-            .map_err(|e| Unavailable::Render(e.to_string()))?;
+            .map_err(Unavailable::Render)?;
         let set = Set {
             parent: &doc.parent,
             spec: &doc.spec,

@@ -1,14 +1,19 @@
 //! The live stream (`GET /live`, server-sent events): the cache's changes, filtered for the
-//! page that listens. `?page=sets`: every change; `?set=KEY`: changes of that set and of the
-//! sets of its dependsOn neighbourhood (as it is after the change, or was before it: a set
-//! that joined or left it changes the graph too). Each is `event: changed` with the set's KEY
-//! as data; a listener that fell behind the feed gets `event: reload` (its page reloads).
-//! A keep-alive comment every 15 s. No API call per listener: every listener reads the one
-//! cache.
+//! page that listens. `?page=sets`: every change of a set's summary (what the sets page
+//! shows); `?set=KEY`: every change of that set (its plan, members, conditions), and the
+//! summary changes of the sets of its dependsOn neighbourhood (the sets its graph draws, as
+//! they were or are now: a set that joined or left it changes the graph too; the
+//! neighbourhood is found again once per snapshot, not per change). Each is `event: changed`
+//! with the set's KEY as data; a listener that fell behind the feed gets `event: reload` (its
+//! page reloads). A keep-alive comment every 15 s. No API call per listener: every listener
+//! reads the one cache.
 
-use std::{collections::HashSet, convert::Infallible, time::Duration};
+use std::{convert::Infallible, time::Duration};
 
-use applyset_operator::{applyset::ParentRef, view::SetCache};
+use applyset_operator::{
+    applyset::ParentRef,
+    view::{Change, SetCache, deps::Near, graph::MAX_NODES},
+};
 use axum::{
     extract::{Query, State},
     http::StatusCode,
@@ -21,9 +26,6 @@ use serde::Deserialize;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::{AppState, key, parse_key};
-
-/// How many sets around the focus count as its neighbourhood (as many as its graph draws).
-pub const NEIGHBOURHOOD_LIMIT: usize = 60;
 
 /// How often a comment keeps the stream open through idle proxies and tells the browser the
 /// server is there.
@@ -56,52 +58,41 @@ impl Focus {
     }
 }
 
-/// Whether a change of `changed` concerns a listener of `focus` whose neighbourhood was
-/// `before` and is `after` the change.
-pub fn concerns(
-    focus: &Focus,
-    changed: &ParentRef,
-    before: &HashSet<ParentRef>,
-    after: &HashSet<ParentRef>,
-) -> bool {
-    match focus {
-        Focus::All => true,
-        Focus::Set(set) => set == changed || before.contains(changed) || after.contains(changed),
-    }
-}
-
-/// One listener: its feed, what it follows and the neighbourhood last seen.
+/// One listener: its feed and what it follows (the sets page: no neighbourhood).
 struct Listener {
-    changes: Receiver<applyset_operator::view::Change>,
+    changes: Receiver<Change>,
     cache: SetCache,
-    focus: Focus,
-    near: HashSet<ParentRef>,
-}
-
-/// The sets around `focus` now (none for the sets page: it follows everything).
-fn neighbourhood(cache: &SetCache, focus: &Focus) -> HashSet<ParentRef> {
-    match focus {
-        Focus::All => HashSet::new(),
-        Focus::Set(set) => cache
-            .snapshot()
-            .deps
-            .neighbourhood(set, NEIGHBOURHOOD_LIMIT)
-            .sets
-            .into_iter()
-            .collect(),
-    }
+    near: Option<Near>,
 }
 
 impl Listener {
+    fn new(cache: SetCache, focus: Focus) -> Listener {
+        let changes = cache.subscribe();
+        let near = match focus {
+            Focus::All => None,
+            Focus::Set(set) => Some(Near::new(set, MAX_NODES, &cache.snapshot())),
+        };
+        Listener {
+            changes,
+            cache,
+            near,
+        }
+    }
+
+    /// Whether this listener's page shows what `change` changed.
+    fn hears(&mut self, change: &Change) -> bool {
+        match &mut self.near {
+            None => change.summary_changed,
+            Some(near) => near.concerns(change, || self.cache.snapshot()),
+        }
+    }
+
     /// The next event for this listener; `None` when the feed closed.
     async fn next(&mut self) -> Option<Event> {
         loop {
             match self.changes.recv().await {
                 Ok(change) => {
-                    let after = neighbourhood(&self.cache, &self.focus);
-                    let hit = concerns(&self.focus, &change.parent, &self.near, &after);
-                    self.near = after;
-                    if hit {
+                    if self.hears(&change) {
                         return Some(Event::default().event("changed").data(key(&change.parent)));
                     }
                 }
@@ -123,12 +114,7 @@ pub async fn stream(State(app): State<AppState>, Query(query): Query<LiveQuery>)
         )
             .into_response();
     };
-    let listener = Listener {
-        changes: app.cache.subscribe(),
-        near: neighbourhood(&app.cache, &focus),
-        cache: app.cache.clone(),
-        focus,
-    };
+    let listener = Listener::new(app.cache.clone(), focus);
     let events = futures::stream::unfold(listener, |mut l| async move {
         let event = l.next().await?;
         Some((Ok::<Event, Infallible>(event), l))
@@ -158,30 +144,5 @@ mod tests {
         assert_eq!(Focus::of(Some("sets"), Some("team/web")), None);
         assert_eq!(Focus::of(None, Some("web")), None);
         assert_eq!(Focus::of(None, Some("a/b/c")), None);
-    }
-
-    #[test]
-    fn a_set_page_hears_its_set_and_its_neighbourhood_before_and_after() {
-        let web = ParentRef::applyset("team", "web");
-        let db = ParentRef::applyset("team", "db");
-        let gone = ParentRef::applyset("team", "gone");
-        let joined = ParentRef::cluster("joined");
-        let other = ParentRef::applyset("elsewhere", "x");
-        let before: HashSet<_> = [web.clone(), db.clone(), gone.clone()].into();
-        let after: HashSet<_> = [web.clone(), db.clone(), joined.clone()].into();
-        let focus = Focus::Set(web.clone());
-        for heard in [&web, &db, &gone, &joined] {
-            assert!(concerns(&focus, heard, &before, &after), "{heard}");
-        }
-        assert!(!concerns(&focus, &other, &before, &after));
-        // Even with no neighbourhood known, the set itself is heard.
-        assert!(concerns(&focus, &web, &HashSet::new(), &HashSet::new()));
-        // The sets page hears everything.
-        assert!(concerns(
-            &Focus::All,
-            &other,
-            &HashSet::new(),
-            &HashSet::new()
-        ));
     }
 }

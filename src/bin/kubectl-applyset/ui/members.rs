@@ -1,14 +1,21 @@
 //! A set's member tree for its page: the members and their health as `kubectl applyset tree`
 //! reads them ([`crate::tree::assessed`]: the engine's listing, the status's members not
-//! found, the set's health expressions), grouped by namespace then kind, failures first; and
-//! a short-lived cache of those listings shared by every viewer, keyed by the set's
-//! resourceVersion, so that many viewers of one set make one listing. No object's content is
-//! kept: a member is its reference, its health word and its message (a Secret shows its name
-//! only).
+//! found, the set's health expressions), joined with the status's `failures` (the members the
+//! last reconcile could not apply: shown failed, with the failure's reason as their word and
+//! its message; a failure whose member was not listed gets a row of its own), grouped by
+//! namespace then kind, failures first. No object's content is kept: a member is its
+//! reference, its health word and its message; a Secret shows its name, its health word and
+//! its keys only (no message: a health expression could quote a value). The listings are
+//! shared between viewers by the set page's reads.
 
 use std::collections::BTreeMap;
 
-use applyset_operator::{api::MemberRef, discovery::Resolver, health::Status, parent::AnyParent};
+use applyset_operator::{
+    api::{MemberFailure, MemberRef},
+    discovery::Resolver,
+    health::Status,
+    parent::AnyParent,
+};
 use kube::Client;
 
 use crate::tree::{self, Assessed, Reader};
@@ -23,8 +30,8 @@ pub struct Row {
     /// `current`, `in-progress`, `failed`, `terminating`, `not-found`, `unknown` (its CSS
     /// class).
     pub health: &'static str,
-    /// The health's word (`Current`, `InProgress`, …).
-    pub status: &'static str,
+    /// The health's word (`Current`, `InProgress`, …), or a failure's reason (`Conflict`).
+    pub status: String,
     pub message: String,
     /// `group/Kind/namespace/name` (the `data-member` attribute).
     pub id: String,
@@ -78,15 +85,62 @@ fn failing(s: Status) -> bool {
     severity(s) <= severity(Status::NotFound)
 }
 
-/// The members of one namespace by kind, with their health.
-type ByKind<'a> = BTreeMap<String, Vec<(&'a Assessed, Status)>>;
+/// One member to show: its reference, health, word, message and a Secret's keys.
+struct Entry<'a> {
+    reference: &'a MemberRef,
+    status: Status,
+    word: String,
+    message: &'a str,
+    keys: &'a [String],
+}
 
-/// The members grouped by namespace, then kind; within each, members sorted by health
-/// (failures first) then name, and groups with more failures first, then by name.
-pub fn group(members: &[Assessed]) -> Vec<NamespaceGroup> {
+/// The members of one namespace by kind.
+type ByKind<'a> = BTreeMap<String, Vec<Entry<'a>>>;
+
+/// The entries shown: every member, a member of `failures` as failed with the failure's
+/// reason and message, then each failure whose member is not among `members`.
+fn entries<'a>(members: &'a [Assessed], failures: &'a [MemberFailure]) -> Vec<Entry<'a>> {
+    let failure = |r: &MemberRef| failures.iter().find(|f| f.member == *r);
+    let mut shown: Vec<Entry<'a>> = members
+        .iter()
+        .map(|m| match failure(&m.reference) {
+            Some(f) => Entry {
+                reference: &m.reference,
+                status: Status::Failed,
+                word: f.reason.clone(),
+                message: &f.message,
+                keys: &m.secret_keys,
+            },
+            None => Entry {
+                reference: &m.reference,
+                status: m.health.status,
+                word: m.health.status.as_str().to_string(),
+                message: &m.health.message,
+                keys: &m.secret_keys,
+            },
+        })
+        .collect();
+    for f in failures {
+        if !members.iter().any(|m| m.reference == f.member) {
+            shown.push(Entry {
+                reference: &f.member,
+                status: Status::Failed,
+                word: f.reason.clone(),
+                message: &f.message,
+                keys: &[],
+            });
+        }
+    }
+    shown
+}
+
+/// The members (joined with the status's `failures`) grouped by namespace, then kind; within
+/// each, members sorted by health (failures first) then name, and groups with more failures
+/// first, then by name.
+pub fn group(members: &[Assessed], failures: &[MemberFailure]) -> Vec<NamespaceGroup> {
     let mut by_ns: BTreeMap<String, ByKind<'_>> = BTreeMap::new();
-    for m in members {
-        let r = &m.reference;
+    for e in entries(members, failures) {
+        let r = e.reference;
         let ns = r
             .namespace
             .clone()
@@ -95,21 +149,25 @@ pub fn group(members: &[Assessed]) -> Vec<NamespaceGroup> {
             true => r.kind.clone(),
             false => format!("{}.{}", r.kind, r.group),
         };
-        let entry = by_ns.entry(ns).or_default().entry(kind).or_default();
-        entry.push((m, m.health.status));
+        by_ns
+            .entry(ns)
+            .or_default()
+            .entry(kind)
+            .or_default()
+            .push(e);
     }
     let mut groups: Vec<NamespaceGroup> = by_ns
         .into_iter()
         .map(|(namespace, kinds)| {
             let mut kinds: Vec<KindGroup> = kinds
                 .into_iter()
-                .map(|(kind, mut ms)| {
-                    ms.sort_by(|a, b| {
-                        (severity(a.1), &a.0.reference.name)
-                            .cmp(&(severity(b.1), &b.0.reference.name))
+                .map(|(kind, mut es)| {
+                    es.sort_by(|a, b| {
+                        (severity(a.status), &a.reference.name)
+                            .cmp(&(severity(b.status), &b.reference.name))
                     });
-                    let failing = ms.iter().filter(|(_, s)| failing(*s)).count();
-                    let rows = ms.into_iter().map(|(m, s)| row(m, s)).collect();
+                    let failing = es.iter().filter(|e| failing(e.status)).count();
+                    let rows = es.into_iter().map(row).collect();
                     KindGroup {
                         kind,
                         rows,
@@ -134,14 +192,22 @@ pub fn group(members: &[Assessed]) -> Vec<NamespaceGroup> {
     groups
 }
 
-fn row(m: &Assessed, s: Status) -> Row {
-    let r = &m.reference;
+/// A Secret (core group): shown without a message.
+fn is_secret(r: &MemberRef) -> bool {
+    r.group.is_empty() && r.kind == "Secret"
+}
+
+fn row(e: Entry<'_>) -> Row {
+    let r = e.reference;
     Row {
         reference: r.clone(),
-        health: class(s),
-        status: s.as_str(),
-        message: m.health.message.clone(),
-        keys: m.secret_keys.join(", "),
+        health: class(e.status),
+        status: e.word,
+        message: match is_secret(r) {
+            true => String::new(),
+            false => e.message.to_string(),
+        },
+        keys: e.keys.join(", "),
         id: format!(
             "{}/{}/{}/{}",
             r.group,
@@ -196,7 +262,7 @@ mod tests {
             member("", "ConfigMap", Some("c"), "gone", Status::NotFound),
             member("apps", "Deployment", Some("a"), "zed", Status::InProgress),
         ];
-        let groups = group(&members);
+        let groups = group(&members, &[]);
         let names: Vec<(&str, usize)> = groups
             .iter()
             .map(|g| (g.namespace.as_str(), g.failing))
@@ -229,7 +295,66 @@ mod tests {
         assert_eq!(groups[2].kinds[0].rows[0].id, "/Namespace//a");
         assert_eq!(groups[3].kinds[0].rows[0].keys, "password, user");
         assert_eq!(web.keys, "");
-        assert!(group(&[]).is_empty());
+        assert!(group(&[], &[]).is_empty());
+        assert_eq!(
+            groups[3].kinds[0].rows[0].message, "",
+            "a Secret shows no health message"
+        );
+    }
+
+    #[test]
+    fn failures_are_failed_rows_first_with_their_reason() {
+        let members = [
+            member("", "ConfigMap", Some("shop"), "app", Status::Current),
+            member(
+                "",
+                "ConfigMap",
+                Some("shop"),
+                "postgres-config",
+                Status::Current,
+            ),
+        ];
+        let failure = |ns: &str, name: &str, reason: &str| MemberFailure {
+            member: MemberRef {
+                group: String::new(),
+                kind: "ConfigMap".into(),
+                namespace: Some(ns.into()),
+                name: name.into(),
+            },
+            reason: reason.into(),
+            message: format!("{name} failed"),
+        };
+        let failures = [
+            failure("shop", "postgres-config", "Conflict"),
+            failure("other", "orphan", "ApplyFailed"),
+        ];
+        let groups = group(&members, &failures);
+        let rows: Vec<(&str, &str, &str, &str)> = groups
+            .iter()
+            .flat_map(|g| g.kinds.iter().flat_map(|k| k.rows.iter()))
+            .map(|r| {
+                (
+                    r.reference.name.as_str(),
+                    r.health,
+                    r.status.as_str(),
+                    r.message.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("orphan", "failed", "ApplyFailed", "orphan failed"),
+                (
+                    "postgres-config",
+                    "failed",
+                    "Conflict",
+                    "postgres-config failed"
+                ),
+                ("app", "current", "Current", "app is Current"),
+            ]
+        );
+        assert_eq!(groups[1].failing, 1);
     }
 
     #[test]

@@ -1,16 +1,20 @@
-//! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, conditions, source,
-//! last plan (`status.plan`), member tree, dependsOn graph, events and a place for the live
-//! diff (fetched apart, from `…/diff`, so the page never waits for it). The set must be in the
-//! view's cache (else a 404 "not found or not visible to you"); the parent (conditions, plan),
-//! its members and its recent events are read once per change of the set and shared by every
-//! viewer for a few seconds ([`reads`]). Every tenant string reaches the HTML through the
-//! template's escaping.
+//! A set's page (`/sets/{ns}/{name}`, `/clustersets/{name}`): its state, labels and
+//! annotations (the last-applied annotation left out), conditions, source (with when the
+//! attempted revision was first read), last plan (`status.plan`), member tree (joined with
+//! `status.failures`), dependsOn graph, events (the conditions' history) and a place for the
+//! live diff, computed only when the user clicks its button (app.js fetches `…/diff` into
+//! `#diff-body`). The set must be in the view's cache (else a 404 "not found or not visible
+//! to you"); the parent, its members and its recent events are read once per change of the set
+//! and shared by every viewer for a few seconds ([`reads`]). Every tenant string reaches the
+//! HTML through the template's escaping.
 
 mod graph;
 mod reads;
 
+use std::collections::BTreeMap;
+
 use applyset_operator::{
-    api::{ApplySetStatus, MemberRef},
+    api::{ApplySetStatus, MemberFailure, MemberRef},
     applyset::{ParentKind, ParentRef},
     view::{EventRow, SetSummary, SourceView, State},
 };
@@ -20,11 +24,12 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::ObjectMeta, jiff::Timestamp};
 
 use super::{
-    AppState, Chrome, html,
+    AppState, Chrome, html, key, live_src,
     members::{self, NamespaceGroup},
+    set_href as href, word,
 };
 use crate::sets::age;
 use graph::GraphView;
@@ -52,41 +57,6 @@ pub async fn clusterset_diff(
     Path(name): Path<String>,
 ) -> Response {
     super::diff::fragment(&app, ParentRef::cluster(name)).await
-}
-
-/// The KEY of a set: `namespace/name`, `cluster/name`.
-pub fn key(p: &ParentRef) -> String {
-    match p.kind {
-        ParentKind::ApplySet => {
-            format!("{}/{}", p.namespace.as_deref().unwrap_or_default(), p.name)
-        }
-        ParentKind::ClusterApplySet => format!("cluster/{}", p.name),
-    }
-}
-
-/// The path of a set's page (names are DNS labels or subdomains: nothing to encode, and the
-/// template escapes the attribute all the same).
-pub fn href(p: &ParentRef) -> String {
-    match p.kind {
-        ParentKind::ApplySet => format!(
-            "/sets/{}/{}",
-            p.namespace.as_deref().unwrap_or_default(),
-            p.name
-        ),
-        ParentKind::ClusterApplySet => format!("/clustersets/{}", p.name),
-    }
-}
-
-/// A state's word: `Ready`, `Failing`, …
-pub fn word(s: State) -> &'static str {
-    match s {
-        State::Ready => "Ready",
-        State::Failing => "Failing",
-        State::Waiting => "Waiting",
-        State::Suspended => "Suspended",
-        State::Reconciling => "Reconciling",
-        State::Deleting => "Deleting",
-    }
 }
 
 /// One condition of the set.
@@ -151,6 +121,14 @@ pub struct SetPage {
     pub sources: Vec<SourceRow>,
     pub applied: String,
     pub attempted: String,
+    /// When the attempted revision was first read (`lastAttemptedRevisionTime`, RFC 3339)
+    /// and how long ago; empty when not recorded.
+    pub attempted_since: String,
+    pub attempted_ago: String,
+    /// The set's labels and annotations (`name`, `value`), the last-applied annotation left
+    /// out.
+    pub labels: Vec<(String, String)>,
+    pub annotations: Vec<(String, String)>,
     pub plan: Option<PlanView>,
     pub members: Vec<NamespaceGroup>,
     pub member_count: usize,
@@ -175,7 +153,7 @@ pub struct Missing {
 async fn page(app: &AppState, parent: ParentRef) -> Response {
     let snapshot = app.cache.snapshot();
     let set_key = key(&parent);
-    let chrome = app.chrome(format!("/live?set={set_key}"));
+    let chrome = app.chrome(live_src(&parent));
     let Some(summary) = snapshot.get(&parent).cloned() else {
         return missing(chrome, set_key);
     };
@@ -187,16 +165,26 @@ async fn page(app: &AppState, parent: ParentRef) -> Response {
     )
     .await;
     let mut view = SetPage::of(chrome, &summary, app.allow_actions);
-    view.graph = graph::view(&snapshot, &parent);
+    view.graph = graph::drawn(snapshot.clone(), parent.clone()).await;
+    let mut failures: &[MemberFailure] = &[];
     match &read.parent {
-        Ok(Some(p)) => view.with_status(p.status()),
+        Ok(Some(p)) => {
+            view.with_status(p.status());
+            view.with_metadata(p.meta());
+            failures = p.status().map_or(&[], |s| s.failures.as_slice());
+        }
         Ok(None) => return missing(view.chrome, set_key),
         Err(e) => view.read_error = e.clone(),
     }
     match &read.members {
         Ok(list) => {
-            view.member_count = list.len();
-            view.members = members::group(list);
+            view.members = members::group(list, failures);
+            view.member_count = view
+                .members
+                .iter()
+                .flat_map(|g| &g.kinds)
+                .map(|k| k.rows.len())
+                .sum();
         }
         Err(e) => view.members_error = e.clone(),
     }
@@ -243,6 +231,10 @@ impl SetPage {
             sources: s.sources.iter().map(source_row).collect(),
             applied: s.last_applied_revision.clone().unwrap_or_default(),
             attempted: s.last_attempted_revision.clone().unwrap_or_default(),
+            attempted_since: String::new(),
+            attempted_ago: String::new(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
             plan: None,
             members: Vec::new(),
             member_count: 0,
@@ -277,6 +269,10 @@ impl SetPage {
             .collect();
         self.applied = status.last_applied_revision.clone().unwrap_or_default();
         self.attempted = status.last_attempted_revision.clone().unwrap_or_default();
+        if let Some(t) = &status.last_attempted_revision_time {
+            self.attempted_since = t.0.to_string();
+            self.attempted_ago = age(now, t.0);
+        }
         self.members_truncated = status.members_truncated;
         self.plan = status.plan.as_ref().map(|plan| PlanView {
             create: plan.create.iter().map(member_label).collect(),
@@ -292,6 +288,24 @@ impl SetPage {
         });
     }
 }
+
+impl SetPage {
+    /// The set's labels and annotations, the last-applied annotation left out.
+    fn with_metadata(&mut self, meta: &ObjectMeta) {
+        let pairs = |m: &Option<BTreeMap<String, String>>| -> Vec<(String, String)> {
+            m.iter()
+                .flatten()
+                .filter(|(k, _)| k.as_str() != LAST_APPLIED)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        self.labels = pairs(&meta.labels);
+        self.annotations = pairs(&meta.annotations);
+    }
+}
+
+/// The annotation `kubectl apply` keeps the last applied object in (not shown).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// `Kind[.group] [namespace/]name`.
 fn member_label(m: &MemberRef) -> String {
@@ -447,6 +461,10 @@ mod tests {
             })],
             applied: String::new(),
             attempted: HOSTILE.into(),
+            attempted_since: "2026-01-01T00:00:00Z".into(),
+            attempted_ago: "3m".into(),
+            labels: vec![("team".into(), HOSTILE.into())],
+            annotations: vec![(HOSTILE.into(), HOSTILE.into())],
             plan: None,
             members: Vec::new(),
             member_count: 0,
@@ -458,6 +476,7 @@ mod tests {
                 width: 232,
                 height: 68,
                 left_out: 3,
+                edges_left_out: 2,
             },
             events: vec![EventView {
                 kind: "Warning".into(),
@@ -493,6 +512,10 @@ mod tests {
             "3 more not drawn",
             "class=\"event type-Warning\"",
             "data-src=\"/sets/team/web/diff\"",
+            "<button id=\"diff-load\" type=\"button\">Compute the diff</button>",
+            "<div id=\"diff-body\"></div>",
+            "<dl id=\"metadata\">",
+            "revision first read <time datetime=\"2026-01-01T00:00:00Z\"",
             "action=\"/sets/team/web/resume\"",
         ] {
             assert!(body.contains(part), "{part} in {body}");
@@ -500,17 +523,28 @@ mod tests {
     }
 
     #[test]
-    fn keys_paths_and_labels() {
-        let a = ParentRef::applyset("team-a", "web");
-        let c = ParentRef::cluster("infra");
+    fn metadata_leaves_the_last_applied_annotation_out() {
+        let mut page = hostile_page();
+        let meta = ObjectMeta {
+            labels: Some(BTreeMap::from([("team".into(), "a".into())])),
+            annotations: Some(BTreeMap::from([
+                (LAST_APPLIED.into(), "{\"big\": 1}".into()),
+                ("note".into(), "hello".into()),
+            ])),
+            ..ObjectMeta::default()
+        };
+        page.with_metadata(&meta);
+        assert_eq!(page.labels, [("team".to_string(), "a".to_string())]);
         assert_eq!(
-            (key(&a), href(&a)),
-            ("team-a/web".into(), "/sets/team-a/web".into())
+            page.annotations,
+            [("note".to_string(), "hello".to_string())]
         );
-        assert_eq!(
-            (key(&c), href(&c)),
-            ("cluster/infra".into(), "/clustersets/infra".into())
-        );
+        page.with_metadata(&ObjectMeta::default());
+        assert!(page.labels.is_empty() && page.annotations.is_empty());
+    }
+
+    #[test]
+    fn member_labels() {
         let m = MemberRef {
             group: "apps".into(),
             kind: "Deployment".into(),

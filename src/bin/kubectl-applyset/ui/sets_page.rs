@@ -7,8 +7,10 @@
 //! `namespace`, `state`, `members` (most first), `age` (newest first); default `state`:
 //! Failing, Waiting, Reconciling, Deleting, Suspended, Ready, then by namespace and name),
 //! `page` (1-based, [`PAGE_SIZE`] rows a page; clamped to the pages there are). Unknown values
-//! mean "no filter" / the default. The summary bar counts the whole filtered list, before
-//! paging. Only the rows of the page shown are turned into text: no work per set beyond a
+//! mean "no filter" / the default. The summary bar counts every set of the namespace and
+//! search filters by state, the state filter not applied (so that filtering on one state keeps
+//! the fleet's picture); the pager counts the filtered list. Only the
+//! rows of the page shown are turned into text: no work per set beyond a
 //! filter test and a sort of references.
 
 use std::{cmp::Ordering, sync::Arc};
@@ -26,7 +28,7 @@ use axum::{
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
-use super::{AppState, Chrome, html, key, key_id, set_href};
+use super::{AppState, Chrome, html, key, key_id, set_href, word};
 use crate::sets::age;
 
 /// Rows on a page.
@@ -96,18 +98,6 @@ fn rank(state: State) -> usize {
         .unwrap_or(STATES.len())
 }
 
-/// The word of a state (`Ready`, `Failing`, …).
-pub fn word(state: State) -> &'static str {
-    match state {
-        State::Ready => "Ready",
-        State::Failing => "Failing",
-        State::Waiting => "Waiting",
-        State::Suspended => "Suspended",
-        State::Reconciling => "Reconciling",
-        State::Deleting => "Deleting",
-    }
-}
-
 impl Wanted {
     /// What `query` asks for.
     pub fn from_query(query: &SetsQuery) -> Wanted {
@@ -155,7 +145,9 @@ pub fn key_contains(namespace: &str, name: &str, q: &str) -> bool {
 }
 
 /// Whether set `s` passes the filters of `w`.
-fn matches(s: &SetSummary, w: &Wanted) -> bool {
+/// Whether `s` passes the namespace and search filters of `w` (the summary bar's scope; the
+/// state filter is [`Wanted::state`]).
+fn in_scope(s: &SetSummary, w: &Wanted) -> bool {
     let scope = match &w.scope {
         Scope::All => true,
         Scope::Cluster => s.parent.kind == ParentKind::ClusterApplySet,
@@ -163,9 +155,7 @@ fn matches(s: &SetSummary, w: &Wanted) -> bool {
             s.parent.kind == ParentKind::ApplySet && s.parent.namespace.as_deref() == Some(ns)
         }
     };
-    scope
-        && w.state.is_none_or(|state| s.state == state)
-        && (w.q.is_empty() || key_contains(key_namespace(s), &s.parent.name, &w.q))
+    scope && (w.q.is_empty() || key_contains(key_namespace(s), &s.parent.name, &w.q))
 }
 
 /// The sets' own order: kind, namespace, name.
@@ -195,7 +185,7 @@ fn order(sort: Sort, a: &SetSummary, b: &SetSummary) -> Ordering {
     first.then_with(|| by_ref(a, b))
 }
 
-/// How many sets of the filtered list are in each state.
+/// How many sets of the namespace and search filters are in each state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub total: usize,
@@ -227,7 +217,11 @@ impl Counts {
 pub struct Listing<'a> {
     /// The rows of the page.
     pub rows: Vec<&'a Arc<SetSummary>>,
+    /// The sets of the namespace and search filters, by state (the state filter not
+    /// applied: the bar keeps the whole picture).
     pub counts: Counts,
+    /// The rows of the filtered list, every filter applied (before paging).
+    pub listed: usize,
     /// The page shown (1-based) and how many there are (at least 1).
     pub page: usize,
     pub pages: usize,
@@ -241,8 +235,9 @@ pub fn select<'a>(sets: &'a [Arc<SetSummary>], w: &Wanted) -> Listing<'a> {
     let mut counts = Counts::default();
     let mut kept: Vec<&'a Arc<SetSummary>> = sets
         .iter()
-        .filter(|s| matches(s, w))
+        .filter(|s| in_scope(s, w))
         .inspect(|s| counts.add(s.state))
+        .filter(|s| w.state.is_none_or(|state| s.state == state))
         .collect();
     kept.sort_by(|a, b| order(w.sort, a, b));
     let pages = kept.len().div_ceil(PAGE_SIZE).max(1);
@@ -253,6 +248,7 @@ pub fn select<'a>(sets: &'a [Arc<SetSummary>], w: &Wanted) -> Listing<'a> {
     Listing {
         rows,
         counts,
+        listed: kept.len(),
         page,
         pages,
         first: start + 1,
@@ -460,6 +456,8 @@ struct SetsPage {
     listed: bool,
     errors: Vec<String>,
     counts: Counts,
+    /// Rows of the filtered list.
+    total: usize,
     rows: Vec<Row>,
     q: String,
     namespaces: Vec<Choice>,
@@ -530,6 +528,7 @@ pub async fn page(Extract(app): Extract<AppState>, Query(query): Query<SetsQuery
         last: listing.first + listing.rows.len() - 1,
         pager: pager(&query, listing.page, listing.pages),
         counts: listing.counts,
+        total: listing.listed,
         empty,
     };
     html(&page)

@@ -40,6 +40,7 @@ fn member(namespace: Option<&str>, adopt: bool, annotations: Value) -> Member {
         adopt,
         ignore: Vec::new(),
         redaction: None,
+        secret_substituted: false,
     }
 }
 

@@ -108,12 +108,18 @@
     });
   }
 
-  // The set page's diff: fetched once, as a fragment, into #diff.
-  function loadDiff() {
-    var diff = document.querySelector('#diff[data-src]');
-    if (!diff) {
-      return;
-    }
+  // The set page's diff: computed only when asked (#diff-load clicked), fetched as a
+  // fragment into #diff-body; the button is disabled while it is computed.
+  function loadDiff(diff, button) {
+    var body = diff.querySelector('#diff-body') || diff;
+    var say = function (text) {
+      var p = document.createElement('p');
+      p.className = 'diff-unavailable';
+      p.textContent = text;
+      body.replaceChildren(p);
+    };
+    button.disabled = true;
+    diff.classList.add('loading');
     fetch(diff.dataset.src, { credentials: 'same-origin', headers: { Accept: 'text/html' } })
       .then(function (response) {
         return response.text().then(function (text) {
@@ -125,21 +131,28 @@
           return document.adoptNode(node);
         });
         if (!answer.ok && nodes.length === 0) {
-          var p = document.createElement('p');
-          p.className = 'diff-unavailable';
-          p.textContent = 'The diff could not be read (HTTP ' + answer.status + ').';
-          nodes = [p];
+          say('The diff could not be read (HTTP ' + answer.status + ').');
+        } else {
+          body.replaceChildren.apply(body, nodes);
         }
-        diff.replaceChildren.apply(diff, nodes);
         diff.classList.add('loaded');
       })
       .catch(function (error) {
-        var p = document.createElement('p');
-        p.className = 'diff-unavailable';
-        p.textContent = 'The diff could not be read: ' + error.message;
-        diff.replaceChildren(p);
+        say('The diff could not be read: ' + error.message);
+      })
+      .finally(function () {
+        diff.classList.remove('loading');
+        button.disabled = false;
       });
   }
+
+  document.addEventListener('click', function (event) {
+    var button = event.target instanceof Element ? event.target.closest('#diff-load') : null;
+    var diff = button ? button.closest('#diff[data-src]') : null;
+    if (diff) {
+      loadDiff(diff, button);
+    }
+  });
 
   // The action forms (#actions): posted with fetch; the answer's text shown in
   // #action-result.
@@ -192,5 +205,4 @@
   });
 
   listen();
-  loadDiff();
 })();

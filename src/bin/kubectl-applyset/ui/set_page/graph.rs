@@ -2,20 +2,29 @@
 //! (upstream and downstream, bounded), laid out by the library
 //! ([`applyset_operator::view::graph::layout`]) and turned into what `graph.svg` draws: nodes
 //! coloured by their state's CSS class, a dependency the view does not know as
-//! `state-missing`, edges as polylines (a reversed one, closing a cycle, marked). Pure.
+//! `state-missing`, edges as polylines (a reversed one, closing a cycle, marked). At most
+//! [`MAX_NODES`] sets (the live stream's neighbourhood too) and the layout's bounded edges;
+//! what is left out is counted. [`drawn`] lays it out off the async workers and keeps the
+//! last few graphs, by snapshot version and focus, for the page's reloads.
+
+use std::{collections::VecDeque, sync::Arc};
 
 use applyset_operator::{
     applyset::ParentRef,
     view::{
         Snapshot,
-        graph::{self, NODE_HEIGHT, NODE_WIDTH},
+        graph::{self, MAX_NODES, NODE_HEIGHT, NODE_WIDTH},
     },
 };
+use parking_lot::{Mutex, const_mutex};
 
 use super::{href, key};
 
-/// Sets drawn at most; the others are counted.
-pub const LIMIT: usize = 200;
+/// Graphs kept, the newest last.
+const KEPT: usize = 16;
+
+/// The last graphs drawn: snapshot version, focus and graph.
+static DRAWN: Mutex<VecDeque<(u64, ParentRef, Arc<GraphView>)>> = const_mutex(VecDeque::new());
 
 /// Characters of a label drawn (the whole name is in the node's title).
 const LABEL_CHARS: usize = 26;
@@ -59,11 +68,38 @@ pub struct GraphView {
     pub height: u32,
     /// Sets of the neighbourhood not drawn.
     pub left_out: usize,
+    /// Edges among the sets drawn that are not drawn.
+    pub edges_left_out: usize,
+}
+
+/// The graph around `focus` in `snapshot`: kept from an earlier request on the same
+/// snapshot, or laid out on the blocking pool (no graph if the layout panicked).
+pub async fn drawn(snapshot: Arc<Snapshot>, focus: ParentRef) -> GraphView {
+    let version = snapshot.version;
+    let kept = DRAWN
+        .lock()
+        .iter()
+        .find(|(v, f, _)| *v == version && *f == focus)
+        .map(|(_, _, g)| g.clone());
+    if let Some(g) = kept {
+        return GraphView::clone(&g);
+    }
+    let at = focus.clone();
+    let Ok(g) = tokio::task::spawn_blocking(move || view(&snapshot, &at)).await else {
+        return GraphView::default();
+    };
+    let g = Arc::new(g);
+    let mut kept = DRAWN.lock();
+    if kept.len() >= KEPT {
+        kept.pop_front();
+    }
+    kept.push_back((version, focus, g.clone()));
+    GraphView::clone(&g)
 }
 
 /// The graph around `focus` in `snapshot`.
 pub fn view(snapshot: &Snapshot, focus: &ParentRef) -> GraphView {
-    let hood = snapshot.deps.neighbourhood(focus, LIMIT);
+    let hood = snapshot.deps.neighbourhood(focus, MAX_NODES);
     let keys: Vec<String> = hood.sets.iter().map(key).collect();
     let laid = graph::layout(&keys, &hood.edges);
     let nodes = laid
@@ -118,6 +154,7 @@ pub fn view(snapshot: &Snapshot, focus: &ParentRef) -> GraphView {
         width: laid.width,
         height: laid.height,
         left_out: hood.left_out,
+        edges_left_out: laid.edges_left_out,
     }
 }
 

@@ -222,7 +222,7 @@ fn members_and_age_sorts() {
 fn filters_count_the_whole_filtered_list_and_page_it() {
     let sets = many();
     let all = select(&sets, &wanted(&[]));
-    assert_eq!(all.counts.total, 2503);
+    assert_eq!((all.counts.total, all.listed), (2503, 2503));
     assert_eq!(all.pages, 26);
     assert_eq!(all.rows.len(), PAGE_SIZE);
     assert_eq!((all.page, all.first), (1, 1));
@@ -246,9 +246,13 @@ fn filters_count_the_whole_filtered_list_and_page_it() {
         ["cluster/base", "cluster/infra", "cluster/web-cluster"]
     );
     let failing = select(&sets, &wanted(&[("state", "failing"), ("ns", "ns-0")]));
-    assert_eq!(failing.counts.total, failing.counts.failing);
-    assert!(failing.counts.total > 0);
-    assert_eq!(failing.counts.ready, 0);
+    // The state filter keeps the rows of that state; the bar still counts the namespace.
+    let ns0 = select(&sets, &wanted(&[("ns", "ns-0")]));
+    assert_eq!(failing.counts, ns0.counts);
+    assert!(failing.listed > 0);
+    assert_eq!(failing.listed, ns0.counts.failing);
+    assert!(failing.rows.iter().all(|s| s.state == State::Failing));
+    assert!(failing.counts.ready > 0);
     let search = select(&sets, &wanted(&[("q", "set-0001")]));
     assert_eq!(search.counts.total, 10);
     let search = select(&sets, &wanted(&[("q", "ns-3/set-0001")]));
@@ -425,6 +429,7 @@ fn the_page_renders_rows_with_their_ids_and_escapes_tenant_text() {
             failing: 1,
             ..Counts::default()
         },
+        total: 1,
         rows: vec![Row::of(&s, now)],
         q: "\"><x".into(),
         namespaces: namespace_choices(&[Arc::new(s.clone())], true, "team-a"),
@@ -443,6 +448,7 @@ fn the_page_renders_rows_with_their_ids_and_escapes_tenant_text() {
         r#"<td class="state">Failing</td>"#,
         r#"<a class="set-link" href="/sets/team-a/web">web</a>"#,
         r#"<span id="count-failing">1</span>"#,
+        r#"<span id="count-scope" class="note" title="Every set of the namespace and search filters"#,
         r#"<tbody id="sets-body" data-live>"#,
         r#"<div id="summary" class="summary" data-live>"#,
         r#"<body data-live-src="/live?page=sets">"#,
