@@ -371,25 +371,38 @@ async fn may_impersonate(client: &Client, identity: &Identity) -> Result<(), Una
     }
 }
 
-/// The diff's lines with their classes, cut at [`MAX_BYTES`] (whether it was).
+/// The diff's lines with their classes, cut at [`MAX_BYTES`] (whether it was). A hunk's
+/// lines are classed by the counts of its `@@ -a,b +c,d @@` header, so that an object's
+/// removed line that reads like a header (`--- …`) stays a removed line.
 fn lines(text: &str) -> (Vec<Line>, bool) {
     let mut size = 0;
     let mut out = Vec::new();
+    // The old and new lines of the current hunk still to come.
+    let mut left = (0usize, 0usize);
     for line in text.lines() {
         size += line.len() + 1;
         if size > MAX_BYTES {
             return (out, true);
         }
-        let class = if line.starts_with("--- ") || line.starts_with("+++ ") {
+        let class = if left.0 + left.1 > 0 {
+            let (class, old, new) = match line.as_bytes().first() {
+                Some(b'-') => ("del", 1, 0),
+                Some(b'+') => ("add", 0, 1),
+                _ => ("ctx", 1, 1),
+            };
+            left = (left.0.saturating_sub(old), left.1.saturating_sub(new));
+            class
+        } else if line.starts_with("--- ") || line.starts_with("+++ ") {
             "file"
         } else if line.starts_with("@@") {
+            left = hunk(line);
             "hunk"
+        } else if line.starts_with('#') {
+            "note"
         } else if line.starts_with('+') {
             "add"
         } else if line.starts_with('-') {
             "del"
-        } else if line.starts_with('#') {
-            "note"
         } else {
             "ctx"
         };
@@ -399,6 +412,21 @@ fn lines(text: &str) -> (Vec<Line>, bool) {
         });
     }
     (out, false)
+}
+
+/// The old and new line counts of a hunk header `@@ -a[,b] +c[,d] @@` (a count left out is 1).
+fn hunk(header: &str) -> (usize, usize) {
+    let count = |sign: char| {
+        header
+            .split(' ')
+            .find_map(|part| part.strip_prefix(sign))
+            .map(|range| match range.split_once(',') {
+                Some((_, n)) => n.parse().unwrap_or(0),
+                None => 1,
+            })
+            .unwrap_or(0)
+    };
+    (count('-'), count('+'))
 }
 
 /// The lines in blocks: a member's diff from its `--- ` line to the next member's or the
@@ -473,6 +501,20 @@ mod tests {
                 ("", 1)
             ]
         );
+        // A removed line reading like a header stays in its member's block.
+        let text = "--- live/x\n+++ merged/x\n@@ -1,2 +1 @@\n--- y\n---- z\n+++ k\n--- live/w\n+++ merged/w\n@@ -1 +1 @@\n-a\n+b\n";
+        let lines = super::lines(text).0;
+        let classes: Vec<&str> = lines.iter().map(|l| l.class).collect();
+        assert_eq!(
+            classes,
+            [
+                "file", "file", "hunk", "del", "del", "add", "file", "file", "hunk", "del", "add"
+            ]
+        );
+        let titles: Vec<String> = super::blocks(lines).into_iter().map(|b| b.title).collect();
+        assert_eq!(titles, ["x", "w"]);
+        assert_eq!(hunk("@@ -0,0 +1,12 @@"), (0, 12));
+        assert_eq!(hunk("@@ -3 +3 @@"), (1, 1));
         let big = "+ x\n".repeat(MAX_BYTES / 4 + 10);
         let (lines, cut) = super::lines(&big);
         assert!(cut);
