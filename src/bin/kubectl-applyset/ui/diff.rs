@@ -155,10 +155,12 @@ pub async fn fragment(app: &AppState, parent: ParentRef) -> Response {
     html(&shared.await.fragment)
 }
 
-/// A diff done: its fragment and when it was done.
+/// A diff done: its fragment, when it was done, and whether it is shown to other viewers
+/// (not when it found no permit in time, nor when it crashed: the next viewer tries again).
 struct Done {
     fragment: DiffFragment,
     at: Instant,
+    shared: bool,
 }
 
 type Pending = Shared<BoxFuture<'static, Arc<Done>>>;
@@ -180,7 +182,7 @@ impl Diffs {
     /// else a new one, on a task of its own (it runs to its end, and is shared, even when
     /// the viewer who asked went away).
     fn get(&self, app: &AppState, parent: ParentRef, version: &str) -> Pending {
-        let fresh = |p: &Pending| p.peek().is_none_or(|d| d.at.elapsed() < SHARE);
+        let fresh = |p: &Pending| p.peek().is_none_or(|d| d.shared && d.at.elapsed() < SHARE);
         let mut shared = self.shared.lock();
         shared.retain(|_, p| fresh(p));
         let key = (parent.clone(), version.to_string());
@@ -190,9 +192,11 @@ impl Diffs {
         let task = tokio::spawn(computed(app.clone(), parent, self.permits.clone()));
         let pending = async move {
             let diffed = task.await.unwrap_or_else(|e| Err(Unavailable::Crashed(e)));
+            let shared = !matches!(diffed, Err(Unavailable::Busy(_) | Unavailable::Crashed(_)));
             Arc::new(Done {
                 fragment: present(diffed),
                 at: Instant::now(),
+                shared,
             })
         }
         .boxed()
