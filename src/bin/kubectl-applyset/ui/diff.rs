@@ -562,6 +562,17 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_crashed_diff_is_an_internal_error_and_not_shared() {
+        let crash = tokio::spawn(async { panic!("a bug") })
+            .await
+            .expect_err("it panicked");
+        let text = present(Err(Unavailable::Crashed(crash))).unavailable;
+        assert!(text.contains("internal error: the diff stopped"), "{text}");
+        let busy = present(Err(Unavailable::Busy(TIMEOUT))).unavailable;
+        assert!(busy.contains("try again"), "{busy}");
+    }
+
     #[test]
     fn the_missing_right_is_named() {
         let identity = Identity::ServiceAccount {
