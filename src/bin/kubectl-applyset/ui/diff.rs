@@ -1,8 +1,9 @@
-//! The live diff of a set's page (`…/diff`, an HTML fragment for `#diff`): the set rendered
-//! from its live spec exactly as `kubectl applyset diff` renders a file's set (the plugin's
-//! [`Renderer`], the local age keys of the global flags), planned and presented by the same
-//! function ([`crate::diff::diff_set`]: Secret values masked, decrypted values and values
-//! substituted from Secrets withheld). Offered only when the user may do what the diff does:
+//! The live diff of a set's page (`…/diff`, an HTML fragment for `#diff-body`): the set
+//! rendered from its live spec as `kubectl applyset diff` renders a file's set (the plugin's
+//! [`Renderer`], the local age keys of the global flags; its sources under another egress
+//! policy, below), planned and presented by the same function ([`crate::diff::diff_set`]:
+//! Secret values masked, every value of a member a Secret's variable was substituted into
+//! masked on both sides, decrypted values withheld). Offered only when the user may do what the diff does:
 //! a SelfSubjectAccessReview first asks whether the user may impersonate the ServiceAccount
 //! the set acts as; any other refusal (reading a Secret the render needs, a dry-run) comes
 //! back from the render or the plan in the plugin's words ("your kubeconfig's user may not
