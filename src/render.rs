@@ -52,11 +52,9 @@ pub struct Member {
     /// The paths of the `spec.ignore` rules whose target matches it (see [`crate::ignore`]).
     pub ignore: Vec<crate::ignore::Pointer>,
     /// Decrypted values, and values substituted from Secrets, withheld from messages about
-    /// this member and from a diff of it (`None`: the set decrypted and took from Secrets
-    /// nothing).
+    /// it and from its diff (`None`: the set decrypted and took from Secrets nothing).
     pub redaction: Option<Arc<Redaction>>,
-    /// Whether a variable taken from a Secret was substituted into it: a diff shows none of
-    /// its values, as none of a Secret's (see [`crate::substitute`]).
+    /// A Secret's variable was substituted into it: a diff masks all its values.
     pub secret_substituted: bool,
 }
 

@@ -537,3 +537,51 @@ async fn prune_change(engine: &SetEngine<'_>, m: &LiveMember) -> Change {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_secret_substituted_change_shows_no_value_and_pruned_objects_are_masked_when_secrets_feed_the_set()
+     {
+        let before = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"k": "old", "same": "s"}});
+        let after = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"k": "new", "same": "s"}});
+        let change = masked(Change::Update {
+            before: Some(before.clone()),
+            after: Some(after),
+        });
+        let Change::Update {
+            before: Some(b),
+            after: Some(a),
+        } = change
+        else {
+            panic!("an update: {change:?}");
+        };
+        assert_eq!(b["data"], json!({"k": "*** (before)", "same": "***"}));
+        assert_eq!(a["data"], json!({"k": "*** (after)", "same": "***"}));
+        assert_eq!(a["metadata"]["name"], "c");
+        let Change::Prune { before: pruned } = masked(Change::Prune { before }) else {
+            panic!("a prune");
+        };
+        assert_eq!(pruned["data"], json!({"k": "***", "same": "***"}));
+
+        let spec = |kind: SubstituteKind| -> ApplySetSpec {
+            serde_json::from_value(json!({"postBuild": {"substituteFrom": [
+                {"kind": "ConfigMap", "name": "a"}]}}))
+            .map(|mut s: ApplySetSpec| {
+                if let Some(pb) = s.post_build.as_mut() {
+                    pb.substitute_from[0].kind = kind;
+                }
+                s
+            })
+            .expect("a spec")
+        };
+        assert!(substitutes_from_secrets(&spec(SubstituteKind::Secret)));
+        assert!(!substitutes_from_secrets(&spec(SubstituteKind::ConfigMap)));
+        assert!(!substitutes_from_secrets(&ApplySetSpec::default()));
+    }
+}

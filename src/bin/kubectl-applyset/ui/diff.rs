@@ -1,8 +1,9 @@
-//! The live diff of a set's page (`…/diff`, an HTML fragment for `#diff`): the set rendered
-//! from its live spec exactly as `kubectl applyset diff` renders a file's set (the plugin's
-//! [`Renderer`], the local age keys of the global flags), planned and presented by the same
-//! function ([`crate::diff::diff_set`]: Secret values masked, decrypted values and values
-//! substituted from Secrets withheld). Offered only when the user may do what the diff does:
+//! The live diff of a set's page (`…/diff`, an HTML fragment for `#diff-body`): the set
+//! rendered from its live spec as `kubectl applyset diff` renders a file's set (the plugin's
+//! [`Renderer`], the local age keys of the global flags; its sources under another egress
+//! policy, below), planned and presented by the same function ([`crate::diff::diff_set`]:
+//! Secret values masked, every value of a member a Secret's variable was substituted into
+//! masked on both sides, decrypted values withheld). Offered only when the user may do what the diff does:
 //! a SelfSubjectAccessReview first asks whether the user may impersonate the ServiceAccount
 //! the set acts as; any other refusal (reading a Secret the render needs, a dry-run) comes
 //! back from the render or the plan in the plugin's words ("your kubeconfig's user may not
@@ -155,10 +156,12 @@ pub async fn fragment(app: &AppState, parent: ParentRef) -> Response {
     html(&shared.await.fragment)
 }
 
-/// A diff done: its fragment and when it was done.
+/// A diff done: its fragment, when it was done, and whether it is shown to other viewers
+/// (not when it found no permit in time, nor when it crashed: the next viewer tries again).
 struct Done {
     fragment: DiffFragment,
     at: Instant,
+    shared: bool,
 }
 
 type Pending = Shared<BoxFuture<'static, Arc<Done>>>;
@@ -180,7 +183,7 @@ impl Diffs {
     /// else a new one, on a task of its own (it runs to its end, and is shared, even when
     /// the viewer who asked went away).
     fn get(&self, app: &AppState, parent: ParentRef, version: &str) -> Pending {
-        let fresh = |p: &Pending| p.peek().is_none_or(|d| d.at.elapsed() < SHARE);
+        let fresh = |p: &Pending| p.peek().is_none_or(|d| d.shared && d.at.elapsed() < SHARE);
         let mut shared = self.shared.lock();
         shared.retain(|_, p| fresh(p));
         let key = (parent.clone(), version.to_string());
@@ -190,9 +193,11 @@ impl Diffs {
         let task = tokio::spawn(computed(app.clone(), parent, self.permits.clone()));
         let pending = async move {
             let diffed = task.await.unwrap_or_else(|e| Err(Unavailable::Crashed(e)));
+            let shared = !matches!(diffed, Err(Unavailable::Busy(_) | Unavailable::Crashed(_)));
             Arc::new(Done {
                 fragment: present(diffed),
                 at: Instant::now(),
+                shared,
             })
         }
         .boxed()
@@ -371,25 +376,38 @@ async fn may_impersonate(client: &Client, identity: &Identity) -> Result<(), Una
     }
 }
 
-/// The diff's lines with their classes, cut at [`MAX_BYTES`] (whether it was).
+/// The diff's lines with their classes, cut at [`MAX_BYTES`] (whether it was). A hunk's
+/// lines are classed by the counts of its `@@ -a,b +c,d @@` header, so that an object's
+/// removed line that reads like a header (`--- …`) stays a removed line.
 fn lines(text: &str) -> (Vec<Line>, bool) {
     let mut size = 0;
     let mut out = Vec::new();
+    // The old and new lines of the current hunk still to come.
+    let mut left = (0usize, 0usize);
     for line in text.lines() {
         size += line.len() + 1;
         if size > MAX_BYTES {
             return (out, true);
         }
-        let class = if line.starts_with("--- ") || line.starts_with("+++ ") {
+        let class = if left.0 + left.1 > 0 {
+            let (class, old, new) = match line.as_bytes().first() {
+                Some(b'-') => ("del", 1, 0),
+                Some(b'+') => ("add", 0, 1),
+                _ => ("ctx", 1, 1),
+            };
+            left = (left.0.saturating_sub(old), left.1.saturating_sub(new));
+            class
+        } else if line.starts_with("--- ") || line.starts_with("+++ ") {
             "file"
         } else if line.starts_with("@@") {
+            left = hunk(line);
             "hunk"
+        } else if line.starts_with('#') {
+            "note"
         } else if line.starts_with('+') {
             "add"
         } else if line.starts_with('-') {
             "del"
-        } else if line.starts_with('#') {
-            "note"
         } else {
             "ctx"
         };
@@ -399,6 +417,21 @@ fn lines(text: &str) -> (Vec<Line>, bool) {
         });
     }
     (out, false)
+}
+
+/// The old and new line counts of a hunk header `@@ -a[,b] +c[,d] @@` (a count left out is 1).
+fn hunk(header: &str) -> (usize, usize) {
+    let count = |sign: char| {
+        header
+            .split(' ')
+            .find_map(|part| part.strip_prefix(sign))
+            .map(|range| match range.split_once(',') {
+                Some((_, n)) => n.parse().unwrap_or(0),
+                None => 1,
+            })
+            .unwrap_or(0)
+    };
+    (count('-'), count('+'))
 }
 
 /// The lines in blocks: a member's diff from its `--- ` line to the next member's or the
@@ -473,6 +506,20 @@ mod tests {
                 ("", 1)
             ]
         );
+        // A removed line reading like a header stays in its member's block.
+        let text = "--- live/x\n+++ merged/x\n@@ -1,2 +1 @@\n--- y\n---- z\n+++ k\n--- live/w\n+++ merged/w\n@@ -1 +1 @@\n-a\n+b\n";
+        let lines = super::lines(text).0;
+        let classes: Vec<&str> = lines.iter().map(|l| l.class).collect();
+        assert_eq!(
+            classes,
+            [
+                "file", "file", "hunk", "del", "del", "add", "file", "file", "hunk", "del", "add"
+            ]
+        );
+        let titles: Vec<String> = super::blocks(lines).into_iter().map(|b| b.title).collect();
+        assert_eq!(titles, ["x", "w"]);
+        assert_eq!(hunk("@@ -0,0 +1,12 @@"), (0, 12));
+        assert_eq!(hunk("@@ -3 +3 @@"), (1, 1));
         let big = "+ x\n".repeat(MAX_BYTES / 4 + 10);
         let (lines, cut) = super::lines(&big);
         assert!(cut);
@@ -514,6 +561,17 @@ mod tests {
             body.contains("may not dry-run") && !body.contains("<b>"),
             "{body}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_crashed_diff_is_an_internal_error_and_not_shared() {
+        let crash = tokio::spawn(async { panic!("a bug") })
+            .await
+            .expect_err("it panicked");
+        let text = present(Err(Unavailable::Crashed(crash))).unavailable;
+        assert!(text.contains("internal error: the diff stopped"), "{text}");
+        let busy = present(Err(Unavailable::Busy(TIMEOUT))).unavailable;
+        assert!(busy.contains("try again"), "{busy}");
     }
 
     #[test]
