@@ -88,8 +88,8 @@ impl Status {
     }
 
     /// How urgently a user should look at an object in this status: 0 first. Orders the
-    /// objects listed by [`summarize`].
-    fn urgency(self) -> u8 {
+    /// objects listed by [`summarize`] and the ui's member tree.
+    pub fn urgency(self) -> u8 {
         match self {
             Status::Failed => 0,
             Status::Unknown => 1,

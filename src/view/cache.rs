@@ -440,34 +440,16 @@ mod tests {
     use crate::dependencies::NotReady;
 
     fn summary(p: &ParentRef, state: State, deps: &[&ParentRef]) -> SetSummary {
+        let unobserved = SetSummary::unobserved(p.clone());
         SetSummary {
-            parent: p.clone(),
-            uid: String::new(),
             resource_version: "1".into(),
-            generation: 1,
-            created: None,
             state,
-            ready: None,
-            healthy: None,
-            reconciling: false,
-            stalled: false,
-            suspended: false,
-            plan_only: false,
-            members: 0,
-            pruned: 0,
-            sources: Vec::new(),
-            last_applied_revision: None,
-            last_attempted_revision: None,
-            last_reconcile: None,
             depends_on: deps.iter().map(|d| (*d).clone()).collect(),
             as_dependency: match state {
                 State::Ready => Ok(()),
-                _ => Err(NotReady::NotReconciled {
-                    dependency: p.clone(),
-                    generation: 1,
-                }),
+                _ => unobserved.as_dependency.clone(),
             },
-            waiting_for: None,
+            ..unobserved
         }
     }
 

@@ -259,27 +259,10 @@ mod tests {
 
     fn set(p: &ParentRef, deps: &[&ParentRef]) -> SetSummary {
         SetSummary {
-            parent: p.clone(),
-            uid: String::new(),
-            resource_version: String::new(),
-            generation: 1,
-            created: None,
             state: State::Ready,
-            ready: None,
-            healthy: None,
-            reconciling: false,
-            stalled: false,
-            suspended: false,
-            plan_only: false,
-            members: 0,
-            pruned: 0,
-            sources: Vec::new(),
-            last_applied_revision: None,
-            last_attempted_revision: None,
-            last_reconcile: None,
             depends_on: deps.iter().map(|d| (*d).clone()).collect(),
             as_dependency: Ok(()),
-            waiting_for: None,
+            ..SetSummary::unobserved(p.clone())
         }
     }
 

@@ -205,6 +205,38 @@ impl SourceView {
 }
 
 impl SetSummary {
+    /// A set known only by its reference, not yet reconciled: no status, no sources, no
+    /// dependencies; `Reconciling`, and not ready as a dependency. The base the tests of the
+    /// views build their sets from.
+    pub fn unobserved(parent: ParentRef) -> SetSummary {
+        SetSummary {
+            as_dependency: Err(NotReady::NotReconciled {
+                dependency: parent.clone(),
+                generation: 1,
+            }),
+            parent,
+            uid: String::new(),
+            resource_version: String::new(),
+            generation: 1,
+            created: None,
+            state: State::Reconciling,
+            ready: None,
+            healthy: None,
+            reconciling: false,
+            stalled: false,
+            suspended: false,
+            plan_only: false,
+            members: 0,
+            pruned: 0,
+            sources: Vec::new(),
+            last_applied_revision: None,
+            last_attempted_revision: None,
+            last_reconcile: None,
+            depends_on: Vec::new(),
+            waiting_for: None,
+        }
+    }
+
     /// The summary of `parent` (its `waiting_for` is left to the cache, which knows the
     /// other sets).
     pub fn of(parent: &AnyParent) -> SetSummary {
@@ -233,7 +265,7 @@ impl SetSummary {
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             state,
             ready: ready.map(|c| {
-                let message = truncate(&c.message, MESSAGE_LIMIT);
+                let message = crate::status::truncate(&c.message, MESSAGE_LIMIT);
                 (c.status.clone(), c.reason.clone(), message)
             }),
             healthy: condition(status::HEALTHY).map(|c| (c.status.clone(), c.reason.clone())),
@@ -271,18 +303,6 @@ fn last_reconcile(ready: Option<&Condition>, status: Option<&ApplySetStatus>) ->
         .and_then(|s| s.last_handled_reconcile_at.as_deref())
         .and_then(|t| t.parse::<Timestamp>().ok());
     transition.max(handled)
-}
-
-/// `s` cut to at most `limit` bytes (at a character boundary), with `…` when cut.
-fn truncate(s: &str, limit: usize) -> String {
-    if s.len() <= limit {
-        return s.to_string();
-    }
-    let mut end = limit;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 #[cfg(test)]

@@ -56,18 +56,6 @@ pub struct NamespaceGroup {
     pub failing: usize,
 }
 
-/// How bad a health is: failures first.
-fn severity(s: Status) -> u8 {
-    match s {
-        Status::Failed => 0,
-        Status::Unknown => 1,
-        Status::NotFound => 2,
-        Status::Terminating => 3,
-        Status::InProgress => 4,
-        Status::Current => 5,
-    }
-}
-
 /// The CSS class of a health.
 pub fn class(s: Status) -> &'static str {
     match s {
@@ -82,7 +70,7 @@ pub fn class(s: Status) -> &'static str {
 
 /// Whether a health counts as a failure on the page (not current, not on its way).
 fn failing(s: Status) -> bool {
-    severity(s) <= severity(Status::NotFound)
+    s.urgency() <= Status::NotFound.urgency()
 }
 
 /// One member to show: its reference, health, word, message and a Secret's keys.
@@ -163,8 +151,8 @@ pub fn group(members: &[Assessed], failures: &[MemberFailure]) -> Vec<NamespaceG
                 .into_iter()
                 .map(|(kind, mut es)| {
                     es.sort_by(|a, b| {
-                        (severity(a.status), &a.reference.name)
-                            .cmp(&(severity(b.status), &b.reference.name))
+                        (a.status.urgency(), &a.reference.name)
+                            .cmp(&(b.status.urgency(), &b.reference.name))
                     });
                     let failing = es.iter().filter(|e| failing(e.status)).count();
                     let rows = es.into_iter().map(row).collect();

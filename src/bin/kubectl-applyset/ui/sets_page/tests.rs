@@ -9,27 +9,11 @@ use super::*;
 
 fn summary(parent: ParentRef, state: State) -> SetSummary {
     SetSummary {
-        parent,
         uid: "uid".into(),
         resource_version: "1".into(),
-        generation: 1,
-        created: None,
         state,
-        ready: None,
-        healthy: None,
-        reconciling: false,
-        stalled: false,
-        suspended: false,
-        plan_only: false,
-        members: 0,
-        pruned: 0,
-        sources: Vec::new(),
-        last_applied_revision: None,
-        last_attempted_revision: None,
-        last_reconcile: None,
-        depends_on: Vec::new(),
         as_dependency: Ok(()),
-        waiting_for: None,
+        ..SetSummary::unobserved(parent)
     }
 }
 
