@@ -437,7 +437,6 @@ async fn follow<P: Parent>(shared: Arc<Shared>, index: usize, api: Api<P>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dependencies::NotReady;
 
     fn summary(p: &ParentRef, state: State, deps: &[&ParentRef]) -> SetSummary {
         let unobserved = SetSummary::unobserved(p.clone());
