@@ -847,16 +847,6 @@ mod tests {
         for bad in ["", "1a", "a-b", "a.b", "a b"] {
             assert!(!is_name(bad), "{bad}");
         }
-        let layer = |pairs: &[(&str, &str)], secret| {
-            (
-                "substituteFrom[0]".to_string(),
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                secret,
-            )
-        };
         let v = merge(vec![
             layer(&[("a", "1"), ("b", "1")], false),
             layer(&[("b", "2"), ("c", "2")], true),
@@ -875,18 +865,17 @@ mod tests {
         );
     }
 
+    /// One layer of variables, from a Secret when `secret`.
+    fn layer(pairs: &[(&str, &str)], secret: bool) -> (String, BTreeMap<String, String>, bool) {
+        let values = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ("substituteFrom[0]".to_string(), values, secret)
+    }
+
     #[test]
     fn members_a_secret_variable_was_substituted_into_are_marked() {
-        let layer = |pairs: &[(&str, &str)], secret| {
-            (
-                "substituteFrom[0]".to_string(),
-                pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                secret,
-            )
-        };
         // A 1-byte Secret value, an empty one, and one a later plain layer overrode: each
         // marks the members that reference it.
         let v = merge(vec![

@@ -36,8 +36,8 @@ fn no_failure_report_when_every_member_applied() {
     assert_eq!(apply_failure(&results, "rev"), None);
 }
 
-#[test]
-fn ownership_comes_before_conflicts_before_failures() {
+/// A field conflict with kubectl (`c: conflict`) and another set's object (`o: owned`).
+fn conflict_and_owned() -> (Outcome, Outcome) {
     let conflict = Outcome::Conflict {
         managers: vec!["kubectl".into()],
         message: "c: conflict".into(),
@@ -45,6 +45,12 @@ fn ownership_comes_before_conflicts_before_failures() {
     let owned = Outcome::Owned {
         message: "o: owned".into(),
     };
+    (conflict, owned)
+}
+
+#[test]
+fn ownership_comes_before_conflicts_before_failures() {
+    let (conflict, owned) = conflict_and_owned();
     let all = [
         r("f", failed("f: broken")),
         r("c", conflict.clone()),
@@ -469,13 +475,7 @@ fn the_crd_default_of_observed_generation_is_not_observed() {
 
 #[test]
 fn every_member_not_applied_is_listed_with_its_reason_most_serious_first() {
-    let conflict = Outcome::Conflict {
-        managers: vec!["kubectl".into()],
-        message: "c: conflict".into(),
-    };
-    let owned = Outcome::Owned {
-        message: "o: owned".into(),
-    };
+    let (conflict, owned) = conflict_and_owned();
     let all = [
         r("a", Outcome::Created),
         r("f", failed("f: broken")),
