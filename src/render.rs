@@ -572,7 +572,6 @@ pub async fn render_set(
         Err(e) => return Ok(Err(SetError::withholding(e, &withheld))),
     };
     let (served, assumed) = resolve_kinds(&readers.kinds, &manifests).await?;
-    let stage_memory = stage_memory.into_iter().map(Arc::new).collect();
     Ok(finish(input, manifests, served, &fetched)
         .map(|mut set| {
             for m in &mut set.members {
@@ -583,7 +582,7 @@ pub async fn render_set(
         .map(|set| Rendered {
             set,
             fetched,
-            stage_memory,
+            stage_memory: stage_memory.into_iter().map(Arc::new).collect(),
             assumed,
         })
         .map_err(|e| SetError::withholding(e, &withheld)))

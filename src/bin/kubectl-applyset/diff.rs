@@ -235,16 +235,7 @@ pub async fn diff_set(
         .map_err(DiffError::Recorded)?
         .map_err(DiffError::Malformed)?;
     let desired = Desired::new(set.desired, Vec::new());
-    let progress = set.progress.then(Progress::new);
-    let members = desired.set.members.len();
-    if let Some(p) = &progress {
-        p.say(&format!("diff {parent}: planning {members} members ..."));
-    }
-    let planned = planned(&mut engine, &desired, &before).await;
-    if let Some(p) = &progress {
-        p.finish();
-    }
-    let planned = planned?;
+    let planned = planned_showing(&mut engine, &desired, &before, set.progress).await?;
     let mut changes = member_changes(&desired.set, &planned.members);
     match planned.prune {
         Pruning::Off => {}
@@ -288,6 +279,25 @@ pub async fn diff_set(
         *messages = std::mem::take(messages).into_iter().map(withhold).collect();
     }
     Ok((withhold(text), counts))
+}
+
+/// [`planned`], with a status line on a terminal while it runs when `progress`.
+async fn planned_showing(
+    engine: &mut SetEngine<'_>,
+    desired: &Desired,
+    before: &Before,
+    progress: bool,
+) -> Result<Plan, DiffError> {
+    let line = progress.then(Progress::new);
+    if let Some(p) = &line {
+        let (parent, members) = (&engine.scope().parent, desired.set.members.len());
+        p.say(&format!("diff {parent}: planning {members} members ..."));
+    }
+    let planned = planned(engine, desired, before).await;
+    if let Some(p) = &line {
+        p.finish();
+    }
+    planned
 }
 
 /// The set's scope: its field manager, acting as its identity (impersonated), listing
