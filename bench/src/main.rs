@@ -53,10 +53,14 @@ use kube::{
 use serde_json::{Value, json};
 
 mod ceiling;
+mod operator;
+mod sets;
 mod shape;
 mod ui;
 
 use ceiling::{Request, ceiling_first_apply, ceiling_requests, run_ceiling_set};
+use operator::OperatorProc;
+use sets::{SetResult, Timings, report_sets, run_sets};
 use shape::{ShapeRuns, report_shapes, run_shapes, shape_targets};
 
 type Res<T> = Result<T, String>;
@@ -281,161 +285,6 @@ fn resource_of(obj: &Value) -> ApiResource {
 }
 
 // ------------------------------------------------------------------------------------------
-// The operator process
-
-struct OperatorProc {
-    child: Child,
-    metrics_port: u16,
-}
-
-impl Drop for OperatorProc {
-    /// SIGTERM first, so that an operator built with `--features dhat-heap` writes its heap
-    /// profile (dhat-heap.json) as it exits; killed after 30 s.
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Res<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        buf.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    ))
-}
-
-impl OperatorProc {
-    async fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        concurrency: Option<u16>,
-        log: &Path,
-    ) -> Res<OperatorProc> {
-        let (metrics_port, health_port) = (free_port()?, free_port()?);
-        let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(binary);
-        cmd.arg("run")
-            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-            // The periodic resync is measured with interval 2s (the default minimum is 10s).
-            .arg("--min-interval=1s")
-            // The single set of 5000 members is inline: about 590 KiB of JSON, over the
-            // default 512 KiB (a user would put so many in a source).
-            .arg("--max-inline-manifests-kib=1024")
-            .env("KUBECONFIG", kubeconfig)
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        if let Some(c) = concurrency {
-            cmd.arg(format!("--concurrency={c}"));
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
-        let p = OperatorProc {
-            child,
-            metrics_port,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(health_port, "/readyz").map(|(c, _)| c) != Some(200) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "operator not ready within 60 s; see {}",
-                    log.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(p)
-    }
-
-    fn metrics(&self) -> String {
-        http_get(self.metrics_port, "/metrics")
-            .map(|(_, b)| b)
-            .unwrap_or_default()
-    }
-
-    /// (all requests, write requests, reconciles) the operator has counted.
-    fn counters(&self) -> (f64, f64, f64) {
-        let m = self.metrics();
-        let mut all = 0.0;
-        let mut writes = 0.0;
-        let mut reconciles = 0.0;
-        for line in m.lines().filter(|l| !l.starts_with('#')) {
-            let v: f64 = line
-                .rsplit(' ')
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            if line.starts_with("applyset_api_requests_total{") {
-                all += v;
-                if ["POST", "PUT", "PATCH", "DELETE"]
-                    .iter()
-                    .any(|w| line.contains(&format!("\"{w}\"")))
-                {
-                    writes += v;
-                }
-            } else if line.starts_with("applyset_reconciles_total{") {
-                reconciles += v;
-            }
-        }
-        (all, writes, reconciles)
-    }
-
-    /// The API server's answers 403 (forbidden) to the operator so far.
-    fn forbidden(&self) -> f64 {
-        self.metrics()
-            .lines()
-            .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(0.0)
-    }
-}
-
-// ------------------------------------------------------------------------------------------
 // Helpers against the API server
 
 async fn create_namespace(client: &Client, name: &str) -> Res<()> {
@@ -640,19 +489,6 @@ async fn warm_up(client: &Client) -> Res<()> {
     Ok(())
 }
 
-// ------------------------------------------------------------------------------------------
-// The three contenders for one set of N members
-
-/// One size's results: N, the operator, kubectl, the ceiling, and steady-state figures.
-type SetResult = (usize, Timings, Timings, Timings, BTreeMap<String, f64>);
-
-#[derive(Default, Clone)]
-struct Timings {
-    create: f64,
-    noop: f64,
-    prune_half: f64,
-}
-
 /// With `--impersonate`: a ServiceAccount in `ns` bound to cluster-admin, for the sets there
 /// to name (the cost measured is the impersonation, not the RBAC); its name.
 async fn deployer(client: &Client, args: &Args, ns: &str) -> Res<Option<String>> {
@@ -689,56 +525,6 @@ async fn deployer(client: &Client, args: &Args, ns: &str) -> Res<Option<String>>
     Ok(Some(name.to_string()))
 }
 
-/// Creates namespace `ns` and in it an ApplySet of `n` members; the seconds from its
-/// creation until it is Ready.
-async fn first_apply(client: &Client, args: &Args, ns: &str, n: usize) -> Res<f64> {
-    create_namespace(client, ns).await?;
-    let sa = deployer(client, args, ns).await?;
-    let api = applysets(client, ns);
-    let name = format!("set-{n}");
-    let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"interval": "1h", "manifests": members(n, "m")}});
-    if let Some(sa) = sa {
-        body["spec"]["serviceAccountName"] = json!(sa);
-    }
-    let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .map_err(|e| format!("create {name}: {e}"))?;
-    Ok(wait_ready(&api, &name, start).await?.as_secs_f64())
-}
-
-/// measured, for the operator and the ceiling alike.
-const REPEATS: usize = 3;
-/// The largest set whose first apply is measured [`REPEATS`] times.
-const REPEATED_UP_TO: usize = 1000;
-
-/// The medians of [`REPEATS`] first applies of `n` members, the operator's and the
-/// ceiling's, from the `first` pair already measured and further pairs in namespaces of
-/// their own (each deleted, and gone, before the next run). Operator and ceiling runs take
-/// turns, so that a change in the machine's load touches both alike: one run of about a
-/// second varied between 0.5 and 2 times the other from run to run; a median of three is
-/// steadier.
-async fn first_apply_medians(
-    client: &Client,
-    args: &Args,
-    n: usize,
-    first: (f64, f64),
-) -> Res<(f64, f64)> {
-    let (mut ops, mut ceilings) = (vec![first.0], vec![first.1]);
-    for k in 1..REPEATS {
-        let ns = format!("op-{n}-{k}");
-        ops.push(first_apply(client, args, &ns, n).await?);
-        delete_namespace(client, &ns).await?;
-        let ns = format!("ceiling-{n}-{k}");
-        ceilings.push(ceiling_first_apply(client, &ns, n).await?);
-        delete_namespace(client, &ns).await?;
-    }
-    Ok((median(ops), median(ceilings)))
-}
-
 /// The median of `v` (the mean of the middle two for an even count; NaN when empty).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -747,137 +533,6 @@ fn median(mut v: Vec<f64>) -> f64 {
         l if l % 2 == 1 => v[l / 2],
         l => (v[l / 2 - 1] + v[l / 2]) / 2.0,
     }
-}
-
-async fn run_operator_set(
-    client: &Client,
-    args: &Args,
-    op: &OperatorProc,
-    n: usize,
-) -> Res<(Timings, BTreeMap<String, f64>)> {
-    let ns = format!("op-{n}");
-    let name = format!("set-{n}");
-    let api = applysets(client, &ns);
-    let mut t = Timings {
-        create: first_apply(client, args, &ns, n).await?,
-        ..Timings::default()
-    };
-    let mut extra = BTreeMap::new();
-    // Let the follow-up reconciles of the creation settle before counting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    // A no-op reconcile, requested with the annotation (no spec change): timed from the
-    // request until the operator has finished one more reconcile.
-    // One requested reconcile first, so the summary of the creation (created → unchanged)
-    // is not counted as the no-op's write.
-    request_reconcile(&api, &name, op, "settle").await?;
-    let (all0, w0, r0) = op.counters();
-    let start = Instant::now();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"applyset.dev/reconcile-requested-at": format!("{:?}", start)}}})),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    loop {
-        if op.counters().2 > r0 {
-            break;
-        }
-        if start.elapsed() > WAIT {
-            return Err("the requested reconcile did not happen".into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    t.noop = start.elapsed().as_secs_f64();
-    let (all1, w1, _) = op.counters();
-    // The annotation patch is ours, not the operator's: only the operator's requests count.
-    extra.insert("noop_requests_per_member".into(), (all1 - all0) / n as f64);
-    extra.insert("noop_write_requests".into(), w1 - w0);
-
-    // Periodic resync: interval 2s, over at least 3 resyncs.
-    patch_spec(&api, &name, json!({"interval": "2s"})).await?;
-    wait_ready(&api, &name, Instant::now()).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (all2, w2, r2) = op.counters();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (all3, w3, r3) = loop {
-        let c = op.counters();
-        if c.2 >= r2 + 3.0 || Instant::now() > deadline {
-            break c;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let resyncs = (r3 - r2).max(1.0);
-    extra.insert(
-        "resync_requests_per_member".into(),
-        (all3 - all2) / resyncs / n as f64,
-    );
-    extra.insert("resync_write_requests".into(), (w3 - w2) / resyncs);
-    patch_spec(&api, &name, json!({"interval": "1h"})).await?;
-    wait_ready(&api, &name, Instant::now()).await?;
-
-    let start = Instant::now();
-    patch_spec(&api, &name, json!({"manifests": members(n / 2, "m")})).await?;
-    t.prune_half = wait_ready(&api, &name, start).await?.as_secs_f64();
-    Ok((t, extra))
-}
-
-fn write_yaml(dir: &Path, objs: &[Value]) -> Res<()> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    // JSON is YAML: one document per object.
-    let text: String = objs.iter().map(|o| format!("---\n{o}\n")).collect();
-    std::fs::write(dir.join("objects.yaml"), text).map_err(|e| e.to_string())
-}
-
-fn kubectl_apply(kubectl: &Path, kubeconfig: &Path, ns: &str, dir: &Path) -> Res<f64> {
-    let start = Instant::now();
-    let out = Command::new(kubectl)
-        .env("KUBECTL_APPLYSET", "true")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args([
-            "apply",
-            "--server-side",
-            "--prune",
-            "--applyset=bench",
-            "-n",
-            ns,
-            "-f",
-        ])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl apply failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(start.elapsed().as_secs_f64())
-}
-
-async fn run_kubectl_set(
-    client: &Client,
-    kubectl: &Path,
-    kubeconfig: &Path,
-    n: usize,
-    work: &Path,
-) -> Res<Timings> {
-    let ns = format!("kubectl-{n}");
-    create_namespace(client, &ns).await?;
-    let dir = work.join(format!("kubectl-{n}"));
-    write_yaml(&dir, &members(n, "m"))?;
-    let create = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    let noop = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    write_yaml(&dir, &members(n / 2, "m"))?;
-    let prune_half = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    Ok(Timings {
-        create,
-        noop,
-        prune_half,
-    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -940,49 +595,6 @@ fn report(
     let json = json!({"sets": json_sets, "shapes": json_shapes, "yardstick": yardstick, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets, "ui": json_ui,
         "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
     (md, json)
-}
-
-/// The single-set tables (timings, then the steady state) into `md`; their JSON.
-fn report_sets(md: &mut String, sets: &[SetResult]) -> Vec<Value> {
-    md.push_str("## One ApplySet of N members (seconds)\n\n");
-    md.push_str(&format!(
-        "`create → Ready` of the operator and of the ceiling is the median of {REPEATS} runs, taking turns, for N ≤ {REPEATED_UP_TO}; one run otherwise (kubectl: one run).\n\n"
-    ));
-    md.push_str("| N | phase | operator | kubectl --prune --applyset | API server ceiling | operator / kubectl | operator / ceiling |\n|---|---|---|---|---|---|---|\n");
-    let mut json_sets = Vec::new();
-    for (n, op, kc, ce, extra) in sets {
-        for (phase, o, k, c) in [
-            ("create → Ready", op.create, kc.create, ce.create),
-            ("no-op", op.noop, kc.noop, ce.noop),
-            ("prune half", op.prune_half, kc.prune_half, ce.prune_half),
-        ] {
-            md.push_str(&format!(
-                "| {n} | {phase} | {o:.2} | {k:.2} | {c:.2} | {:.2} | {:.2} |\n",
-                ratio(o, k),
-                ratio(o, c)
-            ));
-        }
-        json_sets.push(json!({"members": n,
-            "operator": {"create": op.create, "noop": op.noop, "prune_half": op.prune_half},
-            "kubectl": {"create": kc.create, "noop": kc.noop, "prune_half": kc.prune_half},
-            "ceiling": {"create": ce.create, "noop": ce.noop, "prune_half": ce.prune_half},
-            "steady": extra}));
-    }
-    md.push_str("\n## Steady state (operator requests)\n\n| N | no-op: requests / member | no-op: write requests | resync: requests / member | resync: writes / resync |\n|---|---|---|---|---|\n");
-    for (n, _, _, _, e) in sets {
-        md.push_str(&format!(
-            "| {n} | {:.3} | {:.0} | {:.3} | {:.1} |\n",
-            e.get("noop_requests_per_member")
-                .copied()
-                .unwrap_or(f64::NAN),
-            e.get("noop_write_requests").copied().unwrap_or(f64::NAN),
-            e.get("resync_requests_per_member")
-                .copied()
-                .unwrap_or(f64::NAN),
-            e.get("resync_write_requests").copied().unwrap_or(f64::NAN),
-        ));
-    }
-    json_sets
 }
 
 /// The targets: (what, the figure measured, whether it is met).
@@ -1076,59 +688,6 @@ async fn fresh_control_plane(opts: &Options) -> Res<(ControlPlane, Client)> {
     let client = Client::try_from(config).map_err(|e| e.to_string())?;
     install_crds(&client).await?;
     Ok((cp, client))
-}
-
-/// The single-set runs of each size (none when `--sizes` is empty): the results and the
-/// operator's peak RSS over them.
-async fn run_sets(
-    client: &Client,
-    args: &Args,
-    kubectl: &Path,
-    kubeconfig: &Path,
-    work: &Path,
-) -> Res<(Vec<SetResult>, f64)> {
-    let mut sets = Vec::new();
-    if args.sizes.is_empty() {
-        return Ok((sets, f64::NAN));
-    }
-    let op = OperatorProc::start(
-        &args.operator,
-        kubeconfig,
-        args.concurrency,
-        &work.join("operator-sets.log"),
-    )
-    .await?;
-    warm_up(client).await?;
-    for &n in &args.sizes {
-        eprintln!("bench: one ApplySet of {n} members");
-        // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
-        // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
-        // must not slow down the next one's measurement.
-        let (o, extra) = run_operator_set(client, args, &op, n).await?;
-        delete_namespace(client, &format!("op-{n}")).await?;
-        let k = if args.kubectl {
-            let k = run_kubectl_set(client, kubectl, kubeconfig, n, work).await?;
-            delete_namespace(client, &format!("kubectl-{n}")).await?;
-            k
-        } else {
-            Timings {
-                create: f64::NAN,
-                noop: f64::NAN,
-                prune_half: f64::NAN,
-            }
-        };
-        let mut c = run_ceiling_set(client, n).await?;
-        delete_namespace(client, &format!("ceiling-{n}")).await?;
-        let mut o = o;
-        if n <= REPEATED_UP_TO {
-            (o.create, c.create) =
-                first_apply_medians(client, args, n, (o.create, c.create)).await?;
-        }
-        sets.push((n, o, k, c, extra));
-    }
-    let rss_sets = op.peak_rss_mib();
-    drop(op);
-    Ok((sets, rss_sets))
 }
 
 fn main() -> std::process::ExitCode {
