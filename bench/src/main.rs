@@ -644,20 +644,23 @@ async fn run(args: Args) -> Res<()> {
     // The Flux shape first: each run of the operator and of its ceiling on a fresh control
     // plane of its own (an operator lists every ApplySet and member at start, and the API
     // server's cost grows with what etcd holds: neither runs on the other's objects).
-    let (shapes, yardstick) = match args.shapes.is_empty() {
-        true => (Vec::new(), Value::Null),
+    let (shapes, yardstick, last) = match args.shapes.is_empty() {
+        true => (Vec::new(), Value::Null, None),
         false => {
             let y = ceiling::yardstick(args.ceiling.as_deref())?;
-            let shapes = run_shapes(&args, &opts, &y, &work).await?;
+            let (shapes, last) = run_shapes(&args, &opts, &y, &work).await?;
             let settings = shapes
                 .first()
                 .and_then(|s| s.runs.first())
                 .map(|r| r.0.doc["settings"].clone())
                 .unwrap_or_default();
-            (shapes, y.identity(&settings))
+            (shapes, y.identity(&settings), last)
         }
     };
-    let (cp, client) = fresh_control_plane(&opts).await?;
+    let (cp, client) = match last {
+        Some(last) => last,
+        None => fresh_control_plane(&opts).await?,
+    };
     let kubeconfig = cp.kubeconfig().to_path_buf();
     let (sets, rss_sets) = run_sets(&client, &args, &kubectl, &kubeconfig, &work).await?;
     // The ui last: its ApplySets stay until the control plane goes (no operator runs then).

@@ -36,15 +36,17 @@ pub struct ShapeRuns {
 pub type Run = (CeilingRun, Shape);
 
 /// Every K of `--shapes`, `--runs` times each: the yardstick, then the operator, each on a
-/// control plane of its own started with `opts` (its CRDs installed), stopped after.
+/// control plane of its own started with `opts` (its CRDs installed), stopped after; but the
+/// last operator's, returned for the single-set runs (its namespaces are gone).
 pub async fn run_shapes(
     args: &Args,
     opts: &Options,
     yardstick: &Yardstick,
     work: &Path,
-) -> Res<Vec<ShapeRuns>> {
+) -> Res<(Vec<ShapeRuns>, Option<(ControlPlane, Client)>)> {
     let kubectl = opts.bin_dir.join("kubectl");
     let mut all = Vec::new();
+    let mut last = None;
     for &k in &args.shapes {
         let mut runs = Vec::new();
         for run in 1..=args.runs {
@@ -60,17 +62,18 @@ pub async fn run_shapes(
                 "bench: {k} ApplySets × 4, run {run}/{}: the operator",
                 args.runs
             );
-            let shape = {
-                let (cp, client) = fresh_control_plane(opts).await?;
-                let kubeconfig = cp.kubeconfig().to_path_buf();
-                let log = work.join(format!("operator-shape-{k}-{run}.log"));
-                run_shape(&client, args, &kubectl, &kubeconfig, k, &log).await?
-            };
+            // The previous operator's control plane stops here, before this one starts.
+            drop(last.take());
+            let (cp, client) = fresh_control_plane(opts).await?;
+            let kubeconfig = cp.kubeconfig().to_path_buf();
+            let log = work.join(format!("operator-shape-{k}-{run}.log"));
+            let shape = run_shape(&client, args, &kubectl, &kubeconfig, k, &log).await?;
+            last = Some((cp, client));
             runs.push((ceiling, shape));
         }
         all.push(ShapeRuns { sets: k, runs });
     }
-    Ok(all)
+    Ok((all, last))
 }
 
 pub async fn run_shape(
@@ -135,7 +138,7 @@ pub async fn run_shape(
 
 /// The interval of every set during the resync's measurement: short, so every set resyncs
 /// soon (the bench's operator runs with `--min-interval=1s`).
-const RESYNC_INTERVAL: &str = "5s";
+const RESYNC_INTERVAL: &str = "2s";
 
 /// One periodic resync of all `k` sets of `api` with nothing changed: every set's interval
 /// set to [`RESYNC_INTERVAL`] (a new generation: one reconcile each, not counted), and once
@@ -466,7 +469,7 @@ pub fn report_shapes(
     md.push_str(&format!(
         "\n## The Flux shape: K ApplySets × 4 members, created at once{waiting}\n\n"
     ));
-    md.push_str("Per set: a ServiceAccount, a headless Service, a Deployment of 0 replicas, an Ingress (Flux's benchmark objects). Each run of the operator and of the ceiling (`hack/ssa-ceiling`: the same writes, the event included, without the operator) on a fresh control plane of its own, taking turns. Teardown: the namespace deleted, with the operator running, until it is gone; baseline: the same objects made without the operator (no finalizers), their namespace deleted. Resync: every set's interval set to 5 s, then the operator's requests over as many reconciles as sets.\n\n");
+    md.push_str("Per set: a ServiceAccount, a headless Service, a Deployment of 0 replicas, an Ingress (Flux's benchmark objects). Each run of the operator and of the ceiling (`hack/ssa-ceiling`: the same writes, the event included, without the operator) on a fresh control plane of its own, taking turns. Teardown: the namespace deleted, with the operator running, until it is gone; baseline: the same objects made without the operator (no finalizers), their namespace deleted. Resync: every set's interval set to 2 s, then the operator's requests over as many reconciles as sets.\n\n");
     md.push_str("| ApplySets | run | all Ready (s) | ceiling (s) | all Ready / ceiling | operator peak RSS, teardown included (MiB) | operator requests | requests / set | API server requests (all clients) | resync: requests / set | resync: writes | teardown (s) | teardown without the operator (s) | 403s during teardown |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut json_shapes = Vec::new();
     for s in shapes {
