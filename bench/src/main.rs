@@ -1,12 +1,13 @@
 //! `make bench`: applyset-operator side by side with `kubectl apply --server-side --prune
-//! --applyset` and with the API server's own ceiling (the same server-side-apply requests in a
-//! tight concurrent loop), in one run against one local control plane.
+//! --applyset` and with the API server's own ceiling (the same writes in a tight concurrent
+//! loop, without the operator), in one run.
 //!
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
 //!                [--no-kubectl] [--impersonate] [--wait] [--teardown-baseline]
 //!                [--ui 10000] [--plugin target/release/kubectl-applyset]
+//!                [--runs 1] [--ceiling PATH] [--no-shape-resync]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
@@ -22,7 +23,10 @@
 //! The Flux shape is Flux's own benchmark shape: per set a ServiceAccount, a headless
 //! Service, a Deployment of 0 replicas and an Ingress. Each shape's teardown (the namespace
 //! deleted, with the operator running, until it is gone) is timed, and the operator's
-//! refused requests (403) during it counted; its peak RSS covers the teardown.
+//! refused requests (403) during it counted; its peak RSS covers the teardown. Each K runs on
+//! a fresh control plane, and so does its ceiling, `hack/ssa-ceiling` (built here, or
+//! `--ceiling PATH`), taking turns `--runs` times (shape.rs, ceiling.rs). One full resync of
+//! the shape's sets is measured unless `--no-shape-resync`.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
