@@ -71,7 +71,9 @@ type Res<T> = Result<T, String>;
 
 const CRD_KINDS: usize = 20;
 const GROUP: &str = "bench.applyset.dev";
-const WAIT: Duration = Duration::from_secs(900);
+/// The longest wait for an effect (all Ready, a namespace gone): 50,000 sets of the Flux
+/// shape take many minutes on 2 cores, for each.
+const WAIT: Duration = Duration::from_secs(3600);
 
 struct Args {
     sizes: Vec<usize>,
