@@ -19,6 +19,9 @@ STEPS ?= 1000
 CASES ?= 100000
 # Builds of each kind measured by `make bench-kustomize`.
 KZ_BENCH_N ?= 1000
+# ApplySets of the Flux shape, and runs of it, in `make bench-scale`.
+N ?= 10000
+RUNS ?= 1
 # The commit the plugin's --version names (read at build time; `unknown` outside a clone).
 export APPLYSET_COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 
@@ -139,11 +142,11 @@ bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl 
 	  --operator target/release/applyset-operator --out bench/results --teardown-baseline $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: deps kube-binaries ## 10,000 ApplySets × 4 (Flux's objects): all Ready, peak RSS, requests per set, teardown timed with the operator running; bench/results/scale/
+bench-scale: deps kube-binaries ## N (10000) ApplySets × 4 (Flux's objects), RUNS (1) runs taking turns with hack/ssa-ceiling, each on a fresh control plane: all Ready against the ceiling, peak RSS, requests per set, a full resync, teardown; bench/results/scale/
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
 	  --operator target/release/applyset-operator --out bench/results/scale \
-	  --shapes 10000 --sizes "" --no-kubectl --teardown-baseline --ui 0 $(BENCH_ARGS)
+	  --shapes $(N) --runs $(RUNS) --sizes "" --no-kubectl --teardown-baseline --ui 0 $(BENCH_ARGS)
 
 .PHONY: bench-kustomize
 bench-kustomize: deps kustomize-binary ## the cost of kustomize builds through the operator's build path: one, and KZ_BENCH_N (1000) at --kustomize-concurrency 2
@@ -157,7 +160,9 @@ bench-smoke: deps kube-binaries ## a tiny run of the benchmark (part of make tes
 	  --sizes 20 --shapes 10 --ui 20 --plugin target/debug/kubectl-applyset \
 	  --operator target/debug/applyset-operator --out target/bench-smoke > target/bench-smoke.log \
 	  || { cat target/bench-smoke.log; exit 1; }
-	@grep -q '^| 20 | create' target/bench-smoke/report.md && grep -q '^| 20 sets | ' target/bench-smoke/report.md && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
+	@grep -q '^| 20 | create' target/bench-smoke/report.md && grep -q '^| 20 sets | ' target/bench-smoke/report.md \
+	  && grep -qE '^\| 10 × 4 \| median \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ × \|' target/bench-smoke/report.md \
+	  && echo "bench-smoke: ok (report in target/bench-smoke/report.md)"
 
 .PHONY: run
 run: deps kube-binaries ## local control plane (unless KUBECONFIG is set, or CONTEXT=current|NAME) + CRDs + operator in the foreground + examples/

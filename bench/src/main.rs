@@ -1,12 +1,13 @@
 //! `make bench`: applyset-operator side by side with `kubectl apply --server-side --prune
-//! --applyset` and with the API server's own ceiling (the same server-side-apply requests in a
-//! tight concurrent loop), in one run against one local control plane.
+//! --applyset` and with the API server's own ceiling (the same writes in a tight concurrent
+//! loop, without the operator), in one run.
 //!
 //! ```text
 //! applyset-bench [--sizes 100,1000,5000] [--shapes 100,500,1000] [--out bench/results]
 //!                [--operator target/release/applyset-operator] [--concurrency N]
 //!                [--no-kubectl] [--impersonate] [--wait] [--teardown-baseline]
 //!                [--ui 10000] [--plugin target/release/kubectl-applyset]
+//!                [--runs 1] [--ceiling PATH] [--no-shape-resync]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
@@ -22,7 +23,10 @@
 //! The Flux shape is Flux's own benchmark shape: per set a ServiceAccount, a headless
 //! Service, a Deployment of 0 replicas and an Ingress. Each shape's teardown (the namespace
 //! deleted, with the operator running, until it is gone) is timed, and the operator's
-//! refused requests (403) during it counted; its peak RSS covers the teardown.
+//! refused requests (403) during it counted; its peak RSS covers the teardown. Each K runs on
+//! a fresh control plane, and so does its ceiling, `hack/ssa-ceiling` (built here, or
+//! `--ceiling PATH`), taking turns `--runs` times (shape.rs, ceiling.rs). One full resync of
+//! the shape's sets is measured unless `--no-shape-resync`.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -52,13 +56,24 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+mod ceiling;
+mod operator;
+mod sets;
+mod shape;
 mod ui;
+
+use ceiling::{Request, ceiling_first_apply, ceiling_requests, run_ceiling_set};
+use operator::OperatorProc;
+use sets::{SetResult, Timings, report_sets, run_sets};
+use shape::{ShapeRuns, report_shapes, run_shapes, shape_targets};
 
 type Res<T> = Result<T, String>;
 
 const CRD_KINDS: usize = 20;
 const GROUP: &str = "bench.applyset.dev";
-const WAIT: Duration = Duration::from_secs(900);
+/// The longest wait for an effect (all Ready, a namespace gone): 50,000 sets of the Flux
+/// shape take many minutes on 2 cores, for each.
+const WAIT: Duration = Duration::from_secs(3600);
 
 struct Args {
     sizes: Vec<usize>,
@@ -80,6 +95,12 @@ struct Args {
     ui: usize,
     /// The kubectl-applyset binary whose ui is measured.
     plugin: PathBuf,
+    /// Runs of each K of the Flux shape (the ceiling and the operator taking turns).
+    runs: usize,
+    /// The yardstick's binary (else built from `hack/ssa-ceiling`).
+    ceiling: Option<PathBuf>,
+    /// One periodic resync of every set of the Flux shape is measured.
+    shape_resync: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -95,6 +116,9 @@ fn parse_args() -> Res<Args> {
         teardown_baseline: false,
         ui: 10_000,
         plugin: PathBuf::from("target/release/kubectl-applyset"),
+        runs: 1,
+        ceiling: None,
+        shape_resync: true,
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -143,10 +167,38 @@ fn parse_args() -> Res<Args> {
                     .map(PathBuf::from)
                     .ok_or("--plugin needs a path")?
             }
-            other => return Err(format!("unknown argument {other}")),
+            other => {
+                if !shape_flag(&mut a, other, &mut it)? {
+                    return Err(format!("unknown argument {other}"));
+                }
+            }
         }
     }
     Ok(a)
+}
+
+/// Parses `flag` if it is one of the Flux shape's (`--runs`, `--ceiling`,
+/// `--no-shape-resync`), its value from `it`; whether it was.
+fn shape_flag(a: &mut Args, flag: &str, it: &mut impl Iterator<Item = String>) -> Res<bool> {
+    match flag {
+        "--runs" => {
+            a.runs = it
+                .next()
+                .and_then(|v| v.parse().ok())
+                .filter(|r| *r > 0)
+                .ok_or("--runs needs a number above 0")?
+        }
+        "--ceiling" => {
+            a.ceiling = Some(
+                it.next()
+                    .map(PathBuf::from)
+                    .ok_or("--ceiling needs a path")?,
+            )
+        }
+        "--no-shape-resync" => a.shape_resync = false,
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -239,161 +291,6 @@ fn resource_of(obj: &Value) -> ApiResource {
 }
 
 // ------------------------------------------------------------------------------------------
-// The operator process
-
-struct OperatorProc {
-    child: Child,
-    metrics_port: u16,
-}
-
-impl Drop for OperatorProc {
-    /// SIGTERM first, so that an operator built with `--features dhat-heap` writes its heap
-    /// profile (dhat-heap.json) as it exits; killed after 30 s.
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Res<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        code,
-        buf.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    ))
-}
-
-impl OperatorProc {
-    async fn start(
-        binary: &Path,
-        kubeconfig: &Path,
-        concurrency: Option<u16>,
-        log: &Path,
-    ) -> Res<OperatorProc> {
-        let (metrics_port, health_port) = (free_port()?, free_port()?);
-        let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(binary);
-        cmd.arg("run")
-            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-            // The periodic resync is measured with interval 2s (the default minimum is 10s).
-            .arg("--min-interval=1s")
-            // The single set of 5000 members is inline: about 590 KiB of JSON, over the
-            // default 512 KiB (a user would put so many in a source).
-            .arg("--max-inline-manifests-kib=1024")
-            .env("KUBECONFIG", kubeconfig)
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        if let Some(c) = concurrency {
-            cmd.arg(format!("--concurrency={c}"));
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", binary.display()))?;
-        let p = OperatorProc {
-            child,
-            metrics_port,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(health_port, "/readyz").map(|(c, _)| c) != Some(200) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "operator not ready within 60 s; see {}",
-                    log.display()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(p)
-    }
-
-    fn metrics(&self) -> String {
-        http_get(self.metrics_port, "/metrics")
-            .map(|(_, b)| b)
-            .unwrap_or_default()
-    }
-
-    /// (all requests, write requests, reconciles) the operator has counted.
-    fn counters(&self) -> (f64, f64, f64) {
-        let m = self.metrics();
-        let mut all = 0.0;
-        let mut writes = 0.0;
-        let mut reconciles = 0.0;
-        for line in m.lines().filter(|l| !l.starts_with('#')) {
-            let v: f64 = line
-                .rsplit(' ')
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            if line.starts_with("applyset_api_requests_total{") {
-                all += v;
-                if ["POST", "PUT", "PATCH", "DELETE"]
-                    .iter()
-                    .any(|w| line.contains(&format!("\"{w}\"")))
-                {
-                    writes += v;
-                }
-            } else if line.starts_with("applyset_reconciles_total{") {
-                reconciles += v;
-            }
-        }
-        (all, writes, reconciles)
-    }
-
-    /// The API server's answers 403 (forbidden) to the operator so far.
-    fn forbidden(&self) -> f64 {
-        self.metrics()
-            .lines()
-            .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(0.0)
-    }
-}
-
-// ------------------------------------------------------------------------------------------
 // Helpers against the API server
 
 async fn create_namespace(client: &Client, name: &str) -> Res<()> {
@@ -433,6 +330,7 @@ async fn install_crds(client: &Client) -> Res<()> {
     for crd in applyset_operator::api::crds() {
         all.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
     }
+    all.extend(ceiling::twin_crd(&all));
     for crd in &all {
         let name = crd["metadata"]["name"]
             .as_str()
@@ -597,19 +495,6 @@ async fn warm_up(client: &Client) -> Res<()> {
     Ok(())
 }
 
-// ------------------------------------------------------------------------------------------
-// The three contenders for one set of N members
-
-/// One size's results: N, the operator, kubectl, the ceiling, and steady-state figures.
-type SetResult = (usize, Timings, Timings, Timings, BTreeMap<String, f64>);
-
-#[derive(Default, Clone)]
-struct Timings {
-    create: f64,
-    noop: f64,
-    prune_half: f64,
-}
-
 /// With `--impersonate`: a ServiceAccount in `ns` bound to cluster-admin, for the sets there
 /// to name (the cost measured is the impersonation, not the RBAC); its name.
 async fn deployer(client: &Client, args: &Args, ns: &str) -> Res<Option<String>> {
@@ -646,66 +531,6 @@ async fn deployer(client: &Client, args: &Args, ns: &str) -> Res<Option<String>>
     Ok(Some(name.to_string()))
 }
 
-/// Creates namespace `ns` and in it an ApplySet of `n` members; the seconds from its
-/// creation until it is Ready.
-async fn first_apply(client: &Client, args: &Args, ns: &str, n: usize) -> Res<f64> {
-    create_namespace(client, ns).await?;
-    let sa = deployer(client, args, ns).await?;
-    let api = applysets(client, ns);
-    let name = format!("set-{n}");
-    let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"interval": "1h", "manifests": members(n, "m")}});
-    if let Some(sa) = sa {
-        body["spec"]["serviceAccountName"] = json!(sa);
-    }
-    let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .map_err(|e| format!("create {name}: {e}"))?;
-    Ok(wait_ready(&api, &name, start).await?.as_secs_f64())
-}
-
-/// The ceiling's first apply of `n` members in a new namespace `ns`, in seconds.
-async fn ceiling_first_apply(client: &Client, ns: &str, n: usize) -> Res<f64> {
-    create_namespace(client, ns).await?;
-    let objs = members(n, "m");
-    let start = Instant::now();
-    ceiling_requests(client, ns, &objs, Request::Apply).await?;
-    Ok(start.elapsed().as_secs_f64())
-}
-
-/// How many times the first apply of a set of at most [`REPEATED_UP_TO`] members is
-/// measured, for the operator and the ceiling alike.
-const REPEATS: usize = 3;
-/// The largest set whose first apply is measured [`REPEATS`] times.
-const REPEATED_UP_TO: usize = 1000;
-
-/// The medians of [`REPEATS`] first applies of `n` members, the operator's and the
-/// ceiling's, from the `first` pair already measured and further pairs in namespaces of
-/// their own (each deleted, and gone, before the next run). Operator and ceiling runs take
-/// turns, so that a change in the machine's load touches both alike: one run of about a
-/// second varied between 0.5 and 2 times the other from run to run; a median of three is
-/// steadier.
-async fn first_apply_medians(
-    client: &Client,
-    args: &Args,
-    n: usize,
-    first: (f64, f64),
-) -> Res<(f64, f64)> {
-    let (mut ops, mut ceilings) = (vec![first.0], vec![first.1]);
-    for k in 1..REPEATS {
-        let ns = format!("op-{n}-{k}");
-        ops.push(first_apply(client, args, &ns, n).await?);
-        delete_namespace(client, &ns).await?;
-        let ns = format!("ceiling-{n}-{k}");
-        ceilings.push(ceiling_first_apply(client, &ns, n).await?);
-        delete_namespace(client, &ns).await?;
-    }
-    Ok((median(ops), median(ceilings)))
-}
-
 /// The median of `v` (the mean of the middle two for an even count; NaN when empty).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -716,439 +541,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-async fn run_operator_set(
-    client: &Client,
-    args: &Args,
-    op: &OperatorProc,
-    n: usize,
-) -> Res<(Timings, BTreeMap<String, f64>)> {
-    let ns = format!("op-{n}");
-    let name = format!("set-{n}");
-    let api = applysets(client, &ns);
-    let mut t = Timings {
-        create: first_apply(client, args, &ns, n).await?,
-        ..Timings::default()
-    };
-    let mut extra = BTreeMap::new();
-    // Let the follow-up reconciles of the creation settle before counting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
-    // A no-op reconcile, requested with the annotation (no spec change): timed from the
-    // request until the operator has finished one more reconcile.
-    // One requested reconcile first, so the summary of the creation (created → unchanged)
-    // is not counted as the no-op's write.
-    request_reconcile(&api, &name, op, "settle").await?;
-    let (all0, w0, r0) = op.counters();
-    let start = Instant::now();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"applyset.dev/reconcile-requested-at": format!("{:?}", start)}}})),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    loop {
-        if op.counters().2 > r0 {
-            break;
-        }
-        if start.elapsed() > WAIT {
-            return Err("the requested reconcile did not happen".into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    t.noop = start.elapsed().as_secs_f64();
-    let (all1, w1, _) = op.counters();
-    // The annotation patch is ours, not the operator's: only the operator's requests count.
-    extra.insert("noop_requests_per_member".into(), (all1 - all0) / n as f64);
-    extra.insert("noop_write_requests".into(), w1 - w0);
-
-    // Periodic resync: interval 2s, over at least 3 resyncs.
-    patch_spec(&api, &name, json!({"interval": "2s"})).await?;
-    wait_ready(&api, &name, Instant::now()).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (all2, w2, r2) = op.counters();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (all3, w3, r3) = loop {
-        let c = op.counters();
-        if c.2 >= r2 + 3.0 || Instant::now() > deadline {
-            break c;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let resyncs = (r3 - r2).max(1.0);
-    extra.insert(
-        "resync_requests_per_member".into(),
-        (all3 - all2) / resyncs / n as f64,
-    );
-    extra.insert("resync_write_requests".into(), (w3 - w2) / resyncs);
-    patch_spec(&api, &name, json!({"interval": "1h"})).await?;
-    wait_ready(&api, &name, Instant::now()).await?;
-
-    let start = Instant::now();
-    patch_spec(&api, &name, json!({"manifests": members(n / 2, "m")})).await?;
-    t.prune_half = wait_ready(&api, &name, start).await?.as_secs_f64();
-    Ok((t, extra))
-}
-
-fn write_yaml(dir: &Path, objs: &[Value]) -> Res<()> {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    // JSON is YAML: one document per object.
-    let text: String = objs.iter().map(|o| format!("---\n{o}\n")).collect();
-    std::fs::write(dir.join("objects.yaml"), text).map_err(|e| e.to_string())
-}
-
-fn kubectl_apply(kubectl: &Path, kubeconfig: &Path, ns: &str, dir: &Path) -> Res<f64> {
-    let start = Instant::now();
-    let out = Command::new(kubectl)
-        .env("KUBECTL_APPLYSET", "true")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args([
-            "apply",
-            "--server-side",
-            "--prune",
-            "--applyset=bench",
-            "-n",
-            ns,
-            "-f",
-        ])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl apply failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(start.elapsed().as_secs_f64())
-}
-
-async fn run_kubectl_set(
-    client: &Client,
-    kubectl: &Path,
-    kubeconfig: &Path,
-    n: usize,
-    work: &Path,
-) -> Res<Timings> {
-    let ns = format!("kubectl-{n}");
-    create_namespace(client, &ns).await?;
-    let dir = work.join(format!("kubectl-{n}"));
-    write_yaml(&dir, &members(n, "m"))?;
-    let create = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    let noop = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    write_yaml(&dir, &members(n / 2, "m"))?;
-    let prune_half = kubectl_apply(kubectl, kubeconfig, &ns, &dir)?;
-    Ok(Timings {
-        create,
-        noop,
-        prune_half,
-    })
-}
-
-/// What the ceiling sends for each object.
-#[derive(Clone, Copy)]
-enum Request {
-    Apply,
-    Delete,
-}
-
-/// One request per object, 64 in flight, no controller logic: the API server's ceiling.
-async fn ceiling_requests(client: &Client, ns: &str, objs: &[Value], request: Request) -> Res<()> {
-    stream::iter(objs.iter())
-        .map(|o| async move {
-            let api: Api<DynamicObject> =
-                Api::dynamic(client.clone(), &resource_of(o), &Scope::Namespaced).constrain(ns);
-            let name = o["metadata"]["name"].as_str().unwrap_or_default();
-            let sent = match request {
-                Request::Apply => api
-                    .patch(
-                        name,
-                        &PatchParams::apply("ceiling").force(),
-                        &Patch::Apply(o),
-                    )
-                    .await
-                    .map(|_| ()),
-                Request::Delete => api
-                    .delete(name, &DeleteParams::background())
-                    .await
-                    .map(|_| ()),
-            };
-            sent.map_err(|e| format!("{name}: {e}"))
-        })
-        .buffer_unordered(64)
-        .try_collect::<Vec<()>>()
-        .await
-        .map(|_| ())
-}
-
-async fn run_ceiling_set(client: &Client, n: usize) -> Res<Timings> {
-    let ns = format!("ceiling-{n}");
-    let create = ceiling_first_apply(client, &ns, n).await?;
-    let objs = members(n, "m");
-    let start = Instant::now();
-    ceiling_requests(client, &ns, &objs, Request::Apply).await?;
-    let noop = start.elapsed().as_secs_f64();
-    let start = Instant::now();
-    ceiling_requests(client, &ns, &objs[n / 2..], Request::Delete).await?;
-    let prune_half = start.elapsed().as_secs_f64();
-    Ok(Timings {
-        create,
-        noop,
-        prune_half,
-    })
-}
-
-// ------------------------------------------------------------------------------------------
-// The Flux shape: K ApplySets of 4 members, created at once
-
-struct Shape {
-    sets: usize,
-    all_ready: f64,
-    /// Over the whole run, the teardown included.
-    peak_rss_mib: f64,
-    /// From the creation until all Ready.
-    operator_requests: f64,
-    apiserver_requests: f64,
-    /// The namespace's deletion until it is gone, with the operator running.
-    teardown: f64,
-    /// The operator's requests refused (403) during the teardown.
-    teardown_forbidden: f64,
-    /// The same teardown without the operator (`--teardown-baseline`), else NaN.
-    teardown_baseline: f64,
-}
-
-async fn run_shape(
-    client: &Client,
-    args: &Args,
-    kubectl: &Path,
-    kubeconfig: &Path,
-    k: usize,
-    work: &Path,
-) -> Res<Shape> {
-    // A fresh process, so its peak RSS is this shape's.
-    let op = OperatorProc::start(
-        &args.operator,
-        kubeconfig,
-        args.concurrency,
-        &work.join(format!("operator-shape-{k}.log")),
-    )
-    .await?;
-    let ns = format!("flux-{k}");
-    create_namespace(client, &ns).await?;
-    let sa = deployer(client, args, &ns).await?;
-    let api = applysets(client, &ns);
-    let api_before = apiserver_requests(kubectl, kubeconfig);
-    let (op_before, _, _) = op.counters();
-    let created = AtomicU64::new(0);
-    let wait = args.wait;
-    let kubelet =
-        wait.then(|| tokio::spawn(make_deployments_available(client.clone(), ns.clone())));
-    let start = Instant::now();
-    create_flux_sets(&api, &ns, k, sa.as_deref(), wait, &created).await?;
-    wait_all_ready(&api, k, start).await?;
-    let all_ready = start.elapsed().as_secs_f64();
-    if let Some(k) = kubelet {
-        k.abort();
-    }
-    let (op_after, _, _) = op.counters();
-    let api_after = apiserver_requests(kubectl, kubeconfig);
-    // The teardown, timed, while this operator still runs: it holds the ApplySets'
-    // finalizers, and must not fight the namespace controller.
-    let forbidden_before = op.forbidden();
-    let t = Instant::now();
-    delete_namespace(client, &ns).await?;
-    let teardown = t.elapsed().as_secs_f64();
-    let teardown_forbidden = op.forbidden() - forbidden_before;
-    let peak_rss_mib = op.peak_rss_mib();
-    drop(op);
-    let teardown_baseline = match args.teardown_baseline {
-        true => baseline_teardown(client, k).await?,
-        false => f64::NAN,
-    };
-    Ok(Shape {
-        sets: k,
-        all_ready,
-        peak_rss_mib,
-        operator_requests: op_after - op_before,
-        apiserver_requests: api_after - api_before,
-        teardown,
-        teardown_forbidden,
-        teardown_baseline,
-    })
-}
-
-/// Creates the `k` ApplySets of the Flux shape in `ns`, 32 at a time, counting them in
-/// `created`.
-async fn create_flux_sets(
-    api: &Api<DynamicObject>,
-    ns: &str,
-    k: usize,
-    sa: Option<&str>,
-    wait: bool,
-    created: &AtomicU64,
-) -> Res<()> {
-    stream::iter(0..k)
-        .map(|i| async move {
-            let p = format!("s{i:05}-");
-            let ms = flux_members(&p);
-            let mut body = json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-                "metadata": {"name": format!("set-{i:05}"), "namespace": ns}, "spec": {"manifests": ms}});
-            if let Some(sa) = sa {
-                body["spec"]["serviceAccountName"] = json!(sa);
-            }
-            if wait {
-                body["spec"]["wait"] = json!(true);
-            }
-            let obj: DynamicObject = serde_json::from_value(body).map_err(|e| e.to_string())?;
-            api.create(&PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
-            created.fetch_add(1, Ordering::Relaxed);
-            Res::Ok(())
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
-}
-
-/// Waits until all `k` ApplySets of `api` are Ready, at most until [`WAIT`] after `start`.
-/// Watched, not polled: LISTs of all K ApplySets several times a second would load the API
-/// server the operator is measured against.
-async fn wait_all_ready(api: &Api<DynamicObject>, k: usize, start: Instant) -> Res<()> {
-    // Filled by the watch below; read again once the wait is over (the watch future is then
-    // gone, and its borrow with it).
-    let mut ready = std::collections::HashSet::<String>::new();
-    let all_ready = async {
-        use kube::runtime::WatchStreamExt;
-        let mut events = kube::runtime::watcher(api.clone(), Default::default())
-            .default_backoff()
-            .boxed();
-        while let Some(e) = events.next().await {
-            let objs = match e {
-                Ok(kube::runtime::watcher::Event::Apply(o))
-                | Ok(kube::runtime::watcher::Event::InitApply(o)) => vec![o],
-                _ => continue,
-            };
-            for o in objs {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                if is_ready(&o) {
-                    ready.insert(name);
-                } else {
-                    ready.remove(&name);
-                }
-            }
-            if ready.len() == k {
-                return;
-            }
-        }
-    };
-    if tokio::time::timeout(WAIT.saturating_sub(start.elapsed()), all_ready)
-        .await
-        .is_err()
-    {
-        let n = ready.len();
-        return Err(format!("only {n} of {k} ApplySets Ready within {WAIT:?}"));
-    }
-    Ok(())
-}
-
-/// The teardown's baseline: the objects of `k` sets of the Flux shape (members and
-/// ApplySets, the ApplySets without finalizers: no operator runs) made directly in a
-/// namespace of their own (not timed), then the namespace's deletion until it is gone,
-/// timed.
-async fn baseline_teardown(client: &Client, k: usize) -> Res<f64> {
-    let ns = format!("flux-{k}-bare");
-    create_namespace(client, &ns).await?;
-    let objs: Vec<Value> = (0..k)
-        .flat_map(|i| {
-            let p = format!("s{i:05}-");
-            let mut objs = flux_members(&p);
-            objs.push(json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-                "metadata": {"name": format!("set-{i:05}")}, "spec": {"manifests": flux_members(&p)}}));
-            objs
-        })
-        .collect();
-    ceiling_requests(client, &ns, &objs, Request::Apply).await?;
-    let t = Instant::now();
-    delete_namespace(client, &ns).await?;
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// Plays the Deployment controller (there is none in the bench's control plane): every
-/// Deployment in `ns` gets the status of one available replica as soon as it is seen.
-async fn make_deployments_available(client: Client, ns: String) {
-    use kube::runtime::WatchStreamExt;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, &ns, &resource_of(&json!({"kind": "Deployment"})));
-    kube::runtime::watcher(api.clone(), Default::default())
-        .default_backoff()
-        .applied_objects()
-        .for_each_concurrent(16, |o| {
-            let api = api.clone();
-            async move {
-                let Ok(o) = o else { return };
-                let generation = o.metadata.generation;
-                if o.data["status"]["observedGeneration"].as_i64() == generation {
-                    return;
-                }
-                let status = json!({"status": {"observedGeneration": generation, "replicas": 1,
-                    "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
-                    "conditions": [
-                        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}});
-                let name = o.metadata.name.clone().unwrap_or_default();
-                let _ = api
-                    .patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(status))
-                    .await;
-            }
-        })
-        .await;
-}
-
 // ------------------------------------------------------------------------------------------
 // Report
-
-/// The scale targets of the Flux shape (docs/benchmarks.md): 10,000 × 4 Ready within 120 s in 256 MiB, at most 8
-/// requests per new set; every teardown refused at most the apply concurrency (64) and within
-/// 1.5 × its baseline.
-fn shape_targets(shapes: &[Shape]) -> Vec<(String, String, bool)> {
-    let mut targets = Vec::new();
-    if let Some(s) = shapes.iter().find(|s| s.sets == 10_000) {
-        targets.push((
-            "10,000 × 4 all Ready within 120 s".to_string(),
-            format!("{:.1} s", s.all_ready),
-            s.all_ready <= 120.0,
-        ));
-        targets.push((
-            "operator peak RSS ≤ 256 MiB (10,000 × 4, teardown included)".to_string(),
-            format!("{:.1} MiB", s.peak_rss_mib),
-            s.peak_rss_mib <= 256.0,
-        ));
-    }
-    for s in shapes {
-        let per_set = s.operator_requests / s.sets as f64;
-        targets.push((
-            format!("≤ 8 requests per new set ({} × 4)", s.sets),
-            format!("{per_set:.2}"),
-            per_set <= 8.0,
-        ));
-        targets.push((
-            format!("teardown refuses ≤ 64 requests ({} × 4)", s.sets),
-            format!("{:.0}", s.teardown_forbidden),
-            s.teardown_forbidden <= 64.0,
-        ));
-        if !s.teardown_baseline.is_nan() {
-            let r = ratio(s.teardown, s.teardown_baseline);
-            targets.push((
-                format!("teardown ≤ 1.5 × without the operator ({} × 4)", s.sets),
-                format!("{r:.2} ×"),
-                r <= 1.5,
-            ));
-        }
-    }
-    targets
-}
 
 /// `a / b`; NaN when `b` was not measured (NaN), never a division by zero.
 fn ratio(a: f64, b: f64) -> f64 {
@@ -1167,14 +561,15 @@ fn verdict(ok: bool) -> &'static str {
 fn report(
     args: &Args,
     sets: &[SetResult],
-    shapes: &[Shape],
+    shapes: &[ShapeRuns],
+    yardstick: &Value,
     op_rss_sets: f64,
     ui: Option<&ui::UiResult>,
 ) -> (String, Value) {
     let mut md = String::new();
     md.push_str("# applyset-operator benchmark\n\n");
     md.push_str(&format!(
-        "One run, one local control plane (kube-apiserver v1.37.1, etcd v3.7.0), {} cores. Operator: `{}`.\n\n",
+        "One invocation: local control planes (kube-apiserver v1.37.1, etcd v3.7.0; a fresh one for each run of the Flux shape and of its ceiling), {} cores. Operator: `{}`.\n\n",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         args.operator.display()
     ));
@@ -1196,94 +591,20 @@ fn report(
     for (t, f, ok) in &targets {
         md.push_str(&format!("| {t} | {f} | {} |\n", verdict(*ok)));
     }
-    let json = json!({"sets": json_sets, "shapes": json_shapes, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets, "ui": json_ui,
+    if !yardstick.is_null() {
+        md.push_str(&format!(
+            "\nThe ceiling of the Flux shape: `hack/ssa-ceiling`, sha256 `{}`, settings `{}`.\n",
+            yardstick["source_sha256"].as_str().unwrap_or_default(),
+            yardstick["settings"]
+        ));
+    }
+    let json = json!({"sets": json_sets, "shapes": json_shapes, "yardstick": yardstick, "shapes_wait": args.wait, "operator_peak_rss_mib_sets": op_rss_sets, "ui": json_ui,
         "targets": targets.iter().map(|(t, f, ok)| json!({"target": t, "figure": f, "met": ok})).collect::<Vec<_>>()});
     (md, json)
 }
 
-/// The single-set tables (timings, then the steady state) into `md`; their JSON.
-fn report_sets(md: &mut String, sets: &[SetResult]) -> Vec<Value> {
-    md.push_str("## One ApplySet of N members (seconds)\n\n");
-    md.push_str(&format!(
-        "`create → Ready` of the operator and of the ceiling is the median of {REPEATS} runs, taking turns, for N ≤ {REPEATED_UP_TO}; one run otherwise (kubectl: one run).\n\n"
-    ));
-    md.push_str("| N | phase | operator | kubectl --prune --applyset | API server ceiling | operator / kubectl | operator / ceiling |\n|---|---|---|---|---|---|---|\n");
-    let mut json_sets = Vec::new();
-    for (n, op, kc, ce, extra) in sets {
-        for (phase, o, k, c) in [
-            ("create → Ready", op.create, kc.create, ce.create),
-            ("no-op", op.noop, kc.noop, ce.noop),
-            ("prune half", op.prune_half, kc.prune_half, ce.prune_half),
-        ] {
-            md.push_str(&format!(
-                "| {n} | {phase} | {o:.2} | {k:.2} | {c:.2} | {:.2} | {:.2} |\n",
-                ratio(o, k),
-                ratio(o, c)
-            ));
-        }
-        json_sets.push(json!({"members": n,
-            "operator": {"create": op.create, "noop": op.noop, "prune_half": op.prune_half},
-            "kubectl": {"create": kc.create, "noop": kc.noop, "prune_half": kc.prune_half},
-            "ceiling": {"create": ce.create, "noop": ce.noop, "prune_half": ce.prune_half},
-            "steady": extra}));
-    }
-    md.push_str("\n## Steady state (operator requests)\n\n| N | no-op: requests / member | no-op: write requests | resync: requests / member | resync: writes / resync |\n|---|---|---|---|---|\n");
-    for (n, _, _, _, e) in sets {
-        md.push_str(&format!(
-            "| {n} | {:.3} | {:.0} | {:.3} | {:.1} |\n",
-            e.get("noop_requests_per_member")
-                .copied()
-                .unwrap_or(f64::NAN),
-            e.get("noop_write_requests").copied().unwrap_or(f64::NAN),
-            e.get("resync_requests_per_member")
-                .copied()
-                .unwrap_or(f64::NAN),
-            e.get("resync_write_requests").copied().unwrap_or(f64::NAN),
-        ));
-    }
-    json_sets
-}
-
-/// The Flux-shape table into `md` (`wait`: the sets waited for their Deployments); its JSON.
-fn report_shapes(md: &mut String, wait: bool, shapes: &[Shape], op_rss_sets: f64) -> Vec<Value> {
-    let waiting = if wait {
-        ", every set with `wait: true` (the bench makes each Deployment available as the Deployment controller would; its status writes count among the API server's requests)"
-    } else {
-        ""
-    };
-    md.push_str(&format!(
-        "\n## The Flux shape: K ApplySets × 4 members, created at once{waiting}\n\n"
-    ));
-    md.push_str("Per set: a ServiceAccount, a headless Service, a Deployment of 0 replicas, an Ingress (Flux's benchmark objects). Teardown: the namespace deleted, with the operator running, until it is gone; baseline: the same objects made without the operator (no finalizers), their namespace deleted.\n\n");
-    md.push_str("| ApplySets | all Ready (s) | operator peak RSS, teardown included (MiB) | operator requests | requests / set | API server requests (all clients) | teardown (s) | teardown without the operator (s) | 403s during teardown |\n|---|---|---|---|---|---|---|---|---|\n");
-    let mut json_shapes = Vec::new();
-    for s in shapes {
-        let per_set = s.operator_requests / s.sets as f64;
-        md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.0} | {per_set:.2} | {:.0} | {:.1} | {:.1} | {:.0} |\n",
-            s.sets,
-            s.all_ready,
-            s.peak_rss_mib,
-            s.operator_requests,
-            s.apiserver_requests,
-            s.teardown,
-            s.teardown_baseline,
-            s.teardown_forbidden
-        ));
-        json_shapes.push(json!({"applysets": s.sets, "all_ready_seconds": s.all_ready, "peak_rss_mib": s.peak_rss_mib,
-            "operator_requests": s.operator_requests, "requests_per_set": per_set, "apiserver_requests": s.apiserver_requests,
-            "teardown_seconds": s.teardown, "teardown_baseline_seconds": s.teardown_baseline,
-            "teardown_forbidden": s.teardown_forbidden}));
-    }
-    md.push_str(&format!(
-        "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
-    ));
-
-    json_shapes
-}
-
 /// The targets: (what, the figure measured, whether it is met).
-fn report_targets(sets: &[SetResult], shapes: &[Shape]) -> Vec<(String, String, bool)> {
+fn report_targets(sets: &[SetResult], shapes: &[ShapeRuns]) -> Vec<(String, String, bool)> {
     let mut targets = Vec::new();
     if let Some((_, op, kc, ce, _)) = sets.iter().find(|s| s.0 == 1000) {
         let a = ratio(op.create, kc.create);
@@ -1313,18 +634,6 @@ fn report_targets(sets: &[SetResult], shapes: &[Shape]) -> Vec<(String, String, 
             writes <= sets.len() as f64,
         ));
     }
-    if let Some(s) = shapes.iter().find(|s| s.sets == 1000) {
-        targets.push((
-            "1000 × 4 all Ready within 60 s".into(),
-            format!("{:.1} s", s.all_ready),
-            s.all_ready <= 60.0,
-        ));
-        targets.push((
-            "operator peak RSS ≤ 64 MiB (1000 × 4)".into(),
-            format!("{:.1} MiB", s.peak_rss_mib),
-            s.peak_rss_mib <= 64.0,
-        ));
-    }
     targets.extend(shape_targets(shapes));
     targets
 }
@@ -1334,33 +643,38 @@ async fn run(args: Args) -> Res<()> {
     let kubectl = bin.join("kubectl");
     let mut opts = Options::new(bin);
     opts.controller_manager = true;
-    let cp = ControlPlane::start(&opts).map_err(|e| e.to_string())?;
-    let kubeconfig = cp.kubeconfig().to_path_buf();
-    let kc = Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let client = Client::try_from(config).map_err(|e| e.to_string())?;
-    install_crds(&client).await?;
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let work = std::env::temp_dir().join(format!("applyset-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
 
-    // The Flux shape first, on a clean cluster: an operator lists every ApplySet and member
-    // at start, so leftovers of the large sets would weigh on its memory. Each shape's
-    // ApplySets are deleted (with their members) before the next.
-    let mut shapes = Vec::new();
-    for &k in &args.shapes {
-        eprintln!("bench: {k} ApplySets × 4 members");
-        shapes.push(run_shape(&client, &args, &kubectl, &kubeconfig, k, &work).await?);
-    }
+    // The Flux shape first: each run of the operator and of its ceiling on a fresh control
+    // plane of its own (an operator lists every ApplySet and member at start, and the API
+    // server's cost grows with what etcd holds: neither runs on the other's objects).
+    let (shapes, yardstick, last) = match args.shapes.is_empty() {
+        true => (Vec::new(), Value::Null, None),
+        false => {
+            let y = ceiling::yardstick(args.ceiling.as_deref())?;
+            let (shapes, last) = run_shapes(&args, &opts, &y, &work).await?;
+            let settings = shapes
+                .first()
+                .and_then(|s| s.runs.first())
+                .map(|r| r.0.doc["settings"].clone())
+                .unwrap_or_default();
+            (shapes, y.identity(&settings), last)
+        }
+    };
+    let (cp, client) = match last {
+        Some(last) => last,
+        None => fresh_control_plane(&opts).await?,
+    };
+    let kubeconfig = cp.kubeconfig().to_path_buf();
     let (sets, rss_sets) = run_sets(&client, &args, &kubectl, &kubeconfig, &work).await?;
     // The ui last: its ApplySets stay until the control plane goes (no operator runs then).
     let ui = match args.ui {
         0 => None,
         n => Some(ui::run(&client, &args.plugin, &kubeconfig, n).await?),
     };
-    let (md, json) = report(&args, &sets, &shapes, rss_sets, ui.as_ref());
+    let (md, json) = report(&args, &sets, &shapes, &yardstick, rss_sets, ui.as_ref());
     std::fs::write(args.out.join("report.md"), &md).map_err(|e| e.to_string())?;
     std::fs::write(
         args.out.join("report.json"),
@@ -1373,57 +687,16 @@ async fn run(args: Args) -> Res<()> {
     Ok(())
 }
 
-/// The single-set runs of each size (none when `--sizes` is empty): the results and the
-/// operator's peak RSS over them.
-async fn run_sets(
-    client: &Client,
-    args: &Args,
-    kubectl: &Path,
-    kubeconfig: &Path,
-    work: &Path,
-) -> Res<(Vec<SetResult>, f64)> {
-    let mut sets = Vec::new();
-    if args.sizes.is_empty() {
-        return Ok((sets, f64::NAN));
-    }
-    let op = OperatorProc::start(
-        &args.operator,
-        kubeconfig,
-        args.concurrency,
-        &work.join("operator-sets.log"),
-    )
-    .await?;
-    warm_up(client).await?;
-    for &n in &args.sizes {
-        eprintln!("bench: one ApplySet of {n} members");
-        // Each tool's namespace is deleted, and gone, before the next tool runs: the garbage
-        // collection of one run (ReplicaSets and Pods of the Deployments, pruned objects)
-        // must not slow down the next one's measurement.
-        let (o, extra) = run_operator_set(client, args, &op, n).await?;
-        delete_namespace(client, &format!("op-{n}")).await?;
-        let k = if args.kubectl {
-            let k = run_kubectl_set(client, kubectl, kubeconfig, n, work).await?;
-            delete_namespace(client, &format!("kubectl-{n}")).await?;
-            k
-        } else {
-            Timings {
-                create: f64::NAN,
-                noop: f64::NAN,
-                prune_half: f64::NAN,
-            }
-        };
-        let mut c = run_ceiling_set(client, n).await?;
-        delete_namespace(client, &format!("ceiling-{n}")).await?;
-        let mut o = o;
-        if n <= REPEATED_UP_TO {
-            (o.create, c.create) =
-                first_apply_medians(client, args, n, (o.create, c.create)).await?;
-        }
-        sets.push((n, o, k, c, extra));
-    }
-    let rss_sets = op.peak_rss_mib();
-    drop(op);
-    Ok((sets, rss_sets))
+/// A control plane started with `opts`, a client of it, the bench's CRDs installed.
+async fn fresh_control_plane(opts: &Options) -> Res<(ControlPlane, Client)> {
+    let cp = ControlPlane::start(opts).map_err(|e| e.to_string())?;
+    let kc = Kubeconfig::read_from(cp.kubeconfig()).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let client = Client::try_from(config).map_err(|e| e.to_string())?;
+    install_crds(&client).await?;
+    Ok((cp, client))
 }
 
 fn main() -> std::process::ExitCode {
