@@ -54,6 +54,9 @@ pub async fn run_shapes(
                 "bench: {k} ApplySets × 4, run {run}/{}: the ceiling",
                 args.runs
             );
+            // The previous operator's control plane stops first: nothing else runs beside
+            // either measurement.
+            drop(last.take());
             let ceiling = {
                 let (cp, client) = fresh_control_plane(opts).await?;
                 crate::ceiling::run_flux(yardstick, &cp, &client, k).await?
@@ -62,8 +65,6 @@ pub async fn run_shapes(
                 "bench: {k} ApplySets × 4, run {run}/{}: the operator",
                 args.runs
             );
-            // The previous operator's control plane stops here, before this one starts.
-            drop(last.take());
             let (cp, client) = fresh_control_plane(opts).await?;
             let kubeconfig = cp.kubeconfig().to_path_buf();
             let log = work.join(format!("operator-shape-{k}-{run}.log"));
