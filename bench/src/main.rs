@@ -275,6 +275,7 @@ fn resource_of(obj: &Value) -> ApiResource {
         "ServiceAccount" => ("", "v1", "serviceaccounts".to_string()),
         "Ingress" => ("networking.k8s.io", "v1", "ingresses".to_string()),
         "ApplySet" => ("applyset.dev", "v1alpha1", "applysets".to_string()),
+        "Event" => ("events.k8s.io", "v1", "events".to_string()),
         k => (GROUP, "v1", format!("{}s", k.to_lowercase())),
     };
     ApiResource {

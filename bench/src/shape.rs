@@ -271,19 +271,32 @@ pub async fn wait_all_ready(api: &Api<DynamicObject>, k: usize, start: Instant) 
     Ok(())
 }
 
-/// The teardown's baseline: the objects of `k` sets of the Flux shape (members and
-/// ApplySets, the ApplySets without finalizers: no operator runs) made directly in a
-/// namespace of their own (not timed), then the namespace's deletion until it is gone,
-/// timed.
+/// The teardown's baseline: the objects the operator's namespace holds for `k` sets of the
+/// Flux shape, made directly in a namespace of their own (not timed): the members with their
+/// `part-of` label, the ApplySets without finalizers (no operator runs), and one event per
+/// set (the operator publishes one per reconcile); then the namespace's deletion until it is
+/// gone, timed.
 pub async fn baseline_teardown(client: &Client, k: usize) -> Res<f64> {
     let ns = format!("flux-{k}-bare");
     create_namespace(client, &ns).await?;
     let objs: Vec<Value> = (0..k)
         .flat_map(|i| {
-            let p = format!("s{i:05}-");
-            let mut objs = flux_members(&p);
-            objs.push(json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
-                "metadata": {"name": format!("set-{i:05}")}, "spec": {"manifests": flux_members(&p)}}));
+            let (p, name) = (format!("s{i:05}-"), format!("set-{i:05}"));
+            let mut objs = crate::ceiling::labelled(flux_members(&p));
+            objs.push(
+                json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                "metadata": {"name": name}, "spec": {"manifests": flux_members(&p)}}),
+            );
+            objs.push(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": format!("{name}.baseline")},
+                "action": "Reconcile", "reason": "ReconciliationSucceeded", "type": "Normal",
+                "note": "applied 4 members (4 created, 0 configured, 0 unchanged), pruned 0",
+                "eventTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    k8s_openapi::jiff::Timestamp::now()),
+                "regarding": {"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+                    "name": name, "namespace": ns},
+                "reportingController": "applyset-operator",
+                "reportingInstance": "applyset-operator"}));
             objs
         })
         .collect();
