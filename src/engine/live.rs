@@ -86,9 +86,6 @@ pub enum Observed {
     /// From the member watches, which cover every kind involved; `undeclared`: they show an
     /// object labelled with this set that is no longer declared.
     Watched { undeclared: bool },
-    /// Not looked at: the parent recorded nothing before (a new set), so no member may be
-    /// pruned, and every member is sent create-only (an existing one is looked at then).
-    New,
 }
 
 /// What a reconcile knows of its set's live members before the apply.
@@ -104,11 +101,8 @@ pub struct Live {
 }
 
 /// Learns what of the set is live, over the extent's listed kinds and namespaces: from the
-/// member watches when they cover every listed kind; else nothing for a set that recorded
-/// nothing before (nothing to prune; every member is sent create-only, or looked at by a
-/// dry-run: a new set's first reconcile reads nothing, even before the watches of its kinds
-/// have started); else by listing. `known`: kinds the render resolved; `declared`: the
-/// members declared now. Reads touch no member.
+/// member watches when they cover every listed kind, else by listing. `known`: kinds the
+/// render resolved; `declared`: the members declared now. Reads touch no member.
 pub async fn observe(
     scope: &SetScope,
     resolver: &Resolver,
@@ -134,13 +128,6 @@ pub async fn observe(
             observed: Observed::Watched { undeclared },
             existing,
             owned: w.applied_by(&scope.id),
-        });
-    }
-    if extent.prune_kinds.is_empty() {
-        return Ok(Live {
-            observed: Observed::New,
-            existing: HashMap::new(),
-            owned: std::collections::HashSet::new(),
         });
     }
     let listed = list(

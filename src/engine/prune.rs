@@ -113,7 +113,7 @@ pub async fn decide(
             }
         }
         Observed::Watched { undeclared: true } => select_from(&list_now().await?),
-        Observed::Watched { undeclared: false } | Observed::New => Selection::default(),
+        Observed::Watched { undeclared: false } => Selection::default(),
     })
 }
 
