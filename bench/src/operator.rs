@@ -143,13 +143,31 @@ impl OperatorProc {
     }
 
     pub fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(0.0)
+        status_mib(self.child.id(), "VmHWM")
     }
+}
+
+/// A field of `/proc/<pid>/status` in MiB (NaN when the process or the field is gone).
+pub fn status_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// The peak RSS (MiB) of a control plane's kube-apiserver and etcd so far, found among the
+/// processes it started by their names in `/proc/<pid>/comm`.
+pub fn plane_peak_rss_mib(cp: &ControlPlane) -> (f64, f64) {
+    let of = |name: &str| {
+        cp.pids()
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+            })
+            .map(|pid| status_mib(pid, "VmHWM"))
+            .fold(f64::NAN, f64::max)
+    };
+    (of("kube-apiserver"), of("etcd"))
 }

@@ -10,6 +10,10 @@ pub struct Shape {
     pub all_ready: f64,
     /// Over the whole run, the teardown included.
     pub peak_rss_mib: f64,
+    /// The control plane's kube-apiserver and etcd over the same run (and the baseline
+    /// teardown's, which follows on that control plane).
+    pub apiserver_peak_rss_mib: f64,
+    pub etcd_peak_rss_mib: f64,
     /// From the creation until all Ready.
     pub operator_requests: f64,
     pub apiserver_requests: f64,
@@ -68,7 +72,9 @@ pub async fn run_shapes(
             let (cp, client) = fresh_control_plane(opts).await?;
             let kubeconfig = cp.kubeconfig().to_path_buf();
             let log = work.join(format!("operator-shape-{k}-{run}.log"));
-            let shape = run_shape(&client, args, &kubectl, &kubeconfig, k, &log).await?;
+            let mut shape = run_shape(&client, args, &kubectl, &kubeconfig, k, &log).await?;
+            (shape.apiserver_peak_rss_mib, shape.etcd_peak_rss_mib) =
+                crate::operator::plane_peak_rss_mib(&cp);
             last = Some((cp, client));
             runs.push((ceiling, shape));
         }
@@ -127,6 +133,8 @@ pub async fn run_shape(
         sets: k,
         all_ready,
         peak_rss_mib,
+        apiserver_peak_rss_mib: f64::NAN,
+        etcd_peak_rss_mib: f64::NAN,
         operator_requests: op_after - op_before,
         apiserver_requests: api_after - api_before,
         teardown,
@@ -503,7 +511,9 @@ pub fn report_shapes(
                 "apiserver_requests": o.apiserver_requests,
                 "resync_requests_per_set": o.resync_requests_per_set, "resync_writes": o.resync_writes,
                 "teardown_seconds": o.teardown, "teardown_baseline_seconds": o.teardown_baseline,
-                "teardown_forbidden": o.teardown_forbidden}));
+                "teardown_forbidden": o.teardown_forbidden,
+                "apiserver_peak_rss_mib": o.apiserver_peak_rss_mib,
+                "etcd_peak_rss_mib": o.etcd_peak_rss_mib}));
         }
         json_shapes.push(json!({"applysets": s.sets, "runs": runs, "summary": summary(s)}));
     }
@@ -536,10 +546,31 @@ pub fn report_shapes(
             lh("teardown_ratio")
         ));
     }
+    report_memory(md, shapes);
     md.push_str(&format!(
         "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
     ));
     json_shapes
+}
+
+/// The machine's memory over each run of the operator: its peak RSS and the control plane's.
+fn report_memory(md: &mut String, shapes: &[ShapeRuns]) {
+    md.push_str("\n### The machine's memory: peak RSS of each process over a run of the operator (MiB)\n\n| ApplySets | run | operator | kube-apiserver | etcd | sum |\n|---|---|---|---|---|---|\n");
+    for s in shapes {
+        for (i, (_, o)) in s.runs.iter().enumerate() {
+            let (op, api, etcd) = (
+                o.peak_rss_mib,
+                o.apiserver_peak_rss_mib,
+                o.etcd_peak_rss_mib,
+            );
+            md.push_str(&format!(
+                "| {} | {} | {op:.0} | {api:.0} | {etcd:.0} | {:.0} |\n",
+                o.sets,
+                i + 1,
+                op + api + etcd
+            ));
+        }
+    }
 }
 
 /// A figure of a run.

@@ -25,7 +25,7 @@ use tokio::{
     process::Command,
 };
 
-use crate::{Res, applysets, create_namespace, flux_members};
+use crate::{Res, applysets, create_namespace, flux_members, operator::status_mib};
 
 /// GETs of the sets page measured.
 const GETS: usize = 5;
@@ -273,16 +273,6 @@ async fn timed_get(port: u16, path: &str, cookie: &str) -> Res<(u16, Duration, u
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     Ok((status, ttfb, all.len()))
-}
-
-/// A field of `/proc/<pid>/status` in MiB.
-fn status_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 /// The report's section (Markdown) and JSON.
