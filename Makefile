@@ -142,10 +142,10 @@ bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl 
 	  --operator target/release/applyset-operator --out bench/results --teardown-baseline $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: deps kube-binaries ## N (10000) ApplySets × 4 (Flux's objects), RUNS (1) runs taking turns with hack/ssa-ceiling, each on a fresh control plane: all Ready against the ceiling, peak RSS, requests per set, a full resync, teardown; bench/results/scale/
+bench-scale: deps kube-binaries ## N (10000) ApplySets × 4 (Flux's objects), RUNS (1) runs taking turns with hack/ssa-ceiling, each on a fresh control plane: all Ready against the ceiling, peak RSS, requests per set, a full resync, teardown; bench/results/scale-N/
 	$(CARGO) build --locked --release -p applyset-operator -p applyset-bench --bins
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) target/release/applyset-bench \
-	  --operator target/release/applyset-operator --out bench/results/scale \
+	  --operator target/release/applyset-operator --out bench/results/scale-$(N) \
 	  --shapes $(N) --runs $(RUNS) --sizes "" --no-kubectl --teardown-baseline --ui 0 $(BENCH_ARGS)
 
 .PHONY: bench-kustomize
