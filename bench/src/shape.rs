@@ -547,9 +547,12 @@ pub fn report_shapes(
         ));
     }
     report_memory(md, shapes);
-    md.push_str(&format!(
-        "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
-    ));
+    // Without single-set runs (`--sizes ""`) there is no figure to give.
+    if op_rss_sets.is_finite() {
+        md.push_str(&format!(
+            "\nOperator peak RSS over the single-set runs: {op_rss_sets:.1} MiB.\n"
+        ));
+    }
     json_shapes
 }
 
