@@ -558,7 +558,7 @@ pub fn report_shapes(
 
 /// The machine's memory over each run of the operator: its peak RSS and the control plane's.
 fn report_memory(md: &mut String, shapes: &[ShapeRuns]) {
-    md.push_str("\n### The machine's memory: peak RSS of each process over a run of the operator (MiB)\n\n| ApplySets | run | operator | kube-apiserver | etcd | sum |\n|---|---|---|---|---|---|\n");
+    md.push_str("\n### The machine's memory: peak RSS of each process over a run of the operator and the baseline teardown after it, if any, on one control plane (MiB; each process's peak, not at one instant)\n\n| ApplySets | run | operator | kube-apiserver | etcd | sum |\n|---|---|---|---|---|---|\n");
     for s in shapes {
         for (i, (_, o)) in s.runs.iter().enumerate() {
             let (op, api, etcd) = (
