@@ -157,17 +157,12 @@ pub fn status_mib(pid: u32, field: &str) -> f64 {
         .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
-/// The peak RSS (MiB) of a control plane's kube-apiserver and etcd so far, found among the
-/// processes it started by their names in `/proc/<pid>/comm`.
+/// The peak RSS (MiB) of a control plane's kube-apiserver and etcd so far (NaN for one it
+/// did not start).
 pub fn plane_peak_rss_mib(cp: &ControlPlane) -> (f64, f64) {
     let of = |name: &str| {
-        cp.pids()
-            .into_iter()
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
-            })
-            .map(|pid| status_mib(pid, "VmHWM"))
-            .fold(f64::NAN, f64::max)
+        cp.pid(name)
+            .map_or(f64::NAN, |pid| status_mib(pid, "VmHWM"))
     };
     (of("kube-apiserver"), of("etcd"))
 }

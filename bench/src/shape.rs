@@ -70,11 +70,8 @@ pub async fn run_shapes(
                 args.runs
             );
             let (cp, client) = fresh_control_plane(opts).await?;
-            let kubeconfig = cp.kubeconfig().to_path_buf();
             let log = work.join(format!("operator-shape-{k}-{run}.log"));
-            let mut shape = run_shape(&client, args, &kubectl, &kubeconfig, k, &log).await?;
-            (shape.apiserver_peak_rss_mib, shape.etcd_peak_rss_mib) =
-                crate::operator::plane_peak_rss_mib(&cp);
+            let shape = run_shape(&cp, &client, args, &kubectl, k, &log).await?;
             last = Some((cp, client));
             runs.push((ceiling, shape));
         }
@@ -84,13 +81,14 @@ pub async fn run_shapes(
 }
 
 pub async fn run_shape(
+    cp: &ControlPlane,
     client: &Client,
     args: &Args,
     kubectl: &Path,
-    kubeconfig: &Path,
     k: usize,
     log: &Path,
 ) -> Res<Shape> {
+    let kubeconfig = cp.kubeconfig();
     // A fresh process, so its peak RSS is this shape's.
     let op = OperatorProc::start(&args.operator, kubeconfig, args.concurrency, log).await?;
     let ns = format!("flux-{k}");
@@ -129,12 +127,13 @@ pub async fn run_shape(
         true => baseline_teardown(client, k).await?,
         false => f64::NAN,
     };
+    let (apiserver_peak_rss_mib, etcd_peak_rss_mib) = crate::operator::plane_peak_rss_mib(cp);
     Ok(Shape {
         sets: k,
         all_ready,
         peak_rss_mib,
-        apiserver_peak_rss_mib: f64::NAN,
-        etcd_peak_rss_mib: f64::NAN,
+        apiserver_peak_rss_mib,
+        etcd_peak_rss_mib,
         operator_requests: op_after - op_before,
         apiserver_requests: api_after - api_before,
         teardown,

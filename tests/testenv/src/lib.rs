@@ -533,6 +533,15 @@ impl ControlPlane {
         v
     }
 
+    /// The PID of the process this control plane started as `name` (`etcd`, `kube-apiserver`,
+    /// `kube-controller-manager`), if it did.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| c.id())
+    }
+
     /// Stops every process (SIGKILL: the state is discarded) and removes the state directory.
     pub fn stop(&mut self) {
         // Closing the guard's stdin makes it stop the processes and remove the directory;
