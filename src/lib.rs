@@ -42,6 +42,8 @@
 //!   steps that orchestrate the engine.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`leader`]: leader election on a Lease.
+//! - [`shard`]: automatic sharding: buckets, their owners among the live replicas, the fence
+//!   before a prune or delete (pure).
 
 pub mod api;
 pub mod applyset;
@@ -64,6 +66,7 @@ pub mod parent;
 pub mod render;
 pub mod server;
 pub mod set_reads;
+pub mod shard;
 pub mod sops;
 pub mod sources;
 pub mod stage;

@@ -1,0 +1,240 @@
+//! The I/O of `--shards auto`: this replica's own Lease (applied, renewed, deleted at a clean
+//! shutdown) and the watch of its group's Leases, turned into the buckets this replica owns
+//! now ([`Assignment`]), published on a `watch` channel that the controllers follow.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{
+    assign,
+    peers::{LeaseView, Peers, own_valid_until},
+};
+
+/// The label that groups the Leases of one operator's replicas.
+pub const LABEL_GROUP: &str = "applyset.dev/shard-group";
+
+/// Who this replica is, and where the Leases are.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub namespace: String,
+    /// The group: replicas of one group share the sets.
+    pub group: String,
+    /// This replica's name (the rendezvous weight's input): stable for a pod.
+    pub name: String,
+    /// This process's incarnation: random per start.
+    pub incarnation: String,
+    pub duration: Duration,
+}
+
+impl Settings {
+    /// The holder string of this process: `<name>/<incarnation>`.
+    pub fn holder(&self) -> String {
+        format!("{}/{}", self.name, self.incarnation)
+    }
+
+    fn lease_name(&self) -> String {
+        super::lease_name(&format!("{}-shard", self.group), &self.name)
+    }
+}
+
+/// What this replica owns now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Assignment {
+    /// The live replicas (this one included while its own Lease is valid).
+    pub live: BTreeSet<String>,
+    /// The buckets this replica owns (none while its own Lease is not valid).
+    pub mine: BTreeSet<u16>,
+    /// Until when this replica's own Lease is valid (None before its first renewal).
+    pub valid_until: Option<Instant>,
+}
+
+impl Assignment {
+    /// Whether this replica owns `bucket` at `now`.
+    pub fn owns(&self, bucket: u16, now: Instant) -> bool {
+        self.valid_until.is_some_and(|t| now < t) && self.mine.contains(&bucket)
+    }
+}
+
+/// The Lease as the peers read it.
+fn view(lease: &Lease) -> Option<LeaseView> {
+    let spec = lease.spec.as_ref()?;
+    let name = lease.labels().get(LABEL_NAME)?.clone();
+    Some(LeaseView {
+        name,
+        holder: spec.holder_identity.clone().unwrap_or_default(),
+        renew_time: spec
+            .renew_time
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        duration: Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        ),
+    })
+}
+
+/// The label carrying the replica's name on its Lease (the Lease's own name may be a hash).
+pub const LABEL_NAME: &str = "applyset.dev/shard-replica";
+
+/// Runs the membership until `stop` turns true, then deletes this replica's Lease. Publishes
+/// every change of the assignment on `tx`.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    tx: watch::Sender<Assignment>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let cfg = watcher::Config::default().labels(&format!("{LABEL_GROUP}={}", settings.group));
+    let mut leases = watcher(api.clone(), cfg)
+        .backoff(crate::backoff::backoff())
+        .boxed();
+    let mut peers = Peers::default();
+    let mut valid_until: Option<Instant> = None;
+    let mut renew = tokio::time::interval(settings.duration / 3);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let now = Instant::now();
+        let next = [peers.next_expiry(now), valid_until.filter(|&t| t > now)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + settings.duration);
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            _ = renew.tick() => {
+                let sent = Instant::now();
+                match apply_lease(&api, &settings).await {
+                    Ok(()) => {
+                        let margin = settings.duration / 5;
+                        valid_until = Some(own_valid_until(sent, settings.duration, margin));
+                    }
+                    Err(e) => tracing::warn!(error = %e, lease = %settings.lease_name(), "renewing the shard lease failed"),
+                }
+            }
+            event = leases.next() => match event {
+                Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
+                    if let Some(v) = view(&l) {
+                        peers.observe(&v, Instant::now());
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(l))) => {
+                    if let Some(v) = view(&l) {
+                        peers.gone(&v.name);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => tracing::warn!(error = %e, "watching the shard leases"),
+                None => break,
+            },
+            () = tokio::time::sleep_until(next.into()) => {}
+        }
+        let assignment = assignment(&settings.name, &peers, valid_until, Instant::now());
+        tx.send_if_modified(|a| {
+            let changed = *a != assignment;
+            if changed {
+                tracing::info!(live = ?assignment.live, buckets = assignment.mine.len(), "shard assignment");
+                *a = assignment;
+            }
+            changed
+        });
+    }
+    if let Err(e) = api
+        .delete(&settings.lease_name(), &DeleteParams::default())
+        .await
+    {
+        tracing::warn!(error = %e, "deleting the shard lease failed; it expires by itself");
+    }
+}
+
+/// The assignment at `now`: the live peers, this replica among them only while its own Lease
+/// is valid, and the buckets it then owns.
+pub fn assignment(
+    me: &str,
+    peers: &Peers,
+    valid_until: Option<Instant>,
+    now: Instant,
+) -> Assignment {
+    let mut live = peers.live(now);
+    let valid = valid_until.is_some_and(|t| now < t);
+    if valid {
+        live.insert(me.to_string());
+    } else {
+        live.remove(me);
+    }
+    let mine = match valid {
+        true => assign::buckets_of(me, &live),
+        false => BTreeSet::new(),
+    };
+    Assignment {
+        live,
+        mine,
+        valid_until,
+    }
+}
+
+/// Applies this replica's Lease: holder, duration, renewTime now.
+async fn apply_lease(api: &Api<Lease>, s: &Settings) -> kube::Result<()> {
+    let body = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": s.lease_name(),
+            "labels": {LABEL_GROUP: s.group, LABEL_NAME: s.name},
+        },
+        "spec": {
+            "holderIdentity": s.holder(),
+            "leaseDurationSeconds": s.duration.as_secs(),
+            "renewTime": k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string(),
+        },
+    });
+    let pp = PatchParams::apply(&crate::leader::field_manager(&s.holder())).force();
+    api.patch(&s.lease_name(), &pp, &Patch::Apply(body))
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_owns_buckets_only_while_its_own_lease_is_valid() {
+        let t0 = Instant::now();
+        let mut peers = Peers::default();
+        peers.observe(
+            &LeaseView {
+                name: "b".into(),
+                holder: "b/1".into(),
+                renew_time: "t".into(),
+                duration: Duration::from_secs(15),
+            },
+            t0,
+        );
+        let none = assignment("a", &peers, None, t0);
+        assert!(none.mine.is_empty());
+        assert_eq!(none.live, ["b".to_string()].into());
+        let valid = assignment("a", &peers, Some(t0 + Duration::from_secs(10)), t0);
+        assert_eq!(valid.live, ["a".to_string(), "b".to_string()].into());
+        assert!(!valid.mine.is_empty() && valid.mine.len() < usize::from(assign::BUCKETS));
+        let b = *valid.mine.iter().next().unwrap_or(&0);
+        assert!(valid.owns(b, t0));
+        assert!(!valid.owns(b, t0 + Duration::from_secs(10)));
+        let expired = assignment("a", &peers, Some(t0), t0);
+        assert!(expired.mine.is_empty() && !expired.live.contains("a"));
+    }
+}
