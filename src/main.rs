@@ -8,6 +8,7 @@ use std::{process::ExitCode, sync::Arc};
 use applyset_operator::{
     controller::{Config, Operator},
     leader::{Election, LeaseConfig},
+    shard::membership,
     metrics::Metrics,
     server::{self, Health, Phase},
 };
@@ -78,9 +79,20 @@ struct RunArgs {
         default_value = "applyset-operator"
     )]
     leader_election_name: String,
-    /// Seconds the Lease is valid without renewal: a failed leader is replaced within it.
+    /// Seconds the Lease is valid without renewal: a failed leader is replaced within it
+    /// (with `--shards auto`, a failed replica's sets move within it).
     #[arg(long, env = "APPLYSET_LEASE_DURATION", default_value_t = 15)]
     lease_duration: u64,
+    /// `auto`: every replica reconciles a share of the sets (each holds a Lease named after
+    /// `--leader-election-name` and `--shard-name`; a set's owner is chosen by rendezvous
+    /// hashing of its ID over the live replicas). `off`: one replica does all
+    /// (`--leader-elect` for a standby). Exclusive with `--leader-elect`.
+    #[arg(long, env = "APPLYSET_SHARDS", value_enum, default_value_t = ShardMode::Off)]
+    shards: ShardMode,
+    /// This replica's name under `--shards auto`: stable for the pod (default: $POD_NAME);
+    /// a label value (at most 63 characters).
+    #[arg(long, env = "APPLYSET_SHARD_NAME")]
+    shard_name: Option<String>,
     /// Scratch directory of the sources (Git fetches); must be writable.
     #[arg(long, env = "APPLYSET_SOURCE_DIR")]
     source_dir: Option<std::path::PathBuf>,
@@ -259,6 +271,13 @@ async fn shutdown_signal() {
     }
 }
 
+/// Whether the sets are shared between replicas (`--shards`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ShardMode {
+    Off,
+    Auto,
+}
+
 /// This replica's identity in the Lease: the pod name, else host name and process id.
 fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
@@ -280,10 +299,28 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let shard_settings = match shard_settings(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "invalid flags");
+            return ExitCode::FAILURE;
+        }
+    };
     let metrics = Arc::new(Metrics::new());
     let client = match kube_client(metrics.clone()).await {
         Ok(c) => c,
         Err(code) => return code,
+    };
+    let (config, membership) = match shard_settings {
+        Some(settings) => {
+            let (shards, membership) = start_membership(&client, settings);
+            let config = Config {
+                shards: Some(shards),
+                ..config
+            };
+            (config, Some(membership))
+        }
+        None => (config, None),
     };
     tracing::info!(?config, version = env!("CARGO_PKG_VERSION"), "starting");
 
@@ -299,7 +336,77 @@ async fn run(args: RunArgs) -> ExitCode {
     } else {
         None
     };
-    operate(client, config, metrics, &health, election, &mut shutdown).await
+    let code = operate(client, config, metrics, &health, election, &mut shutdown).await;
+    // The in-flight reconciles are over: the Lease goes, the others take over at once.
+    if let Some((stop, task)) = membership {
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
+    code
+}
+
+/// The settings of `--shards auto` (None when off); an error names the flag at fault.
+fn shard_settings(args: &RunArgs) -> Result<Option<membership::Settings>, String> {
+    if args.shards == ShardMode::Off {
+        return Ok(None);
+    }
+    if args.leader_elect {
+        return Err("--shards auto and --leader-elect exclude each other: under --shards auto every replica reconciles its share".into());
+    }
+    let name = args
+        .shard_name
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .filter(|n| !n.is_empty())
+        .ok_or("--shards auto needs --shard-name or $POD_NAME (this replica's stable name)")?;
+    if !applyset_operator::shard::valid_replica_name(&name) {
+        return Err(format!(
+            "--shard-name {name:?}: not a label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        ));
+    }
+    if args.lease_duration < 3 {
+        return Err("--lease-duration must be at least 3 seconds under --shards auto".into());
+    }
+    let lease = lease_config(args);
+    Ok(Some(membership::Settings {
+        namespace: lease.namespace,
+        group: lease.name,
+        name,
+        incarnation: incarnation(),
+        duration: std::time::Duration::from_secs(args.lease_duration),
+    }))
+}
+
+/// Eight hex digits, new at every start: a restarted replica of the same name is another
+/// holder of its sets.
+fn incarnation() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&(nanos, std::process::id()), &mut h);
+    format!("{:08x}", std::hash::Hasher::finish(&h) as u32)
+}
+
+/// Starts this replica's membership (its Lease, the watch of the others'); returns what the
+/// controllers hold of it, and how to stop it.
+fn start_membership(
+    client: &kube::Client,
+    settings: membership::Settings,
+) -> (
+    applyset_operator::shard::Shards,
+    (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>),
+) {
+    tracing::info!(replica = %settings.name, holder = %settings.holder(), group = %settings.group, "sharding: --shards auto");
+    let (tx, rx) = tokio::sync::watch::channel(membership::Assignment::default());
+    let shards = applyset_operator::shard::Shards {
+        holder: settings.holder(),
+        assignment: rx,
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(membership::run(client.clone(), settings, tx, stop_rx));
+    (shards, (stop_tx, task))
 }
 
 /// A Kubernetes client from the kubeconfig or service account, counting its requests in
@@ -354,6 +461,7 @@ fn operator_config(args: &RunArgs) -> Result<Config, String> {
         apply_concurrency: args.apply_concurrency,
         watch_namespace: args.watch_namespace.clone(),
         label_selector: args.label_selector.clone(),
+        shards: None,
         source_limits: applyset_operator::sources::Limits {
             max_download: args.source_max_download_mib.saturating_mul(1 << 20),
             max_unpacked: args.source_max_unpacked_mib.saturating_mul(1 << 20),

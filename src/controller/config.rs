@@ -24,6 +24,8 @@ pub struct Config {
     pub watch_namespace: Option<String>,
     /// Only parents (both kinds) whose labels match this selector.
     pub label_selector: Option<String>,
+    /// `--shards auto`: this replica reconciles only the sets it owns now.
+    pub shards: Option<crate::shard::Shards>,
     /// Bounds on what sources may download and unpack.
     pub source_limits: sources::Limits,
     /// Scratch directory of the sources (default: the system's temporary directory).
@@ -51,6 +53,7 @@ impl Default for Config {
             apply_concurrency: 64,
             watch_namespace: None,
             label_selector: None,
+            shards: None,
             source_limits: sources::Limits::default(),
             source_dir: None,
             source_policy: sources::egress::Policy::default(),

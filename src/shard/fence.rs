@@ -1,107 +1,213 @@
-//! The fence before a prune or a delete: a replica proves it still owns the set.
+//! The claim of a set and the fence before its deletes: a replica proves it still owns the
+//! set, with no assumption on clocks.
 //!
-//! A Lease is not a fence: a replica that lost a set (its Lease expired while it was paused,
-//! or a new replica won the set's bucket) may still hold a plan made before. So:
-//! - **The claim.** The owner of a set records itself on the set: the annotation
-//!   [`super::ANNOTATION_OWNER`], `<name>/<incarnation>`, written with the parent's metadata.
-//!   A replica that takes a set from another that is still live in its view waits
-//!   [`WINDOW`] after its claim before it reconciles the set (the previous owner's fenced
-//!   deletes are over by then); from one that is not live, it waits nothing (the previous
-//!   owner's own Lease, which bounds its deletes too, expired before it was seen expired).
-//! - **The fence.** Before the deletes of a prune or of a set's deletion, after the live read
-//!   they are planned from, the replica sends a JSON patch of the set whose only operation is
-//!   a `test` that the annotation still names it ([`fence_patch`]). The API server refuses it
-//!   (422) once another replica has claimed the set: the replica then stops, deleting
-//!   nothing. Accepted, the fence holds for [`WINDOW`] from the moment it was *sent*, and no
-//!   longer than the replica's own Lease ([`deletes_until`]); each delete is sent only
-//!   before that instant, and a prune that takes longer fences again.
+//! A Lease is not a fence: a replica that lost a set (paused past its Lease, or a new replica
+//! won the set's bucket) may still hold a plan made before, and the UID and resourceVersion
+//! preconditions of its deletes would pass on members it read after the new owner wrote them.
+//! So every set carries its owner and an epoch, in two annotations of the parent:
+//! [`super::ANNOTATION_OWNER`] (`<name>/<incarnation>`) and [`super::ANNOTATION_EPOCH`].
 //!
-//! The assumptions (docs/design.md): the replicas' monotonic clocks advance at the same rate
-//! (a paused process's monotonic clock keeps advancing, so it wakes up past its window); a
-//! request sent is served within the part of the window left after it is sent (the window's
-//! last [`SEND_MARGIN`] sends nothing).
+//! - **The claim.** A replica that reconciles a set (or deletes it) whose owner annotation
+//!   does not name it first claims it: a JSON patch of the parent ([`claim_patch`]) that tests
+//!   the parent's UID and resourceVersion (as it last saw them) and writes itself as the owner
+//!   with the epoch plus one. Two replicas that claim at once: one patch is refused (409 or
+//!   422), the other's epoch is the new one.
+//! - **The epoch on members.** Every member body carries the owner's epoch
+//!   ([`super::ANNOTATION_EPOCH`]) and the set's bucket ([`super::LABEL_BUCKET`]), so the new
+//!   owner's first apply of each member after a claim is a real write: the member's
+//!   resourceVersion moves.
+//! - **The fence.** After the live read the deletes are planned from, before the first
+//!   delete, the replica sends a JSON patch of the parent made only of `test` operations
+//!   ([`check_patch`]: the UID, itself as owner, its epoch). The API server reads the parent
+//!   from etcd and refuses the patch (422) once another replica has claimed it: the replica
+//!   then deletes nothing and writes nothing.
+//!
+//! Why that is enough: every delete carries the UID and resourceVersion of the live read.
+//! If the read came after the new owner's claim, the fence (sent after the read) is refused.
+//! If it came before, any member the new owner has written since has another resourceVersion
+//! (its epoch moved), and the delete is refused (409). What the stale replica may still delete
+//! is an object the new owner has not written yet, as the stale replica's plan left it: the
+//! same as a prune that finished just before the claim. Clocks play no part in this; the
+//! Leases' durations only decide how soon a set moves.
 
-use std::time::{Duration, Instant};
+use serde_json::{Map, Value, json};
 
-use serde_json::{Value, json};
+use super::{ANNOTATION_EPOCH, ANNOTATION_OWNER, LABEL_BUCKET};
 
-/// How long an accepted fence allows deletes, from the moment it was sent.
-pub const WINDOW: Duration = Duration::from_secs(5);
-/// The end of a window sends nothing: a request sent before it is served within it.
-pub const SEND_MARGIN: Duration = Duration::from_secs(2);
-
-/// The instant before which this replica may send a delete under a fence sent at
-/// `fence_sent`: the earlier of the window's end less [`SEND_MARGIN`] and the end of its own
-/// Lease's validity.
-pub fn deletes_until(fence_sent: Instant, own_lease_valid_until: Instant) -> Instant {
-    (fence_sent + WINDOW.saturating_sub(SEND_MARGIN)).min(own_lease_valid_until)
+/// Who owns a set, as its annotations say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// `<name>/<incarnation>`, if any replica claimed the set.
+    pub holder: Option<String>,
+    /// The epoch of the last claim (0 before any).
+    pub epoch: u64,
 }
 
-/// How long a replica waits after claiming a set whose annotation named `previous`
-/// (`<name>/<incarnation>`, or None): [`WINDOW`] when that holder is the live holder of its
-/// name's Lease in this replica's view (`live_holder`), else nothing.
-pub fn claim_wait(
-    previous: Option<&str>,
-    me: &str,
-    live_holder: impl Fn(&str) -> Option<String>,
-) -> Duration {
-    let Some(prev) = previous.filter(|p| !p.is_empty() && *p != me) else {
-        return Duration::ZERO;
-    };
-    let name = prev.rsplit_once('/').map_or(prev, |(n, _)| n);
-    match live_holder(name) {
-        Some(h) if h == prev => WINDOW,
-        _ => Duration::ZERO,
+impl Owner {
+    /// The owner recorded in `annotations`: an epoch that is not a number counts as 0 (the
+    /// next claim writes 1).
+    pub fn of(annotations: Option<&std::collections::BTreeMap<String, String>>) -> Self {
+        let get = |k: &str| annotations.and_then(|a| a.get(k));
+        Owner {
+            holder: get(ANNOTATION_OWNER).filter(|h| !h.is_empty()).cloned(),
+            epoch: get(ANNOTATION_EPOCH)
+                .and_then(|e| e.parse().ok())
+                .unwrap_or(0),
+        }
+    }
+
+    /// Whether `holder` is the owner.
+    pub fn is(&self, holder: &str) -> bool {
+        self.holder.as_deref() == Some(holder)
     }
 }
 
-/// The JSON patch that tests the set's owner annotation is `holder` and changes nothing.
-pub fn fence_patch(holder: &str) -> Value {
-    json!([{
-        "op": "test",
-        "path": format!("/metadata/annotations/{}", escape_pointer(super::ANNOTATION_OWNER)),
-        "value": holder,
-    }])
+/// What a replica holds of a set it claimed: itself, the epoch, and the set's bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub holder: String,
+    pub epoch: u64,
+    pub bucket: u16,
 }
 
-/// A JSON pointer's reference token (RFC 6901): `~` as `~0`, `/` as `~1`.
-fn escape_pointer(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
+/// The JSON patch claiming a parent of `uid` last seen at `resource_version` for `holder`,
+/// at `epoch`; `has_annotations`: whether the parent has an annotation map already (a JSON
+/// patch cannot add a key to a map that does not exist).
+pub fn claim_patch(
+    uid: &str,
+    resource_version: &str,
+    has_annotations: bool,
+    holder: &str,
+    epoch: u64,
+) -> Value {
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
+    ];
+    if has_annotations {
+        for (k, v) in [(ANNOTATION_OWNER, holder.to_string()), (ANNOTATION_EPOCH, epoch.to_string())] {
+            ops.push(json!({"op": "add", "path": annotation_path(k), "value": v}));
+        }
+    } else {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {
+            ANNOTATION_OWNER: holder, ANNOTATION_EPOCH: epoch.to_string()}}));
+    }
+    Value::Array(ops)
+}
+
+/// The JSON patch of tests only that the API server accepts (writing nothing) while the
+/// parent of `uid` is still owned by `fence`'s holder at its epoch.
+pub fn check_patch(uid: &str, fence: &Fence) -> Value {
+    json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": annotation_path(ANNOTATION_OWNER), "value": fence.holder},
+        {"op": "test", "path": annotation_path(ANNOTATION_EPOCH), "value": fence.epoch.to_string()},
+    ])
+}
+
+/// Marks a member's body with the set's bucket (label) and the owner's epoch (annotation).
+pub fn mark(body: &mut Value, fence: &Fence) {
+    let Value::Object(object) = body else {
+        return;
+    };
+    let meta = object
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(meta) = meta else {
+        return;
+    };
+    for (field, key, value) in [
+        ("labels", LABEL_BUCKET, fence.bucket.to_string()),
+        ("annotations", ANNOTATION_EPOCH, fence.epoch.to_string()),
+    ] {
+        let map = meta
+            .entry(field)
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(map) = map {
+            map.insert(key.into(), Value::String(value));
+        }
+    }
+}
+
+/// The JSON pointer of an annotation.
+fn annotation_path(key: &str) -> String {
+    format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_window_ends_at_the_earlier_of_its_end_and_the_own_lease() {
-        let t0 = Instant::now();
-        let far = t0 + Duration::from_secs(60);
-        assert_eq!(deletes_until(t0, far), t0 + WINDOW - SEND_MARGIN);
-        let soon = t0 + Duration::from_secs(1);
-        assert_eq!(deletes_until(t0, soon), soon);
+    fn fence() -> Fence {
+        Fence {
+            holder: "r-0/ab12".into(),
+            epoch: 7,
+            bucket: 513,
+        }
     }
 
     #[test]
-    fn a_claim_waits_only_for_a_previous_owner_still_live() {
-        let live = |name: &str| (name == "b").then(|| "b/7".to_string());
-        assert_eq!(claim_wait(None, "a/1", live), Duration::ZERO);
-        assert_eq!(claim_wait(Some(""), "a/1", live), Duration::ZERO);
-        assert_eq!(claim_wait(Some("a/1"), "a/1", live), Duration::ZERO);
-        assert_eq!(claim_wait(Some("b/7"), "a/1", live), WINDOW);
-        // An earlier incarnation of a live name is dead: its process ended.
-        assert_eq!(claim_wait(Some("b/6"), "a/1", live), Duration::ZERO);
-        assert_eq!(claim_wait(Some("c/1"), "a/1", live), Duration::ZERO);
-        // A value without an incarnation is read as a name.
-        assert_eq!(claim_wait(Some("b"), "a/1", live), Duration::ZERO);
+    fn the_owner_is_read_from_the_annotations() {
+        assert_eq!(Owner::of(None), Owner::default());
+        let a = [
+            (ANNOTATION_OWNER.to_string(), "r-1/x".to_string()),
+            (ANNOTATION_EPOCH.to_string(), "12".to_string()),
+        ]
+        .into();
+        let o = Owner::of(Some(&a));
+        assert_eq!((o.holder.as_deref(), o.epoch), (Some("r-1/x"), 12));
+        assert!(o.is("r-1/x") && !o.is("r-1/y"));
+        let bad = [
+            (ANNOTATION_OWNER.to_string(), String::new()),
+            (ANNOTATION_EPOCH.to_string(), "x".to_string()),
+        ]
+        .into();
+        assert_eq!(Owner::of(Some(&bad)), Owner::default());
     }
 
     #[test]
-    fn the_fence_tests_the_owner_annotation_only() {
+    fn a_claim_tests_the_uid_and_version_then_writes_owner_and_epoch() {
+        let p = claim_patch("u1", "42", true, "r-0/ab12", 8);
         assert_eq!(
-            fence_patch("r-0/ab12"),
-            json!([{"op": "test", "path": "/metadata/annotations/applyset.dev~1shard-owner", "value": "r-0/ab12"}])
+            p,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u1"},
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "add", "path": "/metadata/annotations/applyset.dev~1shard-owner", "value": "r-0/ab12"},
+                {"op": "add", "path": "/metadata/annotations/applyset.dev~1shard-epoch", "value": "8"},
+            ])
         );
-        assert_eq!(escape_pointer("a~b/c"), "a~0b~1c");
+        let p = claim_patch("u1", "42", false, "r-0/ab12", 1);
+        assert_eq!(
+            p[2],
+            json!({"op": "add", "path": "/metadata/annotations", "value": {
+                "applyset.dev/shard-owner": "r-0/ab12", "applyset.dev/shard-epoch": "1"}})
+        );
+    }
+
+    #[test]
+    fn the_fence_only_tests() {
+        let p = check_patch("u1", &fence());
+        let ops = p.as_array().cloned().unwrap_or_default();
+        assert_eq!(ops.len(), 3);
+        assert!(ops.iter().all(|o| o["op"] == "test"));
+        assert_eq!(ops[1]["value"], "r-0/ab12");
+        assert_eq!(ops[2]["value"], "7");
+        assert_eq!(annotation_path("a~b/c"), "/metadata/annotations/a~0b~1c");
+    }
+
+    #[test]
+    fn members_carry_the_bucket_and_the_epoch() {
+        let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}});
+        mark(&mut body, &fence());
+        assert_eq!(body["metadata"]["labels"]["x"], "1");
+        assert_eq!(body["metadata"]["labels"][LABEL_BUCKET], "513");
+        assert_eq!(body["metadata"]["annotations"][ANNOTATION_EPOCH], "7");
+        let mut bare = json!({"kind": "ConfigMap"});
+        mark(&mut bare, &fence());
+        assert_eq!(bare["metadata"]["labels"][LABEL_BUCKET], "513");
+        let mut not_an_object = json!([1]);
+        mark(&mut not_an_object, &fence());
+        assert_eq!(not_an_object, json!([1]));
     }
 }

@@ -88,8 +88,13 @@ fn view(lease: &Lease) -> Option<LeaseView> {
 /// The label carrying the replica's name on its Lease (the Lease's own name may be a hash).
 pub const LABEL_NAME: &str = "applyset.dev/shard-replica";
 
-/// Runs the membership until `stop` turns true, then deletes this replica's Lease. Publishes
-/// every change of the assignment on `tx`.
+/// Runs the membership until `stop` turns true, then deletes this replica's Lease.
+///
+/// Publishes the assignment on `tx`: the value is kept current (its validity moves at every
+/// renewal), and receivers are woken only when the buckets this replica owns change. No
+/// bucket is owned before the first list of the group's Leases completed, nor after this
+/// replica's own Lease lapsed (a paused process, a failing renewal) until the Leases were
+/// listed again: what it knew of the others is stale then.
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -97,12 +102,18 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
-    let cfg = watcher::Config::default().labels(&format!("{LABEL_GROUP}={}", settings.group));
-    let mut leases = watcher(api.clone(), cfg)
-        .backoff(crate::backoff::backoff())
-        .boxed();
+    let leases = || {
+        let cfg =
+            watcher::Config::default().labels(&format!("{LABEL_GROUP}={}", settings.group));
+        watcher(api.clone(), cfg)
+            .backoff(crate::backoff::backoff())
+            .boxed()
+    };
+    let mut events = leases();
     let mut peers = Peers::default();
     let mut valid_until: Option<Instant> = None;
+    // Whether the group's Leases were listed since the start or since the own Lease lapsed.
+    let mut listed = false;
     let mut renew = tokio::time::interval(settings.duration / 3);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -113,18 +124,17 @@ pub async fn run(
             .min()
             .unwrap_or(now + settings.duration);
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
+            () = async { let _ = stop.wait_for(|s| *s).await; } => break,
             _ = renew.tick() => {
-                let sent = Instant::now();
-                match apply_lease(&api, &settings).await {
-                    Ok(()) => {
-                        let margin = settings.duration / 5;
-                        valid_until = Some(own_valid_until(sent, settings.duration, margin));
-                    }
-                    Err(e) => tracing::warn!(error = %e, lease = %settings.lease_name(), "renewing the shard lease failed"),
+                let lapsed = valid_until.is_some_and(|t| t <= Instant::now());
+                if lapsed {
+                    tracing::warn!(lease = %settings.lease_name(), "the shard lease lapsed: owning nothing until the group's Leases are listed again");
+                    listed = false;
+                    events = leases();
                 }
+                valid_until = renew_lease(&api, &settings).await.or(valid_until);
             }
-            event = leases.next() => match event {
+            event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
                     if let Some(v) = view(&l) {
                         peers.observe(&v, Instant::now());
@@ -135,28 +145,54 @@ pub async fn run(
                         peers.gone(&v.name);
                     }
                 }
-                Some(Ok(_)) => {}
+                Some(Ok(watcher::Event::InitDone)) => listed = true,
+                Some(Ok(watcher::Event::Init)) => {}
                 Some(Err(e)) => tracing::warn!(error = %e, "watching the shard leases"),
                 None => break,
             },
             () = tokio::time::sleep_until(next.into()) => {}
         }
-        let assignment = assignment(&settings.name, &peers, valid_until, Instant::now());
-        tx.send_if_modified(|a| {
-            let changed = *a != assignment;
-            if changed {
-                tracing::info!(live = ?assignment.live, buckets = assignment.mine.len(), "shard assignment");
-                *a = assignment;
-            }
-            changed
-        });
+        let valid = valid_until.filter(|_| listed);
+        publish(&tx, assignment(&settings.name, &peers, valid, Instant::now()));
     }
+    // Owning nothing from now on, then the Lease goes: the others take over at once.
+    publish(&tx, Assignment::default());
     if let Err(e) = api
         .delete(&settings.lease_name(), &DeleteParams::default())
         .await
     {
         tracing::warn!(error = %e, "deleting the shard lease failed; it expires by itself");
     }
+}
+
+/// Renews this replica's Lease, within a third of its duration; the instant until which it is
+/// valid, counted from when the renewal was sent, or None when it failed.
+async fn renew_lease(api: &Api<Lease>, settings: &Settings) -> Option<Instant> {
+    let sent = Instant::now();
+    let renewed = tokio::time::timeout(settings.duration / 3, apply_lease(api, settings)).await;
+    match renewed {
+        Ok(Ok(())) => Some(own_valid_until(sent, settings.duration, settings.duration / 5)),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, lease = %settings.lease_name(), "renewing the shard lease failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(lease = %settings.lease_name(), "renewing the shard lease timed out");
+            None
+        }
+    }
+}
+
+/// Keeps `tx`'s value current; wakes its receivers only when the owned buckets changed.
+fn publish(tx: &watch::Sender<Assignment>, assignment: Assignment) {
+    tx.send_if_modified(|a| {
+        let moved = a.mine != assignment.mine;
+        if moved {
+            tracing::info!(live = ?assignment.live, buckets = assignment.mine.len(), "shard assignment");
+        }
+        *a = assignment;
+        moved
+    });
 }
 
 /// The assignment at `now`: the live peers, this replica among them only while its own Lease

@@ -4,12 +4,11 @@
 //! - [`assign`]: a set's bucket (from its ApplySet ID), a bucket's owner (rendezvous hashing
 //!   over the live replicas), the selector of a replica's buckets.
 //! - [`peers`]: which replicas are live, from their Leases, on this replica's own clock.
-//! - [`fence`]: the claim of a set and the fence before its prunes and deletes.
-//!
+//! - [`fence`]: the claim of a set (its owner and epoch) and the fence before its deletes.
 //! - [`membership`]: the I/O: this replica's Lease and the watch of the others', as the
 //!   buckets it owns now.
 //!
-//! The first three are pure.
+//! The first three are pure; [`Shards`] is what the controllers hold of it.
 
 pub mod assign;
 pub mod fence;
@@ -21,6 +20,48 @@ pub mod peers;
 pub const LABEL_BUCKET: &str = "applyset.dev/shard-bucket";
 /// The annotation naming the replica that owns the set: `<name>/<incarnation>`.
 pub const ANNOTATION_OWNER: &str = "applyset.dev/shard-owner";
+/// The annotation of the owner's epoch, on the parent (moved by every claim) and on every
+/// member (the epoch of the owner that last applied it): see [`fence`].
+pub const ANNOTATION_EPOCH: &str = "applyset.dev/shard-epoch";
+
+/// What the controllers of a replica under `--shards auto` hold: who it is, and what it
+/// owns now (kept current by [`membership::run`]).
+#[derive(Clone, Debug)]
+pub struct Shards {
+    /// `<name>/<incarnation>`: what the owner annotation of its sets says.
+    pub holder: String,
+    pub assignment: tokio::sync::watch::Receiver<membership::Assignment>,
+}
+
+impl Shards {
+    /// Whether this replica owns the set of ID `set_id` now (never while its own Lease is
+    /// not valid).
+    pub fn owns(&self, set_id: &str) -> bool {
+        let bucket = assign::bucket(set_id);
+        self.assignment
+            .borrow()
+            .owns(bucket, std::time::Instant::now())
+    }
+
+    /// The buckets this replica owns now.
+    pub fn buckets(&self) -> std::collections::BTreeSet<u16> {
+        self.assignment.borrow().mine.clone()
+    }
+}
+
+/// Whether `name` can name a replica: a label value (it is one on the replica's Lease) that
+/// is not empty: at most 63 characters, alphanumerics and `-`, `_`, `.`, starting and ending
+/// with an alphanumeric.
+pub fn valid_replica_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
 
 /// The name of a replica's Lease: `<prefix>-<name>`, or, when that is not a valid object
 /// name of at most 253 characters, `<prefix>-` and the first 16 hex digits of SHA-256(name).
@@ -59,5 +100,15 @@ mod tests {
         let long = lease_name("applyset-shard", &"x".repeat(300));
         assert_eq!(long.len(), 15 + 16);
         assert_ne!(lease_name("p", "a-"), "p-a-");
+    }
+
+    #[test]
+    fn replica_names_are_label_values() {
+        for ok in ["r-0", "operator-7f9c4-abcde", "A_b.c", &"x".repeat(63)] {
+            assert!(valid_replica_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "a/b", "a b", &"x".repeat(64)] {
+            assert!(!valid_replica_name(bad), "{bad}");
+        }
     }
 }
