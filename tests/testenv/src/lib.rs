@@ -110,6 +110,19 @@ pub struct Options {
     pub controller_manager: bool,
     /// How long each process may take to become ready.
     pub ready_timeout: Duration,
+    /// Run kube-apiserver with API priority and fairness and these limits of requests in
+    /// flight (which it shares between its priority levels). `None` (the default): no
+    /// priority and fairness and no limit, so that no request is ever throttled.
+    pub priority_and_fairness: Option<Inflight>,
+}
+
+/// kube-apiserver's limits of requests in flight (`--max-requests-inflight`,
+/// `--max-mutating-requests-inflight`); with priority and fairness their sum is the
+/// concurrency its priority levels share by their `nominalConcurrencyShares`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inflight {
+    pub readonly: u32,
+    pub mutating: u32,
 }
 
 impl Options {
@@ -119,6 +132,7 @@ impl Options {
             state_dir: None,
             controller_manager: true,
             ready_timeout: Duration::from_secs(90),
+            priority_and_fairness: None,
         }
     }
 }
@@ -135,6 +149,8 @@ pub struct ControlPlane {
     etcd_url: String,
     /// kube-apiserver's secure port (the same after a restart).
     api_port: u16,
+    /// Priority and fairness, as started (the same after a restart).
+    priority_and_fairness: Option<Inflight>,
     children: Vec<(&'static str, Child)>,
     guard: Option<(Child, ChildStdin)>,
 }
@@ -256,6 +272,7 @@ impl ControlPlane {
             bin_dir: opts.bin_dir.clone(),
             etcd_url: String::new(),
             api_port: 0,
+            priority_and_fairness: opts.priority_and_fairness,
             children: Vec::new(),
             guard: guard_stdin.map(|s| (guard_child, s)),
         };
@@ -408,10 +425,19 @@ impl ControlPlane {
             ))
             .arg("--allow-privileged=true")
             .arg("--disable-admission-plugins=ServiceAccount")
-            .arg("--max-requests-inflight=0")
-            .arg("--max-mutating-requests-inflight=0")
-            .arg("--enable-priority-and-fairness=false")
             .arg("--v=0");
+        match self.priority_and_fairness {
+            Some(limits) => cmd
+                .arg(format!("--max-requests-inflight={}", limits.readonly))
+                .arg(format!(
+                    "--max-mutating-requests-inflight={}",
+                    limits.mutating
+                )),
+            None => cmd
+                .arg("--max-requests-inflight=0")
+                .arg("--max-mutating-requests-inflight=0")
+                .arg("--enable-priority-and-fairness=false"),
+        };
         cmd
     }
 
