@@ -62,9 +62,11 @@ impl Owner {
     }
 }
 
-/// What a replica holds of a set it claimed: itself, the epoch, and the set's bucket.
+/// What a replica holds of a set it claimed: the parent's UID, itself, the epoch, and the
+/// set's bucket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
+    pub uid: String,
     pub holder: String,
     pub epoch: u64,
     pub bucket: u16,
@@ -96,10 +98,10 @@ pub fn claim_patch(
 }
 
 /// The JSON patch of tests only that the API server accepts (writing nothing) while the
-/// parent of `uid` is still owned by `fence`'s holder at its epoch.
-pub fn check_patch(uid: &str, fence: &Fence) -> Value {
+/// parent is still the one of `fence`'s UID, owned by its holder at its epoch.
+pub fn check_patch(fence: &Fence) -> Value {
     json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/uid", "value": fence.uid},
         {"op": "test", "path": annotation_path(ANNOTATION_OWNER), "value": fence.holder},
         {"op": "test", "path": annotation_path(ANNOTATION_EPOCH), "value": fence.epoch.to_string()},
     ])
@@ -140,6 +142,7 @@ mod tests {
 
     fn fence() -> Fence {
         Fence {
+            uid: "u1".into(),
             holder: "r-0/ab12".into(),
             epoch: 7,
             bucket: 513,
@@ -187,9 +190,10 @@ mod tests {
 
     #[test]
     fn the_fence_only_tests() {
-        let p = check_patch("u1", &fence());
+        let p = check_patch(&fence());
         let ops = p.as_array().cloned().unwrap_or_default();
         assert_eq!(ops.len(), 3);
+        assert_eq!(ops[0]["value"], "u1");
         assert!(ops.iter().all(|o| o["op"] == "test"));
         assert_eq!(ops[1]["value"], "r-0/ab12");
         assert_eq!(ops[2]["value"], "7");
