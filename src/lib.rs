@@ -106,7 +106,9 @@ pub enum Error {
     Unnamed(&'static str),
     /// Under `--shards auto`: another replica claimed the set since this one did; this
     /// replica deletes and writes nothing more for it (see [`shard::fence`]).
-    #[error("{parent}: claimed by another replica since {holder} claimed it (epoch {epoch}); nothing more is deleted or written by {holder}")]
+    #[error(
+        "{parent}: claimed by another replica since {holder} claimed it (epoch {epoch}); nothing more is deleted or written by {holder}"
+    )]
     Fenced {
         parent: String,
         holder: String,

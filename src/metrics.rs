@@ -318,7 +318,9 @@ impl Metrics {
 
     /// This replica claimed a set (`--shards auto`).
     pub fn shard_claimed(&self) {
-        self.shard_events_total.with_label_values(&["claimed"]).inc();
+        self.shard_events_total
+            .with_label_values(&["claimed"])
+            .inc();
     }
 
     /// A reconcile stopped at the fence: another replica claimed the set since.

@@ -593,7 +593,10 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
         fair::Start::Closed => return Ok(Action::await_change()),
     };
     ctx.metrics.started(P::KIND.kind(), &parent.to_string());
-    let span = tracing::info_span!("reconcile", parent = %parent);
+    let span = tracing::info_span!("reconcile", parent = %parent, replica = tracing::field::Empty);
+    if let Some(shards) = &ctx.config.shards {
+        span.record("replica", shards.holder.as_str());
+    }
     // Boxed: a reconcile waiting for a worker holds only the small future above.
     Box::pin(reconcile_contained(obj, ctx, Arc::new(worker)).instrument(span)).await
 }

@@ -90,11 +90,18 @@ pub(super) async fn claim<P: Parent>(
         return Ok(Some(scope.with_fence(fence)));
     }
     fence.epoch = owner.epoch + 1;
-    let patch = claim_patch(&fence.uid, &rv, meta.annotations.is_some(), &fence.holder, fence.epoch);
-    let patch: json_patch::Patch = serde_json::from_value(patch).map_err(|source| Error::Serialize {
-        what: "the claim of a set",
-        source,
-    })?;
+    let patch = claim_patch(
+        &fence.uid,
+        &rv,
+        meta.annotations.is_some(),
+        &fence.holder,
+        fence.epoch,
+    );
+    let patch: json_patch::Patch =
+        serde_json::from_value(patch).map_err(|source| Error::Serialize {
+            what: "the claim of a set",
+            source,
+        })?;
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     let params = PatchParams {
         field_manager: Some(CLAIM_FIELD_MANAGER.into()),
@@ -103,7 +110,11 @@ pub(super) async fn claim<P: Parent>(
     match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
         Ok(_) => {
             ctx.metrics.shard_claimed();
-            tracing::info!(previous = owner.holder.as_deref().unwrap_or("none"), epoch = fence.epoch, "claimed the set");
+            tracing::info!(
+                previous = owner.holder.as_deref().unwrap_or("none"),
+                epoch = fence.epoch,
+                "claimed the set"
+            );
             Ok(Some(scope.with_fence(fence)))
         }
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {

@@ -65,7 +65,12 @@ impl MemberWatches {
     }
 
     /// Starts the watch of `gk` (its handle kept in `w`).
-    pub(super) fn spawn_watch(self: &Arc<Self>, w: &mut Watches, gk: &GroupKind, resolved: &Resolved) {
+    pub(super) fn spawn_watch(
+        self: &Arc<Self>,
+        w: &mut Watches,
+        gk: &GroupKind,
+        resolved: &Resolved,
+    ) {
         let this = self.clone();
         let (gk2, resolved) = (gk.clone(), resolved.clone());
         let handle = tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();

@@ -87,12 +87,17 @@ pub fn claim_patch(
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
     ];
     if has_annotations {
-        for (k, v) in [(ANNOTATION_OWNER, holder.to_string()), (ANNOTATION_EPOCH, epoch.to_string())] {
+        for (k, v) in [
+            (ANNOTATION_OWNER, holder.to_string()),
+            (ANNOTATION_EPOCH, epoch.to_string()),
+        ] {
             ops.push(json!({"op": "add", "path": annotation_path(k), "value": v}));
         }
     } else {
-        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {
-            ANNOTATION_OWNER: holder, ANNOTATION_EPOCH: epoch.to_string()}}));
+        ops.push(
+            json!({"op": "add", "path": "/metadata/annotations", "value": {
+            ANNOTATION_OWNER: holder, ANNOTATION_EPOCH: epoch.to_string()}}),
+        );
     }
     Value::Array(ops)
 }
@@ -133,7 +138,10 @@ pub fn mark(body: &mut Value, fence: &Fence) {
 
 /// The JSON pointer of an annotation.
 fn annotation_path(key: &str) -> String {
-    format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"))
+    format!(
+        "/metadata/annotations/{}",
+        key.replace('~', "~0").replace('/', "~1")
+    )
 }
 
 #[cfg(test)]
@@ -202,7 +210,8 @@ mod tests {
 
     #[test]
     fn members_carry_the_bucket_and_the_epoch() {
-        let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}});
+        let mut body =
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}});
         mark(&mut body, &fence());
         assert_eq!(body["metadata"]["labels"]["x"], "1");
         assert_eq!(body["metadata"]["labels"][LABEL_BUCKET], "513");
