@@ -104,6 +104,16 @@ pub enum Error {
     Prune(PruneError),
     #[error("{0} has no name")]
     Unnamed(&'static str),
+    /// Under `--shards auto`: another replica claimed the set since this one did; this
+    /// replica deletes and writes nothing more for it (see [`shard::fence`]).
+    #[error(
+        "{parent}: claimed by another replica since {holder} claimed it (epoch {epoch}); nothing more is deleted or written by {holder}"
+    )]
+    Fenced {
+        parent: String,
+        holder: String,
+        epoch: u64,
+    },
 }
 
 impl Error {
@@ -118,6 +128,7 @@ impl Error {
             Error::Panic(_) => "panic",
             Error::Prune(_) => "prune",
             Error::Unnamed(_) => "unnamed",
+            Error::Fenced { .. } => "fenced",
         }
     }
 }

@@ -8,9 +8,9 @@ use std::{process::ExitCode, sync::Arc};
 use applyset_operator::{
     controller::{Config, Operator},
     leader::{Election, LeaseConfig},
-    shard::membership,
     metrics::Metrics,
     server::{self, Health, Phase},
+    shard::membership,
 };
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -396,7 +396,10 @@ fn start_membership(
     settings: membership::Settings,
 ) -> (
     applyset_operator::shard::Shards,
-    (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>),
+    (
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ),
 ) {
     tracing::info!(replica = %settings.name, holder = %settings.holder(), group = %settings.group, "sharding: --shards auto");
     let (tx, rx) = tokio::sync::watch::channel(membership::Assignment::default());

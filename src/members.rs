@@ -25,7 +25,8 @@
 //! [`watch_refs`] which sets hold each kind; [`drift`] what each set last applied, drift and
 //! the skipped writes; [`health`] the tracked sets' health; [`reassess`] a set's
 //! objects assessed again when its expressions change; [`checks`] the watches of the
-//! objects of `spec.healthChecks`; [`labelled`] what the watches know of labelled objects.
+//! objects of `spec.healthChecks`; [`labelled`] what the watches know of labelled objects;
+//! [`shard_scope`] what the watches select under `--shards auto`.
 //! Its lock cannot be poisoned: a panic elsewhere leaves every answer as true as before.
 
 use std::{
@@ -50,6 +51,7 @@ mod health;
 mod kind_watches;
 mod labelled;
 mod reassess;
+mod shard_scope;
 pub mod watch_refs;
 
 pub use checks::{CheckTarget, MAX_CHECK_WATCHES_PER_SET, MAX_CHECKED_OBJECTS};
@@ -88,6 +90,10 @@ struct State {
     exprs_gen: u64,
     /// The value of `exprs_gen` at the last change of each tracked set's expressions.
     exprs_changed: HashMap<String, u64>,
+    /// Under `--shards auto` (see [`shard_scope`]): the sets whose members the watches are
+    /// known to see (reconciled to the end by this replica since it owns them). None without
+    /// sharding: the watches see every member.
+    complete: Option<HashSet<String>>,
 }
 
 /// Member watches and applied-state records, shared by all reconciles.
@@ -109,6 +115,8 @@ pub struct MemberWatches {
     terminating: Arc<Terminating>,
     /// Reads of objects to assess again, at most [`reassess::REASSESS_READS`] at once.
     reads: tokio::sync::Semaphore,
+    /// Under `--shards auto`: the selector of this replica's buckets (see [`shard_scope`]).
+    buckets: Mutex<Option<String>>,
 }
 
 /// A hook run when a watched kind is not served any more.
@@ -136,6 +144,7 @@ impl MemberWatches {
             check_cap: std::sync::atomic::AtomicUsize::new(MAX_CHECKED_OBJECTS),
             changes: tokio::sync::watch::Sender::new(0),
             reads: tokio::sync::Semaphore::new(reassess::REASSESS_READS),
+            buckets: Mutex::new(None),
         };
         (
             Arc::new(w),

@@ -43,6 +43,8 @@ pub struct Metrics {
     members_applied_total: IntCounterVec,
     members_pruned_total: IntCounter,
     conflicts_total: IntCounter,
+    /// `--shards auto`: claims of sets and fenced reconciles.
+    shard_events_total: IntCounterVec,
     managed_members: IntGauge,
     api_requests_total: IntCounterVec,
     source_fetches_total: IntCounterVec,
@@ -92,6 +94,11 @@ impl Metrics {
             "applyset_conflicts_total",
             "Field-manager conflicts reported",
         );
+        let shard_events_total = counter_vec(
+            "applyset_shard_events_total",
+            "Under --shards auto: sets this replica claimed (claimed), and reconciles it stopped because another replica had claimed the set since (fenced)",
+            &["event"],
+        );
         let managed_members = gauge("applyset_managed_members", "Members of all ApplySets");
         let api_requests_total = counter_vec(
             "applyset_api_requests_total",
@@ -129,6 +136,7 @@ impl Metrics {
             members_applied_total,
             members_pruned_total,
             conflicts_total,
+            shard_events_total,
             managed_members,
             api_requests_total,
             source_fetches_total,
@@ -164,6 +172,7 @@ impl Metrics {
             Box::new(self.members_applied_total.clone()),
             Box::new(self.members_pruned_total.clone()),
             Box::new(self.conflicts_total.clone()),
+            Box::new(self.shard_events_total.clone()),
             Box::new(self.managed_members.clone()),
             Box::new(self.source_fetches_total.clone()),
         ]);
@@ -305,6 +314,18 @@ impl Metrics {
 
     pub fn conflicts(&self, n: u64) {
         self.conflicts_total.inc_by(n);
+    }
+
+    /// This replica claimed a set (`--shards auto`).
+    pub fn shard_claimed(&self) {
+        self.shard_events_total
+            .with_label_values(&["claimed"])
+            .inc();
+    }
+
+    /// A reconcile stopped at the fence: another replica claimed the set since.
+    pub fn shard_fenced(&self) {
+        self.shard_events_total.with_label_values(&["fenced"]).inc();
     }
 
     /// Records the member count of one parent (0 when it goes away).

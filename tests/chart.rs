@@ -562,7 +562,7 @@ fn network_policy_is_opt_in_and_selects_the_operator_pods() {
 }
 
 #[test]
-fn two_replicas_add_a_disruption_budget_and_force_leader_election() {
+fn two_replicas_add_a_disruption_budget_and_force_leader_election_unless_sharded() {
     let docs = template(&[
         "--set",
         "replicaCount=2",
@@ -588,6 +588,20 @@ fn two_replicas_add_a_disruption_budget_and_force_leader_election() {
     let docs = template(&["--set", "leaderElection.enabled=false"]);
     assert!(find(&docs, "PodDisruptionBudget").is_empty());
     assert!(!args(one(&docs, "Deployment")).contains(&"--leader-elect".to_string()));
+
+    // Sharding: every replica reconciles a share, no leader election; the Role covers the
+    // Leases of the release namespace (each pod's own, and the watch of the others').
+    let docs = template(&["--set", "replicaCount=3", "--set", "sharding=auto"]);
+    let a = args(one(&docs, "Deployment"));
+    assert!(a.contains(&"--shards=auto".to_string()), "{a:?}");
+    assert!(!a.contains(&"--leader-elect".to_string()), "{a:?}");
+    assert!(a.contains(&"--leader-election-name=aso-applyset-operator".to_string()));
+    assert_eq!(
+        rules(one(&docs, "Role")),
+        &vec![json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"]})]
+    );
+    assert!(template_fails(&["--set", "sharding=manual"]).contains("sharding"));
 
     // Watch namespace and concurrency become flags.
     let docs = template(&["--set", "watchNamespace=team-a", "--set", "concurrency=12"]);

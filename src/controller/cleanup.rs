@@ -151,6 +151,9 @@ async fn prune_recorded(ctx: &Context, scope: &SetScope, extent: &Extent) -> Res
         .iter()
         .map(|m| (m.reference.clone(), Deleted::of(m)))
         .collect();
+    if !selection.delete.is_empty() {
+        super::shards::check(ctx, scope).await?;
+    }
     let results = prune::prune(scope, selection).await;
     let summary = tally(&results);
     ctx.metrics

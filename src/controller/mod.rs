@@ -14,6 +14,7 @@ pub mod impersonate;
 mod readiness;
 mod reconcile;
 mod report;
+mod shards;
 mod workers;
 
 use std::{
@@ -221,6 +222,14 @@ impl crate::metrics::Observed for Context {
         Context::tracked_sets(self)
     }
 
+    fn member_objects(&self) -> usize {
+        self.members.object_count()
+    }
+
+    fn shard_buckets(&self) -> usize {
+        self.config.shards.as_ref().map_or(0, |s| s.buckets().len())
+    }
+
     fn impersonation_clients(&self) -> usize {
         Context::impersonation_clients(self)
     }
@@ -248,6 +257,9 @@ impl Operator {
         let (tx, rx) = watch::channel(false);
         let (members, triggers) = MemberWatches::new(client.clone());
         members.set_check_cap(config.max_health_watches);
+        if let Some(shards) = &config.shards {
+            members.use_buckets(&shards.buckets());
+        }
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -288,6 +300,7 @@ impl Operator {
                 _ = controllers => {}
                 () = healthy::run(ctx.clone()) => {}
                 () = terminating.follow(|ns| sets.trigger_namespace(ns)) => {}
+                () = shards::follow(ctx.clone()) => {}
             }
             stop_watches.stop();
         });
@@ -430,6 +443,7 @@ async fn run_controller<P: Parent>(
     };
     let controller = Controller::for_stream(stream, reader)
         .reconcile_on(drift)
+        .reconcile_all_on(shards::assignment_changes(&ctx))
         .watches_stream(
             referenced_watch::<ConfigMap>(&ctx),
             referenced_mapper::<P, ConfigMap>(ctx.clone(), ObjectKind::ConfigMap),
@@ -565,6 +579,12 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 /// triggered again when one of its namespace's reconciles ends).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     let parent = obj.parent_ref();
+    // Under --shards auto, another replica's set: nothing of it is kept here (it comes back
+    // with a change of the assignment, which reconciles every set).
+    if !shards::owns(&ctx, &parent.id()) {
+        ctx.forget(&parent, obj.meta().uid.as_deref());
+        return Ok(Action::await_change());
+    }
     let worker = match ctx.workers.start(&parent).await {
         fair::Start::Working(worker) => worker,
         // Reconciled again (woken) when one of its namespace's reconciles ends.
@@ -573,7 +593,10 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
         fair::Start::Closed => return Ok(Action::await_change()),
     };
     ctx.metrics.started(P::KIND.kind(), &parent.to_string());
-    let span = tracing::info_span!("reconcile", parent = %parent);
+    let span = tracing::info_span!("reconcile", parent = %parent, replica = tracing::field::Empty);
+    if let Some(shards) = &ctx.config.shards {
+        span.record("replica", shards.holder.as_str());
+    }
     // Boxed: a reconcile waiting for a worker holds only the small future above.
     Box::pin(reconcile_contained(obj, ctx, Arc::new(worker)).instrument(span)).await
 }
@@ -654,6 +677,10 @@ async fn reconcile_parent<P: Parent>(
         let r = Report::failed(Reason::OwnershipConflict, msg);
         return report::write(ctx, &scope, &*obj, r).await;
     }
+    // Under --shards auto, the set is claimed (or found claimed) by this replica first.
+    let Some(scope) = shards::claim(&*obj, ctx, scope).await? else {
+        return Ok(Action::requeue(shards::CLAIM_RETRY));
+    };
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied

@@ -50,6 +50,11 @@ pub async fn reconcile_set<P: Parent>(
     }
     match reported(obj.clone(), ctx, scope).await {
         Ok(action) => Ok(action),
+        // Another replica owns the set now: it writes the status.
+        Err(e @ Error::Fenced { .. }) => {
+            tracing::warn!(error = %e, "fenced: stopped");
+            Ok(Action::await_change())
+        }
         Err(e) => {
             let hint = forbidden_hint(ctx, scope, matches!(e, Error::Forbidden { .. })).await;
             let msg = format!("{}: {hint}{e}; retrying", scope.parent);
@@ -539,6 +544,9 @@ impl<'a, P: Parent> Reconcile<'a, P> {
                 return Err(self.stop(applied, r).await);
             }
         };
+        if !selection.delete.is_empty() {
+            super::shards::check(self.ctx, scope).await?;
+        }
         let results = self.engine.prune(selection).await;
         tracing::debug!(ms = t0.elapsed().as_millis(), "pruned");
         let parent = scope.parent.to_string();
@@ -553,6 +561,11 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// declared set (and drops the deprecated `contains-group-resources`).
     async fn shrink(&self, stored: &P, extent: &Extent) -> Step<()> {
         if self.spec.prune {
+            // Under --shards auto, a record shrunk by a replica that lost the set could
+            // drop kinds its new owner recorded since.
+            if extent.superset != extent.declared {
+                super::shards::check(self.ctx, self.scope).await?;
+            }
             parent::write(
                 &self.ctx.client,
                 stored,
@@ -560,6 +573,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
                 Shrink::DropDeprecated,
             )
             .await?;
+            // Reconciled to the end: every member the set has carries its bucket now.
+            self.ctx.members.complete(&self.scope.id);
         }
         Ok(())
     }

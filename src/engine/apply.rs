@@ -133,6 +133,16 @@ pub fn body(member: &Member, id: &str) -> Value {
     Value::Object(object)
 }
 
+/// The body applied for `member` in `scope`: [`body`], marked with the scope's shard fence
+/// (its bucket and epoch) under `--shards auto`.
+fn scoped_body(scope: &SetScope, member: &Member) -> Value {
+    let mut b = body(member, &scope.id);
+    if let Some(fence) = &scope.fence {
+        crate::shard::fence::mark(&mut b, fence);
+    }
+    b
+}
+
 fn member_api(scope: &SetScope, member: &Member) -> Api<DynamicObject> {
     let namespace = member.reference.namespace.as_deref();
     crate::discovery::api_in(&scope.client, namespace, &member.resource)
@@ -152,7 +162,7 @@ async fn preview(
     }
     let mut after = answer
         .and_then(|a| a.object)
-        .unwrap_or_else(|| body(member, &scope.id));
+        .unwrap_or_else(|| scoped_body(scope, member));
     crate::ignore::strip(&member.ignore, &mut after);
     match member_api(scope, member)
         .get_opt(&member.reference.name)
@@ -187,7 +197,7 @@ async fn apply_one(
         return skipped(scope, member, skip, opts);
     }
     let api = member_api(scope, member);
-    let body = body(member, &scope.id);
+    let body = scoped_body(scope, member);
     let hash = take_over::body_hash(ignore::body_hash(member, &body), opts.take_over);
     let watches = scope.watches().filter(|_| !opts.dry_run);
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {

@@ -46,6 +46,9 @@ pub struct SetScope {
     terminating: Option<Arc<Terminating>>,
     /// The reconcile's worker, given back while sources are read, if workers are shared.
     worker: Option<Arc<Worker>>,
+    /// Under `--shards auto`: this replica's claim of the set (its members carry its bucket
+    /// and epoch, see [`crate::shard::fence`]).
+    pub fence: Option<crate::shard::fence::Fence>,
 }
 
 impl SetScope {
@@ -68,6 +71,7 @@ impl SetScope {
             watches: None,
             terminating: None,
             worker: None,
+            fence: None,
         }
     }
 
@@ -106,6 +110,12 @@ impl SetScope {
     /// Reads sources as `worker`'s reconcile, giving it back meanwhile.
     pub fn with_worker(mut self, worker: Arc<Worker>) -> Self {
         self.worker = Some(worker);
+        self
+    }
+
+    /// Marks member bodies with `fence`'s bucket and epoch.
+    pub fn with_fence(mut self, fence: crate::shard::fence::Fence) -> Self {
+        self.fence = Some(fence);
         self
     }
 

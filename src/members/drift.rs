@@ -216,6 +216,9 @@ impl MemberWatches {
         if !kinds.iter().all(|gk| s.synced.contains(gk)) {
             return None;
         }
+        if s.complete.as_ref().is_some_and(|c| !c.contains(id)) {
+            return None;
+        }
         Some(
             s.live
                 .of_id(id)

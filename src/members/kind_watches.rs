@@ -58,15 +58,23 @@ impl MemberWatches {
         for (gk, resolved) in kinds {
             w.refs.hold(id, gk);
             w.resolved.insert(gk.clone(), resolved.clone());
-            if w.running.contains_key(gk) {
-                continue;
+            if !w.running.contains_key(gk) {
+                self.spawn_watch(&mut w, gk, resolved);
             }
-            let this = self.clone();
-            let (gk2, resolved) = (gk.clone(), resolved.clone());
-            let handle =
-                tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
-            w.running.insert(gk.clone(), handle);
         }
+    }
+
+    /// Starts the watch of `gk` (its handle kept in `w`).
+    pub(super) fn spawn_watch(
+        self: &Arc<Self>,
+        w: &mut Watches,
+        gk: &GroupKind,
+        resolved: &Resolved,
+    ) {
+        let this = self.clone();
+        let (gk2, resolved) = (gk.clone(), resolved.clone());
+        let handle = tokio::spawn(async move { this.watch(gk2, resolved).await }).abort_handle();
+        w.running.insert(gk.clone(), handle);
     }
 
     /// How many member kinds are watched now (`applyset_member_watches`).
@@ -128,7 +136,7 @@ impl MemberWatches {
 
     /// Forgets what the watch of `gk` listed: its objects are looked up otherwise (LISTs,
     /// GETs) until a watch of the kind lists again.
-    fn unsync(&self, gk: &GroupKind) {
+    pub(super) fn unsync(&self, gk: &GroupKind) {
         let mut s = self.state.lock();
         s.synced.remove(gk);
         s.live.remove_kind(gk);
@@ -137,7 +145,7 @@ impl MemberWatches {
     /// The events of every labelled object of a kind: metadata only for kinds without status,
     /// whole objects (assessed, then dropped) for the others.
     fn seen(&self, gk: &GroupKind, resolved: &Resolved) -> BoxStream<'static, Seen> {
-        let cfg = watcher::Config::default().labels(LABEL_PART_OF);
+        let cfg = watcher::Config::default().labels(&self.selector());
         if health::needs_object(&gk.group, &gk.kind) {
             let gk = gk.clone();
             let state = self.state.clone();

@@ -118,7 +118,6 @@ impl LabelledIndex {
             .map(|(r, l)| (&**r, l))
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_ref.len()
     }

@@ -37,6 +37,11 @@ pub trait Observed: Send + Sync + 'static {
     fn tracked_sets(&self) -> Vec<(&'static str, usize)>;
     /// Impersonating clients kept now.
     fn impersonation_clients(&self) -> usize;
+    /// Objects the member watches know now (labelled `part-of`, under `--shards auto` of
+    /// this replica's buckets).
+    fn member_objects(&self) -> usize;
+    /// Buckets this replica owns now under `--shards auto` (0 without).
+    fn shard_buckets(&self) -> usize;
 }
 
 impl Metrics {
@@ -87,6 +92,16 @@ impl Metrics {
             "Sets (or namespaces) each per-set map of the operator holds now, by map; a deleted set is forgotten by every one",
             "map",
             Box::new(move || s.upgrade().map_or_else(Vec::new, |s| s.tracked_sets())),
+        );
+        gauge(
+            "applyset_member_objects",
+            "Objects the member watches know now (labelled part-of; under --shards auto, of this replica's buckets only)",
+            T::member_objects,
+        );
+        gauge(
+            "applyset_shard_buckets",
+            "Buckets of sets this replica owns now under --shards auto (of 1024; 0 without sharding or while its own Lease is not valid)",
+            T::shard_buckets,
         );
         gauge(
             "applyset_impersonation_clients",
@@ -183,6 +198,12 @@ mod tests {
             vec![("member_applies", self.0)]
         }
         fn impersonation_clients(&self) -> usize {
+            self.0
+        }
+        fn member_objects(&self) -> usize {
+            self.0
+        }
+        fn shard_buckets(&self) -> usize {
             self.0
         }
     }

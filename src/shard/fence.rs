@@ -62,9 +62,11 @@ impl Owner {
     }
 }
 
-/// What a replica holds of a set it claimed: itself, the epoch, and the set's bucket.
+/// What a replica holds of a set it claimed: the parent's UID, itself, the epoch, and the
+/// set's bucket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
+    pub uid: String,
     pub holder: String,
     pub epoch: u64,
     pub bucket: u16,
@@ -85,21 +87,26 @@ pub fn claim_patch(
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
     ];
     if has_annotations {
-        for (k, v) in [(ANNOTATION_OWNER, holder.to_string()), (ANNOTATION_EPOCH, epoch.to_string())] {
+        for (k, v) in [
+            (ANNOTATION_OWNER, holder.to_string()),
+            (ANNOTATION_EPOCH, epoch.to_string()),
+        ] {
             ops.push(json!({"op": "add", "path": annotation_path(k), "value": v}));
         }
     } else {
-        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {
-            ANNOTATION_OWNER: holder, ANNOTATION_EPOCH: epoch.to_string()}}));
+        ops.push(
+            json!({"op": "add", "path": "/metadata/annotations", "value": {
+            ANNOTATION_OWNER: holder, ANNOTATION_EPOCH: epoch.to_string()}}),
+        );
     }
     Value::Array(ops)
 }
 
 /// The JSON patch of tests only that the API server accepts (writing nothing) while the
-/// parent of `uid` is still owned by `fence`'s holder at its epoch.
-pub fn check_patch(uid: &str, fence: &Fence) -> Value {
+/// parent is still the one of `fence`'s UID, owned by its holder at its epoch.
+pub fn check_patch(fence: &Fence) -> Value {
     json!([
-        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": "/metadata/uid", "value": fence.uid},
         {"op": "test", "path": annotation_path(ANNOTATION_OWNER), "value": fence.holder},
         {"op": "test", "path": annotation_path(ANNOTATION_EPOCH), "value": fence.epoch.to_string()},
     ])
@@ -131,7 +138,10 @@ pub fn mark(body: &mut Value, fence: &Fence) {
 
 /// The JSON pointer of an annotation.
 fn annotation_path(key: &str) -> String {
-    format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"))
+    format!(
+        "/metadata/annotations/{}",
+        key.replace('~', "~0").replace('/', "~1")
+    )
 }
 
 #[cfg(test)]
@@ -140,6 +150,7 @@ mod tests {
 
     fn fence() -> Fence {
         Fence {
+            uid: "u1".into(),
             holder: "r-0/ab12".into(),
             epoch: 7,
             bucket: 513,
@@ -187,9 +198,10 @@ mod tests {
 
     #[test]
     fn the_fence_only_tests() {
-        let p = check_patch("u1", &fence());
+        let p = check_patch(&fence());
         let ops = p.as_array().cloned().unwrap_or_default();
         assert_eq!(ops.len(), 3);
+        assert_eq!(ops[0]["value"], "u1");
         assert!(ops.iter().all(|o| o["op"] == "test"));
         assert_eq!(ops[1]["value"], "r-0/ab12");
         assert_eq!(ops[2]["value"], "7");
@@ -198,7 +210,8 @@ mod tests {
 
     #[test]
     fn members_carry_the_bucket_and_the_epoch() {
-        let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}});
+        let mut body =
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}});
         mark(&mut body, &fence());
         assert_eq!(body["metadata"]["labels"]["x"], "1");
         assert_eq!(body["metadata"]["labels"][LABEL_BUCKET], "513");

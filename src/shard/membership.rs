@@ -103,8 +103,7 @@ pub async fn run(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
     let leases = || {
-        let cfg =
-            watcher::Config::default().labels(&format!("{LABEL_GROUP}={}", settings.group));
+        let cfg = watcher::Config::default().labels(&format!("{LABEL_GROUP}={}", settings.group));
         watcher(api.clone(), cfg)
             .backoff(crate::backoff::backoff())
             .boxed()
@@ -153,7 +152,10 @@ pub async fn run(
             () = tokio::time::sleep_until(next.into()) => {}
         }
         let valid = valid_until.filter(|_| listed);
-        publish(&tx, assignment(&settings.name, &peers, valid, Instant::now()));
+        publish(
+            &tx,
+            assignment(&settings.name, &peers, valid, Instant::now()),
+        );
     }
     // Owning nothing from now on, then the Lease goes: the others take over at once.
     publish(&tx, Assignment::default());
@@ -171,7 +173,11 @@ async fn renew_lease(api: &Api<Lease>, settings: &Settings) -> Option<Instant> {
     let sent = Instant::now();
     let renewed = tokio::time::timeout(settings.duration / 3, apply_lease(api, settings)).await;
     match renewed {
-        Ok(Ok(())) => Some(own_valid_until(sent, settings.duration, settings.duration / 5)),
+        Ok(Ok(())) => Some(own_valid_until(
+            sent,
+            settings.duration,
+            settings.duration / 5,
+        )),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, lease = %settings.lease_name(), "renewing the shard lease failed");
             None

@@ -57,7 +57,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* "true" when the operator runs with --leader-elect. */}}
 {{- define "applyset-operator.leaderElect" -}}
-{{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- if and (ne .Values.sharding "auto") (or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1)) }}true{{ end }}
 {{- end }}
 
 {{/* Refuses value combinations that the schema cannot express clearly. */}}
