@@ -3,7 +3,22 @@
 
 use std::time::Duration;
 
-use crate::{DEFAULT_SEED, announce, state, steps, steps::Step, universe, walk::Walk};
+use crate::{
+    DEFAULT_SEED, announce,
+    replicas::Mode,
+    state, steps,
+    steps::Step,
+    universe,
+    walk::Walk,
+    world::{Setup, Throttling},
+};
+
+/// The reproducers run the operator as before the walk throttled it: with nothing in the way
+/// of their deadlines.
+const UNTHROTTLED: Setup = Setup {
+    throttling: Throttling::Off,
+    mode: Mode::Single,
+};
 
 /// The operator notices a parent's change promptly after kube-apiserver restarted (etcd
 /// keeping its data). It used not to: the walk found that after a restart the operator's
@@ -17,7 +32,7 @@ use crate::{DEFAULT_SEED, announce, state, steps, steps::Step, universe, walk::W
 /// ConfigMap is added to a0. Run it with `cargo test --test model apiserver_restart`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
-    let mut w = Walk::start(DEFAULT_SEED, 3).await;
+    let mut w = Walk::start(DEFAULT_SEED, 3, UNTHROTTLED).await;
     w.rerun = Some("cargo test --test model apiserver_restart");
     let decl = universe::Decl {
         rev: 1,
@@ -44,7 +59,7 @@ async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
         w.fail(1, &e);
     }
     w.log.push("    2. restart kube-apiserver".into());
-    if let Err(e) = w.world.restart_apiserver() {
+    if let Err(e) = w.world.restart_apiserver().await {
         w.fail(2, &e);
     }
     w.log.push(format!("    3. {}", steps[1]));
@@ -75,7 +90,7 @@ async fn a_change_after_an_apiserver_restart_is_applied_within_10_seconds() {
 /// leaves them out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
-    let mut w = Walk::start(DEFAULT_SEED, 40).await;
+    let mut w = Walk::start(DEFAULT_SEED, 40, UNTHROTTLED).await;
     w.rerun = Some("cargo test --test model prune_disabled_while_being_pruned");
     let cms: Vec<universe::Key> = universe::member_keys()
         .into_iter()
@@ -130,7 +145,7 @@ async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
 /// `cargo test --test model crd_deleted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
-    let mut w = Walk::start(DEFAULT_SEED, 6).await;
+    let mut w = Walk::start(DEFAULT_SEED, 6, UNTHROTTLED).await;
     w.rerun = Some("cargo test --test model crd_deleted");
     let keys = universe::member_keys();
     let crd = keys

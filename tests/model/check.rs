@@ -44,6 +44,8 @@ pub struct Seen {
     pub prune_disabled: bool,
     pub data: Option<String>,
     pub size: Option<i64>,
+    /// The epoch of its set's claim it was last applied under (`--shards auto`).
+    pub shard_epoch: Option<String>,
     pub deleting: bool,
 }
 
@@ -57,6 +59,10 @@ pub struct ParentSeen {
     pub kinds: Option<String>,
     pub namespaces: Option<String>,
     pub id_label: Option<String>,
+    /// The replica that holds it under `--shards auto` (`NAME/INCARNATION`), and the epoch
+    /// of its claim.
+    pub shard_owner: Option<String>,
+    pub shard_epoch: Option<String>,
     pub deleting: bool,
 }
 
@@ -64,6 +70,12 @@ pub struct Observation {
     pub objects: BTreeMap<Key, Seen>,
     pub parents: Vec<Option<ParentSeen>>,
 }
+
+/// The annotation of a parent naming the replica that holds it (`NAME/INCARNATION`).
+pub const ANNOTATION_SHARD_OWNER: &str = "applyset.dev/shard-owner";
+
+/// The annotation of a parent, and of its members, with the epoch of the set's claim.
+pub const ANNOTATION_SHARD_EPOCH: &str = "applyset.dev/shard-epoch";
 
 /// What a check found.
 #[derive(Debug, Default)]
@@ -176,6 +188,7 @@ fn seen(o: &DynamicObject, kind: Kind) -> Seen {
             .get("spec")
             .and_then(|s| s.get("size"))
             .and_then(Value::as_i64),
+        shard_epoch: o.annotations().get(ANNOTATION_SHARD_EPOCH).cloned(),
         deleting: o.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -212,6 +225,8 @@ fn parent_seen(o: &DynamicObject) -> ParentSeen {
         kinds: o.annotations().get(ANNOTATION_GROUP_KINDS).cloned(),
         namespaces: o.annotations().get(ANNOTATION_NAMESPACES).cloned(),
         id_label: o.labels().get(LABEL_ID).cloned(),
+        shard_owner: o.annotations().get(ANNOTATION_SHARD_OWNER).cloned(),
+        shard_epoch: o.annotations().get(ANNOTATION_SHARD_EPOCH).cloned(),
         deleting: o.metadata.deletion_timestamp.is_some(),
     }
 }
@@ -471,6 +486,27 @@ fn describe(o: &Obj) -> String {
         d.push_str(", prune disabled by a foreign actor");
     }
     d
+}
+
+/// Under `--shards auto`: the declared members of active Ready parents not yet applied under
+/// their set's current claim (the first reconcile of a set's new owner rewrites them all).
+pub fn unstamped(m: &Model, obs: &Observation) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, o) in &m.objects {
+        let Owner::Set(s) = o.owner else { continue };
+        if m.declarer(key) != Some(s) || !m.active(s) || m.sets[s].expect != Expect::Ready {
+            continue;
+        }
+        let epoch = obs.parents[s].as_ref().and_then(|p| p.shard_epoch.as_ref());
+        let seen = obs.objects.get(key).and_then(|o| o.shard_epoch.as_ref());
+        if epoch.is_some() && seen != epoch {
+            out.push(format!(
+                "{key}: applied under epoch {seen:?} of {}, which is at {epoch:?}",
+                set_display(s)
+            ));
+        }
+    }
+    out
 }
 
 /// Learns UIDs and resourceVersions of the model's objects from a settled observation.

@@ -9,8 +9,11 @@
 //! copied onto a foreign object, a member deleted, `prune: disabled` added, the parent's
 //! annotations edited, its `tooling` set to another tool); a drop racing a foreign
 //! `prune: disabled`; and faults: SIGKILL of the operator process at a random moment or
-//! between apply and prune, a restart of kube-apiserver (etcd keeps its data), and the
-//! operator's connections — its watches — cut.
+//! between apply and prune, a restart of kube-apiserver (etcd keeps its data), the
+//! operator's connections — its watches — cut, a namespace deleted under live sets and
+//! created again, the operator throttled by kube-apiserver (HTTP 429, [`throttle`]), and,
+//! for two seeds in three, which run replicas under `--shards auto` ([`replicas`]), a
+//! replica SIGKILLed (started again under its name or not) and a replica started.
 //!
 //! After each step the walk waits until the cluster matches the model ([`check`]): every
 //! declared member exists with its content and label; nothing the model keeps was deleted or
@@ -38,9 +41,11 @@ use support::{operator, process};
 mod bugs;
 mod check;
 mod proxy;
+mod replicas;
 mod rng;
 mod state;
 mod steps;
+mod throttle;
 mod universe;
 mod walk;
 mod world;
@@ -115,13 +120,27 @@ async fn walk(seed: u64, steps: usize) {
         faults: !env_flag("MODEL_NO_FAULTS"),
         races: !env_flag("MODEL_NO_RACES"),
         apiserver_restarts: !env_flag("MODEL_NO_APISERVER_RESTART"),
+        namespace_deletions: !env_flag("MODEL_NO_NAMESPACE_DELETION"),
     };
-    let mut w = Walk::start(seed, steps).await;
+    // MODEL_THROTTLE=off: kube-apiserver without priority and fairness, the operator as
+    // system:masters (no 429s); =always: the operator throttled all along, not only in the
+    // throttling steps.
+    let throttling = match std::env::var("MODEL_THROTTLE").ok().as_deref() {
+        None | Some("") | Some("steps") => world::Throttling::Steps,
+        Some("off") => world::Throttling::Off,
+        Some("always") => world::Throttling::Always,
+        Some(v) => panic!("MODEL_THROTTLE={v:?}: steps, off or always"),
+    };
+    let setup = world::Setup {
+        throttling,
+        mode: replicas::Mode::of_seed(seed),
+    };
+    let mut w = Walk::start(seed, steps, setup).await;
     for i in 1..=steps {
         let step = if i <= universe::SETS.len() {
             steps::initial(&mut w.rng, &w.model, i - 1)
         } else {
-            steps::next(&mut w.rng, &w.model, enabled)
+            steps::at(i, &mut w.rng, &w.model, enabled)
         };
         w.log.push(format!("{i:>5}. {step}"));
         *w.tally.entry(step.kind_name()).or_default() += 1;
@@ -134,10 +153,24 @@ async fn walk(seed: u64, steps: usize) {
         }
     }
     let tally: Vec<String> = w.tally.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let count = |k: &str| w.tally.get(k).copied().unwrap_or(0);
+    let rejected = match w.world.rejected().await {
+        Ok(n) => n.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    let mode = match w.world.operators.mode() {
+        replicas::Mode::Single => "one operator".to_owned(),
+        replicas::Mode::Sharded(n) => format!("{n} replicas under --shards auto"),
+    };
     announce(&format!(
-        "model walk: seed {seed}, {steps} steps passed in {:.0?} (slowest settle {:.1?}); SIGKILLs between apply and prune: {}; races: {} annotations landed, {} found the object pruned; steps: {}",
+        "model walk: seed {seed}, {steps} steps passed in {:.0?} ({mode}): 0 wrong deletions, 0 leaks, every set converged (slowest settle {:.1?}); faults: {} replica SIGKILLs ({} started again at once), {} replicas started, {} namespaces deleted, {} throttled steps, {rejected} 429s received by the operator; SIGKILLs between apply and prune: {}; races: {} annotations landed, {} found the object pruned; steps: {}",
         started.elapsed(),
         w.slowest,
+        count("fault: replica SIGKILL") + count("fault: replica SIGKILL, started again"),
+        count("fault: replica SIGKILL, started again"),
+        count("fault: replica started"),
+        count("fault: namespace deleted"),
+        count("fault: throttled"),
         w.hits,
         w.race_aim.landed,
         w.race_aim.pruned,

@@ -165,6 +165,9 @@ enum Refused {
 pub struct Model {
     pub sets: Vec<SetModel>,
     pub objects: BTreeMap<Key, Obj>,
+    /// Under `--shards auto`: which replicas (by index) run. Empty with a single operator.
+    /// Not the cluster's content: what the next replica fault may do.
+    pub replicas: Vec<bool>,
 }
 
 impl Model {
@@ -185,7 +188,11 @@ impl Model {
             .iter()
             .map(|k| (k.clone(), foreign_object(None)))
             .collect();
-        Model { sets, objects }
+        Model {
+            sets,
+            objects,
+            replicas: Vec::new(),
+        }
     }
 
     // -----------------------------------------------------------------------------------------
@@ -196,6 +203,13 @@ impl Model {
     pub fn declarer(&self, key: &Key) -> Option<usize> {
         (0..self.sets.len())
             .find(|&s| self.sets[s].exists && self.sets[s].spec.members.contains_key(key))
+    }
+
+    /// Whether an existing parent declares a member in namespace `ns`.
+    pub fn declares_in(&self, ns: usize) -> bool {
+        self.sets
+            .iter()
+            .any(|set| set.exists && set.spec.members.keys().any(|k| k.ns == Some(ns)))
     }
 
     /// Whether parent `s` reconciles (exists, not suspended, not taken by another tool).
@@ -236,6 +250,27 @@ impl Model {
         set.recorded = Recorded::default();
         set.applied = Recorded::default();
         set.hijacked = false;
+    }
+
+    /// Namespace `ns` of the universe is deleted: the parents living there are deleted (their
+    /// cleanup as [`Model::delete`] says: what they record elsewhere is pruned or orphaned),
+    /// and the namespace controller deletes every object in it, retained and foreign ones
+    /// included (docs/design.md §6.4).
+    pub fn delete_namespace(&mut self, ns: usize) {
+        for s in 0..self.sets.len() {
+            if self.sets[s].exists && !is_cluster(s) && ns == HOME {
+                self.delete(s);
+            }
+        }
+        self.objects.retain(|k, _| k.ns != Some(ns));
+    }
+
+    /// Namespace `ns` is created again, and the foreign actors create their objects there
+    /// again (unlabelled). The parents' members come back as they reconcile.
+    pub fn recreate_namespace(&mut self, ns: usize, foreign: &[Key]) {
+        for k in foreign.iter().filter(|k| k.ns == Some(ns)) {
+            self.objects.insert(k.clone(), foreign_object(None));
+        }
     }
 
     /// A foreign manager takes the data key of a ConfigMap with `value` (force).
@@ -500,6 +535,27 @@ mod tests {
         // cm1 is retained by set 0 (prune: disabled): set 1 may not take it.
         assert_eq!(m.objects[&key("cm1")].owner, Owner::Set(0));
         assert_eq!(m.sets[1].expect, Expect::NotReady("OwnershipConflict"));
+    }
+
+    #[test]
+    fn a_deleted_namespace_takes_its_objects_and_its_sets_cleanup_runs() {
+        let mut m = Model::new(&foreign_keys());
+        let in_n1 = member_keys()
+            .into_iter()
+            .find(|k| k.ns == Some(1))
+            .expect("a member key in model-n1");
+        let mut home = spec(&[("cm0", 1, false), ("cm1", 1, true)]);
+        home.members.insert(in_n1.clone(), decl(1, false));
+        m.create(0, home);
+        m.converge();
+        m.delete_namespace(HOME);
+        assert!(!m.sets[0].exists, "the ApplySet went with its namespace");
+        assert!(!m.objects.contains_key(&in_n1), "its cleanup pruned model-n1");
+        assert!(m.objects.keys().all(|k| k.ns != Some(HOME)));
+        m.recreate_namespace(HOME, &foreign_keys());
+        m.converge();
+        let foreign_home = foreign_keys().into_iter().filter(|k| k.ns == Some(HOME));
+        assert!(foreign_home.into_iter().all(|k| m.objects.contains_key(&k)));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use crate::{
+    replicas::{MAX_LIVE, MAX_NAMES},
     rng::Rng,
     state::{Expect, Model, Owner, Spec},
     universe::{Decl, HOME, Key, Kind, NAMESPACES, SETS, foreign_keys, member_keys, set_name},
@@ -94,6 +95,35 @@ pub enum Step {
     /// Every connection of the operator cut and refused for `blind_ms`, during which
     /// `payload` happens.
     DropWatches { payload: Box<Step>, blind_ms: u64 },
+    /// The operator throttled by kube-apiserver (HTTP 429 for what its priority level cannot
+    /// run at once) for `window_ms`, while `payloads` happen, each followed by the cluster
+    /// settling (throttled or not by then).
+    Throttled { payloads: Vec<Step>, window_ms: u64 },
+    /// Under `--shards auto`: `payload`, then SIGKILL of replica `replica` `delay_ms` later,
+    /// started again under its name (a new incarnation) at once when `restart`; else its sets
+    /// move to the others once its Lease expires.
+    KillReplica {
+        payload: Box<Step>,
+        delay_ms: u64,
+        replica: usize,
+        restart: bool,
+    },
+    /// Under `--shards auto`: `payload`, then replica `replica` started `delay_ms` later (one
+    /// killed earlier, under its name again, or a new one): some sets move to it.
+    StartReplica {
+        payload: Box<Step>,
+        delay_ms: u64,
+        replica: usize,
+    },
+    /// Namespace `ns` deleted (the parents living there with it), `payload` while it
+    /// terminates, and, `gap_ms` after it is gone, the namespace and its foreign objects
+    /// created again. When no parent declares anything there any more, the cluster settles
+    /// before the namespace comes back.
+    DeleteNamespace {
+        ns: usize,
+        payload: Option<Box<Step>>,
+        gap_ms: u64,
+    },
 }
 
 impl Step {
@@ -127,6 +157,13 @@ impl Step {
             }
             Step::RestartApiserver { .. } => "fault: kube-apiserver restart".into(),
             Step::DropWatches { .. } => "fault: watches dropped".into(),
+            Step::DeleteNamespace { .. } => "fault: namespace deleted".into(),
+            Step::Throttled { .. } => "fault: throttled".into(),
+            Step::KillReplica { restart: true, .. } => {
+                "fault: replica SIGKILL, started again".into()
+            }
+            Step::KillReplica { .. } => "fault: replica SIGKILL".into(),
+            Step::StartReplica { .. } => "fault: replica started".into(),
         }
     }
 
@@ -189,6 +226,38 @@ impl Step {
             Step::Kill { payload, .. }
             | Step::RestartApiserver { payload, .. }
             | Step::DropWatches { payload, .. } => payload.apply(m),
+            Step::Throttled { payloads, .. } => {
+                for p in payloads {
+                    p.apply(m);
+                    m.converge();
+                }
+            }
+            Step::KillReplica {
+                payload,
+                replica,
+                restart,
+                ..
+            } => {
+                payload.apply(m);
+                m.replicas[*replica] = *restart;
+            }
+            Step::StartReplica {
+                payload, replica, ..
+            } => {
+                payload.apply(m);
+                if *replica == m.replicas.len() {
+                    m.replicas.push(true);
+                } else {
+                    m.replicas[*replica] = true;
+                }
+            }
+            Step::DeleteNamespace { ns, payload, .. } => {
+                m.delete_namespace(*ns);
+                if let Some(p) = payload {
+                    p.apply(m);
+                }
+                m.recreate_namespace(*ns, &foreign_keys());
+            }
         }
     }
 
@@ -377,6 +446,48 @@ impl fmt::Display for Step {
                 f,
                 "cut the operator's connections, {payload}, reconnect after {blind_ms} ms"
             ),
+            Step::Throttled {
+                payloads,
+                window_ms,
+            } => {
+                let p: Vec<String> = payloads.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "the operator throttled (429s) for {window_ms} ms while: {}",
+                    p.join("; ")
+                )
+            }
+            Step::KillReplica {
+                payload,
+                delay_ms,
+                replica,
+                restart,
+            } => {
+                write!(
+                    f,
+                    "{payload}; SIGKILL replica r{replica} {delay_ms} ms later"
+                )?;
+                if *restart {
+                    f.write_str(", started again at once")?;
+                }
+                Ok(())
+            }
+            Step::StartReplica {
+                payload,
+                delay_ms,
+                replica,
+            } => write!(f, "{payload}; start replica r{replica} {delay_ms} ms later"),
+            Step::DeleteNamespace {
+                ns,
+                payload,
+                gap_ms,
+            } => {
+                write!(f, "delete namespace {}", NAMESPACES[*ns])?;
+                if let Some(p) = payload {
+                    write!(f, ", {p} while it terminates")?;
+                }
+                write!(f, ", create it again {gap_ms} ms after it is gone")
+            }
         }
     }
 }
@@ -407,10 +518,14 @@ enum Choice {
     KillBetweenApplyAndPrune,
     RestartApiserver,
     DropWatches,
+    DeleteNamespace,
+    KillReplica,
+    StartReplica,
+    Throttled,
     Unstick,
 }
 
-const CHOICES: [(Choice, u32); 21] = [
+const CHOICES: [(Choice, u32); 25] = [
     (Choice::Add, 14),
     (Choice::Change, 8),
     (Choice::Remove, 8),
@@ -431,6 +546,10 @@ const CHOICES: [(Choice, u32); 21] = [
     (Choice::KillBetweenApplyAndPrune, 3),
     (Choice::RestartApiserver, 1),
     (Choice::DropWatches, 3),
+    (Choice::DeleteNamespace, 1),
+    (Choice::KillReplica, 3),
+    (Choice::StartReplica, 3),
+    (Choice::Throttled, 6),
     (Choice::Unstick, 12),
 ];
 
@@ -442,6 +561,8 @@ pub struct Enabled {
     pub races: bool,
     /// Restarts of kube-apiserver (slow to recover from: see `SETTLE_AFTER_RESTART`).
     pub apiserver_restarts: bool,
+    /// Namespaces deleted under live sets.
+    pub namespace_deletions: bool,
 }
 
 /// The first steps: every parent created.
@@ -450,6 +571,36 @@ pub fn initial(rng: &mut Rng, m: &Model, set: usize) -> Step {
         set,
         spec: random_spec(rng, m, set),
     }
+}
+
+/// The faults every walk long enough has once at a fixed step (after the parents are
+/// created), whatever its seed draws later: `make test`'s short walks cover each.
+const SCHEDULED: [(usize, Choice); 4] = [
+    (10, Choice::Throttled),
+    (20, Choice::DeleteNamespace),
+    (30, Choice::KillReplica),
+    (40, Choice::StartReplica),
+];
+
+/// The step of walk step `i` (1-based) when a fault is scheduled then and can be taken
+/// (a replica fault only under `--shards auto`), else the next step ([`next`]).
+pub fn at(i: usize, rng: &mut Rng, m: &Model, enabled: Enabled) -> Step {
+    let scheduled = SCHEDULED
+        .iter()
+        .find(|(at, _)| *at == i)
+        .filter(|(_, c)| enabled.faults && allowed(*c, enabled))
+        .and_then(|(_, c)| choose(*c, rng, m));
+    match scheduled {
+        Some(step) => step,
+        None => next(rng, m, enabled),
+    }
+}
+
+/// Whether a choice is switched on (faults aside).
+fn allowed(choice: Choice, enabled: Enabled) -> bool {
+    !((matches!(choice, Choice::Race) && !enabled.races)
+        || (matches!(choice, Choice::RestartApiserver) && !enabled.apiserver_restarts)
+        || (matches!(choice, Choice::DeleteNamespace) && !enabled.namespace_deletions))
 }
 
 /// The next step, from the PRNG and the model.
@@ -472,11 +623,12 @@ pub fn next(rng: &mut Rng, m: &Model, enabled: Enabled) -> Step {
                 | Choice::KillBetweenApplyAndPrune
                 | Choice::RestartApiserver
                 | Choice::DropWatches
+                | Choice::DeleteNamespace
+                | Choice::KillReplica
+                | Choice::StartReplica
+                | Choice::Throttled
         );
-        let off = (is_fault && !enabled.faults)
-            || (matches!(choice, Choice::Race) && !enabled.races)
-            || (matches!(choice, Choice::RestartApiserver) && !enabled.apiserver_restarts);
-        if off {
+        if (is_fault && !enabled.faults) || !allowed(choice, enabled) {
             continue;
         }
         if let Some(step) = choose(choice, rng, m) {
@@ -503,6 +655,9 @@ fn choose(choice: Choice, rng: &mut Rng, m: &Model) -> Option<Step> {
         Choice::EditAnnotations => edit_annotations(rng, m),
         Choice::Hijack => hijack(rng, m),
         Choice::Race => race(rng, m),
+        // Under `--shards auto` half as often: every replica's new incarnation then waits
+        // for its Lease (seconds), and the replica faults kill replicas too.
+        Choice::Kill if !m.replicas.is_empty() && rng.chance(50) => None,
         Choice::Kill => Some(Step::Kill {
             payload: Box::new(plain(rng, m)),
             delay_ms: rng.range(0, 1500),
@@ -516,6 +671,10 @@ fn choose(choice: Choice, rng: &mut Rng, m: &Model) -> Option<Step> {
             payload: Box::new(plain(rng, m)),
             blind_ms: rng.range(200, 2500),
         }),
+        Choice::DeleteNamespace => delete_namespace(rng, m),
+        Choice::KillReplica => kill_replica(rng, m),
+        Choice::StartReplica => start_replica(rng, m),
+        Choice::Throttled => Some(throttled(rng, m)),
         Choice::Unstick => unstick(rng, m),
     }
 }
@@ -526,8 +685,105 @@ fn plain(rng: &mut Rng, m: &Model) -> Step {
         faults: false,
         races: false,
         apiserver_restarts: false,
+        namespace_deletions: false,
     };
     next(rng, m, enabled)
+}
+
+/// One to three plain steps, each chosen from the model as the ones before it leave it once
+/// the operator settled, while the operator is throttled.
+fn throttled(rng: &mut Rng, m: &Model) -> Step {
+    let mut after = m.clone();
+    let mut payloads = Vec::new();
+    for _ in 0..rng.range(1, 3) {
+        let p = plain(rng, &after);
+        p.apply(&mut after);
+        after.converge();
+        payloads.push(p);
+    }
+    Step::Throttled {
+        payloads,
+        window_ms: rng.range(1000, 4000),
+    }
+}
+
+/// A running replica killed (under `--shards auto`): started again at once when it is the
+/// last one, else sometimes.
+fn kill_replica(rng: &mut Rng, m: &Model) -> Option<Step> {
+    let live: Vec<usize> = (0..m.replicas.len()).filter(|&i| m.replicas[i]).collect();
+    let replica = *rng.pick_opt(&live)?;
+    let restart = live.len() < 2 || rng.chance(40);
+    Some(Step::KillReplica {
+        payload: Box::new(plain(rng, m)),
+        delay_ms: rng.range(0, 1500),
+        replica,
+        restart,
+    })
+}
+
+/// A replica started (under `--shards auto`): half the time one that was killed, under its
+/// name, else a new one; at most [`MAX_LIVE`] run, under at most [`MAX_NAMES`] names.
+fn start_replica(rng: &mut Rng, m: &Model) -> Option<Step> {
+    let live = m.replicas.iter().filter(|&&l| l).count();
+    if m.replicas.is_empty() || live >= MAX_LIVE {
+        return None;
+    }
+    let dead: Vec<usize> = (0..m.replicas.len()).filter(|&i| !m.replicas[i]).collect();
+    let replica = match rng.pick_opt(&dead) {
+        Some(&i) if rng.chance(50) || m.replicas.len() >= MAX_NAMES => i,
+        _ if m.replicas.len() < MAX_NAMES => m.replicas.len(),
+        _ => return None,
+    };
+    Some(Step::StartReplica {
+        payload: Box::new(plain(rng, m)),
+        delay_ms: rng.range(0, 1500),
+        replica,
+    })
+}
+
+/// A namespace of the universe deleted. Its own namespace takes the ApplySets with it: not
+/// while one of them is suspended with `deletionPolicy: Delete` (see [`delete`]). Another
+/// one gets a payload while it terminates half the time, chosen from the model as it is once
+/// the namespace is gone: a plain step, or one parent dropping what it declares there.
+fn delete_namespace(rng: &mut Rng, m: &Model) -> Option<Step> {
+    let ns = rng.below(NAMESPACES.len());
+    let home_sets = (0..SETS.len()).filter(|&s| !crate::universe::is_cluster(s));
+    if ns == HOME
+        && home_sets
+            .into_iter()
+            .any(|s| m.sets[s].exists && m.sets[s].spec.suspend && !m.sets[s].spec.orphan)
+    {
+        return None;
+    }
+    let mut after = m.clone();
+    after.delete_namespace(ns);
+    let payload = match ns != HOME && rng.chance(50) {
+        true if rng.chance(50) => drop_namespace(rng, &after, ns).map(Box::new),
+        true => Some(Box::new(plain(rng, &after))),
+        false => None,
+    };
+    Some(Step::DeleteNamespace {
+        ns,
+        payload,
+        gap_ms: rng.range(0, 3000),
+    })
+}
+
+/// A parent that declares members in namespace `ns` stops declaring them (one write).
+fn drop_namespace(rng: &mut Rng, m: &Model, ns: usize) -> Option<Step> {
+    let sets: Vec<usize> = existing(m)
+        .into_iter()
+        .filter(|&s| m.sets[s].spec.members.keys().any(|k| k.ns == Some(ns)))
+        .collect();
+    let s = *rng.pick_opt(&sets)?;
+    let edits = m.sets[s]
+        .spec
+        .members
+        .keys()
+        .filter(|k| k.ns == Some(ns))
+        .map(|k| Edit::Remove(k.clone()))
+        .collect();
+    Some(Step::Edit { set: s, edits })
 }
 
 fn existing(m: &Model) -> Vec<usize> {

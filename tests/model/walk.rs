@@ -6,13 +6,24 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{check, rng::Rng, state::Model, steps::Step, universe, world::World};
+use crate::{
+    check,
+    rng::Rng,
+    state::Model,
+    steps::Step,
+    universe,
+    world::{Setup, World},
+};
 
 /// The latency of the operator's connections while a drop races a foreign annotation.
 pub const RACE_LATENCY: Duration = Duration::from_millis(80);
 /// How long the cluster may take to settle after a step (a restart of kube-apiserver
 /// included: the operator's watches resume within seconds, see `src/watch.rs`).
 pub const SETTLE: Duration = Duration::from_secs(90);
+/// How long a deleted namespace may take to be gone: the namespace controller deletes what it
+/// holds, and nothing the operator does may keep it from finishing (it may not create
+/// anything there, and its patches of what is there end with the objects).
+pub const NAMESPACE_GONE: Duration = Duration::from_secs(60);
 
 /// A walk in progress.
 pub struct Walk {
@@ -83,15 +94,19 @@ impl RaceAim {
 
 impl Walk {
     /// Sets up the world of a walk (nothing declared yet) and learns the foreign objects.
-    pub async fn start(seed: u64, steps: usize) -> Walk {
-        let world = World::start(seed)
+    pub async fn start(seed: u64, steps: usize, setup: Setup) -> Walk {
+        let world = World::start(seed, setup)
             .await
             .unwrap_or_else(|e| panic!("model walk (seed {seed}): setting up: {e}"));
+        let mut model = Model::new(&universe::foreign_keys());
+        if let crate::replicas::Mode::Sharded(n) = setup.mode {
+            model.replicas = vec![true; n];
+        }
         let mut w = Walk {
             seed,
             steps,
             rng: Rng::new(seed),
-            model: Model::new(&universe::foreign_keys()),
+            model,
             world,
             log: Vec::new(),
             tally: BTreeMap::new(),
@@ -113,8 +128,31 @@ impl Walk {
                 self.act(payload).await?;
                 // The moment of the fault: a random delay, not a wait for anything.
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
-                self.world.kill_operator();
-                self.world.start_operator();
+                for i in self.world.kill_all() {
+                    self.world.operators.start(i);
+                }
+            }
+            Step::KillReplica {
+                payload,
+                delay_ms,
+                replica,
+                restart,
+            } => {
+                self.act(payload).await?;
+                tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                self.world.operators.kill(*replica);
+                if *restart {
+                    self.world.operators.start(*replica);
+                }
+            }
+            Step::StartReplica {
+                payload,
+                delay_ms,
+                replica,
+            } => {
+                self.act(payload).await?;
+                tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
+                self.world.operators.start(*replica);
             }
             Step::KillBetweenApplyAndPrune { set, add, drop, .. } => {
                 step.apply(&mut self.model);
@@ -122,16 +160,25 @@ impl Walk {
                     .write_spec(*set, &self.model.sets[*set].spec)
                     .await?;
                 self.wait_exists(add).await?;
-                self.world.kill_operator();
+                // The replica that applied it (under `--shards auto`), else every one.
+                let killed = match self.world.owner_of(*set).await {
+                    Some(i) if self.world.operators.live().contains(&i) => {
+                        self.world.operators.kill(i);
+                        vec![i]
+                    }
+                    _ => self.world.kill_all(),
+                };
                 if self.world.exists(drop).await == Some(true) {
                     self.hits += 1;
                 }
-                self.world.start_operator();
+                for i in killed {
+                    self.world.operators.start(i);
+                }
             }
             Step::RestartApiserver { payload, delay_ms } => {
                 self.act(payload).await?;
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
-                self.world.restart_apiserver()?;
+                self.world.restart_apiserver().await?;
             }
             Step::DropWatches { payload, blind_ms } => {
                 self.world.proxy.refuse(true);
@@ -141,6 +188,18 @@ impl Walk {
                 tokio::time::sleep(Duration::from_millis(*blind_ms)).await;
                 self.world.proxy.refuse(false);
                 acted?;
+            }
+            Step::Throttled {
+                payloads,
+                window_ms,
+            } => return self.throttled(payloads, *window_ms).await,
+            Step::DeleteNamespace {
+                ns,
+                payload,
+                gap_ms,
+            } => {
+                self.delete_namespace(*ns, payload.as_deref(), *gap_ms)
+                    .await?
             }
             Step::DropRacingAnnotation {
                 set,
@@ -154,6 +213,56 @@ impl Walk {
         }
         self.model.converge();
         self.settle(SETTLE).await
+    }
+
+    /// The operator throttled for `window_ms` while `payloads` happen, each settled before
+    /// the next. The window bounds how long kube-client's retries of a 429 back off (their
+    /// wait doubles from 5 ms), so that the operator recovers within seconds of its end.
+    async fn throttled(&mut self, payloads: &[Step], window_ms: u64) -> Result<(), String> {
+        self.world.throttle(true).await?;
+        let end = self
+            .world
+            .unthrottle_after(Duration::from_millis(window_ms));
+        let mut settled = Ok(());
+        for p in payloads {
+            settled = self.act(p).await;
+            if settled.is_ok() {
+                self.model.converge();
+                settled = self.settle(SETTLE).await;
+            }
+            if settled.is_err() {
+                break;
+            }
+        }
+        let ended = end.await.map_err(|e| e.to_string()).and_then(|r| r);
+        self.world.throttle(false).await?;
+        settled.and(ended)
+    }
+
+    /// Namespace `ns` deleted, `payload` while it terminates; once it is gone (and settled
+    /// when nothing is declared there any more), `gap_ms` later, created again.
+    async fn delete_namespace(
+        &mut self,
+        ns: usize,
+        payload: Option<&Step>,
+        gap_ms: u64,
+    ) -> Result<(), String> {
+        self.model.delete_namespace(ns);
+        self.world.delete_namespace(ns).await?;
+        if let Some(p) = payload {
+            self.act(p).await?;
+        }
+        self.world.wait_namespace_gone(ns, NAMESPACE_GONE).await?;
+        // Nothing declared there any more: the sets converge without it.
+        if !self.model.declares_in(ns) {
+            self.model.converge();
+            self.settle(SETTLE).await?;
+        }
+        // How long the namespace stays away: the fault's length.
+        tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+        self.world.recreate_namespace(ns).await?;
+        self.model.recreate_namespace(ns, &universe::foreign_keys());
+        Ok(())
     }
 
     /// A plain step: the model first, then the cluster's writes from the model.
@@ -264,15 +373,16 @@ impl Walk {
         let deadline = started + timeout;
         let mut last;
         loop {
-            if let Some(why) = self.world.operator_exited() {
+            if let Some(why) = self.world.operators.exited() {
                 return Err(why);
             }
             match check::observe(&self.world).await {
                 Ok(obs) => {
-                    let v = check::compare(&self.model, &obs);
+                    let mut v = check::compare(&self.model, &obs);
                     if !v.fatal.is_empty() {
                         return Err(format!("invariant broken:\n  {}", v.fatal.join("\n  ")));
                     }
+                    v.pending.extend(self.unsettled_owners(&obs));
                     if v.pending.is_empty() {
                         check::learn(&mut self.model, &obs);
                         self.slowest = self.slowest.max(started.elapsed());
@@ -292,10 +402,32 @@ impl Walk {
         }
     }
 
+    /// Under `--shards auto`: the active parents not yet held by their owner among the
+    /// running replicas ([`crate::replicas::Operators::unsettled_owners`]), then the members
+    /// not yet applied under their set's current claim ([`check::unstamped`]): a handover
+    /// ends before the walk goes on.
+    fn unsettled_owners(&self, obs: &check::Observation) -> Vec<String> {
+        let ids: Vec<(usize, String)> = (0..universe::SETS.len())
+            .filter(|&s| self.model.active(s))
+            .map(|s| (s, universe::set_id(s)))
+            .collect();
+        let owners: Vec<Option<String>> = obs
+            .parents
+            .iter()
+            .map(|p| p.as_ref().and_then(|p| p.shard_owner.clone()))
+            .collect();
+        let mut out = self.world.operators.unsettled_owners(&ids, &owners);
+        if out.is_empty() && self.world.operators.mode() != crate::replicas::Mode::Single {
+            out = check::unstamped(&self.model, obs);
+        }
+        out
+    }
+
     /// Fails the test with everything needed to replay and understand the failure.
     pub fn fail(&self, step: usize, problem: &str) -> ! {
         let logs: Vec<String> = self
             .world
+            .operators
             .logs
             .iter()
             .map(|p| p.display().to_string())

@@ -4,11 +4,10 @@
 
 use std::{
     future::Future,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
-use applyset_testenv::{ControlPlane, Options, binaries, kubeconfig_yaml};
+use applyset_testenv::{ControlPlane, Inflight, Options, binaries, kubeconfig_yaml};
 use kube::{
     Api, Client, Config,
     api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions},
@@ -17,13 +16,15 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
+    check::ANNOTATION_SHARD_OWNER,
     operator::{
         ANNOTATION_GROUP_KINDS, ANNOTATION_NAMESPACES, ANNOTATION_PRUNE, ANNOTATION_TOOLING,
         Parent, TEST_LABEL, crd_ar, dyn_api, ensure_crds, namespace_ar, wait_established,
     },
-    process::OperatorProcess,
     proxy::Proxy,
+    replicas::{Mode, Operators},
     state::{Recorded, Spec},
+    throttle,
     universe::{
         FOREIGN_MANAGER, INTERVAL, Key, NAMESPACES, RETRY_INTERVAL, foreign_manifest, is_cluster,
         manifest, set_name, widget_crd,
@@ -33,32 +34,78 @@ use crate::{
 /// A walk's failure to do something in the cluster (not an invariant broken).
 pub type Result<T> = std::result::Result<T, String>;
 
+/// How a walk's cluster is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// When the operator is throttled ([`throttle`]).
+    pub throttling: Throttling,
+    /// One operator, or replicas under `--shards auto`.
+    pub mode: Mode,
+}
+
+/// When the walk throttles the operator: kube-apiserver with priority and fairness, the
+/// operator as the chart's ServiceAccount, in a priority level that rejects what it cannot
+/// run at once during the throttling steps, or always.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Throttling {
+    /// No priority and fairness, the operator as `system:masters`: never a 429.
+    Off,
+    Steps,
+    Always,
+}
+
+/// kube-apiserver's limits of requests in flight when it throttles (half its defaults): of
+/// their 300, the operator's level of one share (of about 250) gets two. With one, a
+/// reconcile under throttling took up to 54 s (kube-client retries a 429 up to 15 times,
+/// its backoff doubling from 5 ms), which made the walk's short runs twice as long.
+const THROTTLED_INFLIGHT: Inflight = Inflight {
+    readonly: 200,
+    mutating: 100,
+};
+
 pub struct World {
     pub cp: ControlPlane,
     /// The test's own admin client, straight to kube-apiserver (not through the proxy).
     pub client: Client,
     pub proxy: Proxy,
-    operator: Option<OperatorProcess>,
-    /// Kubeconfig of the operator: the API server through the proxy.
-    operator_kubeconfig: PathBuf,
+    /// The operator processes (through the proxy).
+    pub operators: Operators,
     /// Value of the `applyset.dev/test` label of every parent (the operator's selector).
     label: String,
-    seed: u64,
-    /// Log files of every operator process of the walk.
-    pub logs: Vec<PathBuf>,
+    /// The operator's ServiceAccount, when the walk may throttle it.
+    account: Option<String>,
+    throttling: Throttling,
+    /// The operator's 429s counted by earlier runs of kube-apiserver (its metrics start
+    /// again at every restart).
+    rejected_before: u64,
 }
 
 impl World {
-    /// Starts a control plane, installs the CRDs, namespaces and foreign objects, and starts
-    /// the operator.
-    pub async fn start(seed: u64) -> Result<World> {
-        let cp = tokio::task::spawn_blocking(|| -> Result<ControlPlane> {
+    /// Starts a control plane, installs the CRDs, namespaces and foreign objects (and, when
+    /// throttled, the operator's identity and flow control), and starts the operator.
+    pub async fn start(seed: u64, setup: Setup) -> Result<World> {
+        let cp = tokio::task::spawn_blocking(move || -> Result<ControlPlane> {
             let bin = binaries().map_err(|e| e.to_string())?;
-            ControlPlane::start(&Options::new(bin)).map_err(|e| e.to_string())
+            let opts = Options {
+                priority_and_fairness: (setup.throttling != Throttling::Off)
+                    .then_some(THROTTLED_INFLIGHT),
+                ..Options::new(bin)
+            };
+            ControlPlane::start(&opts).map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| e.to_string())??;
         let client = admin_client(&cp).await?;
+        // The replicas' Leases live in the operator's namespace.
+        throttle::create_namespace(&client).await?;
+        let (account, token) = match setup.throttling {
+            Throttling::Off => (None, cp.token().to_owned()),
+            t => {
+                let sharded = setup.mode != Mode::Single;
+                let id = throttle::install(&client, sharded, t == Throttling::Always).await?;
+                (Some(id.account), id.token)
+            }
+        };
         ensure_crds(&client).await;
         install_widget_crd(&client).await?;
         create_namespaces(&client).await?;
@@ -72,73 +119,140 @@ impl World {
         let server = format!("https://127.0.0.1:{}", proxy.port);
         std::fs::write(
             &operator_kubeconfig,
-            kubeconfig_yaml(&server, &cp.ca_file(), cp.token()),
+            kubeconfig_yaml(&server, &cp.ca_file(), &token),
         )
         .map_err(|e| format!("writing the operator's kubeconfig: {e}"))?;
+        let label = format!("model-{seed}");
         let mut world = World {
             cp,
             client,
             proxy,
-            operator: None,
-            operator_kubeconfig,
-            label: format!("model-{seed}"),
-            seed,
-            logs: Vec::new(),
+            operators: Operators::new(setup.mode, &operator_kubeconfig, &label),
+            label,
+            account,
+            throttling: setup.throttling,
+            rejected_before: 0,
         };
         for key in crate::universe::foreign_keys() {
             world.copy_label(&key, None).await?;
         }
-        world.start_operator();
+        for i in 0..setup.mode.initial() {
+            world.operators.start(i);
+        }
         Ok(world)
     }
 
     // -----------------------------------------------------------------------------------------
-    // The operator process
+    // The operator processes
 
-    /// Starts an operator process (restricted to this walk's parents by their label). The
-    /// walk's ApplySets act as the operator and move members across namespaces, so the
-    /// operator lets them (`--allow-cross-namespace-sets`): the walk is about prune, and
-    /// tenancy has tests of its own (tests/tenancy.rs).
-    pub fn start_operator(&mut self) {
-        let selector = format!("{TEST_LABEL}={}", self.label);
-        let name = format!("model-{}-{}", self.seed, self.logs.len());
-        let op = OperatorProcess::start(
-            &self.operator_kubeconfig,
-            &[
-                "--label-selector",
-                &selector,
-                "--allow-cross-namespace-sets",
-            ],
-            &name,
-        );
-        self.logs.push(op.log.clone());
-        self.operator = Some(op);
-    }
-
-    /// SIGKILL: no chance to finish anything in flight.
-    pub fn kill_operator(&mut self) {
-        if let Some(mut op) = self.operator.take() {
-            let _ = op.child.kill();
-            let _ = op.child.wait();
+    /// SIGKILL of every running operator process; the replicas it killed.
+    pub fn kill_all(&mut self) -> Vec<usize> {
+        let live = self.operators.live();
+        for &i in &live {
+            self.operators.kill(i);
         }
+        live
     }
 
-    /// Why the operator process is gone, if it ended by itself.
-    pub fn operator_exited(&mut self) -> Option<String> {
-        let op = self.operator.as_mut()?;
-        let status = op.child.try_wait().ok()??;
-        let log = op.log();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        Some(format!(
-            "the operator exited by itself ({status}); the end of its log:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        ))
+    /// The replica that holds parent `s` now (its `shard-owner` annotation), if any.
+    pub async fn owner_of(&self, s: usize) -> Option<usize> {
+        let p = self.parent(s);
+        let o = p.api().get_opt(&p.name).await.ok()??;
+        let owner = o
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(ANNOTATION_SHARD_OWNER)?;
+        Operators::index_of(owner.split('/').next()?)
     }
 
     /// Kills kube-apiserver and starts it again (same flags, port and etcd data).
-    pub fn restart_apiserver(&mut self) -> Result<()> {
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        self.rejected_before = self.rejected().await?;
         tokio::task::block_in_place(|| self.cp.restart_apiserver(Duration::from_secs(120)))
             .map_err(|e| format!("restarting kube-apiserver: {e}"))
+    }
+
+    /// Throttles the operator (`on`) or not, unless the walk throttles it always or never.
+    pub async fn throttle(&self, on: bool) -> Result<()> {
+        match (&self.account, self.throttling) {
+            (Some(account), Throttling::Steps) => throttle::set(&self.client, account, on).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Lifts the throttling `after` from now, whatever the walk does meanwhile.
+    pub fn unthrottle_after(&self, after: Duration) -> tokio::task::JoinHandle<Result<()>> {
+        let target = match (&self.account, self.throttling) {
+            (Some(account), Throttling::Steps) => Some((self.client.clone(), account.clone())),
+            _ => None,
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            match target {
+                Some((client, account)) => throttle::set(&client, &account, false).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// The 429s the operator received in the whole walk (0 when it is not throttled).
+    pub async fn rejected(&self) -> Result<u64> {
+        if self.throttling == Throttling::Off {
+            return Ok(0);
+        }
+        Ok(self.rejected_before + throttle::rejected(&self.client).await?)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Namespaces
+
+    /// Deletes namespace `ns` of the universe (the namespace controller deletes what it
+    /// holds).
+    pub async fn delete_namespace(&self, ns: usize) -> Result<()> {
+        let api = dyn_api(&self.client, &namespace_ar(), None);
+        let name = NAMESPACES[ns];
+        retry(&format!("deleting namespace {name}"), || async {
+            match api.delete(name, &DeleteParams::background()).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                r => r.map(|_| ()),
+            }
+        })
+        .await
+    }
+
+    /// Waits until namespace `ns` is gone; fails naming what it still holds after `timeout`.
+    pub async fn wait_namespace_gone(&self, ns: usize, timeout: Duration) -> Result<()> {
+        let api = dyn_api(&self.client, &namespace_ar(), None);
+        let name = NAMESPACES[ns];
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = api.get_opt(name).await;
+            match found {
+                Ok(None) => return Ok(()),
+                Ok(Some(o)) if Instant::now() > deadline => {
+                    let status = o.data.get("status").cloned().unwrap_or_default();
+                    return Err(format!(
+                        "namespace {name} was not gone within {timeout:?} of its deletion: {status}"
+                    ));
+                }
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("reading namespace {name}: {e}"));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Creates namespace `ns` again, and the foreign actors' objects in it.
+    pub async fn recreate_namespace(&self, ns: usize) -> Result<()> {
+        create_namespace(&self.client, NAMESPACES[ns]).await?;
+        for key in crate::universe::foreign_keys() {
+            if key.ns == Some(ns) {
+                self.copy_label(&key, None).await?;
+            }
+        }
+        Ok(())
     }
 
     // -----------------------------------------------------------------------------------------
@@ -401,14 +515,23 @@ async fn install_widget_crd(client: &Client) -> Result<()> {
 
 async fn create_namespaces(client: &Client) -> Result<()> {
     for ns in NAMESPACES {
-        let obj: DynamicObject = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .map_err(|e| e.to_string())?;
-        dyn_api(client, &namespace_ar(), None)
-            .create(&PostParams::default(), &obj)
-            .await
-            .map_err(|e| format!("creating namespace {ns}: {e}"))?;
+        create_namespace(client, ns).await?;
     }
     Ok(())
+}
+
+async fn create_namespace(client: &Client, ns: &str) -> Result<()> {
+    let obj: DynamicObject = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .map_err(|e| e.to_string())?;
+    let api = dyn_api(client, &namespace_ar(), None);
+    retry(&format!("creating namespace {ns}"), || async {
+        match api.create(&PostParams::default(), &obj).await {
+            // A retry after a lost answer finds it created.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            r => r.map(|_| ()),
+        }
+    })
+    .await
 }
