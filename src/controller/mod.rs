@@ -677,10 +677,9 @@ async fn reconcile_parent<P: Parent>(
         let r = Report::failed(Reason::OwnershipConflict, msg);
         return report::write(ctx, &scope, &*obj, r).await;
     }
-    // Under --shards auto, the set is claimed (or found claimed) by this replica first.
-    let Some(scope) = shards::claim(&*obj, ctx, scope).await? else {
-        return Ok(Action::requeue(shards::CLAIM_RETRY));
-    };
+    // Under --shards auto: this replica's fence of the set (its claim goes with the first
+    // write of the parent's metadata, or, for a deletion, before it deletes anything).
+    let scope = shards::fence(&*obj, ctx, scope);
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
@@ -698,6 +697,9 @@ async fn reconcile_parent<P: Parent>(
         return Ok(action);
     }
     // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
+    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+        shards::claim_to_delete(&*obj, ctx, &scope).await?;
+    }
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {

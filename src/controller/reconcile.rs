@@ -53,7 +53,7 @@ pub async fn reconcile_set<P: Parent>(
         // Another replica owns the set now: it writes the status.
         Err(e @ Error::Fenced { .. }) => {
             tracing::warn!(error = %e, "fenced: stopped");
-            Ok(Action::await_change())
+            Ok(Action::requeue(super::shards::FENCED_RETRY))
         }
         Err(e) => {
             let hint = forbidden_hint(ctx, scope, matches!(e, Error::Forbidden { .. })).await;
@@ -460,8 +460,12 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// now (and carries our finalizer) before any member is touched. Returns the parent as
     /// stored.
     async fn superset(&self, extent: &Extent) -> Step<P> {
-        let stored = parent::write(&self.ctx.client, self.obj, &extent.superset, Shrink::Keep);
-        Ok(stored.await?)
+        let ownership = super::shards::ownership(self.obj, self.scope);
+        let (client, set) = (&self.ctx.client, &extent.superset);
+        let stored = parent::write(client, self.obj, set, Shrink::Keep, &ownership).await;
+        Ok(super::shards::claimed(
+            self.ctx, self.scope, &ownership, stored,
+        )?)
     }
 
     /// Step 3, apply, staged and concurrent; any member not applied stops the reconcile
@@ -566,11 +570,16 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             if extent.superset != extent.declared {
                 super::shards::check(self.ctx, self.scope).await?;
             }
+            let ownership = parent::Ownership {
+                claim_from: None,
+                ..super::shards::ownership(stored, self.scope)
+            };
             parent::write(
                 &self.ctx.client,
                 stored,
                 &extent.declared,
                 Shrink::DropDeprecated,
+                &ownership,
             )
             .await?;
             // Reconciled to the end: every member the set has carries its bucket now.

@@ -1,7 +1,8 @@
 //! `--shards auto` in the controllers: a replica reconciles only the sets it owns now
-//! ([`owns`]); before it touches a set it claims it ([`claim`]); before it deletes anything of
-//! a set, or shrinks its record, it proves it still holds its claim ([`check`]). The rules
-//! are [`crate::shard::fence`]'s.
+//! ([`owns`]); it claims a set with its first write of the parent's metadata ([`ownership`],
+//! [`claimed`]; [`claim_to_delete`] for a deletion); before it deletes anything of a set, or
+//! shrinks its record, it proves it still holds its claim ([`check`]). The rules are
+//! [`crate::shard::fence`]'s.
 
 use std::sync::Arc;
 
@@ -14,9 +15,10 @@ use crate::{
     api::{ApplySet, ClusterApplySet},
     applyset::ParentKind,
     engine::SetScope,
+    parent,
     parent::Parent,
     shard::{
-        assign,
+        ANNOTATION_EPOCH, ANNOTATION_OWNER, assign,
         fence::{Fence, Owner, check_patch, claim_patch},
     },
 };
@@ -24,9 +26,9 @@ use crate::{
 /// The field manager of the claims (the owner and epoch annotations of a parent).
 pub const CLAIM_FIELD_MANAGER: &str = "applyset.dev/shard";
 
-/// When a claim lost to another write, the reconcile comes back after this (by then the
-/// parent's next version is in the cache).
-pub(super) const CLAIM_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// A fenced reconcile (its claim lost to another write, or taken since by another replica)
+/// comes back after this: by then the parent's next version is in the cache.
+pub(super) const FENCED_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Follows this replica's assignment: its member watches select its buckets. Never ends
 /// (pending without sharding).
@@ -63,36 +65,89 @@ pub(super) fn owns(ctx: &Context, id: &str) -> bool {
     ctx.config.shards.as_ref().is_none_or(|s| s.owns(id))
 }
 
-/// The scope with this replica's claim of the set: as recorded already, or claimed now (the
-/// epoch plus one). `None` when another replica's write came first (the parent moved since
-/// it was read): the reconcile ends and comes back with the parent's next version.
-pub(super) async fn claim<P: Parent>(
-    obj: &P,
-    ctx: &Context,
-    scope: SetScope,
-) -> Result<Option<SetScope>> {
+/// The scope with this replica's fence of the set: the epoch recorded when the set's owner
+/// annotation names this replica already, else the next one (the set is claimed by the
+/// reconcile's first write of the parent, or by [`claim_to_delete`]). Unchanged without
+/// sharding.
+pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> SetScope {
     let Some(shards) = &ctx.config.shards else {
-        return Ok(Some(scope));
+        return scope;
     };
     let meta = obj.meta();
     let owner = Owner::of(meta.annotations.as_ref());
-    let (uid, rv) = (meta.uid.clone(), meta.resource_version.clone());
-    let (Some(uid), Some(rv), Some(name)) = (uid, rv, meta.name.clone()) else {
-        return Err(Error::Unnamed("parent"));
+    let epoch = match owner.is(&shards.holder) {
+        true => owner.epoch,
+        false => owner.epoch + 1,
     };
-    let mut fence = Fence {
-        uid,
+    let fence = Fence {
+        uid: meta.uid.clone().unwrap_or_default(),
         holder: shards.holder.clone(),
-        epoch: owner.epoch,
+        epoch,
         bucket: assign::bucket(&scope.id),
     };
-    if owner.is(&shards.holder) {
-        return Ok(Some(scope.with_fence(fence)));
+    scope.with_fence(fence)
+}
+
+/// What the parent's metadata writes carry under sharding: the owner and epoch of the
+/// scope's fence, and, when the parent does not record them yet, its resourceVersion (the
+/// write claims the set only if nobody wrote the parent since it was read).
+pub(super) fn ownership<P: Parent>(obj: &P, scope: &SetScope) -> parent::Ownership {
+    let Some(fence) = &scope.fence else {
+        return parent::Ownership::default();
+    };
+    let meta = obj.meta();
+    let owner = Owner::of(meta.annotations.as_ref());
+    let claiming = !(owner.is(&fence.holder) && owner.epoch == fence.epoch);
+    parent::Ownership {
+        annotations: [
+            (ANNOTATION_OWNER.to_string(), fence.holder.clone()),
+            (ANNOTATION_EPOCH.to_string(), fence.epoch.to_string()),
+        ]
+        .into(),
+        claim_from: claiming.then(|| meta.resource_version.clone()).flatten(),
     }
-    fence.epoch = owner.epoch + 1;
+}
+
+/// The result of a parent write that carried `ownership`: a claim overtaken by another write
+/// (409) is [`Error::Fenced`] (the reconcile ends and comes back); a claim that succeeded is
+/// counted and logged.
+pub(super) fn claimed<P>(
+    ctx: &Context,
+    scope: &SetScope,
+    ownership: &parent::Ownership,
+    written: Result<P>,
+) -> Result<P> {
+    let (Some(fence), Some(_)) = (&scope.fence, &ownership.claim_from) else {
+        return written;
+    };
+    match written {
+        Ok(p) => {
+            ctx.metrics.shard_claimed();
+            tracing::info!(epoch = fence.epoch, "claimed the set");
+            Ok(p)
+        }
+        Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => Err(fenced(ctx, scope, fence)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Claims the set before its deletion deletes anything (the deletion writes no parent
+/// metadata that could carry the claim): a JSON patch testing the parent's UID and
+/// resourceVersion, writing the owner and epoch of the scope's fence. Nothing to do when the
+/// parent records them already, or without sharding.
+pub(super) async fn claim_to_delete<P: Parent>(
+    obj: &P,
+    ctx: &Context,
+    scope: &SetScope,
+) -> Result<()> {
+    let ownership = ownership(obj, scope);
+    let (Some(fence), Some(rv)) = (&scope.fence, &ownership.claim_from) else {
+        return Ok(());
+    };
+    let meta = obj.meta();
     let patch = claim_patch(
         &fence.uid,
-        &rv,
+        rv,
         meta.annotations.is_some(),
         &fence.holder,
         fence.epoch,
@@ -107,21 +162,30 @@ pub(super) async fn claim<P: Parent>(
         field_manager: Some(CLAIM_FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
+    match api
+        .patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
+        .await
+    {
         Ok(_) => {
             ctx.metrics.shard_claimed();
-            tracing::info!(
-                previous = owner.holder.as_deref().unwrap_or("none"),
-                epoch = fence.epoch,
-                "claimed the set"
-            );
-            Ok(Some(scope.with_fence(fence)))
+            tracing::info!(epoch = fence.epoch, "claimed the set to delete it");
+            Ok(())
         }
+        // A failed test: the parent moved since it was read.
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
-            tracing::debug!(message = %s.message, "the set changed before the claim; waiting for its next version");
-            Ok(None)
+            Err(fenced(ctx, scope, fence))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The error of a replica whose claim of the set another replica has taken (counted).
+fn fenced(ctx: &Context, scope: &SetScope, fence: &Fence) -> Error {
+    ctx.metrics.shard_fenced();
+    Error::Fenced {
+        parent: scope.parent.to_string(),
+        holder: fence.holder.clone(),
+        epoch: fence.epoch,
     }
 }
 
@@ -140,12 +204,7 @@ pub(super) async fn check(ctx: &Context, scope: &SetScope) -> Result<()> {
         Ok(()) => Ok(()),
         // A failed test (422), a parent gone (404) or re-created: not ours to touch any more.
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 || s.code == 409 => {
-            ctx.metrics.shard_fenced();
-            Err(Error::Fenced {
-                parent: scope.parent.to_string(),
-                holder: fence.holder.clone(),
-                epoch: fence.epoch,
-            })
+            Err(fenced(ctx, scope, fence))
         }
         Err(e) => Err(e.into()),
     }

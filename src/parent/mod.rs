@@ -257,17 +257,29 @@ pub enum Shrink {
     DropDeprecated,
 }
 
-/// Writes the parent's id label, annotations for `set` and finalizer unless the live object
-/// already has exactly them; `shrink` says whether `contains-group-resources` goes. Returns
-/// the parent as the server stored it (`obj` itself when nothing needed writing).
+/// Under `--shards auto`: the owner annotations the parent's metadata carries with every
+/// write (so that our field manager keeps them), and, when the write claims the set, the
+/// resourceVersion it is conditional on (see `shard::fence`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ownership {
+    pub annotations: BTreeMap<String, String>,
+    pub claim_from: Option<String>,
+}
+
+/// Writes the parent's id label, annotations for `set` (and `ownership`'s) and finalizer
+/// unless the live object already has exactly them; `shrink` says whether
+/// `contains-group-resources` goes. Returns the parent as the server stored it (`obj` itself
+/// when nothing needed writing). A claim that another write overtook fails with 409.
 pub async fn write<P: Parent>(
     client: &Client,
     obj: &P,
     set: &Recorded,
     shrink: Shrink,
+    ownership: &Ownership,
 ) -> Result<P> {
     let parent = obj.parent_ref();
-    let (labels, annotations) = desired_metadata(&parent, set);
+    let (labels, mut annotations) = desired_metadata(&parent, set);
+    annotations.extend(ownership.annotations.clone());
     let meta = obj.meta();
     let same = has_metadata(meta, &labels, &annotations);
     let deprecated = shrink == Shrink::DropDeprecated
@@ -279,7 +291,7 @@ pub async fn write<P: Parent>(
     let api = P::api(client.clone(), parent.namespace.as_deref());
     let mut stored = None;
     if !same {
-        let body = json!({
+        let mut body = json!({
             "apiVersion": P::api_version(&()),
             "kind": P::kind(&()),
             // The finalizer too (`finalizers` is a set: others' entries stay): every member
@@ -287,6 +299,9 @@ pub async fn write<P: Parent>(
             "metadata": {"name": name, "labels": labels, "annotations": annotations,
                 "finalizers": [FINALIZER]},
         });
+        if let Some(rv) = &ownership.claim_from {
+            body["metadata"]["resourceVersion"] = json!(rv);
+        }
         // The body is built here, with no unknown or duplicate field to report: Ignore spares
         // the server a second, strict parse of it (field validation defaults to Warn).
         let params = PatchParams::apply(PARENT_FIELD_MANAGER)
