@@ -255,6 +255,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn receivers_wake_only_when_the_owned_buckets_change() {
+        let (tx, mut rx) = watch::channel(Assignment::default());
+        let t0 = Instant::now();
+        let a = Assignment {
+            live: ["a".to_string()].into(),
+            mine: [1, 2].into(),
+            valid_until: Some(t0),
+        };
+        publish(&tx, a.clone());
+        assert!(rx.has_changed().unwrap_or(false), "new buckets wake");
+        assert_eq!(rx.borrow_and_update().mine, a.mine);
+        let later = Assignment {
+            valid_until: Some(t0 + Duration::from_secs(5)),
+            ..a.clone()
+        };
+        publish(&tx, later);
+        assert!(!rx.has_changed().unwrap_or(true), "a renewal alone does not wake");
+        assert_eq!(
+            rx.borrow().valid_until,
+            Some(t0 + Duration::from_secs(5)),
+            "but the value is current"
+        );
+        publish(&tx, Assignment::default());
+        assert!(rx.has_changed().unwrap_or(false), "owning nothing wakes");
+    }
+
+    #[test]
     fn a_replica_owns_buckets_only_while_its_own_lease_is_valid() {
         let t0 = Instant::now();
         let mut peers = Peers::default();
