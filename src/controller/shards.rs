@@ -158,10 +158,7 @@ pub(super) async fn claim_to_delete<P: Parent>(
             source,
         })?;
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = PatchParams {
-        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
-        ..Default::default()
-    };
+    let params = claim_params();
     match api
         .patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
         .await
@@ -176,6 +173,14 @@ pub(super) async fn claim_to_delete<P: Parent>(
             Err(fenced(ctx, scope, fence))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The parameters of the claim's and the fence's JSON patches.
+fn claim_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
+        ..Default::default()
     }
 }
 
@@ -215,10 +220,7 @@ async fn test_only<P: Parent>(ctx: &Context, scope: &SetScope, fence: &Fence) ->
     let patch: json_patch::Patch =
         serde_json::from_value(check_patch(fence)).map_err(kube::Error::SerdeError)?;
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = PatchParams {
-        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
-        ..Default::default()
-    };
+    let params = claim_params();
     api.patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
         .await
         .map(|_| ())
