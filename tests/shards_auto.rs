@@ -521,5 +521,29 @@ async fn the_api_server_refuses_the_fence_of_a_replica_whose_claim_was_taken() {
         ok.metadata.resource_version, second.metadata.resource_version,
         "a fence writes nothing"
     );
+    // A server-side apply carrying a resourceVersion is conditional on it (the claim that
+    // rides with the parent's metadata, and every later write of it by the owner).
+    let ssa = |rv: &str| {
+        Patch::Apply(
+            json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+            "metadata": {"name": "fenced", "resourceVersion": rv,
+                "annotations": {ANNOTATION_OWNER: "r-c/1", ANNOTATION_EPOCH: "3"}}}),
+        )
+    };
+    let apply = PatchParams::apply("applyset.dev/parent").force();
+    match api.patch("fenced", &apply, &ssa(&rv1)).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 409, "a stale apply: {s:?}"),
+        other => panic!("an apply from a stale read must be refused: {other:?}"),
+    }
+    let current = ok.metadata.resource_version.clone().expect("rv");
+    let claimed = api
+        .patch("fenced", &apply, &ssa(&current))
+        .await
+        .expect("an apply from the current version");
+    let annotations = claimed.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get(ANNOTATION_OWNER).map(String::as_str),
+        Some("r-c/1")
+    );
     assert!(!LABEL_BUCKET.is_empty());
 }

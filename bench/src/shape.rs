@@ -90,7 +90,11 @@ pub async fn run_shapes(
             }
             false => None,
         };
-        all.push(ShapeRuns { sets: k, runs, sharded });
+        all.push(ShapeRuns {
+            sets: k,
+            runs,
+            sharded,
+        });
     }
     Ok((all, last))
 }
@@ -550,8 +554,10 @@ pub fn report_shapes(
                 "apiserver_peak_rss_mib": o.apiserver_peak_rss_mib,
                 "etcd_peak_rss_mib": o.etcd_peak_rss_mib}));
         }
-        json_shapes.push(json!({"applysets": s.sets, "runs": runs, "summary": summary(s),
-            "sharded": sharded_json(s)}));
+        json_shapes.push(
+            json!({"applysets": s.sets, "runs": runs, "summary": summary(s),
+            "sharded": sharded_json(s)}),
+        );
     }
     md.push_str("\n### Against the ceiling (medians, and min–max over the runs)\n\n| ApplySets | | all Ready (s) | ceiling (s) | all Ready / ceiling | teardown / baseline |\n|---|---|---|---|---|---|\n");
     for s in shapes {

@@ -678,8 +678,12 @@ async fn reconcile_parent<P: Parent>(
         return report::write(ctx, &scope, &*obj, r).await;
     }
     // Under --shards auto: this replica's fence of the set (its claim goes with the first
-    // write of the parent's metadata, or, for a deletion, before it deletes anything).
-    let scope = shards::fence(&*obj, ctx, scope);
+    // write of the parent's metadata, or, for a deletion, before it deletes anything). The
+    // set may have moved while this reconcile waited for its worker.
+    if !shards::owns(ctx, &scope.id) {
+        return Ok(Action::await_change());
+    }
+    let scope = shards::fence(&*obj, ctx, scope)?;
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
@@ -698,7 +702,10 @@ async fn reconcile_parent<P: Parent>(
     }
     // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
     if obj.finalizers().iter().any(|f| f == FINALIZER) {
-        shards::claim_to_delete(&*obj, ctx, &scope).await?;
+        match shards::claim_to_delete(&*obj, ctx, &scope).await {
+            Err(Error::Fenced { .. }) => return Ok(Action::requeue(shards::FENCED_RETRY)),
+            claimed => claimed?,
+        }
     }
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     finalizer(&api, FINALIZER, obj, |event| async {

@@ -86,6 +86,11 @@ async fn reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Re
         }
     };
     let decided = outcome?;
+    // Under --shards auto, a set that moved while this reconcile ran is its new owner's to
+    // report (a health wait can be long).
+    if !super::shards::owns(ctx, &scope.id) {
+        return Ok(Action::await_change());
+    }
     // A refusal learnt during this reconcile: the set's own deletion is coming.
     if decided.reason == Reason::NamespaceTerminating && own_namespace_terminating(ctx, scope).await
     {
@@ -171,6 +176,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         self.guard_empty(&desired, &before.recorded)?;
         let extent = self.engine.extent(&before.recorded, &desired);
         let live = self.observe(&extent, &desired).await?;
+        let labelled = super::shards::all_labelled(self.scope, &live);
         let view = SetView {
             desired: &desired,
             extent: &extent,
@@ -186,7 +192,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         let pruned = self.prune(&view, &results).await?;
         results.extend(pruned);
         let changes = report::changes(&results);
-        let finished = match self.shrink(&stored, &extent).await {
+        let finished = match self.shrink(&stored, &extent, labelled).await {
             Ok(()) => {
                 let done = self.succeeded(&desired, &results);
                 let members = super::healthy::wait_targets(self.spec.wait, &desired, &results);
@@ -460,12 +466,9 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// now (and carries our finalizer) before any member is touched. Returns the parent as
     /// stored.
     async fn superset(&self, extent: &Extent) -> Step<P> {
-        let ownership = super::shards::ownership(self.obj, self.scope);
-        let (client, set) = (&self.ctx.client, &extent.superset);
-        let stored = parent::write(client, self.obj, set, Shrink::Keep, &ownership).await;
-        Ok(super::shards::claimed(
-            self.ctx, self.scope, &ownership, stored,
-        )?)
+        let (ctx, scope, set) = (self.ctx, self.scope, &extent.superset);
+        let stored = super::shards::write_parent(ctx, scope, self.obj, set, Shrink::Keep);
+        Ok(stored.await?)
     }
 
     /// Step 3, apply, staged and concurrent; any member not applied stops the reconcile
@@ -478,6 +481,19 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .apply(view)
             .await?
             .map_err(|_| self.timed_out(Run::Apply, revision))?;
+        // Under --shards auto, another replica claimed the set before a member was written.
+        if self.scope.first_write.as_ref().is_some_and(|f| f.refused()) {
+            return Err(Stop::Error(Error::Fenced {
+                parent: self.scope.parent.to_string(),
+                holder: self
+                    .scope
+                    .fence
+                    .as_ref()
+                    .map(|f| f.holder.clone())
+                    .unwrap_or_default(),
+                epoch: self.scope.fence.as_ref().map_or(0, |f| f.epoch),
+            }));
+        }
         self.accepted(view.desired, &results);
         tracing::debug!(
             members = results.len(),
@@ -563,26 +579,15 @@ impl<'a, P: Parent> Reconcile<'a, P> {
 
     /// Step 5, parent shrink after a complete prune: the parent records exactly the
     /// declared set (and drops the deprecated `contains-group-resources`).
-    async fn shrink(&self, stored: &P, extent: &Extent) -> Step<()> {
+    async fn shrink(&self, stored: &P, extent: &Extent, labelled: Option<bool>) -> Step<()> {
         if self.spec.prune {
-            // Under --shards auto, a record shrunk by a replica that lost the set could
-            // drop kinds its new owner recorded since.
-            if extent.superset != extent.declared {
-                super::shards::check(self.ctx, self.scope).await?;
-            }
-            let ownership = parent::Ownership {
-                claim_from: None,
-                ..super::shards::ownership(stored, self.scope)
-            };
-            parent::write(
-                &self.ctx.client,
-                stored,
-                &extent.declared,
-                Shrink::DropDeprecated,
-                &ownership,
-            )
-            .await?;
-            // Reconciled to the end: every member the set has carries its bucket now.
+            let (ctx, scope, set) = (self.ctx, self.scope, &extent.declared);
+            let shrink = Shrink::DropDeprecated;
+            super::shards::write_parent(ctx, scope, stored, set, shrink).await?;
+        }
+        // Under --shards auto: a set whose listed members all carry its bucket label is seen
+        // whole by the member watches from now on.
+        if labelled == Some(true) {
             self.ctx.members.complete(&self.scope.id);
         }
         Ok(())

@@ -1,25 +1,30 @@
 //! `--shards auto` in the controllers: a replica reconciles only the sets it owns now
-//! ([`owns`]); it claims a set with its first write of the parent's metadata ([`ownership`],
-//! [`claimed`]; [`claim_to_delete`] for a deletion); before it deletes anything of a set, or
-//! shrinks its record, it proves it still holds its claim ([`check`]). The rules are
-//! [`crate::shard::fence`]'s.
+//! ([`owns`]); every write of a parent's metadata is conditional on the resourceVersion it
+//! was read at and carries the owner and epoch ([`write_parent`]: the first one claims the
+//! set); a member is written only once the reconcile proved its claim (a conditional write
+//! of the parent, or the fence: [`fence`]); a deletion claims by a JSON patch
+//! ([`claim_to_delete`]); before it deletes anything of a set, a replica proves it still
+//! holds its claim ([`check`]). The rules are [`crate::shard::fence`]'s.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use futures::{StreamExt, stream::BoxStream};
-use kube::api::{Patch, PatchParams};
+use futures::{FutureExt, StreamExt, stream::BoxStream};
+use kube::{
+    Client,
+    api::{Patch, PatchParams},
+};
 
 use super::Context;
 use crate::{
     Error, Result,
     api::{ApplySet, ClusterApplySet},
-    applyset::ParentKind,
-    engine::SetScope,
-    parent,
-    parent::Parent,
+    applyset::{ParentKind, ParentRef},
+    engine::{SetScope, live::Live},
+    metrics::Metrics,
+    parent::{self, Parent, Recorded, Shrink},
     shard::{
-        ANNOTATION_EPOCH, ANNOTATION_OWNER, assign,
-        fence::{Fence, Owner, check_patch, claim_patch},
+        ANNOTATION_EPOCH, ANNOTATION_OWNER, FirstWrite, LABEL_BUCKET, assign,
+        fence::{Fence, Owner, check_patch, claim_patch, may_write},
     },
 };
 
@@ -28,7 +33,15 @@ pub const CLAIM_FIELD_MANAGER: &str = "applyset.dev/shard";
 
 /// A fenced reconcile (its claim lost to another write, or taken since by another replica)
 /// comes back after this: by then the parent's next version is in the cache.
-pub(super) const FENCED_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const FENCED_RETRY: Duration = Duration::from_secs(1);
+
+/// Changes of this replica's buckets within this long are taken as one (a replica starting
+/// sees its first list of the Leases, then the stale ones expire; a rollout moves several).
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// A parent write refused for a stale resourceVersion is tried again (after reading the
+/// parent) at most this many times in all.
+const WRITE_ATTEMPTS: usize = 3;
 
 /// Follows this replica's assignment: its member watches select its buckets. Never ends
 /// (pending without sharding).
@@ -38,15 +51,16 @@ pub(super) async fn follow(ctx: Arc<Context>) {
     };
     let mut rx = shards.assignment.clone();
     while rx.changed().await.is_ok() {
+        tokio::time::sleep(SETTLE).await;
         let mine = rx.borrow_and_update().mine.clone();
         ctx.members.use_buckets(&mine);
     }
     std::future::pending().await
 }
 
-/// A tick at every change of this replica's buckets: the controllers then reconcile every
-/// set they know (the ones gained start, the ones lost are forgotten). Never ticks without
-/// sharding.
+/// A tick at every change of this replica's buckets (changes within [`SETTLE`] as one): the
+/// controllers then reconcile every set they know (the ones gained start, the ones lost are
+/// forgotten). Never ticks without sharding.
 pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
     let Some(shards) = &ctx.config.shards else {
         return futures::stream::pending().boxed();
@@ -54,6 +68,7 @@ pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
     let rx = shards.assignment.clone();
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok()?;
+        tokio::time::sleep(SETTLE).await;
         rx.borrow_and_update();
         Some(((), rx))
     })
@@ -66,69 +81,108 @@ pub(super) fn owns(ctx: &Context, id: &str) -> bool {
 }
 
 /// The scope with this replica's fence of the set: the epoch recorded when the set's owner
-/// annotation names this replica already, else the next one (the set is claimed by the
-/// reconcile's first write of the parent, or by [`claim_to_delete`]). Unchanged without
-/// sharding.
-pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> SetScope {
+/// annotation names this replica already, else the next one (claimed by the reconcile's
+/// first write of the parent, or by [`claim_to_delete`]), and the proof its member writes
+/// wait for. Unchanged without sharding.
+pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> Result<SetScope> {
     let Some(shards) = &ctx.config.shards else {
-        return scope;
+        return Ok(scope);
     };
     let meta = obj.meta();
+    let uid = meta.uid.clone().ok_or(Error::Unnamed("the parent's UID"))?;
     let owner = Owner::of(meta.annotations.as_ref());
     let epoch = match owner.is(&shards.holder) {
         true => owner.epoch,
         false => owner.epoch + 1,
     };
     let fence = Fence {
-        uid: meta.uid.clone().unwrap_or_default(),
+        uid,
         holder: shards.holder.clone(),
         epoch,
         bucket: assign::bucket(&scope.id),
     };
-    scope.with_fence(fence)
+    let (client, parent, metrics) = (
+        ctx.client.clone(),
+        scope.parent.clone(),
+        ctx.metrics.clone(),
+    );
+    let f = fence.clone();
+    let first_write = FirstWrite::new(move || {
+        let (client, parent, metrics, f) =
+            (client.clone(), parent.clone(), metrics.clone(), f.clone());
+        async move { prove(&client, &parent, &f, &metrics).await.is_ok() }.boxed()
+    });
+    Ok(scope.with_fence(fence, first_write))
 }
 
-/// What the parent's metadata writes carry under sharding: the owner and epoch of the
-/// scope's fence, and, when the parent does not record them yet, its resourceVersion (the
-/// write claims the set only if nobody wrote the parent since it was read).
-pub(super) fn ownership<P: Parent>(obj: &P, scope: &SetScope) -> parent::Ownership {
+/// Writes the parent's metadata (see [`parent::write`]); under sharding, conditional on the
+/// resourceVersion it was read at and with the owner and epoch of the scope's fence. A write
+/// refused for a stale resourceVersion (a status write meanwhile, a user's edit) reads the
+/// parent again and is tried again while nobody else claimed the set; once another replica
+/// has, [`Error::Fenced`]. A write sent proves the claim for the member writes.
+pub(super) async fn write_parent<P: Parent>(
+    ctx: &Context,
+    scope: &SetScope,
+    obj: &P,
+    set: &Recorded,
+    shrink: Shrink,
+) -> Result<P> {
     let Some(fence) = &scope.fence else {
-        return parent::Ownership::default();
+        let none = parent::Ownership::default();
+        return parent::write(&ctx.client, obj, set, shrink, &none).await;
     };
-    let meta = obj.meta();
+    let mut fresh: Option<P> = None;
+    for _ in 0..WRITE_ATTEMPTS {
+        let base = fresh.as_ref().unwrap_or(obj);
+        let (ownership, claiming) = ownership(base.meta(), fence)?;
+        match parent::write(&ctx.client, base, set, shrink, &ownership).await {
+            Ok(stored) => {
+                if stored.meta().resource_version != base.meta().resource_version {
+                    if let Some(first) = &scope.first_write {
+                        first.written();
+                    }
+                    if claiming {
+                        ctx.metrics.shard_claimed();
+                        tracing::info!(epoch = fence.epoch, "claimed the set");
+                    }
+                }
+                return Ok(stored);
+            }
+            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
+        let Some(now) = api.get_opt(&scope.parent.name).await? else {
+            return Err(fenced(&ctx.metrics, &scope.parent, fence));
+        };
+        if now.meta().uid.as_deref() != Some(&fence.uid)
+            || !may_write(&Owner::of(now.meta().annotations.as_ref()), fence)
+        {
+            return Err(fenced(&ctx.metrics, &scope.parent, fence));
+        }
+        fresh = Some(now);
+    }
+    Err(fenced(&ctx.metrics, &scope.parent, fence))
+}
+
+/// The owner annotations and the precondition of a parent write by `fence`'s holder of the
+/// parent as `meta` says it is, and whether the write claims the set.
+fn ownership(meta: &kube::api::ObjectMeta, fence: &Fence) -> Result<(parent::Ownership, bool)> {
     let owner = Owner::of(meta.annotations.as_ref());
     let claiming = !(owner.is(&fence.holder) && owner.epoch == fence.epoch);
-    parent::Ownership {
+    let rv = meta
+        .resource_version
+        .clone()
+        .ok_or(Error::Unnamed("the parent's resourceVersion"))?;
+    let ownership = parent::Ownership {
         annotations: [
             (ANNOTATION_OWNER.to_string(), fence.holder.clone()),
             (ANNOTATION_EPOCH.to_string(), fence.epoch.to_string()),
         ]
         .into(),
-        claim_from: claiming.then(|| meta.resource_version.clone()).flatten(),
-    }
-}
-
-/// The result of a parent write that carried `ownership`: a claim overtaken by another write
-/// (409) is [`Error::Fenced`] (the reconcile ends and comes back); a claim that succeeded is
-/// counted and logged.
-pub(super) fn claimed<P>(
-    ctx: &Context,
-    scope: &SetScope,
-    ownership: &parent::Ownership,
-    written: Result<P>,
-) -> Result<P> {
-    let (Some(fence), Some(_)) = (&scope.fence, &ownership.claim_from) else {
-        return written;
+        if_version: Some(rv),
     };
-    match written {
-        Ok(p) => {
-            ctx.metrics.shard_claimed();
-            tracing::info!(epoch = fence.epoch, "claimed the set");
-            Ok(p)
-        }
-        Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => Err(fenced(ctx, scope, fence)),
-        Err(e) => Err(e),
-    }
+    Ok((ownership, claiming))
 }
 
 /// Claims the set before its deletion deletes anything (the deletion writes no parent
@@ -140,11 +194,14 @@ pub(super) async fn claim_to_delete<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
 ) -> Result<()> {
-    let ownership = ownership(obj, scope);
-    let (Some(fence), Some(rv)) = (&scope.fence, &ownership.claim_from) else {
+    let Some(fence) = &scope.fence else {
         return Ok(());
     };
     let meta = obj.meta();
+    let (ownership, claiming) = ownership(meta, fence)?;
+    let (true, Some(rv)) = (claiming, &ownership.if_version) else {
+        return Ok(());
+    };
     let patch = claim_patch(
         &fence.uid,
         rv,
@@ -158,9 +215,12 @@ pub(super) async fn claim_to_delete<P: Parent>(
             source,
         })?;
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = claim_params();
     match api
-        .patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
+        .patch(
+            &scope.parent.name,
+            &claim_params(),
+            &Patch::Json::<()>(patch),
+        )
         .await
     {
         Ok(_) => {
@@ -170,10 +230,71 @@ pub(super) async fn claim_to_delete<P: Parent>(
         }
         // A failed test: the parent moved since it was read.
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
-            Err(fenced(ctx, scope, fence))
+            Err(fenced(&ctx.metrics, &scope.parent, fence))
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Proves that this replica still holds its claim of the set (the API server tests the
+/// parent's UID, owner and epoch, and writes nothing): [`Error::Fenced`] once another
+/// replica claimed it. Nothing to prove without sharding.
+pub(super) async fn check(ctx: &Context, scope: &SetScope) -> Result<()> {
+    match &scope.fence {
+        Some(fence) => prove(&ctx.client, &scope.parent, fence, &ctx.metrics).await,
+        None => Ok(()),
+    }
+}
+
+/// Whether every member a LIST found carries the set's bucket label (then the member
+/// watches, which select by it, see all of them): None when the members were not listed
+/// (the watches answered) or without sharding.
+pub(super) fn all_labelled(scope: &SetScope, live: &Live) -> Option<bool> {
+    let fence = scope.fence.as_ref()?;
+    let crate::engine::live::Observed::Listed(listed) = &live.observed else {
+        return None;
+    };
+    let bucket = fence.bucket.to_string();
+    Some(
+        listed
+            .iter()
+            .all(|m| m.meta.labels.as_ref().and_then(|l| l.get(LABEL_BUCKET)) == Some(&bucket)),
+    )
+}
+
+/// Sends the fence's JSON patch of tests to `parent`: a refusal is [`Error::Fenced`].
+async fn prove(
+    client: &Client,
+    parent: &ParentRef,
+    fence: &Fence,
+    metrics: &Metrics,
+) -> Result<()> {
+    let checked = match parent.kind {
+        ParentKind::ApplySet => test_only::<ApplySet>(client, parent, fence).await,
+        ParentKind::ClusterApplySet => test_only::<ClusterApplySet>(client, parent, fence).await,
+    };
+    match checked {
+        Ok(()) => Ok(()),
+        // A failed test (422), a parent gone (404) or re-created: not ours to touch any more.
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 || s.code == 409 => {
+            Err(fenced(metrics, parent, fence))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Sends the fence's JSON patch of tests to the parent (of kind `P`).
+async fn test_only<P: Parent>(
+    client: &Client,
+    parent: &ParentRef,
+    fence: &Fence,
+) -> kube::Result<()> {
+    let patch: json_patch::Patch =
+        serde_json::from_value(check_patch(fence)).map_err(kube::Error::SerdeError)?;
+    let api = P::api(client.clone(), parent.namespace.as_deref());
+    api.patch(&parent.name, &claim_params(), &Patch::Json::<()>(patch))
+        .await
+        .map(|_| ())
 }
 
 /// The parameters of the claim's and the fence's JSON patches.
@@ -185,43 +306,11 @@ fn claim_params() -> PatchParams {
 }
 
 /// The error of a replica whose claim of the set another replica has taken (counted).
-fn fenced(ctx: &Context, scope: &SetScope, fence: &Fence) -> Error {
-    ctx.metrics.shard_fenced();
+fn fenced(metrics: &Metrics, parent: &ParentRef, fence: &Fence) -> Error {
+    metrics.shard_fenced();
     Error::Fenced {
-        parent: scope.parent.to_string(),
+        parent: parent.to_string(),
         holder: fence.holder.clone(),
         epoch: fence.epoch,
     }
-}
-
-/// Proves that this replica still holds its claim of the set (the API server tests the
-/// parent's UID, owner and epoch, and writes nothing): [`Error::Fenced`] once another
-/// replica claimed it. Nothing to prove without sharding.
-pub(super) async fn check(ctx: &Context, scope: &SetScope) -> Result<()> {
-    let Some(fence) = &scope.fence else {
-        return Ok(());
-    };
-    let checked = match scope.parent.kind {
-        ParentKind::ApplySet => test_only::<ApplySet>(ctx, scope, fence).await,
-        ParentKind::ClusterApplySet => test_only::<ClusterApplySet>(ctx, scope, fence).await,
-    };
-    match checked {
-        Ok(()) => Ok(()),
-        // A failed test (422), a parent gone (404) or re-created: not ours to touch any more.
-        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 || s.code == 409 => {
-            Err(fenced(ctx, scope, fence))
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Sends the fence's JSON patch of tests to the parent (of kind `P`).
-async fn test_only<P: Parent>(ctx: &Context, scope: &SetScope, fence: &Fence) -> kube::Result<()> {
-    let patch: json_patch::Patch =
-        serde_json::from_value(check_patch(fence)).map_err(kube::Error::SerdeError)?;
-    let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = claim_params();
-    api.patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
-        .await
-        .map(|_| ())
 }

@@ -258,18 +258,19 @@ pub enum Shrink {
 }
 
 /// Under `--shards auto`: the owner annotations the parent's metadata carries with every
-/// write (so that our field manager keeps them), and, when the write claims the set, the
-/// resourceVersion it is conditional on (see `shard::fence`).
+/// write (so that our field manager keeps them), and the resourceVersion the write is
+/// conditional on (see `shard::fence`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ownership {
     pub annotations: BTreeMap<String, String>,
-    pub claim_from: Option<String>,
+    pub if_version: Option<String>,
 }
 
 /// Writes the parent's id label, annotations for `set` (and `ownership`'s) and finalizer
 /// unless the live object already has exactly them; `shrink` says whether
 /// `contains-group-resources` goes. Returns the parent as the server stored it (`obj` itself
-/// when nothing needed writing). A claim that another write overtook fails with 409.
+/// when nothing needed writing). A write whose resourceVersion is not the parent's any more
+/// fails with 409.
 pub async fn write<P: Parent>(
     client: &Client,
     obj: &P,
@@ -299,7 +300,7 @@ pub async fn write<P: Parent>(
             "metadata": {"name": name, "labels": labels, "annotations": annotations,
                 "finalizers": [FINALIZER]},
         });
-        if let Some(rv) = &ownership.claim_from {
+        if let Some(rv) = &ownership.if_version {
             body["metadata"]["resourceVersion"] = json!(rv);
         }
         // The body is built here, with no unknown or duplicate field to report: Ignore spares
