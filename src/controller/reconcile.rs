@@ -482,17 +482,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .await?
             .map_err(|_| self.timed_out(Run::Apply, revision))?;
         // Under --shards auto, another replica claimed the set before a member was written.
-        if self.scope.first_write.as_ref().is_some_and(|f| f.refused()) {
-            return Err(Stop::Error(Error::Fenced {
-                parent: self.scope.parent.to_string(),
-                holder: self
-                    .scope
-                    .fence
-                    .as_ref()
-                    .map(|f| f.holder.clone())
-                    .unwrap_or_default(),
-                epoch: self.scope.fence.as_ref().map_or(0, |f| f.epoch),
-            }));
+        if let Some(fenced) = super::shards::refused(self.scope) {
+            return Err(Stop::Error(fenced));
         }
         self.accepted(view.desired, &results);
         tracing::debug!(

@@ -246,6 +246,17 @@ pub(super) async fn check(ctx: &Context, scope: &SetScope) -> Result<()> {
     }
 }
 
+/// [`Error::Fenced`] when this reconcile's proof of its claim, sent before its first member
+/// write, was refused (nothing was written then).
+pub(super) fn refused(scope: &SetScope) -> Option<Error> {
+    let (fence, first) = (scope.fence.as_ref()?, scope.first_write.as_ref()?);
+    first.refused().then(|| Error::Fenced {
+        parent: scope.parent.to_string(),
+        holder: fence.holder.clone(),
+        epoch: fence.epoch,
+    })
+}
+
 /// Whether every member a LIST found carries the set's bucket label (then the member
 /// watches, which select by it, see all of them): None when the members were not listed
 /// (the watches answered) or without sharding.
