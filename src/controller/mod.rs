@@ -381,9 +381,19 @@ fn parent_stream<P: Parent>(
         wc = wc.labels(sel);
     }
     let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
-    watcher(api, wc)
-        .backoff(crate::backoff::backoff())
-        .modify(|o: &mut P| o.managed_fields_mut().clear())
+    // Under --shards auto the watch lists again at every change of this replica's buckets:
+    // the sets it owns are cached in full, the others slim.
+    let watch = move || {
+        watcher(api.clone(), wc.clone())
+            .backoff(crate::backoff::backoff())
+            .boxed()
+    };
+    let slim = ctx.clone();
+    shards::restarting(watch, shards::assignment_changes(ctx))
+        .modify(move |o: &mut P| {
+            o.managed_fields_mut().clear();
+            shards::slim_unless_owned(&slim, o);
+        })
         .reflect(writer)
         // A parent deleted, or no longer selected (moved to another shard by its label):
         // its info series goes (another operator, if any, reports it now), and so does what
@@ -683,6 +693,9 @@ async fn reconcile_parent<P: Parent>(
     if !shards::owns(ctx, &scope.id) {
         return Ok(Action::await_change());
     }
+    let Some(obj) = shards::in_full(ctx, obj).await? else {
+        return Ok(Action::await_change());
+    };
     let scope = shards::fence(&*obj, ctx, scope)?;
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet

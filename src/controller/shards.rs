@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
 use kube::{
-    Client,
+    Client, ResourceExt,
     api::{Patch, PatchParams},
 };
 
@@ -37,7 +37,7 @@ pub(super) const FENCED_RETRY: Duration = Duration::from_secs(1);
 
 /// Changes of this replica's buckets within this long are taken as one (a replica starting
 /// sees its first list of the Leases, then the stale ones expire; a rollout moves several).
-const SETTLE: Duration = Duration::from_millis(500);
+const SETTLE: Duration = Duration::from_millis(300);
 
 /// A parent write refused for a stale resourceVersion is tried again (after reading the
 /// parent) at most this many times in all.
@@ -73,6 +73,54 @@ pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
         Some(((), rx))
     })
     .boxed()
+}
+
+/// The items of the streams `make` starts: a new one (a watch that lists again) at every
+/// tick of `changes`, the previous one dropped.
+pub(super) fn restarting<S>(
+    make: impl Fn() -> S + Send + 'static,
+    changes: BoxStream<'static, ()>,
+) -> BoxStream<'static, S::Item>
+where
+    S: futures::Stream + Send + Unpin + 'static,
+    S::Item: Send,
+{
+    let first = make();
+    futures::stream::unfold(
+        (first, changes, make),
+        |(mut current, mut changes, make)| async move {
+            loop {
+                tokio::select! {
+                    item = current.next() => return item.map(|i| (i, (current, changes, make))),
+                    Some(()) = changes.next() => current = make(),
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Under `--shards auto`, slims a cached parent this replica does not own (see
+/// [`Parent::slim`]).
+pub(super) fn slim_unless_owned<P: Parent>(ctx: &Context, o: &mut P) {
+    if !owns(ctx, &o.parent_ref().id()) {
+        o.slim();
+    }
+}
+
+/// The parent in full: `obj` itself, or, when the cache holds it slim, read again (None:
+/// gone).
+pub(super) async fn in_full<P: Parent>(ctx: &Context, obj: Arc<P>) -> Result<Option<Arc<P>>> {
+    if !obj.is_slim() {
+        return Ok(Some(obj));
+    }
+    let parent = obj.parent_ref();
+    let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
+    let mut full = api.get_opt(&parent.name).await?;
+    if let Some(o) = full.as_mut() {
+        o.managed_fields_mut().clear();
+    }
+    Ok(full.map(Arc::new))
 }
 
 /// Whether this replica reconciles the set of ID `id` now: always without sharding.
@@ -117,9 +165,10 @@ pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> Resul
 
 /// Writes the parent's metadata (see [`parent::write`]); under sharding, conditional on the
 /// resourceVersion it was read at and with the owner and epoch of the scope's fence. A write
-/// refused for a stale resourceVersion (a status write meanwhile, a user's edit) reads the
-/// parent again and is tried again while nobody else claimed the set; once another replica
-/// has, [`Error::Fenced`]. A write sent proves the claim for the member writes.
+/// refused for a stale resourceVersion (a status write meanwhile, an edit of its metadata)
+/// reads the parent again and is tried again while nobody else claimed the set and its spec
+/// is the one this reconcile rendered; otherwise [`Error::Fenced`]. A write sent proves the
+/// claim for the member writes.
 pub(super) async fn write_parent<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
@@ -155,7 +204,11 @@ pub(super) async fn write_parent<P: Parent>(
         let Some(now) = api.get_opt(&scope.parent.name).await? else {
             return Err(fenced(&ctx.metrics, &scope.parent, fence));
         };
-        if now.meta().uid.as_deref() != Some(&fence.uid)
+        // Another spec since the one this reconcile rendered: its plan is stale (another
+        // replica may have written members of the new one); it comes back with the new one.
+        let respecified = now.meta().generation != obj.meta().generation;
+        if respecified
+            || now.meta().uid.as_deref() != Some(&fence.uid)
             || !may_write(&Owner::of(now.meta().annotations.as_ref()), fence)
         {
             return Err(fenced(&ctx.metrics, &scope.parent, fence));
