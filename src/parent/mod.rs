@@ -60,7 +60,8 @@ pub trait Parent:
     /// status go, and it is marked [`SLIM`]. Under `--shards auto`, for the sets another
     /// replica owns; a reconcile reads a slim parent again before it uses it.
     fn slim(&mut self) {
-        self.annotations_mut().insert(SLIM.to_string(), "true".to_string());
+        self.annotations_mut()
+            .insert(SLIM.to_string(), "true".to_string());
         let (spec, status) = self.parts_mut();
         spec.manifests = Vec::new();
         spec.sources = Vec::new();
