@@ -377,16 +377,20 @@ fn shard_settings(args: &RunArgs) -> Result<Option<membership::Settings>, String
     }))
 }
 
-/// Eight hex digits, new at every start: a restarted replica of the same name is another
-/// holder of its sets.
+/// Sixteen random hex digits, new at every start: a restarted replica of the same name is
+/// another holder of its sets. Without the system's random source, a hash of the time and
+/// the process ID.
 fn incarnation() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let mut h = std::hash::DefaultHasher::new();
-    std::hash::Hash::hash(&(nanos, std::process::id()), &mut h);
-    format!("{:08x}", std::hash::Hasher::finish(&h) as u32)
+    let random = getrandom::u64().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(nanos, std::process::id()), &mut h);
+        std::hash::Hasher::finish(&h)
+    });
+    format!("{random:016x}")
 }
 
 /// Starts this replica's membership (its Lease, the watch of the others'); returns what the

@@ -115,8 +115,10 @@ pub struct MemberWatches {
     terminating: Arc<Terminating>,
     /// Reads of objects to assess again, at most [`reassess::REASSESS_READS`] at once.
     reads: tokio::sync::Semaphore,
-    /// Under `--shards auto`: the selector of this replica's buckets (see [`shard_scope`]).
+    /// Under `--shards auto`: the selector of this replica's buckets (see [`shard_scope`]),
+    /// and how many times it changed.
     buckets: Mutex<Option<String>>,
+    selector_generation: std::sync::atomic::AtomicU64,
 }
 
 /// A hook run when a watched kind is not served any more.
@@ -145,6 +147,7 @@ impl MemberWatches {
             changes: tokio::sync::watch::Sender::new(0),
             reads: tokio::sync::Semaphore::new(reassess::REASSESS_READS),
             buckets: Mutex::new(None),
+            selector_generation: std::sync::atomic::AtomicU64::new(0),
         };
         (
             Arc::new(w),

@@ -598,8 +598,10 @@ fn two_replicas_add_a_disruption_budget_and_force_leader_election_unless_sharded
     assert!(a.contains(&"--leader-election-name=aso-applyset-operator".to_string()));
     assert_eq!(
         rules(one(&docs, "Role")),
-        &vec![json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-            "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"]})]
+        &vec![
+            json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"]})
+        ]
     );
     assert!(template_fails(&["--set", "sharding=manual"]).contains("sharding"));
 

@@ -521,5 +521,109 @@ async fn the_api_server_refuses_the_fence_of_a_replica_whose_claim_was_taken() {
         ok.metadata.resource_version, second.metadata.resource_version,
         "a fence writes nothing"
     );
+    // A server-side apply carrying a resourceVersion is conditional on it (the claim that
+    // rides with the parent's metadata, and every later write of it by the owner).
+    let ssa = |rv: &str| {
+        Patch::Apply(
+            json!({"apiVersion": "applyset.dev/v1alpha1", "kind": "ApplySet",
+            "metadata": {"name": "fenced", "resourceVersion": rv,
+                "annotations": {ANNOTATION_OWNER: "r-c/1", ANNOTATION_EPOCH: "3"}}}),
+        )
+    };
+    let apply = PatchParams::apply("applyset.dev/parent").force();
+    match api.patch("fenced", &apply, &ssa(&rv1)).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 409, "a stale apply: {s:?}"),
+        other => panic!("an apply from a stale read must be refused: {other:?}"),
+    }
+    let current = ok.metadata.resource_version.clone().expect("rv");
+    let claimed = api
+        .patch("fenced", &apply, &ssa(&current))
+        .await
+        .expect("an apply from the current version");
+    let annotations = claimed.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get(ANNOTATION_OWNER).map(String::as_str),
+        Some("r-c/1")
+    );
     assert!(!LABEL_BUCKET.is_empty());
+}
+
+/// By hand (`SHARDS_MEMORY_SETS=3000 SHARDS_MEMORY_REPLICAS=3 cargo test --test shards_auto --
+/// --ignored memory`): each replica's member objects and RSS against its share, for N sets of
+/// four ConfigMaps over R replicas (run it with R = 1 for the figure of one replica alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, by hand"]
+async fn memory_by_share() {
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (n, replicas) = (
+        env("SHARDS_MEMORY_SETS", 3000),
+        env("SHARDS_MEMORY_REPLICAS", 3),
+    );
+    let h = Harness::new("shards-memory").await;
+    let mut r = Replicas {
+        procs: BTreeMap::new(),
+        h: Harness {
+            client: h.client.clone(),
+            ns: h.ns.clone(),
+            label: h.label.clone(),
+        },
+        group: unique("memory"),
+    };
+    for i in 0..replicas {
+        r.start(&format!("r-{i}"));
+    }
+    let live = r.names();
+    r.wait_assigned(&live).await;
+    let rss0: BTreeMap<String, u64> = r
+        .procs
+        .iter()
+        .map(|(name, p)| (name.clone(), p.status_mib("VmRSS")))
+        .collect();
+    let t0 = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(16, |i| {
+            let h = &h;
+            async move {
+                let name = format!("m-{i:05}");
+                let manifests: Vec<_> = (0..4)
+                    .map(|k| configmap(&format!("{name}-{k}"), json!({"k": "v"})))
+                    .collect();
+                h.applyset(&name)
+                    .create(json!({"interval": "10m", "manifests": manifests}))
+                    .await;
+            }
+        })
+        .await;
+    let want = n * 4;
+    wait_for(
+        "every member watched by its replica",
+        Duration::from_secs(1800),
+        || async {
+            let total: usize = live
+                .iter()
+                .map(|name| r.metric(name, "applyset_member_objects") as usize)
+                .sum();
+            (total == want).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "{n} sets × 4 over {replicas} replica(s), all members watched in {:.1?}",
+        t0.elapsed()
+    );
+    for (name, p) in &r.procs {
+        eprintln!(
+            "{name}: {} buckets, {} member objects, RSS {} MiB (at start {} MiB, peak {} MiB)",
+            r.metric(name, "applyset_shard_buckets"),
+            r.metric(name, "applyset_member_objects"),
+            p.status_mib("VmRSS"),
+            rss0[name],
+            p.status_mib("VmHWM")
+        );
+    }
 }

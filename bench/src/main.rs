@@ -7,7 +7,7 @@
 //!                [--operator target/release/applyset-operator] [--concurrency N]
 //!                [--no-kubectl] [--impersonate] [--wait] [--teardown-baseline]
 //!                [--ui 10000] [--plugin target/release/kubectl-applyset]
-//!                [--runs 1] [--ceiling PATH] [--no-shape-resync]
+//!                [--runs 1] [--ceiling PATH] [--no-shape-resync] [--no-shards-cost]
 //! ```
 //!
 //! `--no-kubectl` skips kubectl (its figures read NaN): for quick runs while tuning.
@@ -26,7 +26,9 @@
 //! refused requests (403) during it counted; its peak RSS covers the teardown. Each K runs on
 //! a fresh control plane, and so does its ceiling, `hack/ssa-ceiling` (built here, or
 //! `--ceiling PATH`), taking turns `--runs` times (shape.rs, ceiling.rs). One full resync of
-//! the shape's sets is measured unless `--no-shape-resync`.
+//! the shape's sets is measured unless `--no-shape-resync`. The largest K runs once more with
+//! the operator under `--shards auto` (one replica), unless `--no-shards-cost`: what sharding
+//! costs per write.
 //!
 //! Writes `<out>/report.md` and `<out>/report.json` and prints the table. Exits non-zero if a
 //! measurement could not be taken (a timeout, a failed command): the figures are goals, not
@@ -75,6 +77,7 @@ const GROUP: &str = "bench.applyset.dev";
 /// shape take many minutes on 2 cores, for each.
 const WAIT: Duration = Duration::from_secs(3600);
 
+#[derive(Clone)]
 struct Args {
     sizes: Vec<usize>,
     shapes: Vec<usize>,
@@ -101,6 +104,12 @@ struct Args {
     ceiling: Option<PathBuf>,
     /// One periodic resync of every set of the Flux shape is measured.
     shape_resync: bool,
+    /// The largest K of the Flux shape runs once more under `--shards auto` (one replica):
+    /// what sharding costs per write (the bucket label and epoch annotation on every member,
+    /// the owner annotations on the parent).
+    shards_cost: bool,
+    /// More arguments for the operator of the Flux shape (the sharded run's).
+    operator_args: Vec<String>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -119,6 +128,8 @@ fn parse_args() -> Res<Args> {
         runs: 1,
         ceiling: None,
         shape_resync: true,
+        shards_cost: true,
+        operator_args: Vec::new(),
     };
     let list = |v: Option<String>| -> Res<Vec<usize>> {
         v.unwrap_or_default()
@@ -196,6 +207,7 @@ fn shape_flag(a: &mut Args, flag: &str, it: &mut impl Iterator<Item = String>) -
             )
         }
         "--no-shape-resync" => a.shape_resync = false,
+        "--no-shards-cost" => a.shards_cost = false,
         _ => return Ok(false),
     }
     Ok(true)

@@ -55,6 +55,7 @@ impl OperatorProc {
         binary: &Path,
         kubeconfig: &Path,
         concurrency: Option<u16>,
+        extra_args: &[String],
         log: &Path,
     ) -> Res<OperatorProc> {
         let (metrics_port, health_port) = (free_port()?, free_port()?);
@@ -80,6 +81,7 @@ impl OperatorProc {
         if let Some(c) = concurrency {
             cmd.arg(format!("--concurrency={c}"));
         }
+        cmd.args(extra_args);
         let child = cmd
             .spawn()
             .map_err(|e| format!("starting {}: {e}", binary.display()))?;

@@ -254,6 +254,7 @@ pub async fn run_sets(
         &args.operator,
         kubeconfig,
         args.concurrency,
+        &[],
         &work.join("operator-sets.log"),
     )
     .await?;

@@ -34,6 +34,8 @@ pub struct Shape {
 pub struct ShapeRuns {
     pub sets: usize,
     pub runs: Vec<Run>,
+    /// The same K with the operator under `--shards auto` (one replica), for the largest K.
+    pub sharded: Option<Shape>,
 }
 
 /// One run: the ceiling's and the operator's.
@@ -75,9 +77,40 @@ pub async fn run_shapes(
             last = Some((cp, client));
             runs.push((ceiling, shape));
         }
-        all.push(ShapeRuns { sets: k, runs });
+        let largest = args.shapes.iter().max() == Some(&k);
+        let sharded = match args.shards_cost && largest {
+            true => {
+                eprintln!("bench: {k} ApplySets × 4: the operator under --shards auto");
+                drop(last.take());
+                let (cp, client) = fresh_control_plane(opts).await?;
+                let log = work.join(format!("operator-shape-{k}-sharded.log"));
+                let shape = run_shape(&cp, &client, &sharded_args(args), &kubectl, k, &log).await?;
+                last = Some((cp, client));
+                Some(shape)
+            }
+            false => None,
+        };
+        all.push(ShapeRuns {
+            sets: k,
+            runs,
+            sharded,
+        });
     }
     Ok((all, last))
+}
+
+/// `args` for the operator under `--shards auto`, one replica, its Lease in `default`.
+fn sharded_args(args: &Args) -> Args {
+    let operator_args = [
+        "--shards=auto",
+        "--shard-name=bench-0",
+        "--leader-election-namespace=default",
+    ];
+    Args {
+        operator_args: operator_args.map(String::from).to_vec(),
+        teardown_baseline: false,
+        ..args.clone()
+    }
 }
 
 pub async fn run_shape(
@@ -90,7 +123,14 @@ pub async fn run_shape(
 ) -> Res<Shape> {
     let kubeconfig = cp.kubeconfig();
     // A fresh process, so its peak RSS is this shape's.
-    let op = OperatorProc::start(&args.operator, kubeconfig, args.concurrency, log).await?;
+    let op = OperatorProc::start(
+        &args.operator,
+        kubeconfig,
+        args.concurrency,
+        &args.operator_args,
+        log,
+    )
+    .await?;
     let ns = format!("flux-{k}");
     create_namespace(client, &ns).await?;
     let sa = deployer(client, args, &ns).await?;
@@ -514,7 +554,10 @@ pub fn report_shapes(
                 "apiserver_peak_rss_mib": o.apiserver_peak_rss_mib,
                 "etcd_peak_rss_mib": o.etcd_peak_rss_mib}));
         }
-        json_shapes.push(json!({"applysets": s.sets, "runs": runs, "summary": summary(s)}));
+        json_shapes.push(
+            json!({"applysets": s.sets, "runs": runs, "summary": summary(s),
+            "sharded": sharded_json(s)}),
+        );
     }
     md.push_str("\n### Against the ceiling (medians, and min–max over the runs)\n\n| ApplySets | | all Ready (s) | ceiling (s) | all Ready / ceiling | teardown / baseline |\n|---|---|---|---|---|---|\n");
     for s in shapes {
@@ -545,6 +588,7 @@ pub fn report_shapes(
             lh("teardown_ratio")
         ));
     }
+    report_sharded(md, shapes);
     report_memory(md, shapes);
     // Without single-set runs (`--sizes ""`) there is no figure to give.
     if op_rss_sets.is_finite() {
@@ -553,6 +597,45 @@ pub fn report_shapes(
         ));
     }
     json_shapes
+}
+
+/// The run under `--shards auto` against the runs without, for the K that has one.
+fn report_sharded(md: &mut String, shapes: &[ShapeRuns]) {
+    let with: Vec<(&ShapeRuns, &Shape)> = shapes
+        .iter()
+        .filter_map(|s| Some((s, s.sharded.as_ref()?)))
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    md.push_str("\n### Under `--shards auto` (one replica): what sharding costs\n\nThe same K once more on a fresh control plane, the operator run with `--shards=auto` alone: every member carries its bucket label and epoch annotation, the parent its owner and epoch. Against the median of the runs without.\n\n| ApplySets | all Ready, sharded (s) | all Ready, not sharded (s) | sharded / not | requests / set, sharded | requests / set, not | resync: requests / set | resync: writes |\n|---|---|---|---|---|---|---|---|\n");
+    for (s, o) in with {
+        let unsharded = median_of(&s.runs, |r| r.1.all_ready);
+        let per_set = |sh: &Shape| sh.operator_requests / sh.sets as f64;
+        md.push_str(&format!(
+            "| {} | {:.1} | {unsharded:.1} | {:.2} × | {:.2} | {:.2} | {:.3} | {:.0} |\n",
+            s.sets,
+            o.all_ready,
+            ratio(o.all_ready, unsharded),
+            per_set(o),
+            median_of(&s.runs, |r| per_set(&r.1)),
+            o.resync_requests_per_set,
+            o.resync_writes
+        ));
+    }
+}
+
+/// The run under `--shards auto` of `s`, if any, as JSON.
+fn sharded_json(s: &ShapeRuns) -> Value {
+    let Some(o) = &s.sharded else {
+        return Value::Null;
+    };
+    let unsharded = median_of(&s.runs, |r| r.1.all_ready);
+    json!({"all_ready_seconds": o.all_ready, "unsharded_all_ready_seconds": unsharded,
+        "ratio": ratio(o.all_ready, unsharded),
+        "requests_per_set": o.operator_requests / o.sets as f64,
+        "resync_requests_per_set": o.resync_requests_per_set, "resync_writes": o.resync_writes,
+        "peak_rss_mib": o.peak_rss_mib})
 }
 
 /// The machine's memory over each run of the operator: its peak RSS and the control plane's.

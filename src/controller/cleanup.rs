@@ -40,6 +40,8 @@ use crate::{
 pub async fn cleanup<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Result<Action> {
     match delete_members(&*obj, ctx, scope).await {
         Ok(action) => Ok(action),
+        // Under --shards auto, another replica claimed the set: it deletes and reports.
+        Err(Error::Fenced { .. }) => Ok(Action::requeue(super::shards::FENCED_RETRY)),
         Err(e) => {
             let msg = format!(
                 "{}: deleting its members failed: {e}. The object stays until this succeeds; set spec.deletionPolicy: Orphan to delete it without its members",

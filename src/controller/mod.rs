@@ -381,9 +381,19 @@ fn parent_stream<P: Parent>(
         wc = wc.labels(sel);
     }
     let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
-    watcher(api, wc)
-        .backoff(crate::backoff::backoff())
-        .modify(|o: &mut P| o.managed_fields_mut().clear())
+    // Under --shards auto the watch lists again at every change of this replica's buckets:
+    // the sets it owns are cached in full, the others slim.
+    let watch = move || {
+        watcher(api.clone(), wc.clone())
+            .backoff(crate::backoff::backoff())
+            .boxed()
+    };
+    let slim = ctx.clone();
+    shards::restarting(watch, shards::assignment_changes(ctx))
+        .modify(move |o: &mut P| {
+            o.managed_fields_mut().clear();
+            shards::slim_unless_owned(&slim, o);
+        })
         .reflect(writer)
         // A parent deleted, or no longer selected (moved to another shard by its label):
         // its info series goes (another operator, if any, reports it now), and so does what
@@ -677,10 +687,16 @@ async fn reconcile_parent<P: Parent>(
         let r = Report::failed(Reason::OwnershipConflict, msg);
         return report::write(ctx, &scope, &*obj, r).await;
     }
-    // Under --shards auto, the set is claimed (or found claimed) by this replica first.
-    let Some(scope) = shards::claim(&*obj, ctx, scope).await? else {
-        return Ok(Action::requeue(shards::CLAIM_RETRY));
+    // Under --shards auto: this replica's fence of the set (its claim goes with the first
+    // write of the parent's metadata, or, for a deletion, before it deletes anything). The
+    // set may have moved while this reconcile waited for its worker.
+    if !shards::owns(ctx, &scope.id) {
+        return Ok(Action::await_change());
+    }
+    let Some(obj) = shards::in_full(ctx, obj).await? else {
+        return Ok(Action::await_change());
     };
+    let scope = shards::fence(&*obj, ctx, scope)?;
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet
     // metadata (`parent::write`), which precedes any member write, so a new parent is applied
@@ -698,6 +714,12 @@ async fn reconcile_parent<P: Parent>(
         return Ok(action);
     }
     // Being deleted: the cleanup, if our finalizer is there; then the finalizer goes.
+    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+        match shards::claim_to_delete(&*obj, ctx, &scope).await {
+            Err(Error::Fenced { .. }) => return Ok(Action::requeue(shards::FENCED_RETRY)),
+            claimed => claimed?,
+        }
+    }
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {

@@ -53,7 +53,7 @@ pub async fn reconcile_set<P: Parent>(
         // Another replica owns the set now: it writes the status.
         Err(e @ Error::Fenced { .. }) => {
             tracing::warn!(error = %e, "fenced: stopped");
-            Ok(Action::await_change())
+            Ok(Action::requeue(super::shards::FENCED_RETRY))
         }
         Err(e) => {
             let hint = forbidden_hint(ctx, scope, matches!(e, Error::Forbidden { .. })).await;
@@ -86,6 +86,11 @@ async fn reported<P: Parent>(obj: Arc<P>, ctx: &Context, scope: &SetScope) -> Re
         }
     };
     let decided = outcome?;
+    // Under --shards auto, a set that moved while this reconcile ran is its new owner's to
+    // report (a health wait can be long).
+    if !super::shards::owns(ctx, &scope.id) {
+        return Ok(Action::await_change());
+    }
     // A refusal learnt during this reconcile: the set's own deletion is coming.
     if decided.reason == Reason::NamespaceTerminating && own_namespace_terminating(ctx, scope).await
     {
@@ -171,6 +176,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         self.guard_empty(&desired, &before.recorded)?;
         let extent = self.engine.extent(&before.recorded, &desired);
         let live = self.observe(&extent, &desired).await?;
+        let labelled = super::shards::all_labelled(self.scope, &live);
         let view = SetView {
             desired: &desired,
             extent: &extent,
@@ -186,7 +192,7 @@ impl<'a, P: Parent> Reconcile<'a, P> {
         let pruned = self.prune(&view, &results).await?;
         results.extend(pruned);
         let changes = report::changes(&results);
-        let finished = match self.shrink(&stored, &extent).await {
+        let finished = match self.shrink(&stored, &extent, labelled).await {
             Ok(()) => {
                 let done = self.succeeded(&desired, &results);
                 let members = super::healthy::wait_targets(self.spec.wait, &desired, &results);
@@ -460,7 +466,8 @@ impl<'a, P: Parent> Reconcile<'a, P> {
     /// now (and carries our finalizer) before any member is touched. Returns the parent as
     /// stored.
     async fn superset(&self, extent: &Extent) -> Step<P> {
-        let stored = parent::write(&self.ctx.client, self.obj, &extent.superset, Shrink::Keep);
+        let (ctx, scope, set) = (self.ctx, self.scope, &extent.superset);
+        let stored = super::shards::write_parent(ctx, scope, self.obj, set, Shrink::Keep);
         Ok(stored.await?)
     }
 
@@ -474,6 +481,10 @@ impl<'a, P: Parent> Reconcile<'a, P> {
             .apply(view)
             .await?
             .map_err(|_| self.timed_out(Run::Apply, revision))?;
+        // Under --shards auto, another replica claimed the set before a member was written.
+        if let Some(fenced) = super::shards::refused(self.scope) {
+            return Err(Stop::Error(fenced));
+        }
         self.accepted(view.desired, &results);
         tracing::debug!(
             members = results.len(),
@@ -559,21 +570,15 @@ impl<'a, P: Parent> Reconcile<'a, P> {
 
     /// Step 5, parent shrink after a complete prune: the parent records exactly the
     /// declared set (and drops the deprecated `contains-group-resources`).
-    async fn shrink(&self, stored: &P, extent: &Extent) -> Step<()> {
+    async fn shrink(&self, stored: &P, extent: &Extent, labelled: Option<bool>) -> Step<()> {
         if self.spec.prune {
-            // Under --shards auto, a record shrunk by a replica that lost the set could
-            // drop kinds its new owner recorded since.
-            if extent.superset != extent.declared {
-                super::shards::check(self.ctx, self.scope).await?;
-            }
-            parent::write(
-                &self.ctx.client,
-                stored,
-                &extent.declared,
-                Shrink::DropDeprecated,
-            )
-            .await?;
-            // Reconciled to the end: every member the set has carries its bucket now.
+            let (ctx, scope, set) = (self.ctx, self.scope, &extent.declared);
+            let shrink = Shrink::DropDeprecated;
+            super::shards::write_parent(ctx, scope, stored, set, shrink).await?;
+        }
+        // Under --shards auto: a set whose listed members all carry its bucket label is seen
+        // whole by the member watches from now on.
+        if labelled == Some(true) {
             self.ctx.members.complete(&self.scope.id);
         }
         Ok(())

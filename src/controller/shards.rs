@@ -1,32 +1,47 @@
 //! `--shards auto` in the controllers: a replica reconciles only the sets it owns now
-//! ([`owns`]); before it touches a set it claims it ([`claim`]); before it deletes anything of
-//! a set, or shrinks its record, it proves it still holds its claim ([`check`]). The rules
-//! are [`crate::shard::fence`]'s.
+//! ([`owns`]); every write of a parent's metadata is conditional on the resourceVersion it
+//! was read at and carries the owner and epoch ([`write_parent`]: the first one claims the
+//! set); a member is written only once the reconcile proved its claim (a conditional write
+//! of the parent, or the fence: [`fence`]); a deletion claims by a JSON patch
+//! ([`claim_to_delete`]); before it deletes anything of a set, a replica proves it still
+//! holds its claim ([`check`]). The rules are [`crate::shard::fence`]'s.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use futures::{StreamExt, stream::BoxStream};
-use kube::api::{Patch, PatchParams};
+use futures::{FutureExt, StreamExt, stream::BoxStream};
+use kube::{
+    Client, ResourceExt,
+    api::{Patch, PatchParams},
+};
 
 use super::Context;
 use crate::{
     Error, Result,
     api::{ApplySet, ClusterApplySet},
-    applyset::ParentKind,
-    engine::SetScope,
-    parent::Parent,
+    applyset::{ParentKind, ParentRef},
+    engine::{SetScope, live::Live},
+    metrics::Metrics,
+    parent::{self, Parent, Recorded, Shrink},
     shard::{
-        assign,
-        fence::{Fence, Owner, check_patch, claim_patch},
+        ANNOTATION_EPOCH, ANNOTATION_OWNER, FirstWrite, LABEL_BUCKET, assign,
+        fence::{Fence, Owner, check_patch, claim_patch, may_write},
     },
 };
 
 /// The field manager of the claims (the owner and epoch annotations of a parent).
 pub const CLAIM_FIELD_MANAGER: &str = "applyset.dev/shard";
 
-/// When a claim lost to another write, the reconcile comes back after this (by then the
-/// parent's next version is in the cache).
-pub(super) const CLAIM_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// A fenced reconcile (its claim lost to another write, or taken since by another replica)
+/// comes back after this: by then the parent's next version is in the cache.
+pub(super) const FENCED_RETRY: Duration = Duration::from_secs(1);
+
+/// Changes of this replica's buckets within this long are taken as one (a replica starting
+/// sees its first list of the Leases, then the stale ones expire; a rollout moves several).
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// A parent write refused for a stale resourceVersion is tried again (after reading the
+/// parent) at most this many times in all.
+const WRITE_ATTEMPTS: usize = 3;
 
 /// Follows this replica's assignment: its member watches select its buckets. Never ends
 /// (pending without sharding).
@@ -36,15 +51,16 @@ pub(super) async fn follow(ctx: Arc<Context>) {
     };
     let mut rx = shards.assignment.clone();
     while rx.changed().await.is_ok() {
+        tokio::time::sleep(SETTLE).await;
         let mine = rx.borrow_and_update().mine.clone();
         ctx.members.use_buckets(&mine);
     }
     std::future::pending().await
 }
 
-/// A tick at every change of this replica's buckets: the controllers then reconcile every
-/// set they know (the ones gained start, the ones lost are forgotten). Never ticks without
-/// sharding.
+/// A tick at every change of this replica's buckets (changes within [`SETTLE`] as one): the
+/// controllers then reconcile every set they know (the ones gained start, the ones lost are
+/// forgotten). Never ticks without sharding.
 pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
     let Some(shards) = &ctx.config.shards else {
         return futures::stream::pending().boxed();
@@ -52,10 +68,59 @@ pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
     let rx = shards.assignment.clone();
     futures::stream::unfold(rx, |mut rx| async move {
         rx.changed().await.ok()?;
+        tokio::time::sleep(SETTLE).await;
         rx.borrow_and_update();
         Some(((), rx))
     })
     .boxed()
+}
+
+/// The items of the streams `make` starts: a new one (a watch that lists again) at every
+/// tick of `changes`, the previous one dropped.
+pub(super) fn restarting<S>(
+    make: impl Fn() -> S + Send + 'static,
+    changes: BoxStream<'static, ()>,
+) -> BoxStream<'static, S::Item>
+where
+    S: futures::Stream + Send + Unpin + 'static,
+    S::Item: Send,
+{
+    let first = make();
+    futures::stream::unfold(
+        (first, changes, make),
+        |(mut current, mut changes, make)| async move {
+            loop {
+                tokio::select! {
+                    item = current.next() => return item.map(|i| (i, (current, changes, make))),
+                    Some(()) = changes.next() => current = make(),
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Under `--shards auto`, slims a cached parent this replica does not own (see
+/// [`Parent::slim`]).
+pub(super) fn slim_unless_owned<P: Parent>(ctx: &Context, o: &mut P) {
+    if !owns(ctx, &o.parent_ref().id()) {
+        o.slim();
+    }
+}
+
+/// The parent in full: `obj` itself, or, when the cache holds it slim, read again (None:
+/// gone).
+pub(super) async fn in_full<P: Parent>(ctx: &Context, obj: Arc<P>) -> Result<Option<Arc<P>>> {
+    if !obj.is_slim() {
+        return Ok(Some(obj));
+    }
+    let parent = obj.parent_ref();
+    let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
+    let mut full = api.get_opt(&parent.name).await?;
+    if let Some(o) = full.as_mut() {
+        o.managed_fields_mut().clear();
+    }
+    Ok(full.map(Arc::new))
 }
 
 /// Whether this replica reconciles the set of ID `id` now: always without sharding.
@@ -63,36 +128,136 @@ pub(super) fn owns(ctx: &Context, id: &str) -> bool {
     ctx.config.shards.as_ref().is_none_or(|s| s.owns(id))
 }
 
-/// The scope with this replica's claim of the set: as recorded already, or claimed now (the
-/// epoch plus one). `None` when another replica's write came first (the parent moved since
-/// it was read): the reconcile ends and comes back with the parent's next version.
-pub(super) async fn claim<P: Parent>(
-    obj: &P,
-    ctx: &Context,
-    scope: SetScope,
-) -> Result<Option<SetScope>> {
+/// The scope with this replica's fence of the set: the epoch recorded when the set's owner
+/// annotation names this replica already, else the next one (claimed by the reconcile's
+/// first write of the parent, or by [`claim_to_delete`]), and the proof its member writes
+/// wait for. Unchanged without sharding.
+pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> Result<SetScope> {
     let Some(shards) = &ctx.config.shards else {
-        return Ok(Some(scope));
+        return Ok(scope);
     };
     let meta = obj.meta();
+    let uid = meta.uid.clone().ok_or(Error::Unnamed("the parent's UID"))?;
     let owner = Owner::of(meta.annotations.as_ref());
-    let (uid, rv) = (meta.uid.clone(), meta.resource_version.clone());
-    let (Some(uid), Some(rv), Some(name)) = (uid, rv, meta.name.clone()) else {
-        return Err(Error::Unnamed("parent"));
+    let epoch = match owner.is(&shards.holder) {
+        true => owner.epoch,
+        false => owner.epoch + 1,
     };
-    let mut fence = Fence {
+    let fence = Fence {
         uid,
         holder: shards.holder.clone(),
-        epoch: owner.epoch,
+        epoch,
         bucket: assign::bucket(&scope.id),
     };
-    if owner.is(&shards.holder) {
-        return Ok(Some(scope.with_fence(fence)));
+    let (client, parent, metrics) = (
+        ctx.client.clone(),
+        scope.parent.clone(),
+        ctx.metrics.clone(),
+    );
+    let f = fence.clone();
+    let first_write = FirstWrite::new(move || {
+        let (client, parent, metrics, f) =
+            (client.clone(), parent.clone(), metrics.clone(), f.clone());
+        async move { prove(&client, &parent, &f, &metrics).await.is_ok() }.boxed()
+    });
+    Ok(scope.with_fence(fence, first_write))
+}
+
+/// Writes the parent's metadata (see [`parent::write`]); under sharding, conditional on the
+/// resourceVersion it was read at and with the owner and epoch of the scope's fence. A write
+/// refused for a stale resourceVersion (a status write meanwhile, an edit of its metadata)
+/// reads the parent again and is tried again while nobody else claimed the set and its spec
+/// is the one this reconcile rendered; otherwise [`Error::Fenced`]. A write sent proves the
+/// claim for the member writes.
+pub(super) async fn write_parent<P: Parent>(
+    ctx: &Context,
+    scope: &SetScope,
+    obj: &P,
+    set: &Recorded,
+    shrink: Shrink,
+) -> Result<P> {
+    let Some(fence) = &scope.fence else {
+        let none = parent::Ownership::default();
+        return parent::write(&ctx.client, obj, set, shrink, &none).await;
+    };
+    let mut fresh: Option<P> = None;
+    for _ in 0..WRITE_ATTEMPTS {
+        let base = fresh.as_ref().unwrap_or(obj);
+        let (ownership, claiming) = ownership(base.meta(), fence)?;
+        match parent::write(&ctx.client, base, set, shrink, &ownership).await {
+            Ok(stored) => {
+                if stored.meta().resource_version != base.meta().resource_version {
+                    if let Some(first) = &scope.first_write {
+                        first.written();
+                    }
+                    if claiming {
+                        ctx.metrics.shard_claimed();
+                        tracing::info!(epoch = fence.epoch, "claimed the set");
+                    }
+                }
+                return Ok(stored);
+            }
+            Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
+        let Some(now) = api.get_opt(&scope.parent.name).await? else {
+            return Err(fenced(&ctx.metrics, &scope.parent, fence));
+        };
+        // Another spec since the one this reconcile rendered: its plan is stale (another
+        // replica may have written members of the new one); it comes back with the new one.
+        let respecified = now.meta().generation != obj.meta().generation;
+        if respecified
+            || now.meta().uid.as_deref() != Some(&fence.uid)
+            || !may_write(&Owner::of(now.meta().annotations.as_ref()), fence)
+        {
+            return Err(fenced(&ctx.metrics, &scope.parent, fence));
+        }
+        fresh = Some(now);
     }
-    fence.epoch = owner.epoch + 1;
+    Err(fenced(&ctx.metrics, &scope.parent, fence))
+}
+
+/// The owner annotations and the precondition of a parent write by `fence`'s holder of the
+/// parent as `meta` says it is, and whether the write claims the set.
+fn ownership(meta: &kube::api::ObjectMeta, fence: &Fence) -> Result<(parent::Ownership, bool)> {
+    let owner = Owner::of(meta.annotations.as_ref());
+    let claiming = !(owner.is(&fence.holder) && owner.epoch == fence.epoch);
+    let rv = meta
+        .resource_version
+        .clone()
+        .ok_or(Error::Unnamed("the parent's resourceVersion"))?;
+    let ownership = parent::Ownership {
+        annotations: [
+            (ANNOTATION_OWNER.to_string(), fence.holder.clone()),
+            (ANNOTATION_EPOCH.to_string(), fence.epoch.to_string()),
+        ]
+        .into(),
+        if_version: Some(rv),
+    };
+    Ok((ownership, claiming))
+}
+
+/// Claims the set before its deletion deletes anything (the deletion writes no parent
+/// metadata that could carry the claim): a JSON patch testing the parent's UID and
+/// resourceVersion, writing the owner and epoch of the scope's fence. Nothing to do when the
+/// parent records them already, or without sharding.
+pub(super) async fn claim_to_delete<P: Parent>(
+    obj: &P,
+    ctx: &Context,
+    scope: &SetScope,
+) -> Result<()> {
+    let Some(fence) = &scope.fence else {
+        return Ok(());
+    };
+    let meta = obj.meta();
+    let (ownership, claiming) = ownership(meta, fence)?;
+    let (true, Some(rv)) = (claiming, &ownership.if_version) else {
+        return Ok(());
+    };
     let patch = claim_patch(
         &fence.uid,
-        &rv,
+        rv,
         meta.annotations.is_some(),
         &fence.holder,
         fence.epoch,
@@ -103,23 +268,22 @@ pub(super) async fn claim<P: Parent>(
             source,
         })?;
     let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = PatchParams {
-        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match api.patch(&name, &params, &Patch::Json::<()>(patch)).await {
+    match api
+        .patch(
+            &scope.parent.name,
+            &claim_params(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+    {
         Ok(_) => {
             ctx.metrics.shard_claimed();
-            tracing::info!(
-                previous = owner.holder.as_deref().unwrap_or("none"),
-                epoch = fence.epoch,
-                "claimed the set"
-            );
-            Ok(Some(scope.with_fence(fence)))
+            tracing::info!(epoch = fence.epoch, "claimed the set to delete it");
+            Ok(())
         }
+        // A failed test: the parent moved since it was read.
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
-            tracing::debug!(message = %s.message, "the set changed before the claim; waiting for its next version");
-            Ok(None)
+            Err(fenced(&ctx.metrics, &scope.parent, fence))
         }
         Err(e) => Err(e.into()),
     }
@@ -129,38 +293,88 @@ pub(super) async fn claim<P: Parent>(
 /// parent's UID, owner and epoch, and writes nothing): [`Error::Fenced`] once another
 /// replica claimed it. Nothing to prove without sharding.
 pub(super) async fn check(ctx: &Context, scope: &SetScope) -> Result<()> {
-    let Some(fence) = &scope.fence else {
-        return Ok(());
+    match &scope.fence {
+        Some(fence) => prove(&ctx.client, &scope.parent, fence, &ctx.metrics).await,
+        None => Ok(()),
+    }
+}
+
+/// [`Error::Fenced`] when this reconcile's proof of its claim, sent before its first member
+/// write, was refused (nothing was written then).
+pub(super) fn refused(scope: &SetScope) -> Option<Error> {
+    let (fence, first) = (scope.fence.as_ref()?, scope.first_write.as_ref()?);
+    first.refused().then(|| Error::Fenced {
+        parent: scope.parent.to_string(),
+        holder: fence.holder.clone(),
+        epoch: fence.epoch,
+    })
+}
+
+/// Whether every member a LIST found carries the set's bucket label (then the member
+/// watches, which select by it, see all of them): None when the members were not listed
+/// (the watches answered) or without sharding.
+pub(super) fn all_labelled(scope: &SetScope, live: &Live) -> Option<bool> {
+    let fence = scope.fence.as_ref()?;
+    let crate::engine::live::Observed::Listed(listed) = &live.observed else {
+        return None;
     };
-    let checked = match scope.parent.kind {
-        ParentKind::ApplySet => test_only::<ApplySet>(ctx, scope, fence).await,
-        ParentKind::ClusterApplySet => test_only::<ClusterApplySet>(ctx, scope, fence).await,
+    let bucket = fence.bucket.to_string();
+    Some(
+        listed
+            .iter()
+            .all(|m| m.meta.labels.as_ref().and_then(|l| l.get(LABEL_BUCKET)) == Some(&bucket)),
+    )
+}
+
+/// Sends the fence's JSON patch of tests to `parent`: a refusal is [`Error::Fenced`].
+async fn prove(
+    client: &Client,
+    parent: &ParentRef,
+    fence: &Fence,
+    metrics: &Metrics,
+) -> Result<()> {
+    let checked = match parent.kind {
+        ParentKind::ApplySet => test_only::<ApplySet>(client, parent, fence).await,
+        ParentKind::ClusterApplySet => test_only::<ClusterApplySet>(client, parent, fence).await,
     };
     match checked {
         Ok(()) => Ok(()),
         // A failed test (422), a parent gone (404) or re-created: not ours to touch any more.
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 || s.code == 409 => {
-            ctx.metrics.shard_fenced();
-            Err(Error::Fenced {
-                parent: scope.parent.to_string(),
-                holder: fence.holder.clone(),
-                epoch: fence.epoch,
-            })
+            Err(fenced(metrics, parent, fence))
         }
         Err(e) => Err(e.into()),
     }
 }
 
 /// Sends the fence's JSON patch of tests to the parent (of kind `P`).
-async fn test_only<P: Parent>(ctx: &Context, scope: &SetScope, fence: &Fence) -> kube::Result<()> {
+async fn test_only<P: Parent>(
+    client: &Client,
+    parent: &ParentRef,
+    fence: &Fence,
+) -> kube::Result<()> {
     let patch: json_patch::Patch =
         serde_json::from_value(check_patch(fence)).map_err(kube::Error::SerdeError)?;
-    let api = P::api(ctx.client.clone(), scope.parent.namespace.as_deref());
-    let params = PatchParams {
-        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    api.patch(&scope.parent.name, &params, &Patch::Json::<()>(patch))
+    let api = P::api(client.clone(), parent.namespace.as_deref());
+    api.patch(&parent.name, &claim_params(), &Patch::Json::<()>(patch))
         .await
         .map(|_| ())
+}
+
+/// The parameters of the claim's and the fence's JSON patches.
+fn claim_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CLAIM_FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// The error of a replica whose claim of the set another replica has taken (counted).
+fn fenced(metrics: &Metrics, parent: &ParentRef, fence: &Fence) -> Error {
+    metrics.shard_fenced();
+    Error::Fenced {
+        parent: parent.to_string(),
+        holder: fence.holder.clone(),
+        epoch: fence.epoch,
+    }
 }

@@ -203,6 +203,16 @@ async fn apply_one(
     if let Some(uid) = watches.and_then(|w| w.unchanged(&scope.id, &member.reference, hash)) {
         return (Outcome::Unchanged, Some(Answer::uid(uid)));
     }
+    // Under --shards auto, nothing is written before this reconcile proved its claim.
+    if let Some(first) = scope.first_write.as_ref().filter(|_| !opts.dry_run)
+        && !first.holds().await
+    {
+        let message = format!(
+            "{}: not written: another replica claimed the set",
+            member.reference
+        );
+        return (Outcome::Failed { message }, None);
+    }
     let applying = watches.map(|w| w.applying(&scope.id, &member.reference));
     let _permit = scope.write_permit().await;
     // Checked once the permit is held: a refusal learnt while this write waited counts.

@@ -49,6 +49,9 @@ pub struct SetScope {
     /// Under `--shards auto`: this replica's claim of the set (its members carry its bucket
     /// and epoch, see [`crate::shard::fence`]).
     pub fence: Option<crate::shard::fence::Fence>,
+    /// Under `--shards auto`: this reconcile's proof of its claim, awaited before the first
+    /// member write.
+    pub first_write: Option<Arc<crate::shard::FirstWrite>>,
 }
 
 impl SetScope {
@@ -72,6 +75,7 @@ impl SetScope {
             terminating: None,
             worker: None,
             fence: None,
+            first_write: None,
         }
     }
 
@@ -113,9 +117,15 @@ impl SetScope {
         self
     }
 
-    /// Marks member bodies with `fence`'s bucket and epoch.
-    pub fn with_fence(mut self, fence: crate::shard::fence::Fence) -> Self {
+    /// Marks member bodies with `fence`'s bucket and epoch; no member is written before
+    /// `first_write` holds.
+    pub fn with_fence(
+        mut self,
+        fence: crate::shard::fence::Fence,
+        first_write: crate::shard::FirstWrite,
+    ) -> Self {
         self.fence = Some(fence);
+        self.first_write = Some(Arc::new(first_write));
         self
     }
 

@@ -175,6 +175,9 @@ impl MemberWatches {
     }
 
     pub(super) async fn watch(self: Arc<Self>, gk: GroupKind, resolved: Resolved) {
+        // A watch started for another selector (see `shard_scope`) stops at its next event:
+        // what it lists must not replace what the new one lists.
+        let generation = self.selector_generation();
         let mut events = self.seen(&gk, &resolved);
         let mut pending: HashMap<MemberRef, Labelled> = HashMap::new();
         // The expressions as of the start of the list under way.
@@ -185,6 +188,9 @@ impl MemberWatches {
             let Some(event) = events.next().await else {
                 return;
             };
+            if self.selector_generation() != generation {
+                return;
+            }
             let event = match event {
                 Ok(e) => e,
                 Err(e) if not_served(&e) => return self.gone(&gk),
@@ -216,7 +222,10 @@ impl MemberWatches {
                 }
                 watcher::Event::InitDone => {
                     let assessed = assessed(&pending);
-                    let drifted = self.replace_kind(&gk, std::mem::take(&mut pending));
+                    let listed = std::mem::take(&mut pending);
+                    let Some(drifted) = self.replace_listed(&gk, listed, generation) else {
+                        return;
+                    };
                     self.trigger(drifted);
                     self.recorded_since(assessed, listing_since);
                 }
@@ -252,6 +261,11 @@ impl MemberWatches {
             .namespace
             .clone()
             .filter(|ns| self.terminating.contains(ns));
+        // Under --shards auto, the object may only have lost its bucket label: the set's
+        // next reconcile lists its members again.
+        if let Some(set) = id.as_deref() {
+            self.incomplete(set);
+        }
         let tag = Tag {
             id,
             marks: Marks::default(),
@@ -277,14 +291,41 @@ impl MemberWatches {
         Some((r, meta.resource_version.clone()?, id))
     }
 
+    /// [`Self::replace_kind`] unless the watches' selector changed since the watch that
+    /// listed `fresh` started (checked under the state's lock, which a change of selector
+    /// takes too): None then.
+    fn replace_listed(
+        &self,
+        gk: &GroupKind,
+        fresh: HashMap<MemberRef, Labelled>,
+        generation: u64,
+    ) -> Option<Vec<ParentRef>> {
+        let s = self.state.lock();
+        if self.selector_generation() != generation {
+            return None;
+        }
+        Some(self.replace_locked(s, gk, fresh))
+    }
+
     /// Replaces what is known of one kind after a (re)list; returns parents whose members
     /// drifted meanwhile.
+    #[cfg(test)]
     pub(super) fn replace_kind(
         &self,
         gk: &GroupKind,
         fresh: HashMap<MemberRef, Labelled>,
     ) -> Vec<ParentRef> {
-        let mut s = self.state.lock();
+        self.replace_locked(self.state.lock(), gk, fresh)
+    }
+
+    /// Replaces what is known of one kind (its state's lock held); returns parents whose
+    /// members drifted meanwhile.
+    fn replace_locked(
+        &self,
+        mut s: parking_lot::MutexGuard<'_, State>,
+        gk: &GroupKind,
+        fresh: HashMap<MemberRef, Labelled>,
+    ) -> Vec<ParentRef> {
         s.live.remove_kind(gk);
         for (r, l) in fresh {
             s.live.insert(r, l);

@@ -5,14 +5,19 @@
 //! Two consequences:
 //! - **A change of buckets restarts every member watch** with the new selector: each kind is
 //!   unsynced first (its objects are looked up by LIST until the new watch has listed), and
-//!   what the new list holds replaces what was known (objects of buckets lost drop out).
+//!   what the new list holds replaces what was known (objects of buckets lost drop out); a
+//!   watch of the old selector still running stops at its next event, unheard.
 //! - **Members not labelled with their bucket are invisible** to the watches: those applied
-//!   before sharding, or by an owner that never reconciled the set. A set's members count as
-//!   seen by the watches only once this replica has reconciled the set to the end (its
-//!   members are applied with the label, its undeclared ones pruned or recorded): before,
-//!   the set's objects are read by LIST (`members_of` answers None).
+//!   before sharding, skipped by their own controls, or by an owner that never reconciled the
+//!   set. A set's members count as seen by the watches only after a reconcile to the end
+//!   whose LIST found every member labelled with the set's bucket ([`MemberWatches::complete`]);
+//!   before, and again once one of its objects leaves the watches, the set's objects are read
+//!   by LIST (`members_of` answers None).
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::{
+    collections::BTreeSet,
+    sync::{Arc, atomic::Ordering},
+};
 
 use super::MemberWatches;
 use crate::{
@@ -40,9 +45,11 @@ impl MemberWatches {
             let mut s = self.state.lock();
             let complete = s.complete.get_or_insert_with(Default::default);
             complete.retain(|id| buckets.contains(&assign::bucket(id)));
-        }
-        if self.buckets.lock().replace(selector.clone()).as_ref() == Some(&selector) {
-            return;
+            if self.buckets.lock().replace(selector.clone()).as_ref() == Some(&selector) {
+                return;
+            }
+            // Under the state's lock: a list of the old selector cannot land after this.
+            self.selector_generation.fetch_add(1, Ordering::SeqCst);
         }
         let mut w = self.watches.lock();
         let kinds: Vec<_> = w
@@ -64,6 +71,20 @@ impl MemberWatches {
         if let Some(c) = self.state.lock().complete.as_mut() {
             c.insert(id.to_string());
         }
+    }
+
+    /// Set `id`'s members may not all be seen by the watches any more (one of them left
+    /// them: deleted, or its bucket label removed).
+    pub(super) fn incomplete(&self, id: &str) {
+        if let Some(c) = self.state.lock().complete.as_mut() {
+            c.remove(id);
+        }
+    }
+
+    /// How many times the watches' selector changed: a watch started before the last change
+    /// stops.
+    pub(super) fn selector_generation(&self) -> u64 {
+        self.selector_generation.load(Ordering::SeqCst)
     }
 
     /// How many objects the member watches know now (`applyset_member_objects`).

@@ -35,6 +35,10 @@ pub fn tooling() -> String {
     applyset::tooling_value(concat!("v", env!("CARGO_PKG_VERSION")))
 }
 
+/// The mark, in memory only, of a parent cached without its spec's manifests and sources
+/// (see [`Parent::slim`]); never written.
+pub const SLIM: &str = "applyset.dev/cached-slim";
+
 /// What both parent kinds have in common.
 pub trait Parent:
     Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
@@ -48,6 +52,39 @@ pub trait Parent:
     fn into_any(self: std::sync::Arc<Self>) -> AnyParent;
     /// A cache of objects of this kind, as a cache of either kind.
     fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore;
+    /// The spec and status, to change.
+    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>);
+
+    /// Keeps in a cache only what other sets read of this one (its metadata, conditions,
+    /// `dependsOn`, deletion policy): its manifests, sources and the long lists of its
+    /// status go, and it is marked [`SLIM`]. Under `--shards auto`, for the sets another
+    /// replica owns; a reconcile reads a slim parent again before it uses it.
+    fn slim(&mut self) {
+        self.annotations_mut()
+            .insert(SLIM.to_string(), "true".to_string());
+        let (spec, status) = self.parts_mut();
+        spec.manifests = Vec::new();
+        spec.sources = Vec::new();
+        spec.health_checks = Vec::new();
+        spec.health_check_exprs = Vec::new();
+        spec.ignore = Vec::new();
+        spec.kustomize = None;
+        spec.post_build = None;
+        spec.decryption = None;
+        if let Some(status) = status {
+            status.members = Vec::new();
+            status.plan = None;
+            status.failures = Vec::new();
+        }
+    }
+
+    /// Whether this is a slim copy (see [`Parent::slim`]).
+    fn is_slim(&self) -> bool {
+        self.meta()
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(SLIM))
+    }
 
     fn parent_ref(&self) -> ParentRef {
         ParentRef {
@@ -81,6 +118,9 @@ impl Parent for ApplySet {
     fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore {
         AnyStore::ApplySet(store)
     }
+    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>) {
+        (&mut self.spec, self.status.as_mut())
+    }
 }
 
 impl Parent for ClusterApplySet {
@@ -93,6 +133,9 @@ impl Parent for ClusterApplySet {
     }
     fn api(client: Client, _namespace: Option<&str>) -> Api<Self> {
         Api::all(client)
+    }
+    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>) {
+        (&mut self.spec.0, self.status.as_mut())
     }
     fn into_any(self: std::sync::Arc<Self>) -> AnyParent {
         AnyParent::ClusterApplySet(self)
@@ -257,17 +300,30 @@ pub enum Shrink {
     DropDeprecated,
 }
 
-/// Writes the parent's id label, annotations for `set` and finalizer unless the live object
-/// already has exactly them; `shrink` says whether `contains-group-resources` goes. Returns
-/// the parent as the server stored it (`obj` itself when nothing needed writing).
+/// Under `--shards auto`: the owner annotations the parent's metadata carries with every
+/// write (so that our field manager keeps them), and the resourceVersion the write is
+/// conditional on (see `shard::fence`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ownership {
+    pub annotations: BTreeMap<String, String>,
+    pub if_version: Option<String>,
+}
+
+/// Writes the parent's id label, annotations for `set` (and `ownership`'s) and finalizer
+/// unless the live object already has exactly them; `shrink` says whether
+/// `contains-group-resources` goes. Returns the parent as the server stored it (`obj` itself
+/// when nothing needed writing). A write whose resourceVersion is not the parent's any more
+/// fails with 409.
 pub async fn write<P: Parent>(
     client: &Client,
     obj: &P,
     set: &Recorded,
     shrink: Shrink,
+    ownership: &Ownership,
 ) -> Result<P> {
     let parent = obj.parent_ref();
-    let (labels, annotations) = desired_metadata(&parent, set);
+    let (labels, mut annotations) = desired_metadata(&parent, set);
+    annotations.extend(ownership.annotations.clone());
     let meta = obj.meta();
     let same = has_metadata(meta, &labels, &annotations);
     let deprecated = shrink == Shrink::DropDeprecated
@@ -279,7 +335,7 @@ pub async fn write<P: Parent>(
     let api = P::api(client.clone(), parent.namespace.as_deref());
     let mut stored = None;
     if !same {
-        let body = json!({
+        let mut body = json!({
             "apiVersion": P::api_version(&()),
             "kind": P::kind(&()),
             // The finalizer too (`finalizers` is a set: others' entries stay): every member
@@ -287,6 +343,9 @@ pub async fn write<P: Parent>(
             "metadata": {"name": name, "labels": labels, "annotations": annotations,
                 "finalizers": [FINALIZER]},
         });
+        if let Some(rv) = &ownership.if_version {
+            body["metadata"]["resourceVersion"] = json!(rv);
+        }
         // The body is built here, with no unknown or duplicate field to report: Ignore spares
         // the server a second, strict parse of it (field validation defaults to Warn).
         let params = PatchParams::apply(PARENT_FIELD_MANAGER)

@@ -72,6 +72,17 @@ pub struct Fence {
     pub bucket: u16,
 }
 
+/// Whether a replica holding `fence` may still write the parent whose owner annotations now
+/// say `now` (read again after a write of it was refused for a stale resourceVersion): the
+/// parent is still its own at its epoch, or still the previous owner's at the epoch its claim
+/// follows (nobody claimed it since). Any other owner or epoch: another replica claimed it.
+pub fn may_write(now: &Owner, fence: &Fence) -> bool {
+    match now.is(&fence.holder) {
+        true => now.epoch == fence.epoch,
+        false => now.epoch.checked_add(1) == Some(fence.epoch),
+    }
+}
+
 /// The JSON patch claiming a parent of `uid` last seen at `resource_version` for `holder`,
 /// at `epoch`; `has_annotations`: whether the parent has an annotation map already (a JSON
 /// patch cannot add a key to a map that does not exist).
@@ -194,6 +205,47 @@ mod tests {
             json!({"op": "add", "path": "/metadata/annotations", "value": {
                 "applyset.dev/shard-owner": "r-0/ab12", "applyset.dev/shard-epoch": "1"}})
         );
+    }
+
+    #[test]
+    fn a_refused_write_is_retried_only_while_nobody_else_claimed_the_set() {
+        let f = fence();
+        let owner = |h: Option<&str>, epoch| Owner {
+            holder: h.map(String::from),
+            epoch,
+        };
+        assert!(may_write(&owner(Some("r-0/ab12"), 7), &f), "still its own");
+        assert!(may_write(&owner(Some("r-1/x"), 6), &f), "its claim's base");
+        assert!(
+            may_write(&owner(None, 6), &f),
+            "unclaimed at the base epoch"
+        );
+        assert!(
+            !may_write(&owner(Some("r-0/ab12"), 8), &f),
+            "its own at another epoch"
+        );
+        assert!(!may_write(&owner(Some("r-0/ab12"), 6), &f));
+        assert!(
+            !may_write(&owner(Some("r-1/x"), 7), &f),
+            "claimed by another"
+        );
+        assert!(!may_write(&owner(Some("r-1/x"), 8), &f));
+        assert!(!may_write(&owner(None, 0), &f));
+        let first = Fence {
+            epoch: 1,
+            ..fence()
+        };
+        assert!(
+            may_write(&owner(None, 0), &first),
+            "a new set's first claim"
+        );
+        assert!(!may_write(
+            &owner(None, u64::MAX),
+            &Fence {
+                epoch: 0,
+                ..fence()
+            }
+        ));
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub mod fence;
 pub mod membership;
 pub mod peers;
 
-/// The label of a set's bucket, on the parent and on every member (a replica's watches
-/// select its buckets by it).
+/// The label of a set's bucket, on every member (a replica's member watches select its
+/// buckets by it).
 pub const LABEL_BUCKET: &str = "applyset.dev/shard-bucket";
 /// The annotation naming the replica that owns the set: `<name>/<incarnation>`.
 pub const ANNOTATION_OWNER: &str = "applyset.dev/shard-owner";
@@ -46,6 +46,50 @@ impl Shards {
     /// The buckets this replica owns now.
     pub fn buckets(&self) -> std::collections::BTreeSet<u16> {
         self.assignment.borrow().mine.clone()
+    }
+}
+
+/// Under `--shards auto`, one reconcile's proof that it still holds its claim of the set
+/// before it writes a member: a write of the parent conditional on its resourceVersion
+/// proves it ([`FirstWrite::written`]); otherwise the first member write sends the fence
+/// once ([`FirstWrite::holds`]), and every later one waits for that answer.
+pub struct FirstWrite {
+    proven: tokio::sync::OnceCell<bool>,
+    prove: Box<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>,
+}
+
+impl FirstWrite {
+    /// `prove` sends the fence: true when the API server accepted it.
+    pub fn new(
+        prove: impl Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync + 'static,
+    ) -> Self {
+        FirstWrite {
+            proven: tokio::sync::OnceCell::new(),
+            prove: Box::new(prove),
+        }
+    }
+
+    /// The claim was proven by a conditional write of the parent.
+    pub fn written(&self) {
+        let _ = self.proven.set(true);
+    }
+
+    /// Whether the claim holds: proven once, by the first caller.
+    pub async fn holds(&self) -> bool {
+        *self.proven.get_or_init(|| (self.prove)()).await
+    }
+
+    /// Whether the proof was sent and refused (another replica claimed the set).
+    pub fn refused(&self) -> bool {
+        self.proven.get() == Some(&false)
+    }
+}
+
+impl std::fmt::Debug for FirstWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirstWrite")
+            .field("proven", &self.proven.get())
+            .finish()
     }
 }
 
@@ -99,6 +143,29 @@ mod tests {
         let long = lease_name("applyset-shard", &"x".repeat(300));
         assert_eq!(long.len(), 15 + 16);
         assert_ne!(lease_name("p", "a-"), "p-a-");
+    }
+
+    #[tokio::test]
+    async fn the_first_write_proves_the_claim_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let sent = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = sent.clone();
+        let refused = FirstWrite::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { false })
+        });
+        assert!(!refused.refused(), "nothing sent yet");
+        assert!(!refused.holds().await);
+        assert!(!refused.holds().await);
+        assert!(refused.refused());
+        assert_eq!(sent.load(Ordering::SeqCst), 1, "the fence is sent once");
+        let written = FirstWrite::new(|| Box::pin(async { false }));
+        written.written();
+        assert!(
+            written.holds().await,
+            "a conditional write proved it: no fence"
+        );
+        assert!(!written.refused());
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! started. A deleted Lease, or one whose holder is cleared, is gone at once (a replica that
 //! shuts down cleanly hands its sets over without waiting).
 //!
+//! A peer whose time is up is not dropped on the strength of the watch alone (a watch can
+//! stall without an error): it stays live until a read of its Lease made after its time was
+//! up confirms that it did not renew ([`Peers::expired_unconfirmed`], [`Peers::confirm`]).
+//! A peer dead for many durations has its Lease deleted by the others
+//! ([`Peers::long_dead`]).
+//!
 //! The assumption, stated in docs/design.md: the replicas' monotonic clocks advance at the
 //! same rate (within a small drift that the renewal margin covers); their wall clocks may
 //! differ arbitrarily.
@@ -26,6 +32,16 @@ struct Seen {
     /// When this observer saw the marker change (its monotonic clock).
     at: Instant,
     duration: Duration,
+    /// A read of the Lease after `at + duration` found the same marker: it did not renew.
+    confirmed: bool,
+    /// The Lease's resourceVersion as last read (the precondition of its deletion).
+    resource_version: String,
+}
+
+impl Seen {
+    fn live(&self, now: Instant) -> bool {
+        now < self.at + self.duration || !self.confirmed
+    }
 }
 
 /// One Lease as read: its replica's name, holder (`<name>/<incarnation>`, empty when
@@ -36,6 +52,7 @@ pub struct LeaseView {
     pub holder: String,
     pub renew_time: String,
     pub duration: Duration,
+    pub resource_version: String,
 }
 
 /// The replicas this replica sees.
@@ -45,15 +62,20 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// A Lease added or changed, observed at `now`.
-    pub fn observe(&mut self, lease: &LeaseView, now: Instant) {
+    /// A Lease added or changed, observed at `now`. Returns whether it counts as a renewal
+    /// (a new holder or renewTime, or a Lease not seen before).
+    pub fn observe(&mut self, lease: &LeaseView, now: Instant) -> bool {
         if lease.holder.is_empty() {
             self.seen.remove(&lease.name);
-            return;
+            return false;
         }
         let marker = (lease.holder.clone(), lease.renew_time.clone());
         match self.seen.get_mut(&lease.name) {
-            Some(s) if s.marker == marker => s.duration = lease.duration,
+            Some(s) if s.marker == marker => {
+                s.duration = lease.duration;
+                s.resource_version.clone_from(&lease.resource_version);
+                false
+            }
             _ => {
                 self.seen.insert(
                     lease.name.clone(),
@@ -61,10 +83,47 @@ impl Peers {
                         marker,
                         at: now,
                         duration: lease.duration,
+                        confirmed: false,
+                        resource_version: lease.resource_version.clone(),
                     },
                 );
+                true
             }
         }
+    }
+
+    /// Forgets every replica whose Lease is not in `names` (a list of the Leases just
+    /// completed: one deleted while the watch was away sent no event).
+    pub fn retain(&mut self, names: &std::collections::HashSet<String>) {
+        self.seen.retain(|n, _| names.contains(n));
+    }
+
+    /// The replicas whose time is up at `now` but whose Lease was not read since.
+    pub fn expired_unconfirmed(&self, now: Instant) -> Vec<String> {
+        let expired = |s: &Seen| !s.confirmed && now >= s.at + s.duration;
+        self.seen
+            .iter()
+            .filter(|(_, s)| expired(s))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A read of `name`'s Lease made after its time was up (and observed first) found no
+    /// renewal: it is no longer live.
+    pub fn confirm(&mut self, name: &str) {
+        if let Some(s) = self.seen.get_mut(name) {
+            s.confirmed = true;
+        }
+    }
+
+    /// The replicas confirmed dead for `times` their duration at `now`, with the
+    /// resourceVersion of their Lease as last read.
+    pub fn long_dead(&self, now: Instant, times: u32) -> Vec<(String, String)> {
+        self.seen
+            .iter()
+            .filter(|(_, s)| s.confirmed && now >= s.at + s.duration * times)
+            .map(|(n, s)| (n.clone(), s.resource_version.clone()))
+            .collect()
     }
 
     /// A Lease deleted.
@@ -76,7 +135,7 @@ impl Peers {
     pub fn live(&self, now: Instant) -> BTreeSet<String> {
         self.seen
             .iter()
-            .filter(|(_, s)| now < s.at + s.duration)
+            .filter(|(_, s)| s.live(now))
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -85,7 +144,7 @@ impl Peers {
     pub fn live_holder(&self, name: &str, now: Instant) -> Option<&str> {
         self.seen
             .get(name)
-            .filter(|s| now < s.at + s.duration)
+            .filter(|s| s.live(now))
             .map(|s| s.marker.0.as_str())
     }
 
@@ -119,7 +178,16 @@ mod tests {
             holder: holder.into(),
             renew_time: renew.into(),
             duration: D,
+            resource_version: format!("rv-{renew}"),
         }
+    }
+
+    /// `p` after reads of every Lease whose time is up found them unrenewed.
+    fn confirmed(mut p: Peers, now: Instant) -> Peers {
+        for n in p.expired_unconfirmed(now) {
+            p.confirm(&n);
+        }
+        p
     }
 
     fn names(v: &[&str]) -> BTreeSet<String> {
@@ -133,13 +201,24 @@ mod tests {
         p.observe(&lease("a", "a/1", "10:00:00"), t0);
         assert_eq!(p.live(t0), names(&["a"]));
         assert_eq!(p.live(t0 + D - Duration::from_millis(1)), names(&["a"]));
-        assert_eq!(p.live(t0 + D), names(&[]));
+        assert!(
+            p.expired_unconfirmed(t0 + D - Duration::from_millis(1))
+                .is_empty()
+        );
+        assert_eq!(
+            p.live(t0 + D),
+            names(&["a"]),
+            "live until a read confirms it"
+        );
+        assert_eq!(p.expired_unconfirmed(t0 + D), ["a".to_string()]);
         // The same renewTime seen again is no renewal.
         p.observe(&lease("a", "a/1", "10:00:00"), t0 + Duration::from_secs(10));
+        let mut p = confirmed(p, t0 + D);
         assert_eq!(p.live(t0 + D), names(&[]));
         // A new renewTime is: live for D from this observation, whatever the time it names.
         p.observe(&lease("a", "a/1", "09:00:00"), t0 + Duration::from_secs(20));
         assert_eq!(p.live(t0 + Duration::from_secs(34)), names(&["a"]));
+        let p = confirmed(p, t0 + Duration::from_secs(35));
         assert_eq!(p.live(t0 + Duration::from_secs(35)), names(&[]));
     }
 
@@ -152,11 +231,37 @@ mod tests {
         let later = t0 + Duration::from_secs(10);
         p.observe(&lease("a", "a/2", "t"), later);
         assert_eq!(p.live_holder("a", t0 + D), Some("a/2"));
+        let mut p = confirmed(p, t0 + D);
+        assert_eq!(
+            p.live_holder("b", t0 + D),
+            None,
+            "b's time is up and confirmed"
+        );
         p.observe(&lease("a", "", "t"), later);
         assert_eq!(p.live(later), names(&["b"]));
         p.gone("b");
         assert_eq!(p.live(later), names(&[]));
         assert_eq!(p.live_holder("b", later), None);
+    }
+
+    #[test]
+    fn a_relist_forgets_leases_deleted_meanwhile_and_the_long_dead_are_collected() {
+        let t0 = Instant::now();
+        let mut p = Peers::default();
+        p.observe(&lease("a", "a/1", "1"), t0);
+        p.observe(&lease("b", "b/1", "1"), t0);
+        p.retain(&["a".to_string()].into());
+        assert_eq!(p.live(t0), names(&["a"]));
+        assert!(
+            p.long_dead(t0 + D * 20, 10).is_empty(),
+            "not confirmed dead"
+        );
+        let p = confirmed(p, t0 + D);
+        assert!(p.long_dead(t0 + D * 9, 10).is_empty());
+        assert_eq!(
+            p.long_dead(t0 + D * 10, 10),
+            [("a".to_string(), "rv-1".to_string())]
+        );
     }
 
     #[test]
