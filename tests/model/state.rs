@@ -550,7 +550,10 @@ mod tests {
         m.converge();
         m.delete_namespace(HOME);
         assert!(!m.sets[0].exists, "the ApplySet went with its namespace");
-        assert!(!m.objects.contains_key(&in_n1), "its cleanup pruned model-n1");
+        assert!(
+            !m.objects.contains_key(&in_n1),
+            "its cleanup pruned model-n1"
+        );
         assert!(m.objects.keys().all(|k| k.ns != Some(HOME)));
         m.recreate_namespace(HOME, &foreign_keys());
         m.converge();

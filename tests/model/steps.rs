@@ -598,9 +598,12 @@ pub fn at(i: usize, rng: &mut Rng, m: &Model, enabled: Enabled) -> Step {
 
 /// Whether a choice is switched on (faults aside).
 fn allowed(choice: Choice, enabled: Enabled) -> bool {
-    !((matches!(choice, Choice::Race) && !enabled.races)
-        || (matches!(choice, Choice::RestartApiserver) && !enabled.apiserver_restarts)
-        || (matches!(choice, Choice::DeleteNamespace) && !enabled.namespace_deletions))
+    match choice {
+        Choice::Race => enabled.races,
+        Choice::RestartApiserver => enabled.apiserver_restarts,
+        Choice::DeleteNamespace => enabled.namespace_deletions,
+        _ => true,
+    }
 }
 
 /// The next step, from the PRNG and the model.
