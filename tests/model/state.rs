@@ -212,6 +212,18 @@ impl Model {
             .any(|set| set.exists && set.spec.members.keys().any(|k| k.ns == Some(ns)))
     }
 
+    /// Whether parent `s`'s reconcile writes the parent's metadata (its superset: under
+    /// `--shards auto`, the write that claims it): not when it stops before, on its ownership,
+    /// its suspension or the empty-set guard.
+    pub fn writes_parent(&self, s: usize) -> bool {
+        let set = &self.sets[s];
+        !set.hijacked
+            && !matches!(
+                set.expect,
+                Expect::NotReady("Suspended" | "EmptySetRefused")
+            )
+    }
+
     /// Whether parent `s` reconciles (exists, not suspended, not taken by another tool).
     pub fn active(&self, s: usize) -> bool {
         let set = &self.sets[s];

@@ -407,8 +407,9 @@ impl Walk {
     /// not yet applied under their set's current claim ([`check::unstamped`]): a handover
     /// ends before the walk goes on.
     fn unsettled_owners(&self, obs: &check::Observation) -> Vec<String> {
+        // A set whose reconcile stops before it writes the parent is never claimed.
         let ids: Vec<(usize, String)> = (0..universe::SETS.len())
-            .filter(|&s| self.model.active(s))
+            .filter(|&s| self.model.active(s) && self.model.writes_parent(s))
             .map(|s| (s, universe::set_id(s)))
             .collect();
         let owners: Vec<Option<String>> = obs
