@@ -140,14 +140,6 @@ impl Peers {
             .collect()
     }
 
-    /// The holder (`<name>/<incarnation>`) of `name`'s Lease, if it is live at `now`.
-    pub fn live_holder(&self, name: &str, now: Instant) -> Option<&str> {
-        self.seen
-            .get(name)
-            .filter(|s| s.live(now))
-            .map(|s| s.marker.0.as_str())
-    }
-
     /// The earliest instant after `now` at which a live replica stops being live unless it
     /// renews (when the assignment must be computed again), if any.
     pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
@@ -230,18 +222,21 @@ mod tests {
         p.observe(&lease("b", "b/1", "t"), t0);
         let later = t0 + Duration::from_secs(10);
         p.observe(&lease("a", "a/2", "t"), later);
-        assert_eq!(p.live_holder("a", t0 + D), Some("a/2"));
+        assert_eq!(
+            p.live(t0 + D),
+            names(&["a", "b"]),
+            "a renewed; b not confirmed"
+        );
         let mut p = confirmed(p, t0 + D);
         assert_eq!(
-            p.live_holder("b", t0 + D),
-            None,
+            p.live(t0 + D),
+            names(&["a"]),
             "b's time is up and confirmed"
         );
         p.observe(&lease("a", "", "t"), later);
         assert_eq!(p.live(later), names(&["b"]));
         p.gone("b");
         assert_eq!(p.live(later), names(&[]));
-        assert_eq!(p.live_holder("b", later), None);
     }
 
     #[test]
