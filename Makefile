@@ -133,7 +133,7 @@ fuzz: ## the property tests of the tenant-input parsers (tests/fuzz.rs) with mor
 .PHONY: soak
 soak: deps kube-binaries ## a long model-based random walk (tests/model): make soak SEED=<n|random> STEPS=<n>
 	APPLYSET_TESTENV_BIN=$$(tests/testenv/build-kube.sh) MODEL_SEED=$(SEED) MODEL_STEPS=$(STEPS) \
-	  $(CARGO) test --locked --test model walk_with_seed -- --exact --nocapture
+	  $(CARGO) test --locked --release --test model walk_with_seed -- --exact --nocapture
 
 .PHONY: bench
 bench: deps kube-binaries ## the benchmark (release build): operator vs kubectl vs API server ceiling, the ui's sets page with 10,000 sets; bench/results/

@@ -56,6 +56,9 @@ impl Mode {
     }
 }
 
+/// How much of an operator's log [`Operators::holder`] reads: its first line, with room.
+const LOG_HEAD: u64 = 4096;
+
 /// The walk's operator processes, by replica index (its name is `r<index>`).
 pub struct Operators {
     mode: Mode,
@@ -150,10 +153,18 @@ impl Operators {
     }
 
     /// The holder identity (`NAME/INCARNATION`) of running replica `i`, as its log's first
-    /// line states it; None before it wrote it.
+    /// line states it; None before it wrote it. Only the log's head is read: the walk asks at
+    /// every observation, and a soak's logs grow to megabytes.
     pub fn holder(&self, i: usize) -> Option<String> {
+        use std::io::Read as _;
         let op = self.processes.get(i)?.as_ref()?;
-        let log = strip_ansi(&op.log());
+        let mut head = Vec::new();
+        std::fs::File::open(&op.log)
+            .ok()?
+            .take(LOG_HEAD)
+            .read_to_end(&mut head)
+            .ok()?;
+        let log = strip_ansi(&String::from_utf8_lossy(&head));
         let rest = log.split("holder=").nth(1)?;
         rest.split_whitespace().next().map(str::to_owned)
     }

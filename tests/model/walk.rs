@@ -20,6 +20,9 @@ pub const RACE_LATENCY: Duration = Duration::from_millis(80);
 /// How long the cluster may take to settle after a step (a restart of kube-apiserver
 /// included: the operator's watches resume within seconds, see `src/watch.rs`).
 pub const SETTLE: Duration = Duration::from_secs(90);
+/// How often the walk observes the cluster while it waits for it to settle (an observation
+/// is one round of concurrent reads, a few milliseconds).
+const POLL: Duration = Duration::from_millis(50);
 /// How long a deleted namespace may take to be gone: the namespace controller deletes what it
 /// holds, and nothing the operator does may keep it from finishing (it may not create
 /// anything there, and its patches of what is there end with the objects).
@@ -398,7 +401,7 @@ impl Walk {
                     last.join("\n  ")
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(POLL).await;
         }
     }
 
