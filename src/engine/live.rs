@@ -98,17 +98,22 @@ pub struct Live {
     /// manager (listed), or this process applied them (watched). A `part-of` label someone
     /// copied does not make an object ours.
     pub owned: std::collections::HashSet<MemberRef>,
+    /// A kind of the extent may have gone unlisted (namespaced, no namespace to look in; see
+    /// [`Unscoped::Skip`]): the listing does not show that every member is there.
+    pub unlisted: bool,
 }
 
 /// Learns what of the set is live, over the extent's listed kinds and namespaces: from the
 /// member watches when they cover every listed kind, else by listing. `known`: kinds the
-/// render resolved; `declared`: the members declared now. Reads touch no member.
-pub async fn observe(
+/// render resolved; `declared`: the members declared now; `unscoped`: what a LIST does with
+/// a namespaced kind the set has no namespace to look in for. Reads touch no member.
+pub(super) async fn observe(
     scope: &SetScope,
     resolver: &Resolver,
     extent: &Extent,
     known: &HashMap<GroupKind, Resolved>,
     declared: &HashMap<MemberRef, ApiResource>,
+    unscoped: Unscoped,
 ) -> Result<Live> {
     let watches = scope.watches();
     let watched = watches.and_then(|w| w.members_of(&scope.id, &extent.listed_kinds));
@@ -128,16 +133,19 @@ pub async fn observe(
             observed: Observed::Watched { undeclared },
             existing,
             owned: w.applied_by(&scope.id),
+            unlisted: false,
         });
     }
-    let listed = list(
-        scope,
-        resolver,
-        known,
-        &extent.listed_kinds,
-        &extent.listed_namespaces,
-    )
-    .await?;
+    // A kind not known to be cluster-scoped counts as maybe skipped.
+    let unlisted = unscoped == Unscoped::Skip
+        && extent.listed_namespaces.is_empty()
+        && (extent.listed_kinds.iter()).any(|gk| known.get(gk).is_none_or(|r| r.namespaced));
+    let listed = Listed {
+        kinds: &extent.listed_kinds,
+        namespaces: &extent.listed_namespaces,
+        unscoped,
+    };
+    let listed = list_in(scope, resolver, known, listed, Detail::Metadata).await?;
     let existing = listed
         .iter()
         .map(|m| (m.reference.clone(), m.live()))
@@ -151,6 +159,7 @@ pub async fn observe(
         observed: Observed::Listed(listed),
         existing,
         owned,
+        unlisted,
     })
 }
 
@@ -177,7 +186,11 @@ pub async fn list(
     kinds: &BTreeSet<GroupKind>,
     namespaces: &BTreeSet<String>,
 ) -> Result<Vec<LiveMember>> {
-    let extent = Listed { kinds, namespaces };
+    let extent = Listed {
+        kinds,
+        namespaces,
+        unscoped: Unscoped::Refuse,
+    };
     list_in(scope, resolver, known, extent, Detail::Metadata).await
 }
 
@@ -186,6 +199,21 @@ pub async fn list(
 pub(super) struct Listed<'a> {
     pub(super) kinds: &'a BTreeSet<GroupKind>,
     pub(super) namespaces: &'a BTreeSet<String>,
+    pub(super) unscoped: Unscoped,
+}
+
+/// What a listing does with a namespaced kind the set has no namespace to look in for (a
+/// ClusterApplySet whose record names the kind but no namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Unscoped {
+    /// An error ([`PruneError::NoNamespaces`]): a prune must not pass over members it cannot
+    /// find, nor forget their kind.
+    Refuse,
+    /// No LIST of the kind: what a set that does not prune observes before its apply (the
+    /// listing serves no prune decision). Its watches never ask, so a set that is listed —
+    /// gained by a replica under `--shards auto`, or before the watches synced — is not
+    /// failed where a watched one is not.
+    Skip,
 }
 
 /// [`list`], returning `detail` of each member: every page (the scope's page size), and a
@@ -197,14 +225,18 @@ pub(super) async fn list_in(
     listed: Listed<'_>,
     detail: Detail,
 ) -> Result<Vec<LiveMember>> {
-    let Listed { kinds, namespaces } = listed;
+    let Listed {
+        kinds,
+        namespaces,
+        unscoped,
+    } = listed;
     let since = Instant::now();
-    let targets = targets(resolver, known, kinds, namespaces).await?;
+    let targets = targets(resolver, known, kinds, namespaces, unscoped).await?;
     let (mut found, missed) = list_targets(scope, targets, detail).await?;
     if missed.is_empty() {
         return Ok(found);
     }
-    let moved = relocate(resolver, &missed, namespaces, since).await?;
+    let moved = relocate(resolver, &missed, namespaces, unscoped, since).await?;
     let (more, still) = list_targets(scope, moved, detail).await?;
     if let Some(t) = still.first() {
         return Err(Error::Prune(PruneError::NotListed {
@@ -250,6 +282,7 @@ async fn relocate(
     resolver: &Resolver,
     missed: &[Target],
     namespaces: &BTreeSet<String>,
+    unscoped: Unscoped,
     since: Instant,
 ) -> Result<Vec<Target>> {
     let kinds: BTreeSet<GroupKind> = missed.iter().map(|t| t.kind.clone()).collect();
@@ -258,7 +291,7 @@ async fn relocate(
     for gk in kinds.iter().filter(|gk| !now.contains_key(*gk)) {
         tracing::debug!(kind = %gk, "not served any more (fresh discovery); its objects are not prune candidates");
     }
-    targets_for(&kinds, &now, namespaces)
+    targets_for(&kinds, &now, namespaces, unscoped)
 }
 
 /// The LISTs that cover `kinds` in `namespaces`.
@@ -267,6 +300,7 @@ async fn targets(
     known: &HashMap<GroupKind, Resolved>,
     kinds: &BTreeSet<GroupKind>,
     namespaces: &BTreeSet<String>,
+    unscoped: Unscoped,
 ) -> Result<Vec<Target>> {
     let unknown: Vec<GroupKind> = kinds
         .iter()
@@ -281,16 +315,18 @@ async fn targets(
             tracing::debug!(kind = %gk, "not served any more; its objects are not prune candidates");
         }
     }
-    targets_for(kinds, &resolved, namespaces)
+    targets_for(kinds, &resolved, namespaces, unscoped)
 }
 
 /// One LIST per namespace for each namespaced kind, one cluster-wide LIST for each
 /// cluster-scoped kind; kinds not in `resolved` (not served) get none. A namespaced kind with
-/// no namespace to look in is an error: its members could be anywhere.
+/// no namespace to look in gets none under [`Unscoped::Skip`], else is an error: its members
+/// could be anywhere.
 fn targets_for(
     kinds: &BTreeSet<GroupKind>,
     resolved: &HashMap<GroupKind, Resolved>,
     namespaces: &BTreeSet<String>,
+    unscoped: Unscoped,
 ) -> Result<Vec<Target>> {
     let mut targets = Vec::new();
     for gk in kinds {
@@ -305,7 +341,9 @@ fn targets_for(
         if !r.namespaced {
             targets.push(target(None));
         } else if namespaces.is_empty() {
-            return Err(Error::Prune(PruneError::NoNamespaces(gk.clone())));
+            if unscoped == Unscoped::Refuse {
+                return Err(Error::Prune(PruneError::NoNamespaces(gk.clone())));
+            }
         } else {
             targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
         }
@@ -443,7 +481,8 @@ mod tests {
         let gone = GroupKind::new("example.com", "Gone");
         let kinds = BTreeSet::from([cm.clone(), role.clone(), gone]);
         let r = HashMap::from([(cm, resolved(true)), (role, resolved(false))]);
-        let t = targets_for(&kinds, &r, &namespaces(&["a", "b"])).expect("targets");
+        let t =
+            targets_for(&kinds, &r, &namespaces(&["a", "b"]), Unscoped::Refuse).expect("targets");
         let got: BTreeSet<(String, Option<String>)> = t
             .iter()
             .map(|t| (t.kind.kind.clone(), t.namespace.clone()))
@@ -460,9 +499,14 @@ mod tests {
     fn a_namespaced_kind_with_no_namespace_to_look_in_is_an_error() {
         let cm = GroupKind::new("", "ConfigMap");
         let r = HashMap::from([(cm.clone(), resolved(true))]);
-        let e = targets_for(&BTreeSet::from([cm]), &r, &BTreeSet::new())
-            .err()
-            .expect("an error");
+        let e = targets_for(
+            &BTreeSet::from([cm]),
+            &r,
+            &BTreeSet::new(),
+            Unscoped::Refuse,
+        )
+        .err()
+        .expect("an error");
         let msg = e.to_string();
         assert!(msg.contains("ConfigMap is namespaced"), "{msg}");
         assert!(msg.contains("nothing is pruned"), "{msg}");
@@ -470,11 +514,33 @@ mod tests {
         let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
         let r = HashMap::from([(role.clone(), resolved(false))]);
         assert_eq!(
-            targets_for(&BTreeSet::from([role]), &r, &BTreeSet::new())
-                .expect("targets")
-                .len(),
+            targets_for(
+                &BTreeSet::from([role]),
+                &r,
+                &BTreeSet::new(),
+                Unscoped::Refuse
+            )
+            .expect("targets")
+            .len(),
             1
         );
+    }
+
+    #[test]
+    fn an_observation_makes_no_list_where_the_set_has_no_namespace_to_look_in() {
+        let cm = GroupKind::new("", "ConfigMap");
+        let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+        let kinds = BTreeSet::from([cm.clone(), role.clone()]);
+        let r = HashMap::from([(cm.clone(), resolved(true)), (role, resolved(false))]);
+        let t = targets_for(&kinds, &r, &BTreeSet::new(), Unscoped::Skip).expect("targets");
+        let got: Vec<(String, Option<String>)> = t
+            .iter()
+            .map(|t| (t.kind.kind.clone(), t.namespace.clone()))
+            .collect();
+        assert_eq!(got, vec![("ClusterRole".to_string(), None)]);
+        // With a namespace to look in, the kind is listed there as under Refuse.
+        let t = targets_for(&kinds, &r, &namespaces(&["a"]), Unscoped::Skip).expect("targets");
+        assert_eq!(t.len(), 2);
     }
 
     #[test]

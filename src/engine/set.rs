@@ -15,7 +15,7 @@ use kube::{Api, api::DynamicObject};
 
 use super::{
     Extent, SetScope, adopt, apply,
-    live::{self, Detail, Listed, Live, LiveMember},
+    live::{self, Detail, Listed, Live, LiveMember, Unscoped},
     outcome::MemberResult,
     plan::{Before, Clock, Desired, Plan, Pruning, Run, TimedOut, empty_set_refused},
     prune::{self, Keep, Listing, Selection},
@@ -85,9 +85,15 @@ impl<'a> SetEngine<'a> {
     }
 
     /// What of the set is live over `extent` (see [`live::observe`]). Reads touch no member.
+    /// A set that does not prune lists no namespaced kind it has no namespace to look in for
+    /// ([`Unscoped::Skip`]); one that prunes refuses it.
     pub async fn observe(&self, extent: &Extent, desired: &Desired) -> Result<Live> {
         let (known, declared) = (&desired.known, &desired.declared);
-        live::observe(self.scope, self.resolver, extent, known, declared).await
+        let unscoped = match self.spec.prune {
+            true => Unscoped::Refuse,
+            false => Unscoped::Skip,
+        };
+        live::observe(self.scope, self.resolver, extent, known, declared, unscoped).await
     }
 
     /// Applies the members, staged and concurrently, within `spec.timeout`.
@@ -155,6 +161,7 @@ impl<'a> SetEngine<'a> {
         let listed = Listed {
             kinds: &recorded.group_kinds,
             namespaces: &namespaces,
+            unscoped: Unscoped::Refuse,
         };
         let known = Default::default();
         live::list_in(self.scope, self.resolver, &known, listed, Detail::Objects).await

@@ -178,3 +178,52 @@ async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
         }
     }
 }
+
+/// Under `--shards auto`, a ClusterApplySet whose record names a namespaced kind but no
+/// namespace (a foreign actor added the kind to `contains-group-kinds`) stays Ready after
+/// another replica takes it over. It used not to: the walk (seed 17241384204975025288, step
+/// 276 of a 10,000-step soak, two replicas) found model-c0 (`prune: false`, declaring
+/// nothing) `ApplyFailed` for good once its replica was SIGKILLed. A replica that gains a set
+/// observes its members by LIST (its watches see only members labelled with their bucket),
+/// and that LIST refused the kind with no namespace to look in ("Service is namespaced but
+/// the parent records no namespace…"), at every retry; a single operator observes through
+/// its watches and never asks. The observation now makes no LIST there (nothing of the kind
+/// is in the prune's scope; the prune's own listing still refuses it when it has something
+/// to delete). The minimal sequence: model-c0 created with `prune: false` and no member; a
+/// foreign actor adds kind Service to its record; every replica SIGKILLed and started again
+/// (each new incarnation gains its sets). Run it with
+/// `cargo test --test model no_namespace_to_look_in`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_set_recording_a_kind_with_no_namespace_to_look_in_stays_ready_across_a_handover()
+{
+    let setup = Setup {
+        throttling: Throttling::Off,
+        mode: Mode::Sharded(2),
+    };
+    let mut w = Walk::start(DEFAULT_SEED, 3, setup).await;
+    w.rerun = Some("cargo test --test model no_namespace_to_look_in");
+    let spec = state::Spec {
+        prune: false,
+        ..state::Spec::default()
+    };
+    let steps = [
+        Step::Create { set: 3, spec },
+        Step::EditAnnotations {
+            set: 3,
+            edit: steps::AnnotationEdit::AddKind(universe::Kind::Service),
+        },
+        Step::Kill {
+            payload: Box::new(Step::Edit {
+                set: 3,
+                edits: vec![steps::Edit::Toggle(steps::Flag::Force)],
+            }),
+            delay_ms: 0,
+        },
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        w.log.push(format!("{:>5}. {step}", i + 1));
+        if let Err(e) = w.perform(step).await {
+            w.fail(i + 1, &e);
+        }
+    }
+}
