@@ -312,15 +312,12 @@ pub(super) fn refused(scope: &SetScope) -> Option<Error> {
 
 /// Whether every member a LIST found carries the set's bucket label (then the member
 /// watches, which select by it, see all of them): None when the members were not listed
-/// (the watches answered) or without sharding; false when a kind went unlisted.
+/// (the watches answered) or without sharding.
 pub(super) fn all_labelled(scope: &SetScope, live: &Live) -> Option<bool> {
     let fence = scope.fence.as_ref()?;
     let crate::engine::live::Observed::Listed(listed) = &live.observed else {
         return None;
     };
-    if live.unlisted {
-        return Some(false);
-    }
     let bucket = fence.bucket.to_string();
     Some(
         listed

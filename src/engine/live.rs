@@ -98,22 +98,19 @@ pub struct Live {
     /// manager (listed), or this process applied them (watched). A `part-of` label someone
     /// copied does not make an object ours.
     pub owned: std::collections::HashSet<MemberRef>,
-    /// A kind of the extent may have gone unlisted (namespaced, no namespace to look in; see
-    /// [`Unscoped::Skip`]): the listing does not show that every member is there.
-    pub unlisted: bool,
 }
 
 /// Learns what of the set is live, over the extent's listed kinds and namespaces: from the
 /// member watches when they cover every listed kind, else by listing. `known`: kinds the
-/// render resolved; `declared`: the members declared now; `unscoped`: what a LIST does with
-/// a namespaced kind the set has no namespace to look in for. Reads touch no member.
-pub(super) async fn observe(
+/// render resolved; `declared`: the members declared now. A namespaced kind the set has no
+/// namespace to look in for is listed in all namespaces, as the watches see it ([`Unscoped`]).
+/// Reads touch no member.
+pub async fn observe(
     scope: &SetScope,
     resolver: &Resolver,
     extent: &Extent,
     known: &HashMap<GroupKind, Resolved>,
     declared: &HashMap<MemberRef, ApiResource>,
-    unscoped: Unscoped,
 ) -> Result<Live> {
     let watches = scope.watches();
     let watched = watches.and_then(|w| w.members_of(&scope.id, &extent.listed_kinds));
@@ -133,17 +130,12 @@ pub(super) async fn observe(
             observed: Observed::Watched { undeclared },
             existing,
             owned: w.applied_by(&scope.id),
-            unlisted: false,
         });
     }
-    // A kind not known to be cluster-scoped counts as maybe skipped.
-    let unlisted = unscoped == Unscoped::Skip
-        && extent.listed_namespaces.is_empty()
-        && (extent.listed_kinds.iter()).any(|gk| known.get(gk).is_none_or(|r| r.namespaced));
     let listed = Listed {
         kinds: &extent.listed_kinds,
         namespaces: &extent.listed_namespaces,
-        unscoped,
+        unscoped: Unscoped::Everywhere,
     };
     let listed = list_in(scope, resolver, known, listed, Detail::Metadata).await?;
     let existing = listed
@@ -159,7 +151,6 @@ pub(super) async fn observe(
         observed: Observed::Listed(listed),
         existing,
         owned,
-        unlisted,
     })
 }
 
@@ -209,11 +200,12 @@ pub(super) enum Unscoped {
     /// An error ([`PruneError::NoNamespaces`]): a prune must not pass over members it cannot
     /// find, nor forget their kind.
     Refuse,
-    /// No LIST of the kind: what a set that does not prune observes before its apply (the
-    /// listing serves no prune decision). Its watches never ask, so a set that is listed —
-    /// gained by a replica under `--shards auto`, or before the watches synced — is not
-    /// failed where a watched one is not.
-    Skip,
+    /// One LIST in all namespaces: what a reconcile observes before its apply, as the member
+    /// watches (cluster-wide) would show it. A set that is listed rather than watched (gained
+    /// by a replica under `--shards auto`, or observed before the watches synced) then fails
+    /// where a watched one does: only when its prune finds such an object not declared
+    /// ([`crate::engine::prune::decide`]).
+    Everywhere,
 }
 
 /// [`list`], returning `detail` of each member: every page (the scope's page size), and a
@@ -320,8 +312,8 @@ async fn targets(
 
 /// One LIST per namespace for each namespaced kind, one cluster-wide LIST for each
 /// cluster-scoped kind; kinds not in `resolved` (not served) get none. A namespaced kind with
-/// no namespace to look in gets none under [`Unscoped::Skip`], else is an error: its members
-/// could be anywhere.
+/// no namespace to look in gets one LIST in all namespaces under [`Unscoped::Everywhere`], else
+/// is an error: its members could be anywhere.
 fn targets_for(
     kinds: &BTreeSet<GroupKind>,
     resolved: &HashMap<GroupKind, Resolved>,
@@ -341,8 +333,9 @@ fn targets_for(
         if !r.namespaced {
             targets.push(target(None));
         } else if namespaces.is_empty() {
-            if unscoped == Unscoped::Refuse {
-                return Err(Error::Prune(PruneError::NoNamespaces(gk.clone())));
+            match unscoped {
+                Unscoped::Refuse => return Err(Error::Prune(PruneError::NoNamespaces(gk.clone()))),
+                Unscoped::Everywhere => targets.push(target(None)),
             }
         } else {
             targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
@@ -527,20 +520,33 @@ mod tests {
     }
 
     #[test]
-    fn an_observation_makes_no_list_where_the_set_has_no_namespace_to_look_in() {
+    fn an_observation_lists_in_all_namespaces_where_the_set_has_no_namespace_to_look_in() {
         let cm = GroupKind::new("", "ConfigMap");
         let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
         let kinds = BTreeSet::from([cm.clone(), role.clone()]);
         let r = HashMap::from([(cm.clone(), resolved(true)), (role, resolved(false))]);
-        let t = targets_for(&kinds, &r, &BTreeSet::new(), Unscoped::Skip).expect("targets");
-        let got: Vec<(String, Option<String>)> = t
-            .iter()
-            .map(|t| (t.kind.kind.clone(), t.namespace.clone()))
-            .collect();
-        assert_eq!(got, vec![("ClusterRole".to_string(), None)]);
-        // With a namespace to look in, the kind is listed there as under Refuse.
-        let t = targets_for(&kinds, &r, &namespaces(&["a"]), Unscoped::Skip).expect("targets");
-        assert_eq!(t.len(), 2);
+        let listed = |namespaces: &BTreeSet<String>| -> Vec<(String, Option<String>)> {
+            targets_for(&kinds, &r, namespaces, Unscoped::Everywhere)
+                .expect("targets")
+                .iter()
+                .map(|t| (t.kind.kind.clone(), t.namespace.clone()))
+                .collect()
+        };
+        assert_eq!(
+            listed(&BTreeSet::new()),
+            vec![
+                ("ClusterRole".to_string(), None),
+                ("ConfigMap".to_string(), None)
+            ]
+        );
+        // With a namespace to look in, the kind is listed there, as under Refuse.
+        assert_eq!(
+            listed(&namespaces(&["a"])),
+            vec![
+                ("ClusterRole".to_string(), None),
+                ("ConfigMap".to_string(), Some("a".to_string()))
+            ]
+        );
     }
 
     #[test]

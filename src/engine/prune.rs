@@ -26,7 +26,7 @@ use super::{
     outcome::{MemberResult, Outcome, Retained},
 };
 use crate::{
-    Error, Result,
+    Error, PruneError, Result,
     api::MemberRef,
     applyset::{
         self, GroupKind,
@@ -105,6 +105,9 @@ pub async fn decide(
     };
     Ok(match &live.observed {
         Observed::Listed(l) => {
+            if let Some(gk) = unscoped_undeclared(l, keep, extent) {
+                return Err(Error::Prune(PruneError::NoNamespaces(gk)));
+            }
             let earlier = select_from(l);
             if earlier.delete.is_empty() || listing == Listing::Earlier {
                 earlier
@@ -114,6 +117,22 @@ pub async fn decide(
         }
         Observed::Watched { undeclared: true } => select_from(&list_now().await?),
         Observed::Watched { undeclared: false } => Selection::default(),
+    })
+}
+
+/// The kind of an undeclared object of a prune kind that the observation found outside the
+/// namespaces it lists: in all namespaces, for a namespaced kind the set has no namespace to
+/// look in for ([`live::Unscoped::Everywhere`]). The prune cannot tell where its members
+/// are: it refuses (and the kind stays recorded), as it does when the watches show such an
+/// object.
+fn unscoped_undeclared(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent) -> Option<GroupKind> {
+    live.iter().find_map(|m| {
+        let ns = m.reference.namespace.as_ref()?;
+        let gk = GroupKind::new(m.reference.group.clone(), m.reference.kind.clone());
+        (!extent.listed_namespaces.contains(ns)
+            && extent.prune_kinds.contains(&gk)
+            && !keep.declared.contains_key(&m.reference))
+        .then_some(gk)
     })
 }
 
@@ -487,6 +506,29 @@ mod tests {
             ["b"]
         );
         assert!(s.retained.is_empty());
+    }
+
+    #[test]
+    fn an_undeclared_object_found_where_the_set_has_no_namespace_to_look_in_refuses_the_prune() {
+        // A ClusterApplySet recording ConfigMap with no namespace: listed in all namespaces.
+        let l = [live("ConfigMap", "a", Some(MANAGER))];
+        let none = none();
+        let nowhere = ext(kinds(&["ConfigMap"]), BTreeSet::new());
+        assert_eq!(
+            unscoped_undeclared(&l, &keep(&none), &nowhere),
+            Some(GroupKind::new("", "ConfigMap"))
+        );
+        // Declared, or of a kind not recorded before: nothing to decide.
+        let declared = HashMap::from([(l[0].reference.clone(), l[0].resource.clone())]);
+        assert_eq!(unscoped_undeclared(&l, &keep(&declared), &nowhere), None);
+        let secrets = ext(kinds(&["Secret"]), BTreeSet::new());
+        assert_eq!(unscoped_undeclared(&l, &keep(&none), &secrets), None);
+        // Found in a namespace the observation lists: select decides, as before.
+        let listed_in_team = Extent {
+            listed_namespaces: team(),
+            ..ext(kinds(&["ConfigMap"]), BTreeSet::new())
+        };
+        assert_eq!(unscoped_undeclared(&l, &keep(&none), &listed_in_team), None);
     }
 
     #[test]

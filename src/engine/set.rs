@@ -85,15 +85,9 @@ impl<'a> SetEngine<'a> {
     }
 
     /// What of the set is live over `extent` (see [`live::observe`]). Reads touch no member.
-    /// A set that does not prune lists no namespaced kind it has no namespace to look in for
-    /// ([`Unscoped::Skip`]); one that prunes refuses it.
     pub async fn observe(&self, extent: &Extent, desired: &Desired) -> Result<Live> {
         let (known, declared) = (&desired.known, &desired.declared);
-        let unscoped = match self.spec.prune {
-            true => Unscoped::Refuse,
-            false => Unscoped::Skip,
-        };
-        live::observe(self.scope, self.resolver, extent, known, declared, unscoped).await
+        live::observe(self.scope, self.resolver, extent, known, declared).await
     }
 
     /// Applies the members, staged and concurrently, within `spec.timeout`.

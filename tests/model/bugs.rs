@@ -181,18 +181,18 @@ async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
 
 /// Under `--shards auto`, a ClusterApplySet whose record names a namespaced kind but no
 /// namespace (a foreign actor added the kind to `contains-group-kinds`) stays Ready after
-/// another replica takes it over. It used not to: the walk (seed 17241384204975025288, step
-/// 276 of a 10,000-step soak, two replicas) found model-c0 (`prune: false`, declaring
-/// nothing) `ApplyFailed` for good once its replica was SIGKILLed. A replica that gains a set
-/// observes its members by LIST (its watches see only members labelled with their bucket),
-/// and that LIST refused the kind with no namespace to look in ("Service is namespaced but
-/// the parent records no namespace…"), at every retry; a single operator observes through
-/// its watches and never asks. The observation now makes no LIST there (nothing of the kind
-/// is in the prune's scope; the prune's own listing still refuses it when it has something
-/// to delete). The minimal sequence: model-c0 created with `prune: false` and no member; a
-/// foreign actor adds kind Service to its record; every replica SIGKILLed and started again
-/// (each new incarnation gains its sets). Run it with
-/// `cargo test --test model no_namespace_to_look_in`.
+/// another replica takes it over, as under a single operator. It used not to: the walk (seed
+/// 17241384204975025288, step 276 of a 10,000-step soak, two replicas) found model-c0
+/// (`prune: false`, declaring nothing) `ApplyFailed` for good once its replica was
+/// SIGKILLed. A replica that gains a set observes its members by LIST (its watches see only
+/// members labelled with their bucket), and that LIST refused the kind with no namespace to
+/// look in ("Service is namespaced but the parent records no namespace…") at every retry,
+/// where a single operator's cluster-wide watches showed no such Service. The observation now
+/// lists such a kind in all namespaces, and the prune refuses only when that finds one not
+/// declared (tests/prune_holes.rs has that case). The minimal sequence: model-c0 created with
+/// `prune: false`, model-c1 with `allowEmpty`, neither declaring anything; a foreign actor
+/// adds kind Service to both records; every replica SIGKILLed and started again (each new
+/// incarnation gains its sets). Run it with `cargo test --test model no_namespace_to_look_in`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_set_recording_a_kind_with_no_namespace_to_look_in_stays_ready_across_a_handover()
 {
@@ -200,18 +200,29 @@ async fn a_cluster_set_recording_a_kind_with_no_namespace_to_look_in_stays_ready
         throttling: Throttling::Off,
         mode: Mode::Sharded(2),
     };
-    let mut w = Walk::start(DEFAULT_SEED, 3, setup).await;
+    let mut w = Walk::start(DEFAULT_SEED, 5, setup).await;
     w.rerun = Some("cargo test --test model no_namespace_to_look_in");
-    let spec = state::Spec {
-        prune: false,
-        ..state::Spec::default()
+    let add_service = |set| Step::EditAnnotations {
+        set,
+        edit: steps::AnnotationEdit::AddKind(universe::Kind::Service),
     };
     let steps = [
-        Step::Create { set: 3, spec },
-        Step::EditAnnotations {
+        Step::Create {
             set: 3,
-            edit: steps::AnnotationEdit::AddKind(universe::Kind::Service),
+            spec: state::Spec {
+                prune: false,
+                ..state::Spec::default()
+            },
         },
+        Step::Create {
+            set: 4,
+            spec: state::Spec {
+                allow_empty: true,
+                ..state::Spec::default()
+            },
+        },
+        add_service(3),
+        add_service(4),
         Step::Kill {
             payload: Box::new(Step::Edit {
                 set: 3,
