@@ -151,29 +151,48 @@ async fn walk(seed: u64, steps: usize) {
         if verbose {
             announce(&format!("{i:>5}. {step} [{:.1?}]", t0.elapsed()));
         }
+        // A long soak says how far it got, so that one stopped by hand still has its figures.
+        if i % PROGRESS_EVERY == 0 && i < steps {
+            announce(&format!(
+                "model walk: seed {seed}, {i} of {steps} steps passed in {:.0?}: {}",
+                started.elapsed(),
+                faults(&w).await
+            ));
+        }
     }
     let tally: Vec<String> = w.tally.iter().map(|(k, n)| format!("{n} {k}")).collect();
-    let count = |k: &str| w.tally.get(k).copied().unwrap_or(0);
-    let rejected = match w.world.rejected().await {
-        Ok(n) => n.to_string(),
-        Err(e) => format!("unknown ({e})"),
-    };
     let mode = match w.world.operators.mode() {
         replicas::Mode::Single => "one operator".to_owned(),
         replicas::Mode::Sharded(n) => format!("{n} replicas under --shards auto"),
     };
     announce(&format!(
-        "model walk: seed {seed}, {steps} steps passed in {:.0?} ({mode}): 0 wrong deletions, 0 leaks, every set converged (slowest settle {:.1?}); faults: {} replica SIGKILLs ({} started again at once), {} replicas started, {} namespaces deleted, {} throttled steps, {rejected} 429s received by the operator; SIGKILLs between apply and prune: {}; races: {} annotations landed, {} found the object pruned; steps: {}",
+        "model walk: seed {seed}, {steps} steps passed in {:.0?} ({mode}): 0 wrong deletions, 0 leaks, every set converged (slowest settle {:.1?}); {}; races: {} annotations landed, {} found the object pruned; steps: {}",
         started.elapsed(),
         w.slowest,
+        faults(&w).await,
+        w.race_aim.landed,
+        w.race_aim.pruned,
+        tally.join(", ")
+    ));
+}
+
+/// Steps between two progress lines of a long walk.
+const PROGRESS_EVERY: usize = 500;
+
+/// The faults of the walk so far, each kind counted, with the 429s the operator received.
+async fn faults(w: &Walk) -> String {
+    let count = |k: &str| w.tally.get(k).copied().unwrap_or(0);
+    let rejected = match w.world.rejected().await {
+        Ok(n) => n.to_string(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!(
+        "faults: {} replica SIGKILLs ({} started again at once), {} replicas started, {} namespaces deleted, {} throttled steps, {rejected} 429s received by the operator; SIGKILLs between apply and prune: {}",
         count("fault: replica SIGKILL") + count("fault: replica SIGKILL, started again"),
         count("fault: replica SIGKILL, started again"),
         count("fault: replica started"),
         count("fault: namespace deleted"),
         count("fault: throttled"),
         w.hits,
-        w.race_aim.landed,
-        w.race_aim.pruned,
-        tally.join(", ")
-    ));
+    )
 }
