@@ -229,8 +229,8 @@ async fn a_namespaced_kind_without_recorded_namespaces_is_not_forgotten() {
     set.patch_spec(json!({"manifests": [cluster_role(&role)]}))
         .await;
 
-    // Found before the apply (ApplyFailed) or by the prune after it (PruneFailed), depending
-    // on whether the member watches answered what is live: either way, the same message.
+    // Found by the prune (PruneFailed), whether the member watches answered what is live or
+    // a LIST in all namespaces did: either way, the same message.
     let message = set
         .wait_until(
             "Ready=False naming the namespaced kind",

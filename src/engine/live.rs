@@ -102,9 +102,9 @@ pub struct Live {
 
 /// Learns what of the set is live, over the extent's listed kinds and namespaces: from the
 /// member watches when they cover every listed kind, else by listing. `known`: kinds the
-/// render resolved; `declared`: the members declared now. A namespaced kind the set has no
-/// namespace to look in for is listed in all namespaces, as the watches see it ([`Unscoped`]).
-/// Reads touch no member.
+/// render resolved; `declared`: the members declared now. A set that records no namespace
+/// lists its namespaced kinds in all namespaces, as the watches see them
+/// ([`Unscoped::Everywhere`]). Reads touch no member.
 pub async fn observe(
     scope: &SetScope,
     resolver: &Resolver,
@@ -135,7 +135,10 @@ pub async fn observe(
     let listed = Listed {
         kinds: &extent.listed_kinds,
         namespaces: &extent.listed_namespaces,
-        unscoped: Unscoped::Everywhere,
+        unscoped: match extent.prune_namespaces.is_empty() {
+            true => Unscoped::Everywhere,
+            false => Unscoped::Refuse,
+        },
     };
     let listed = list_in(scope, resolver, known, listed, Detail::Metadata).await?;
     let existing = listed
@@ -200,11 +203,11 @@ pub(super) enum Unscoped {
     /// An error ([`PruneError::NoNamespaces`]): a prune must not pass over members it cannot
     /// find, nor forget their kind.
     Refuse,
-    /// One LIST in all namespaces: what a reconcile observes before its apply, as the member
-    /// watches (cluster-wide) would show it. A set that is listed rather than watched (gained
-    /// by a replica under `--shards auto`, or observed before the watches synced) then fails
-    /// where a watched one does: only when its prune finds such an object not declared
-    /// ([`crate::engine::prune::decide`]).
+    /// Each namespaced kind listed once, in all namespaces: what a reconcile of a set that
+    /// records no namespace (a ClusterApplySet) observes before its apply, as the member
+    /// watches (cluster-wide) show it: members in namespaces its record lost included. Its
+    /// prune then lists its own extent again, and refuses, where the watches' answer makes it
+    /// do so ([`super::prune::decide`]).
     Everywhere,
 }
 
@@ -310,10 +313,10 @@ async fn targets(
     targets_for(kinds, &resolved, namespaces, unscoped)
 }
 
-/// One LIST per namespace for each namespaced kind, one cluster-wide LIST for each
-/// cluster-scoped kind; kinds not in `resolved` (not served) get none. A namespaced kind with
-/// no namespace to look in gets one LIST in all namespaces under [`Unscoped::Everywhere`], else
-/// is an error: its members could be anywhere.
+/// One LIST per namespace for each namespaced kind (one in all namespaces under
+/// [`Unscoped::Everywhere`]), one cluster-wide LIST for each cluster-scoped kind; kinds not in
+/// `resolved` (not served) get none. Under [`Unscoped::Refuse`], a namespaced kind with no
+/// namespace to look in is an error: its members could be anywhere.
 fn targets_for(
     kinds: &BTreeSet<GroupKind>,
     resolved: &HashMap<GroupKind, Resolved>,
@@ -330,13 +333,10 @@ fn targets_for(
             resolved: r.clone(),
             namespace: namespace.cloned(),
         };
-        if !r.namespaced {
+        if !r.namespaced || unscoped == Unscoped::Everywhere {
             targets.push(target(None));
         } else if namespaces.is_empty() {
-            match unscoped {
-                Unscoped::Refuse => return Err(Error::Prune(PruneError::NoNamespaces(gk.clone()))),
-                Unscoped::Everywhere => targets.push(target(None)),
-            }
+            return Err(Error::Prune(PruneError::NoNamespaces(gk.clone())));
         } else {
             targets.extend(namespaces.iter().map(|ns| target(Some(ns))));
         }
@@ -520,7 +520,7 @@ mod tests {
     }
 
     #[test]
-    fn an_observation_lists_in_all_namespaces_where_the_set_has_no_namespace_to_look_in() {
+    fn a_set_recording_no_namespace_is_observed_in_all_namespaces() {
         let cm = GroupKind::new("", "ConfigMap");
         let role = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
         let kinds = BTreeSet::from([cm.clone(), role.clone()]);
@@ -539,14 +539,9 @@ mod tests {
                 ("ConfigMap".to_string(), None)
             ]
         );
-        // With a namespace to look in, the kind is listed there, as under Refuse.
-        assert_eq!(
-            listed(&namespaces(&["a"])),
-            vec![
-                ("ClusterRole".to_string(), None),
-                ("ConfigMap".to_string(), Some("a".to_string()))
-            ]
-        );
+        // A namespace declared now, none recorded: still one LIST in all namespaces (members
+        // in namespaces the record lost are seen too).
+        assert_eq!(listed(&namespaces(&["a"])), listed(&BTreeSet::new()));
     }
 
     #[test]

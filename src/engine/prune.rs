@@ -26,7 +26,7 @@ use super::{
     outcome::{MemberResult, Outcome, Retained},
 };
 use crate::{
-    Error, PruneError, Result,
+    Error, Result,
     api::MemberRef,
     applyset::{
         self, GroupKind,
@@ -104,10 +104,10 @@ pub async fn decide(
         )
     };
     Ok(match &live.observed {
+        // Judged on the prune's own listing, as the watches' answer is below: it refuses a
+        // namespaced kind with no namespace to look in (`PruneError::NoNamespaces`).
+        Observed::Listed(l) if relist_unscoped(l, keep, extent) => select_from(&list_now().await?),
         Observed::Listed(l) => {
-            if let Some(gk) = unscoped_undeclared(l, keep, extent) {
-                return Err(Error::Prune(PruneError::NoNamespaces(gk)));
-            }
             let earlier = select_from(l);
             if earlier.delete.is_empty() || listing == Listing::Earlier {
                 earlier
@@ -120,20 +120,16 @@ pub async fn decide(
     })
 }
 
-/// The kind of an undeclared object of a prune kind that the observation found outside the
-/// namespaces it lists: in all namespaces, for a namespaced kind the set has no namespace to
-/// look in for ([`live::Unscoped::Everywhere`]). The prune cannot tell where its members
-/// are: it refuses (and the kind stays recorded), as it does when the watches show such an
-/// object.
-fn unscoped_undeclared(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent) -> Option<GroupKind> {
-    live.iter().find_map(|m| {
-        let ns = m.reference.namespace.as_ref()?;
-        let gk = GroupKind::new(m.reference.group.clone(), m.reference.kind.clone());
-        (!extent.listed_namespaces.contains(ns)
-            && extent.prune_kinds.contains(&gk)
-            && !keep.declared.contains_key(&m.reference))
-        .then_some(gk)
-    })
+/// Whether a decision on a listing must list the prune's extent again: the set records no
+/// namespace (a ClusterApplySet; its observation listed namespaced kinds in all namespaces,
+/// [`live::Unscoped::Everywhere`]) and the listing shows an object it does not declare. The
+/// same as the watches' `undeclared` answer, so that a set fails the same way observed
+/// either way.
+fn relist_unscoped(live: &[LiveMember], keep: &Keep<'_>, extent: &Extent) -> bool {
+    extent.prune_namespaces.is_empty()
+        && live
+            .iter()
+            .any(|m| !keep.declared.contains_key(&m.reference))
 }
 
 /// Chooses what to delete among the live objects: those of the extent's prune kinds in its
@@ -509,26 +505,21 @@ mod tests {
     }
 
     #[test]
-    fn an_undeclared_object_found_where_the_set_has_no_namespace_to_look_in_refuses_the_prune() {
-        // A ClusterApplySet recording ConfigMap with no namespace: listed in all namespaces.
+    fn a_set_recording_no_namespace_lists_again_when_it_shows_an_undeclared_object() {
         let l = [live("ConfigMap", "a", Some(MANAGER))];
         let none = none();
         let nowhere = ext(kinds(&["ConfigMap"]), BTreeSet::new());
-        assert_eq!(
-            unscoped_undeclared(&l, &keep(&none), &nowhere),
-            Some(GroupKind::new("", "ConfigMap"))
-        );
-        // Declared, or of a kind not recorded before: nothing to decide.
+        assert!(relist_unscoped(&l, &keep(&none), &nowhere));
+        // Declared, or nothing listed: the listing decides.
         let declared = HashMap::from([(l[0].reference.clone(), l[0].resource.clone())]);
-        assert_eq!(unscoped_undeclared(&l, &keep(&declared), &nowhere), None);
-        let secrets = ext(kinds(&["Secret"]), BTreeSet::new());
-        assert_eq!(unscoped_undeclared(&l, &keep(&none), &secrets), None);
-        // Found in a namespace the observation lists: select decides, as before.
-        let listed_in_team = Extent {
-            listed_namespaces: team(),
-            ..ext(kinds(&["ConfigMap"]), BTreeSet::new())
-        };
-        assert_eq!(unscoped_undeclared(&l, &keep(&none), &listed_in_team), None);
+        assert!(!relist_unscoped(&l, &keep(&declared), &nowhere));
+        assert!(!relist_unscoped(&[], &keep(&none), &nowhere));
+        // A namespace recorded: the listing decides, as before.
+        assert!(!relist_unscoped(
+            &l,
+            &keep(&none),
+            &ext(kinds(&["ConfigMap"]), team())
+        ));
     }
 
     #[test]
