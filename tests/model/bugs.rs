@@ -187,9 +187,10 @@ async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
 /// SIGKILLed. A replica that gains a set observes its members by LIST (its watches see only
 /// members labelled with their bucket), and that LIST refused the kind with no namespace to
 /// look in ("Service is namespaced but the parent records no namespace…") at every retry,
-/// where a single operator's cluster-wide watches showed no such Service. The observation now
-/// lists such a kind in all namespaces, and the prune refuses only when that finds one not
-/// declared (tests/prune_holes.rs has that case). The minimal sequence: model-c0 created with
+/// where a single operator's cluster-wide watches showed no such Service. A set that records no
+/// namespace now observes its namespaced kinds in all namespaces, and its prune lists its own
+/// extent again (and refuses) only when that shows an object it does not declare, as a watched
+/// set's does (tests/prune_holes.rs has that case). The minimal sequence: model-c0 created with
 /// `prune: false`, model-c1 with `allowEmpty`, neither declaring anything; a foreign actor
 /// adds kind Service to both records; every replica SIGKILLed and started again (each new
 /// incarnation gains its sets). Run it with `cargo test --test model no_namespace_to_look_in`.
