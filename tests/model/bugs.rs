@@ -239,3 +239,56 @@ async fn a_cluster_set_recording_a_kind_with_no_namespace_to_look_in_stays_ready
         }
     }
 }
+
+/// Not an operator bug: a case the model lacked. A ClusterApplySet whose record names a
+/// namespaced kind but no namespace refuses its prune (`PruneFailed`, docs/design.md §6.3)
+/// while it shows an object labelled with it that it does not declare, under one operator as
+/// under `--shards auto`; the model expected Ready. Found by the walk (seed
+/// 17241384204975025288, step 2523 of a 10,000-step soak): model-c0 had dropped Widget
+/// model-home/w0, retained by its manifest's `prune: disabled`, and a foreign actor added the
+/// Widget kind to its record. The sequence: model-c0 declares Namespace model-m1 and that
+/// Widget; drops the Widget (retained); the kind is added back to its record (refused: the
+/// retained Widget is undeclared); a foreign actor deletes the Widget (Ready again, the kind
+/// forgotten). Run it with `cargo test --test model undeclared_object_of_a_kind`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_set_showing_an_undeclared_object_of_a_kind_with_no_namespace_refuses_its_prune()
+{
+    let mut w = Walk::start(DEFAULT_SEED, 4, UNTHROTTLED).await;
+    w.rerun = Some("cargo test --test model undeclared_object_of_a_kind");
+    let keys = universe::member_keys();
+    let find = |kind, ns| {
+        keys.iter()
+            .find(|k| k.kind == kind && k.ns == ns)
+            .cloned()
+            .expect("a key of the universe")
+    };
+    let namespace = find(universe::Kind::Namespace, None);
+    let widget = find(universe::Kind::Widget, Some(universe::HOME));
+    let decl = |prune_disabled| universe::Decl {
+        rev: 1,
+        prune_disabled,
+        explicit_ns: true,
+    };
+    let spec = state::Spec {
+        members: [(namespace, decl(false)), (widget.clone(), decl(true))].into(),
+        ..state::Spec::default()
+    };
+    let steps = [
+        Step::Create { set: 3, spec },
+        Step::Edit {
+            set: 3,
+            edits: vec![steps::Edit::Remove(widget.clone())],
+        },
+        Step::EditAnnotations {
+            set: 3,
+            edit: steps::AnnotationEdit::AddKind(universe::Kind::Widget),
+        },
+        Step::ForeignDelete { key: widget },
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        w.log.push(format!("{:>5}. {step}", i + 1));
+        if let Err(e) = w.perform(step).await {
+            w.fail(i + 1, &e);
+        }
+    }
+}

@@ -378,6 +378,9 @@ impl Model {
         }
         // Prune, then shrink the parent to exactly the declared set; status.members lists it.
         if spec.prune {
+            if self.no_namespace_to_look_in(s, &before, &spec.members) {
+                return Expect::NotReady("PruneFailed");
+            }
             self.prune(s, &before, &spec.members);
             self.sets[s].recorded = declared.clone();
         }
@@ -430,6 +433,27 @@ impl Model {
 
     /// Prunes, as parent `s`, what it recorded `before` and no longer declares: objects whose
     /// `part-of` label its manager owns, except those annotated `prune: disabled`.
+    /// Whether the prune of parent `s` refuses (docs/design.md §6.3): a ClusterApplySet whose
+    /// record names a namespaced kind but no namespace, once it shows an object labelled with
+    /// it that it does not declare (retained, or a foreign copy of its label), cannot tell
+    /// where that kind's members are. Nothing is pruned and the record stays the superset.
+    fn no_namespace_to_look_in(
+        &self,
+        s: usize,
+        before: &Recorded,
+        declared: &BTreeMap<Key, Decl>,
+    ) -> bool {
+        let listed = before.union(&Recorded::of(s, declared));
+        is_cluster(s)
+            && before.namespaces.is_empty()
+            && before.kinds.iter().any(|k| k.namespaced())
+            && self.objects.iter().any(|(k, o)| {
+                matches!(o.owner, Owner::Set(t) | Owner::Foreign { copied: Some(t) } if t == s)
+                    && listed.kinds.contains(&k.kind)
+                    && !declared.contains_key(k)
+            })
+    }
+
     fn prune(&mut self, s: usize, before: &Recorded, declared: &BTreeMap<Key, Decl>) {
         let doomed: Vec<Key> = self
             .objects
