@@ -118,12 +118,7 @@ async fn a_member_annotated_prune_disabled_while_being_pruned_is_kept() {
             offset_ms: (round % 9) as i64 - 4,
         });
     }
-    for (i, step) in steps.iter().enumerate() {
-        w.log.push(format!("{:>5}. {step}", i + 1));
-        if let Err(e) = w.perform(step).await {
-            w.fail(i + 1, &e);
-        }
-    }
+    w.perform_all(&steps).await;
     announce(&format!(
         "{} annotations landed (kept), {} found the object pruned",
         w.race_aim.landed, w.race_aim.pruned
@@ -171,12 +166,7 @@ async fn a_crd_deleted_by_a_foreign_actor_comes_back_with_its_resources() {
     for _ in 0..5 {
         steps.push(Step::ForeignDelete { key: crd.clone() });
     }
-    for (i, step) in steps.iter().enumerate() {
-        w.log.push(format!("{:>5}. {step}", i + 1));
-        if let Err(e) = w.perform(step).await {
-            w.fail(i + 1, &e);
-        }
-    }
+    w.perform_all(&steps).await;
 }
 
 /// Under `--shards auto`, a ClusterApplySet whose record names a namespaced kind but no
@@ -232,12 +222,7 @@ async fn a_cluster_set_recording_a_kind_with_no_namespace_to_look_in_stays_ready
             delay_ms: 0,
         },
     ];
-    for (i, step) in steps.iter().enumerate() {
-        w.log.push(format!("{:>5}. {step}", i + 1));
-        if let Err(e) = w.perform(step).await {
-            w.fail(i + 1, &e);
-        }
-    }
+    w.perform_all(&steps).await;
 }
 
 /// Not an operator bug: a case the model lacked. A ClusterApplySet whose record names a
@@ -285,10 +270,5 @@ async fn a_cluster_set_showing_an_undeclared_object_of_a_kind_with_no_namespace_
         },
         Step::ForeignDelete { key: widget },
     ];
-    for (i, step) in steps.iter().enumerate() {
-        w.log.push(format!("{:>5}. {step}", i + 1));
-        if let Err(e) = w.perform(step).await {
-            w.fail(i + 1, &e);
-        }
-    }
+    w.perform_all(&steps).await;
 }

@@ -218,6 +218,17 @@ impl Walk {
         self.settle(SETTLE).await
     }
 
+    /// Carries out `steps` in order, each logged and settled; fails at the first that breaks
+    /// an invariant or does not settle.
+    pub async fn perform_all(&mut self, steps: &[Step]) {
+        for (i, step) in steps.iter().enumerate() {
+            self.log.push(format!("{:>5}. {step}", i + 1));
+            if let Err(e) = self.perform(step).await {
+                self.fail(i + 1, &e);
+            }
+        }
+    }
+
     /// The operator throttled for `window_ms` while `payloads` happen, each settled before
     /// the next. The window bounds how long kube-client's retries of a 429 back off (their
     /// wait doubles from 5 ms), so that the operator recovers within seconds of its end.
