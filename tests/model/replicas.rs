@@ -184,6 +184,12 @@ impl Operators {
         }
         let live: std::collections::BTreeSet<String> =
             self.live().into_iter().map(Self::name).collect();
+        // Each running replica's holder, read once for all sets.
+        let holders: std::collections::BTreeMap<usize, Option<String>> = self
+            .live()
+            .into_iter()
+            .map(|i| (i, self.holder(i)))
+            .collect();
         let mut out = Vec::new();
         for (s, id) in ids {
             let bucket = assign::bucket(id);
@@ -191,7 +197,8 @@ impl Operators {
                 out.push("no replica runs".to_owned());
                 break;
             };
-            let Some(want) = Self::index_of(name).and_then(|i| self.holder(i)) else {
+            let Some(want) = Self::index_of(name).and_then(|i| holders.get(&i).cloned().flatten())
+            else {
                 out.push(format!(
                     "replica {name} has not said its holder identity yet"
                 ));
