@@ -498,13 +498,14 @@ fn describe(o: &Obj) -> String {
     d
 }
 
-/// Under `--shards auto`: the declared members of active Ready parents not yet applied under
-/// their set's current claim (the first reconcile of a set's new owner rewrites them all).
+/// Under `--shards auto`: the members a parent's reconcile writes ([`Model::writes_member`],
+/// whether the parent ends Ready or not) not yet applied under their set's current claim (the
+/// first reconcile of a set's new owner rewrites them all).
 pub fn unstamped(m: &Model, obs: &Observation) -> Vec<String> {
     let mut out = Vec::new();
     for (key, o) in &m.objects {
         let Owner::Set(s) = o.owner else { continue };
-        if m.declarer(key) != Some(s) || !m.active(s) || m.sets[s].expect != Expect::Ready {
+        if !m.writes_member(s, key) {
             continue;
         }
         let epoch = obs.parents[s].as_ref().and_then(|p| p.shard_epoch.as_ref());

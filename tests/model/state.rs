@@ -151,6 +151,12 @@ pub struct SetModel {
     pub expect: Expect,
 }
 
+/// Whether an apply of `value` (without force unless `force`) over `o` is refused: another
+/// manager holds its data key with another value.
+fn conflicts(o: &Obj, value: &str, force: bool) -> bool {
+    !force && o.foreign_field.as_ref().is_some_and(|f| f != value)
+}
+
 /// Why a member was not applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Refused {
@@ -222,6 +228,23 @@ impl Model {
                 set.expect,
                 Expect::NotReady("Suspended" | "EmptySetRefused")
             )
+    }
+
+    /// Whether parent `s`'s reconcile writes member `key` (under `--shards auto`, the write
+    /// that stamps it with the set's claim): `s` reconciles, gets as far as its applies, is
+    /// the parent that declares `key`, holds it, and its apply is not refused on a field
+    /// another manager holds. A set refused on another member (`OwnershipConflict`,
+    /// `Conflict`) or on its prune still writes this one.
+    pub fn writes_member(&self, s: usize, key: &Key) -> bool {
+        let set = &self.sets[s];
+        let (Some(decl), Some(o)) = (set.spec.members.get(key), self.objects.get(key)) else {
+            return false;
+        };
+        self.active(s)
+            && self.writes_parent(s)
+            && self.declarer(key) == Some(s)
+            && o.owner == Owner::Set(s)
+            && !conflicts(o, &decl.data(), set.spec.force)
     }
 
     /// Whether parent `s` reconciles (exists, not suspended, not taken by another tool).
@@ -399,10 +422,10 @@ impl Model {
                     Owner::Foreign { .. } => panic!("model: {key} is foreign and declared"),
                     Owner::Set(_) => {}
                 }
-                let taken = o.foreign_field.as_ref().filter(|f| **f != value);
-                if taken.is_some() && !force {
+                if conflicts(o, &value, force) {
                     return Err(Refused::Conflict);
                 }
+                let taken = o.foreign_field.as_ref().filter(|f| **f != value);
                 // With force, a field with another value is ours now; one with our value
                 // stays shared.
                 let field = if taken.is_some() {
@@ -571,6 +594,42 @@ mod tests {
         // cm1 is retained by set 0 (prune: disabled): set 1 may not take it.
         assert_eq!(m.objects[&key("cm1")].owner, Owner::Set(0));
         assert_eq!(m.sets[1].expect, Expect::NotReady("OwnershipConflict"));
+    }
+
+    #[test]
+    fn a_set_refused_on_one_member_still_writes_the_others() {
+        let mut m = Model::new(&foreign_keys());
+        m.create(0, spec(&[("cm0", 1, false), ("cm1", 1, true)]));
+        m.create(1, spec(&[]));
+        m.converge();
+        // Set 0 drops cm1 (retained: prune disabled); set 1 declares it, and cm2.
+        m.sets[0].spec = spec(&[("cm0", 1, false)]);
+        m.sets[1].spec = spec(&[("cm1", 2, false), ("cm2", 1, false)]);
+        m.converge();
+        assert_eq!(m.sets[1].expect, Expect::NotReady("OwnershipConflict"));
+        assert!(m.writes_member(1, &key("cm2")));
+        assert!(!m.writes_member(1, &key("cm1")));
+        assert!(m.writes_member(0, &key("cm0")));
+        assert!(!m.writes_member(0, &key("cm1")));
+    }
+
+    #[test]
+    fn a_member_whose_field_another_manager_holds_is_written_only_with_force() {
+        let mut m = Model::new(&foreign_keys());
+        m.create(0, spec(&[("cm0", 1, false), ("cm1", 1, false)]));
+        m.converge();
+        m.take_field(&key("cm0"), "f2");
+        m.converge();
+        assert_eq!(m.sets[0].expect, Expect::NotReady("Conflict"));
+        assert!(!m.writes_member(0, &key("cm0")));
+        assert!(m.writes_member(0, &key("cm1")));
+        m.sets[0].spec.force = true;
+        m.converge();
+        assert_eq!(m.sets[0].expect, Expect::Ready);
+        assert!(m.writes_member(0, &key("cm0")));
+        m.sets[0].spec.suspend = true;
+        m.converge();
+        assert!(!m.writes_member(0, &key("cm0")));
     }
 
     #[test]
