@@ -14,8 +14,10 @@ pub struct Shape {
     /// teardown's, which follows on that control plane).
     pub apiserver_peak_rss_mib: f64,
     pub etcd_peak_rss_mib: f64,
-    /// From the creation until all Ready.
+    /// From the creation until all Ready: all of the operator's requests, and its writes
+    /// (POST, PUT, PATCH, DELETE) among them.
     pub operator_requests: f64,
+    pub operator_writes: f64,
     pub apiserver_requests: f64,
     /// The namespace's deletion until it is gone, with the operator running.
     pub teardown: f64,
@@ -136,7 +138,7 @@ pub async fn run_shape(
     let sa = deployer(client, args, &ns).await?;
     let api = applysets(client, &ns);
     let api_before = apiserver_requests(kubectl, kubeconfig);
-    let (op_before, _, _) = op.counters();
+    let (op_before, writes_before, _) = op.counters();
     let created = AtomicU64::new(0);
     let wait = args.wait;
     let kubelet =
@@ -148,7 +150,7 @@ pub async fn run_shape(
     if let Some(k) = kubelet {
         k.abort();
     }
-    let (op_after, _, _) = op.counters();
+    let (op_after, writes_after, _) = op.counters();
     let api_after = apiserver_requests(kubectl, kubeconfig);
     let (resync_requests_per_set, resync_writes) = match args.shape_resync {
         true => shape_resync(&api, &op, k).await?,
@@ -175,6 +177,7 @@ pub async fn run_shape(
         apiserver_peak_rss_mib,
         etcd_peak_rss_mib,
         operator_requests: op_after - op_before,
+        operator_writes: writes_after - writes_before,
         apiserver_requests: api_after - api_before,
         teardown,
         teardown_forbidden,
@@ -608,17 +611,20 @@ fn report_sharded(md: &mut String, shapes: &[ShapeRuns]) {
     if with.is_empty() {
         return;
     }
-    md.push_str("\n### Under `--shards auto` (one replica): what sharding costs\n\nThe same K once more on a fresh control plane, the operator run with `--shards=auto` alone: every member carries its bucket label and epoch annotation, the parent its owner and epoch. Against the median of the runs without.\n\n| ApplySets | all Ready, sharded (s) | all Ready, not sharded (s) | sharded / not | requests / set, sharded | requests / set, not | resync: requests / set | resync: writes |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("\n### Under `--shards auto` (one replica): what sharding costs\n\nThe same K once more on a fresh control plane, the operator run with `--shards=auto` alone: every member carries its bucket label and epoch annotation, the parent its owner and epoch. Against the median of the runs without.\n\n| ApplySets | all Ready, sharded (s) | all Ready, not sharded (s) | sharded / not | requests / set, sharded | requests / set, not | writes / set, sharded | writes / set, not | resync: requests / set | resync: writes |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (s, o) in with {
         let unsharded = median_of(&s.runs, |r| r.1.all_ready);
         let per_set = |sh: &Shape| sh.operator_requests / sh.sets as f64;
+        let writes_per_set = |sh: &Shape| sh.operator_writes / sh.sets as f64;
         md.push_str(&format!(
-            "| {} | {:.1} | {unsharded:.1} | {:.2} × | {:.2} | {:.2} | {:.3} | {:.0} |\n",
+            "| {} | {:.1} | {unsharded:.1} | {:.2} × | {:.2} | {:.2} | {:.2} | {:.2} | {:.3} | {:.0} |\n",
             s.sets,
             o.all_ready,
             ratio(o.all_ready, unsharded),
             per_set(o),
             median_of(&s.runs, |r| per_set(&r.1)),
+            writes_per_set(o),
+            median_of(&s.runs, |r| writes_per_set(&r.1)),
             o.resync_requests_per_set,
             o.resync_writes
         ));
@@ -634,6 +640,7 @@ fn sharded_json(s: &ShapeRuns) -> Value {
     json!({"all_ready_seconds": o.all_ready, "unsharded_all_ready_seconds": unsharded,
         "ratio": ratio(o.all_ready, unsharded),
         "requests_per_set": o.operator_requests / o.sets as f64,
+        "writes_per_set": o.operator_writes / o.sets as f64,
         "resync_requests_per_set": o.resync_requests_per_set, "resync_writes": o.resync_writes,
         "peak_rss_mib": o.peak_rss_mib})
 }
