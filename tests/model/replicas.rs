@@ -65,11 +65,17 @@ pub struct Operators {
     kubeconfig: PathBuf,
     /// The parents' label value (the operators' `--label-selector`), also the replicas' group.
     label: String,
+    /// This walk's number in the test process: walks of one seed run side by side (the
+    /// reduced tests use the default walk's), and each needs log files of its own.
+    walk: usize,
     /// The process of each replica, `None` while it is not running.
     processes: Vec<Option<OperatorProcess>>,
     /// Log files of every operator process of the walk.
     pub logs: Vec<PathBuf>,
 }
+
+/// The walks started so far in this test process.
+static WALKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Operators {
     pub fn new(mode: Mode, kubeconfig: &Path, label: &str) -> Operators {
@@ -77,6 +83,7 @@ impl Operators {
             mode,
             kubeconfig: kubeconfig.to_owned(),
             label: label.to_owned(),
+            walk: WALKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             processes: Vec::new(),
             logs: Vec::new(),
         }
@@ -131,7 +138,13 @@ impl Operators {
             );
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let log_name = format!("{}-{}-{}", self.label, Self::name(i), self.logs.len());
+        let log_name = format!(
+            "{}-w{}-{}-{}",
+            self.label,
+            self.walk,
+            Self::name(i),
+            self.logs.len()
+        );
         let op = OperatorProcess::start(&self.kubeconfig, &args, &log_name);
         self.logs.push(op.log.clone());
         self.processes[i] = Some(op);
