@@ -114,6 +114,14 @@ pub enum Error {
         holder: String,
         epoch: u64,
     },
+    /// The parent turned out not to be ours when a refused write of it read it again (another
+    /// tool's tooling, another parent's ID): nothing is written (see
+    /// [`shard::fence::AfterRefusal`]).
+    #[error("{parent}: {cause}")]
+    NotOurs {
+        parent: String,
+        cause: applyset::OwnershipError,
+    },
 }
 
 impl Error {
@@ -129,6 +137,7 @@ impl Error {
             Error::Prune(_) => "prune",
             Error::Unnamed(_) => "unnamed",
             Error::Fenced { .. } => "fenced",
+            Error::NotOurs { .. } => "not_ours",
         }
     }
 }

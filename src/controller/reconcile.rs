@@ -55,6 +55,11 @@ pub async fn reconcile_set<P: Parent>(
             tracing::warn!(error = %e, "fenced: stopped");
             Ok(Action::requeue(super::shards::FENCED_RETRY))
         }
+        // Another tool took the parent while this reconcile wrote it: nothing more is written.
+        Err(e @ Error::NotOurs { .. }) => {
+            let r = Report::failed(Reason::OwnershipConflict, e.to_string());
+            report::write(ctx, scope, &*obj, r).await
+        }
         Err(e) => {
             let hint = forbidden_hint(ctx, scope, matches!(e, Error::Forbidden { .. })).await;
             let msg = format!("{}: {hint}{e}; retrying", scope.parent);

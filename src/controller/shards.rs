@@ -24,7 +24,7 @@ use crate::{
     parent::{self, Parent, Recorded, Shrink},
     shard::{
         ANNOTATION_EPOCH, ANNOTATION_OWNER, FirstWrite, LABEL_BUCKET, assign,
-        fence::{Fence, Owner, check_patch, claim_patch, may_write},
+        fence::{AfterRefusal, Fence, Owner, after_refusal, check_patch, claim_patch},
     },
 };
 
@@ -166,9 +166,10 @@ pub(super) fn fence<P: Parent>(obj: &P, ctx: &Context, scope: SetScope) -> Resul
 /// Writes the parent's metadata (see [`parent::write`]); under sharding, conditional on the
 /// resourceVersion it was read at and with the owner and epoch of the scope's fence. A write
 /// refused for a stale resourceVersion (a status write meanwhile, an edit of its metadata)
-/// reads the parent again and is tried again while nobody else claimed the set and its spec
-/// is the one this reconcile rendered; otherwise [`Error::Fenced`]. A write sent proves the
-/// claim for the member writes.
+/// reads the parent again and is tried again while the parent is still ours, nobody else
+/// claimed the set and its spec is the one this reconcile rendered; otherwise
+/// [`Error::NotOurs`] or [`Error::Fenced`] ([`after_refusal`]). A write sent proves the claim
+/// for the member writes.
 pub(super) async fn write_parent<P: Parent>(
     ctx: &Context,
     scope: &SetScope,
@@ -204,16 +205,18 @@ pub(super) async fn write_parent<P: Parent>(
         let Some(now) = api.get_opt(&scope.parent.name).await? else {
             return Err(fenced(&ctx.metrics, &scope.parent, fence));
         };
-        // Another spec since the one this reconcile rendered: its plan is stale (another
-        // replica may have written members of the new one); it comes back with the new one.
-        let respecified = now.meta().generation != obj.meta().generation;
-        if respecified
-            || now.meta().uid.as_deref() != Some(&fence.uid)
-            || !may_write(&Owner::of(now.meta().annotations.as_ref()), fence)
-        {
-            return Err(fenced(&ctx.metrics, &scope.parent, fence));
+        // Another tool's parent now, another spec (its plan is stale: another replica may
+        // have written members of the new one), another owner: nothing more is written.
+        match after_refusal(now.meta(), obj.meta().generation, &scope.parent, fence) {
+            AfterRefusal::Again => fresh = Some(now),
+            AfterRefusal::NotOurs(cause) => {
+                return Err(Error::NotOurs {
+                    parent: scope.parent.to_string(),
+                    cause,
+                });
+            }
+            AfterRefusal::Fenced => return Err(fenced(&ctx.metrics, &scope.parent, fence)),
         }
-        fresh = Some(now);
     }
     Err(fenced(&ctx.metrics, &scope.parent, fence))
 }

@@ -30,9 +30,11 @@
 //! same as a prune that finished just before the claim. Clocks play no part in this; the
 //! Leases' durations only decide how soon a set moves.
 
+use kube::api::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::{ANNOTATION_EPOCH, ANNOTATION_OWNER, LABEL_BUCKET};
+use crate::applyset::{OwnershipError, ParentRef};
 
 /// Who owns a set, as its annotations say.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -81,6 +83,41 @@ pub fn may_write(now: &Owner, fence: &Fence) -> bool {
         true => now.epoch == fence.epoch,
         false => now.epoch.checked_add(1) == Some(fence.epoch),
     }
+}
+
+/// What a replica does with a write of the parent refused for a stale resourceVersion, once
+/// it has read the parent again (`now`); `rendered`: the generation its reconcile rendered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AfterRefusal {
+    /// Send the write again, on `now`.
+    Again,
+    /// The parent is not ours any more (another tool's, or another parent's ID): nothing is
+    /// written, and the set reports the conflict.
+    NotOurs(OwnershipError),
+    /// Another spec than the one rendered (its plan is stale), another object, or another
+    /// replica's claim: nothing more is written (`Error::Fenced`).
+    Fenced,
+}
+
+/// Decides [`AfterRefusal`]: ownership first (the checks every reconcile starts with), then
+/// the spec, the UID and the claim ([`may_write`]).
+pub fn after_refusal(
+    now: &ObjectMeta,
+    rendered: Option<i64>,
+    parent: &ParentRef,
+    fence: &Fence,
+) -> AfterRefusal {
+    if let Err(e) = crate::parent::check_ownership(now, parent) {
+        return AfterRefusal::NotOurs(e);
+    }
+    let respecified = now.generation != rendered;
+    if respecified
+        || now.uid.as_deref() != Some(fence.uid.as_str())
+        || !may_write(&Owner::of(now.annotations.as_ref()), fence)
+    {
+        return AfterRefusal::Fenced;
+    }
+    AfterRefusal::Again
 }
 
 /// The JSON patch claiming a parent of `uid` last seen at `resource_version` for `holder`,
@@ -204,6 +241,66 @@ mod tests {
             p[2],
             json!({"op": "add", "path": "/metadata/annotations", "value": {
                 "applyset.dev/shard-owner": "r-0/ab12", "applyset.dev/shard-epoch": "1"}})
+        );
+    }
+
+    #[test]
+    fn a_refused_write_read_again_is_sent_again_only_on_a_parent_still_ours_and_unchanged() {
+        use crate::applyset::{ANNOTATION_TOOLING, LABEL_ID, ParentKind};
+        let f = fence();
+        let parent = ParentRef {
+            kind: ParentKind::ApplySet,
+            name: "web".to_owned(),
+            namespace: Some("team-a".to_owned()),
+        };
+        // The parent as read again: ours (tooling, ID), generation 3, UID u1, held by the
+        // fence's holder at its epoch.
+        let meta = |tooling: &str, id: &str, generation: i64, uid: &str, owner: &str| ObjectMeta {
+            generation: Some(generation),
+            uid: Some(uid.to_owned()),
+            labels: Some([(LABEL_ID.to_owned(), id.to_owned())].into()),
+            annotations: Some(
+                [
+                    (ANNOTATION_TOOLING.to_owned(), tooling.to_owned()),
+                    (ANNOTATION_OWNER.to_owned(), owner.to_owned()),
+                    (ANNOTATION_EPOCH.to_owned(), "7".to_owned()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        };
+        let (ours, id) = ("applyset-operator/v0.1.0", parent.id());
+        let decide = |m: &ObjectMeta| after_refusal(m, Some(3), &parent, &f);
+        assert_eq!(
+            decide(&meta(ours, &id, 3, "u1", "r-0/ab12")),
+            AfterRefusal::Again
+        );
+        // Another tool took the parent meanwhile: not written, whatever else holds.
+        assert!(matches!(
+            decide(&meta("kubectl/v1.37", &id, 3, "u1", "r-0/ab12")),
+            AfterRefusal::NotOurs(OwnershipError::ForeignTooling { .. })
+        ));
+        assert!(matches!(
+            decide(&meta("kubectl/v1.37", &id, 4, "u2", "r-1/x")),
+            AfterRefusal::NotOurs(OwnershipError::ForeignTooling { .. })
+        ));
+        // Another parent's ID label.
+        assert!(matches!(
+            decide(&meta(ours, "applyset-other-v1", 3, "u1", "r-0/ab12")),
+            AfterRefusal::NotOurs(OwnershipError::IdMismatch { .. })
+        ));
+        // Ours, but another spec, another object, or another replica's claim.
+        assert_eq!(
+            decide(&meta(ours, &id, 4, "u1", "r-0/ab12")),
+            AfterRefusal::Fenced
+        );
+        assert_eq!(
+            decide(&meta(ours, &id, 3, "u2", "r-0/ab12")),
+            AfterRefusal::Fenced
+        );
+        assert_eq!(
+            decide(&meta(ours, &id, 3, "u1", "r-1/x")),
+            AfterRefusal::Fenced
         );
     }
 
