@@ -59,6 +59,9 @@ impl Mode {
 /// How much of an operator's log [`Operators::holder`] reads: its first line, with room.
 const LOG_HEAD: u64 = 4096;
 
+/// What the operator logs when its health or metrics port is taken (src/main.rs).
+const PORT_TAKEN: &str = "cannot listen on the health or metrics address";
+
 /// The walk's operator processes, by replica index (its name is `r<index>`).
 pub struct Operators {
     mode: Mode,
@@ -228,20 +231,36 @@ impl Operators {
         out
     }
 
-    /// Why an operator process is gone, if one ended by itself.
+    /// Why an operator process is gone, if one ended by itself. One that could not bind its
+    /// health or metrics port (another process took the port the harness picked for it,
+    /// before the operator bound it) did nothing yet: the same replica starts again, on other
+    /// ports, as a new incarnation.
     pub fn exited(&mut self) -> Option<String> {
+        let mut again = Vec::new();
         for (i, slot) in self.processes.iter_mut().enumerate() {
             let Some(op) = slot else { continue };
             let Ok(Some(status)) = op.child.try_wait() else {
                 continue;
             };
             let log = op.log();
+            if log.contains(PORT_TAKEN) {
+                *slot = None;
+                again.push(i);
+                continue;
+            }
             let tail: Vec<&str> = log.lines().rev().take(30).collect();
             return Some(format!(
                 "operator replica {} exited by itself ({status}); the end of its log:\n{}",
                 Self::name(i),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             ));
+        }
+        for i in again {
+            eprintln!(
+                "model walk: replica {} found its port taken; started again",
+                Self::name(i)
+            );
+            self.start(i);
         }
         None
     }
