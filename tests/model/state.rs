@@ -454,8 +454,6 @@ impl Model {
         Ok(())
     }
 
-    /// Prunes, as parent `s`, what it recorded `before` and no longer declares: objects whose
-    /// `part-of` label its manager owns, except those annotated `prune: disabled`.
     /// Whether the prune of parent `s` refuses (docs/design.md §6.3): a ClusterApplySet whose
     /// record names a namespaced kind but no namespace, once it shows an object labelled with
     /// it that it does not declare (retained, or a foreign copy of its label), cannot tell
@@ -477,6 +475,8 @@ impl Model {
             })
     }
 
+    /// Prunes, as parent `s`, what it recorded `before` and no longer declares: objects whose
+    /// `part-of` label its manager owns, except those annotated `prune: disabled`.
     fn prune(&mut self, s: usize, before: &Recorded, declared: &BTreeMap<Key, Decl>) {
         let doomed: Vec<Key> = self
             .objects

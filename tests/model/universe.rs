@@ -90,13 +90,14 @@ impl Kind {
         }
     }
 
-    /// Whether the walk declares this kind with `applyset.dev/prune: disabled` or lets a
-    /// foreign actor annotate it so (not the Gadget CRD and its Gadgets: a retained Gadget
-    /// would keep its CRD, which the model does not follow).
+    /// Whether objects of this kind live in a namespace.
     pub fn namespaced(self) -> bool {
         !matches!(self, Kind::Crd | Kind::Namespace)
     }
 
+    /// Whether the walk declares this kind with `applyset.dev/prune: disabled` or lets a
+    /// foreign actor annotate it so (not the Gadget CRD and its Gadgets: a retained Gadget
+    /// would keep its CRD, which the model does not follow).
     pub fn may_be_retained(self) -> bool {
         !matches!(self, Kind::Crd | Kind::Gadget)
     }
