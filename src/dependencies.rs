@@ -6,29 +6,25 @@
 //!   ([`blocking_dependent`]).
 //! - **The index** ([`Dependencies`]): each set's dependencies as of its last reconcile, and
 //!   the reverse (each dependency's dependents), updated by every reconcile and cleared on
-//!   deletion; plus read access to the controllers' caches of both parent kinds. The parent
-//!   watches report every event to [`Dependencies::on_event`], which names the sets to
-//!   reconcile: the dependents of a set whose readiness changed, and the dependencies (being
-//!   deleted) of a set that is gone.
+//!   deletion. The parent watches report every event to [`Dependencies::on_event`], which
+//!   keeps what the rules read of every parent listed, whichever replica owns it (a few
+//!   hundred bytes each: the controllers' caches hold only the sets this replica reconciles),
+//!   and names the sets to reconcile: the dependents of a set whose readiness changed, and the
+//!   dependencies (being deleted) of a set that is gone.
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::OnceLock,
     time::Duration,
 };
 
 use k8s_openapi::jiff::Timestamp;
-use kube::{
-    Client, ResourceExt,
-    api::ObjectMeta,
-    runtime::{reflector::Store, watcher},
-};
+use kube::{Client, ResourceExt, api::ObjectMeta, runtime::watcher};
 use parking_lot::Mutex;
 
 use crate::{
     api::{ApplySetSpec, ApplySetStatus, DependencyKind},
     applyset::{FINALIZER, ParentKind, ParentRef},
-    parent::{AnyParent, AnyStore, Parent},
+    parent::{AnyParent, Parent},
     status,
     tenancy::Defaults,
 };
@@ -336,24 +332,73 @@ pub fn blocking_dependent(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The index and the caches
+// The index and the parents listed
 
-/// Whether a parent is ready as a dependency ([`verdict`]).
-fn verdict_of(p: &AnyParent) -> Result<(), NotReady> {
-    verdict(&p.parent_ref(), Some((p.meta(), p.status())))
+/// What the rules read of one parent: its [`verdict`] as a dependency, and what the deletion
+/// order reads ([`Candidate`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    verdict: Result<(), NotReady>,
+    depends_on: Vec<ParentRef>,
+    deleting_since: Option<i64>,
+    deletes_members: bool,
 }
 
-/// A parent as the deletion order looks at it.
-fn candidate(p: &AnyParent) -> Candidate {
-    let meta = p.meta();
-    let spec = p.spec();
-    let parent = p.parent_ref();
-    Candidate {
-        depends_on: resolve_lenient(&parent, spec),
-        parent,
-        deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
-        deletes_members: spec.deletion_policy.deletes_members(spec.prune)
-            && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
+impl Seen {
+    fn of<P: Parent>(o: &P) -> Seen {
+        let (meta, spec, parent) = (o.meta(), o.spec(), o.parent_ref());
+        Seen {
+            verdict: verdict(&parent, Some((meta, o.status()))),
+            depends_on: resolve_lenient(&parent, spec),
+            deleting_since: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+            deletes_members: spec.deletion_policy.deletes_members(spec.prune)
+                && meta.finalizers.iter().flatten().any(|f| f == FINALIZER),
+        }
+    }
+
+    fn candidate(&self, parent: &ParentRef) -> Candidate {
+        Candidate {
+            parent: parent.clone(),
+            depends_on: self.depends_on.clone(),
+            deleting_since: self.deleting_since,
+            deletes_members: self.deletes_members,
+        }
+    }
+}
+
+/// The parents of one kind as its watch lists them ([`Seen`]): the last full list with the
+/// changes since. A new list replaces it when it ends, as the kube-runtime store does (a
+/// parent deleted while the watch was away is gone then).
+#[derive(Default)]
+struct Listed {
+    now: HashMap<ParentRef, Seen>,
+    /// A list in progress.
+    listing: Option<HashMap<ParentRef, Seen>>,
+    /// Whether a list has ended once.
+    synced: bool,
+}
+
+impl Listed {
+    fn apply<P: Parent>(&mut self, event: &watcher::Event<P>) {
+        match event {
+            watcher::Event::Init => self.listing = Some(HashMap::new()),
+            watcher::Event::InitApply(o) => {
+                let into = self.listing.as_mut().unwrap_or(&mut self.now);
+                into.insert(o.parent_ref(), Seen::of(o));
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = self.listing.take() {
+                    self.now = listed;
+                }
+                self.synced = true;
+            }
+            watcher::Event::Apply(o) => {
+                self.now.insert(o.parent_ref(), Seen::of(o));
+            }
+            watcher::Event::Delete(o) => {
+                self.now.remove(&o.parent_ref());
+            }
+        }
     }
 }
 
@@ -378,7 +423,7 @@ pub enum Refusal {
 pub enum Waiting {
     /// Nothing: go ahead.
     No,
-    /// The caches of the parents have not been listed yet.
+    /// The parent watches have not listed every parent yet.
     Caches,
     /// `dependent`, at most `remaining` longer.
     For {
@@ -441,22 +486,25 @@ impl Index {
     }
 }
 
-/// The dependency index and read access to the parent caches, shared by every reconcile.
+/// The dependency index and the parents listed, shared by every reconcile.
 #[derive(Default)]
 pub struct Dependencies {
     index: Mutex<Index>,
-    applysets: OnceLock<AnyStore>,
-    cluster_applysets: OnceLock<AnyStore>,
+    applysets: Mutex<Listed>,
+    cluster_applysets: Mutex<Listed>,
 }
 
 impl Dependencies {
-    /// Gives access to the cache of the parents of kind `P` (each controller's store).
-    pub fn use_store<P: Parent>(&self, store: Store<P>) {
-        let store = P::any_store(store);
-        let _ = match store {
-            AnyStore::ApplySet(_) => self.applysets.set(store),
-            AnyStore::ClusterApplySet(_) => self.cluster_applysets.set(store),
-        };
+    fn listed(&self, kind: ParentKind) -> &Mutex<Listed> {
+        match kind {
+            ParentKind::ApplySet => &self.applysets,
+            ParentKind::ClusterApplySet => &self.cluster_applysets,
+        }
+    }
+
+    /// What the rules read of `parent`, if its watch listed it.
+    fn seen(&self, parent: &ParentRef) -> Option<Seen> {
+        self.listed(parent.kind).lock().now.get(parent).cloned()
     }
 
     /// Records what `parent` depends on now (replacing what it depended on before).
@@ -470,13 +518,21 @@ impl Dependencies {
     }
 
     /// How many sets the index holds (`applyset_tracked_sets`): sets with dependencies, and
-    /// dependencies with dependents.
-    pub fn tracked_sets(&self) -> [(&'static str, usize); 2] {
+    /// dependencies with dependents; and how many parents of each kind are listed.
+    pub fn tracked_sets(&self) -> [(&'static str, usize); 4] {
         let (depends_on, dependents) = {
             let i = self.index.lock();
             (i.depends_on.len(), i.dependents.len())
         };
-        [("depends_on", depends_on), ("dependents", dependents)]
+        [
+            ("depends_on", depends_on),
+            ("dependents", dependents),
+            ("listed_applysets", self.applysets.lock().now.len()),
+            (
+                "listed_cluster_applysets",
+                self.cluster_applysets.lock().now.len(),
+            ),
+        ]
     }
 
     /// The sets that depend on `parent`, as of their last reconcile, sorted.
@@ -494,32 +550,20 @@ impl Dependencies {
             .unwrap_or_default()
     }
 
-    /// `parent` from the caches.
-    pub fn cached(&self, parent: &ParentRef) -> Option<AnyParent> {
-        let store = match parent.kind {
-            ParentKind::ApplySet => self.applysets.get()?,
-            ParentKind::ClusterApplySet => self.cluster_applysets.get()?,
-        };
-        store.get(parent)
-    }
-
-    /// `parent` from the caches, else from the API server (a set the caches do not hold:
-    /// outside the operator's namespace or label selector, or not listed yet); `Ok(None)` when
-    /// it does not exist.
-    async fn lookup(
-        &self,
-        client: &Client,
-        parent: &ParentRef,
-    ) -> Result<Option<AnyParent>, NotReady> {
-        if let Some(found) = self.cached(parent) {
-            return Ok(Some(found));
+    /// The [`verdict`] on `dependency`: as listed, else read from the API server (a set the
+    /// watches do not list: outside the operator's namespace or label selector, or not
+    /// listed yet).
+    async fn verdict_now(&self, client: &Client, dependency: &ParentRef) -> Result<(), NotReady> {
+        if let Some(seen) = self.seen(dependency) {
+            return seen.verdict;
         }
-        AnyParent::get(client, parent)
+        let found = AnyParent::get(client, dependency)
             .await
             .map_err(|e| NotReady::Unreadable {
-                dependency: parent.clone(),
+                dependency: dependency.clone(),
                 cause: e.to_string(),
-            })
+            })?;
+        verdict(dependency, found.as_ref().map(|f| (f.meta(), f.status())))
     }
 
     /// The gate of a reconcile (docs/design.md §4, step 0): records what `parent` depends on, then
@@ -571,8 +615,8 @@ impl Dependencies {
             return Err(Refusal::Cycle { cycle, others });
         }
         for d in &dependencies {
-            let found = self.lookup(client, d).await.map_err(Refusal::NotReady)?;
-            verdict(d, found.as_ref().map(|f| (f.meta(), f.status())))
+            self.verdict_now(client, d)
+                .await
                 .map_err(Refusal::NotReady)?;
         }
         Ok(())
@@ -589,14 +633,15 @@ impl Dependencies {
         index.in_cycle.clone()
     }
 
-    /// The sets to reconcile after an event of the watch of parents of kind `P` (the cache
-    /// already updated):
+    /// Records what the rules read of the parent of `event` (an event of the watch of parents
+    /// of kind `P`), and names the sets to reconcile after it:
     /// - a set added or changed whose verdict as a dependency changed: when it became ready,
     ///   its dependents; otherwise its dependents that are not ready themselves (so that what
     ///   they say stays true; one that is ready finds out at its own next reconcile).
     /// - a set gone: its dependents that are not ready, and its dependencies being deleted
     ///   (they may have been waiting for it). Its own dependencies are forgotten.
     pub fn on_event<P: Parent>(&self, event: &watcher::Event<P>) -> Vec<ParentRef> {
+        self.listed(P::KIND).lock().apply(event);
         match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
                 let parent = o.parent_ref();
@@ -627,38 +672,37 @@ impl Dependencies {
                     index.dependents_of(&parent)
                 };
                 let mut out = self.not_ready(dependents);
-                out.extend(resolve_lenient(&parent, o.spec()).into_iter().filter(|d| {
-                    self.cached(d)
-                        .is_some_and(|f| f.meta().deletion_timestamp.is_some())
-                }));
+                out.extend(
+                    resolve_lenient(&parent, o.spec())
+                        .into_iter()
+                        .filter(|d| self.seen(d).is_some_and(|s| s.deleting_since.is_some())),
+                );
                 out
             }
             watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
         }
     }
 
-    /// The sets of `parents` that are not ready themselves (or not in the caches).
+    /// The sets of `parents` that are not ready themselves (or not listed).
     fn not_ready(&self, parents: Vec<ParentRef>) -> Vec<ParentRef> {
         parents
             .into_iter()
-            .filter(|p| self.cached(p).is_none_or(|f| verdict_of(&f).is_err()))
+            .filter(|p| self.seen(p).is_none_or(|s| s.verdict.is_err()))
             .collect()
     }
 
     /// Which dependent `me`, being deleted with `spec`, waits for (see
-    /// [`blocking_dependent`]; patience: `spec.timeout`), looked up in the caches of both
-    /// kinds — not in the index, which is empty after a restart until every set reconciled.
-    /// `now`: the current time.
+    /// [`blocking_dependent`]; patience: `spec.timeout`), looked up in the parents listed of
+    /// both kinds — not in the index, which is empty after a restart until every set
+    /// reconciled. `now`: the current time.
     pub fn waiting_for(&self, me: &ParentRef, spec: &ApplySetSpec, now: Timestamp) -> Waiting {
         let mut candidates = Vec::new();
-        for store in [self.applysets.get(), self.cluster_applysets.get()]
-            .into_iter()
-            .flatten()
-        {
-            let Some(parents) = store.listed() else {
+        for kind in [ParentKind::ApplySet, ParentKind::ClusterApplySet] {
+            let listed = self.listed(kind).lock();
+            if !listed.synced {
                 return Waiting::Caches;
-            };
-            candidates.extend(parents.iter().map(candidate));
+            }
+            candidates.extend(listed.now.iter().map(|(p, s)| s.candidate(p)));
         }
         // Only the dependencies the gate would let through (see `confined`).
         let candidates: Vec<Candidate> = candidates
@@ -1221,6 +1265,51 @@ mod tests {
         let gone = watcher::Event::Delete(applyset("t", "crds", 2, ready(2)));
         assert_eq!(d.on_event(&gone), vec![web]);
         assert!(d.dependents_of(&c("base")).is_empty());
+    }
+
+    #[test]
+    fn every_parent_listed_is_known_to_the_rules_and_a_new_list_replaces_the_last() {
+        use crate::api::ClusterApplySet;
+        let d = Dependencies::default();
+        let crds = a("t", "crds");
+        // `web` depends on `crds` and is being deleted, deleting its members.
+        let web = || {
+            let mut o = applyset("t", "web", 1, None);
+            o.spec.depends_on = vec![dep("crds", None, DependencyKind::ApplySet)];
+            o.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+            o.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(1000).unwrap()));
+            o
+        };
+        let now = Timestamp::from_second(1010).unwrap();
+        let list = |objects: Vec<ApplySet>| {
+            d.on_event::<ApplySet>(&watcher::Event::Init);
+            for o in objects {
+                d.on_event(&watcher::Event::InitApply(o));
+            }
+            d.on_event::<ApplySet>(&watcher::Event::InitDone);
+        };
+        // Until both kinds are listed, a set being deleted cannot tell who waits for it.
+        list(vec![web(), applyset("t", "crds", 1, ready(1))]);
+        assert_eq!(d.waiting_for(&crds, &spec(vec![]), now), Waiting::Caches);
+        d.on_event::<ClusterApplySet>(&watcher::Event::Init);
+        d.on_event::<ClusterApplySet>(&watcher::Event::InitDone);
+        assert!(matches!(
+            d.waiting_for(&crds, &spec(vec![]), now),
+            Waiting::For { dependent, .. } if dependent == a("t", "web")
+        ));
+        assert_eq!(d.seen(&crds).map(|s| s.verdict), Some(Ok(())));
+        assert_eq!(d.tracked_sets()[2], ("listed_applysets", 2));
+        // Listed again without `web` (deleted while the watch was away): gone from the rules.
+        list(vec![applyset("t", "crds", 2, ready(1))]);
+        assert_eq!(d.waiting_for(&crds, &spec(vec![]), now), Waiting::No);
+        assert!(d.seen(&a("t", "web")).is_none());
+        assert!(matches!(
+            d.seen(&crds).map(|s| s.verdict),
+            Some(Err(NotReady::NotReconciled { generation: 2, .. }))
+        ));
+        // Deleted: forgotten.
+        d.on_event(&watcher::Event::Delete(applyset("t", "crds", 2, None)));
+        assert_eq!(d.tracked_sets()[2], ("listed_applysets", 0));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! metrics and logs), the split is within ±25 % of even, each replica's member watches hold
 //! only its share; a replica SIGKILLed: its sets' drift is corrected within the Lease
 //! duration + 5 s; a fourth replica: about a quarter of the sets move to it, no other set
-//! moves; a replica paused (SIGSTOP) past its Lease and resumed deletes nothing the new
+//! moves, and the replicas that lost them forget them (their info series); a replica paused (SIGSTOP) past its Lease and resumed deletes nothing the new
 //! owners wrote meanwhile. And the fence itself, against the API server: a claim taken by
 //! another refuses the first claimant's proof.
 
@@ -304,7 +304,8 @@ async fn replicas_share_the_sets_hand_them_over_and_fence_the_one_that_lost_them
     r.start("r-3");
     let four = r.names();
     r.wait_assigned(&four).await;
-    let after = wait_owned(&h, &expected_owners(&h.ns, &four)).await;
+    let owners_of_four = expected_owners(&h.ns, &four);
+    let after = wait_owned(&h, &owners_of_four).await;
     let moved: Vec<&String> = before.keys().filter(|s| before[*s] != after[*s]).collect();
     assert!(
         moved.iter().all(|s| replica(&after[*s]) == "r-3"),
@@ -320,9 +321,29 @@ async fn replicas_share_the_sets_hand_them_over_and_fence_the_one_that_lost_them
         "a fourth replica: {} of {SETS} sets moved, all to it",
         moved.len()
     );
+    info_series_follow_the_owners(&r, &owners_of_four).await;
     wait_all_ready(&h).await;
 
     paused_replica_deletes_nothing_it_lost(&mut r, &h, &four).await;
+}
+
+/// Each replica's info series name exactly the sets it owns now: a set that moved is
+/// forgotten by the replica that lost it.
+async fn info_series_follow_the_owners(r: &Replicas, want: &BTreeMap<String, String>) {
+    for (name, p) in &r.procs {
+        wait_for(
+            "the replica's info series to name the sets it owns, and no other",
+            DEADLINE,
+            || async {
+                let m = p.metrics()?;
+                want.iter()
+                    .all(|(s, owner)| m.contains(&format!("name=\"{s}\"")) == (owner == name))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    eprintln!("every replica's info series follow the owners");
 }
 
 /// Each set is owned by the replica rendezvous hashing names; only that replica's metrics

@@ -5,6 +5,7 @@
 //! [`report`]; the workers shared between namespaces in [`workers`]; `/readyz`'s answer in
 //! [`readiness`]. The metrics read the controller's state through [`crate::metrics::Observed`].
 
+mod cached;
 mod cleanup;
 mod config;
 mod events;
@@ -20,7 +21,10 @@ mod workers;
 use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -351,10 +355,13 @@ impl Operator {
 }
 
 /// What triggers a reconcile: spec changes (generation), deletion, a new
-/// `applyset.dev/reconcile-requested-at`, and whether the parent passes the ownership checks
-/// (so removing a wrong id label repairs it at once) — not status writes, and not the
-/// operator's own metadata writes (labels, annotations, the finalizer it adds on the way).
-fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
+/// `applyset.dev/reconcile-requested-at`, whether the parent passes the ownership checks
+/// (so removing a wrong id label repairs it at once), and a new watch (`incarnation`: under
+/// `--shards auto` the watch starts again at every change of this replica's buckets, and
+/// every set of its list reconciles once: the ones gained start) — not status writes, and
+/// not the operator's own metadata writes (labels, annotations, the finalizer it adds on the
+/// way).
+fn trigger_hash<P: Parent>(obj: &P, incarnation: u64) -> Option<u64> {
     let meta = obj.meta();
     let mut h = DefaultHasher::new();
     meta.generation.hash(&mut h);
@@ -366,11 +373,13 @@ fn trigger_hash<P: Parent>(obj: &P) -> Option<u64> {
         .as_ref()
         .and_then(|a| a.get(applyset::ANNOTATION_RECONCILE_REQUESTED_AT))
         .hash(&mut h);
+    incarnation.hash(&mut h);
     Some(h.finish())
 }
 
-/// The watch of parents of kind `P` (in the watch namespace, with the label selector),
-/// reflected into `writer`'s store; what the controller reconciles.
+/// The watch of parents of kind `P` (in the watch namespace, with the label selector): every
+/// parent it lists is known to the dependency rules; the ones this replica reconciles are
+/// reflected into `writer`'s store ([`cached`]), and trigger the controller.
 fn parent_stream<P: Parent>(
     ctx: &Arc<Context>,
     writer: reflector::store::Writer<P>,
@@ -380,19 +389,49 @@ fn parent_stream<P: Parent>(
     if let Some(sel) = &ctx.config.label_selector {
         wc = wc.labels(sel);
     }
-    let (queued, gone, deps) = (ctx.metrics.clone(), ctx.clone(), ctx.clone());
-    // Under --shards auto the watch lists again at every change of this replica's buckets:
-    // the sets it owns are cached in full, the others slim.
+    let (queued, gone, deps, owner) = (ctx.metrics.clone(), ctx.clone(), ctx.clone(), ctx.clone());
+    // Under --shards auto the watch starts again at every change of this replica's buckets
+    // (the new one's list caches the sets it owns now).
+    let incarnation = Arc::new(AtomicU64::new(0));
+    let started = incarnation.clone();
     let watch = move || {
+        started.fetch_add(1, Ordering::Relaxed);
         watcher(api.clone(), wc.clone())
             .backoff(crate::backoff::backoff())
             .boxed()
     };
-    let slim = ctx.clone();
+    let mut cache = cached::Cached::default();
     shards::restarting(watch, shards::assignment_changes(ctx))
-        .modify(move |o: &mut P| {
-            o.managed_fields_mut().clear();
-            shards::slim_unless_owned(&slim, o);
+        .modify(|o: &mut P| o.managed_fields_mut().clear())
+        // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
+        // dependencies it held up; every parent counts, whichever replica owns it (and
+        // before the filter: status changes count here).
+        .inspect(move |e| {
+            if let Ok(e) = e {
+                deps.members.trigger_parents(deps.dependencies.on_event(e));
+            }
+        })
+        // Only the sets this replica reconciles are cached; one that left the cache without
+        // a Delete (moved to another replica, or deleted while the watch was away) is
+        // forgotten. A reconcile of it still running may record it again: it is triggered
+        // too, and the controller, which runs it only after that one ended, finds it gone
+        // and forgets it then (`ended`).
+        .filter(move |e| {
+            let cache = match e {
+                Ok(e) => {
+                    let admitted = cache.admit(e, |id| shards::owns(&owner, id));
+                    for (parent, uid) in &admitted.left {
+                        owner.forget(parent, uid.as_deref());
+                    }
+                    if !admitted.left.is_empty() {
+                        let left = admitted.left.into_iter().map(|(p, _)| p).collect();
+                        owner.members.trigger_parents(left);
+                    }
+                    admitted.cache
+                }
+                Err(_) => true,
+            };
+            std::future::ready(cache)
         })
         .reflect(writer)
         // A parent deleted, or no longer selected (moved to another shard by its label):
@@ -404,15 +443,11 @@ fn parent_stream<P: Parent>(
                 gone.forget(&o.parent_ref(), o.meta().uid.as_deref());
             }
         })
-        // dependsOn: a parent whose readiness changed reconciles its dependents, one gone the
-        // dependencies it held up (before the filter: status changes count here).
-        .inspect(move |e| {
-            if let Ok(e) = e {
-                deps.members.trigger_parents(deps.dependencies.on_event(e));
-            }
-        })
         .applied_objects()
-        .predicate_filter(trigger_hash::<P>, Default::default())
+        .predicate_filter(
+            move |o: &P| trigger_hash(o, incarnation.load(Ordering::Relaxed)),
+            Default::default(),
+        )
         .inspect(move |o| {
             if let Ok(o) = o {
                 queued.triggered(P::KIND.kind(), &o.parent_ref().to_string());
@@ -427,7 +462,6 @@ async fn run_controller<P: Parent>(
     drift: futures::channel::mpsc::UnboundedReceiver<kube::runtime::reflector::ObjectRef<P>>,
 ) {
     let (reader, writer) = reflector::store();
-    ctx.dependencies.use_store(reader.clone());
     let synced = {
         let reader = reader.clone();
         let ready = ready.clone();
@@ -453,7 +487,6 @@ async fn run_controller<P: Parent>(
     };
     let controller = Controller::for_stream(stream, reader)
         .reconcile_on(drift)
-        .reconcile_all_on(shards::assignment_changes(&ctx))
         .watches_stream(
             referenced_watch::<ConfigMap>(&ctx),
             referenced_mapper::<P, ConfigMap>(ctx.clone(), ObjectKind::ConfigMap),
@@ -589,8 +622,9 @@ fn queue_key<P: Parent>(r: &ObjectRef<P>) -> String {
 /// triggered again when one of its namespace's reconciles ends).
 async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> {
     let parent = obj.parent_ref();
-    // Under --shards auto, another replica's set: nothing of it is kept here (it comes back
-    // with a change of the assignment, which reconciles every set).
+    // Under --shards auto, a set that moved to another replica since it was triggered:
+    // nothing of it is kept here (it comes back, if it does, in the list that follows a
+    // change of the assignment).
     if !shards::owns(&ctx, &parent.id()) {
         ctx.forget(&parent, obj.meta().uid.as_deref());
         return Ok(Action::await_change());
@@ -693,9 +727,6 @@ async fn reconcile_parent<P: Parent>(
     if !shards::owns(ctx, &scope.id) {
         return Ok(Action::await_change());
     }
-    let Some(obj) = shards::in_full(ctx, obj).await? else {
-        return Ok(Action::await_change());
-    };
     let scope = shards::fence(&*obj, ctx, scope)?;
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet

@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, stream::BoxStream};
 use kube::{
-    Client, ResourceExt,
+    Client,
     api::{Patch, PatchParams},
 };
 
@@ -59,8 +59,8 @@ pub(super) async fn follow(ctx: Arc<Context>) {
 }
 
 /// A tick at every change of this replica's buckets (changes within [`SETTLE`] as one): the
-/// controllers then reconcile every set they know (the ones gained start, the ones lost are
-/// forgotten). Never ticks without sharding.
+/// parent watches start again, and their lists cache and reconcile the sets it owns now
+/// (the ones gained start; the ones lost are forgotten). Never ticks without sharding.
 pub(super) fn assignment_changes(ctx: &Context) -> BoxStream<'static, ()> {
     let Some(shards) = &ctx.config.shards else {
         return futures::stream::pending().boxed();
@@ -98,29 +98,6 @@ where
         },
     )
     .boxed()
-}
-
-/// Under `--shards auto`, slims a cached parent this replica does not own (see
-/// [`Parent::slim`]).
-pub(super) fn slim_unless_owned<P: Parent>(ctx: &Context, o: &mut P) {
-    if !owns(ctx, &o.parent_ref().id()) {
-        o.slim();
-    }
-}
-
-/// The parent in full: `obj` itself, or, when the cache holds it slim, read again (None:
-/// gone).
-pub(super) async fn in_full<P: Parent>(ctx: &Context, obj: Arc<P>) -> Result<Option<Arc<P>>> {
-    if !obj.is_slim() {
-        return Ok(Some(obj));
-    }
-    let parent = obj.parent_ref();
-    let api = P::api(ctx.client.clone(), parent.namespace.as_deref());
-    let mut full = api.get_opt(&parent.name).await?;
-    if let Some(o) = full.as_mut() {
-        o.managed_fields_mut().clear();
-    }
-    Ok(full.map(Arc::new))
 }
 
 /// Whether this replica reconciles the set of ID `id` now: always without sharding.

@@ -1,14 +1,13 @@
 //! [`AnyParent`]: an ApplySet or a ClusterApplySet, as one value — read by its
-//! [`ParentRef`] ([`AnyParent::get`]) or listed ([`AnyParent::list`]), from the API server or
-//! a controller's cache ([`AnyStore`]). What every reader of "a set, of either kind" uses:
-//! the plugin's `get`, `tree` and `diff`, and the dependency gate.
+//! [`ParentRef`] ([`AnyParent::get`]) or listed ([`AnyParent::list`]) from the API server.
+//! What every reader of "a set, of either kind" uses: the plugin's `get`, `tree` and `diff`,
+//! and the dependency gate.
 
 use std::sync::Arc;
 
 use kube::{
     Api, Client, Resource,
     api::{ListParams, ObjectMeta},
-    runtime::reflector::{ObjectRef, Store},
 };
 
 use super::Parent;
@@ -22,13 +21,6 @@ use crate::{
 pub enum AnyParent {
     ApplySet(Arc<ApplySet>),
     ClusterApplySet(Arc<ClusterApplySet>),
-}
-
-/// A controller's cache of the parents of one kind.
-#[derive(Clone)]
-pub enum AnyStore {
-    ApplySet(Store<ApplySet>),
-    ClusterApplySet(Store<ClusterApplySet>),
 }
 
 impl AnyParent {
@@ -112,43 +104,6 @@ async fn listed<P: Parent>(api: Api<P>) -> kube::Result<Vec<AnyParent>> {
         .into_iter()
         .map(|o| Arc::new(o).into_any())
         .collect())
-}
-
-impl AnyStore {
-    /// `parent` from the cache, if it holds it (a store of the other kind holds none).
-    pub fn get(&self, parent: &ParentRef) -> Option<AnyParent> {
-        match (self, parent.kind) {
-            (AnyStore::ApplySet(s), ParentKind::ApplySet) => {
-                let r = ObjectRef::new(&parent.name).within(parent.namespace.as_deref()?);
-                Some(AnyParent::ApplySet(s.get(&r)?))
-            }
-            (AnyStore::ClusterApplySet(s), ParentKind::ClusterApplySet) => Some(
-                AnyParent::ClusterApplySet(s.get(&ObjectRef::new(&parent.name))?),
-            ),
-            _ => None,
-        }
-    }
-}
-
-impl AnyStore {
-    /// Every parent the cache holds, once it has been listed (`None` before; a cache whose
-    /// watch has ended answers with what it last held).
-    pub fn listed(&self) -> Option<Vec<AnyParent>> {
-        use futures::FutureExt;
-        match self {
-            AnyStore::ApplySet(s) => {
-                // Ready, or its writer gone (then its last state is all there is).
-                let _ = s.wait_until_ready().now_or_never()?;
-                Some(s.state().into_iter().map(AnyParent::ApplySet).collect())
-            }
-            AnyStore::ClusterApplySet(s) => {
-                // Ready, or its writer gone (then its last state is all there is).
-                let _ = s.wait_until_ready().now_or_never()?;
-                let all = s.state().into_iter();
-                Some(all.map(AnyParent::ClusterApplySet).collect())
-            }
-        }
-    }
 }
 
 impl From<Arc<ApplySet>> for AnyParent {

@@ -17,7 +17,7 @@ use serde_json::json;
 
 mod any;
 
-pub use any::{AnyParent, AnyStore};
+pub use any::AnyParent;
 
 use crate::{
     Error, Result,
@@ -35,10 +35,6 @@ pub fn tooling() -> String {
     applyset::tooling_value(concat!("v", env!("CARGO_PKG_VERSION")))
 }
 
-/// The mark, in memory only, of a parent cached without its spec's manifests and sources
-/// (see [`Parent::slim`]); never written.
-pub const SLIM: &str = "applyset.dev/cached-slim";
-
 /// What both parent kinds have in common.
 pub trait Parent:
     Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
@@ -50,41 +46,6 @@ pub trait Parent:
     fn api(client: Client, namespace: Option<&str>) -> Api<Self>;
     /// The object as a parent of either kind.
     fn into_any(self: std::sync::Arc<Self>) -> AnyParent;
-    /// A cache of objects of this kind, as a cache of either kind.
-    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore;
-    /// The spec and status, to change.
-    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>);
-
-    /// Keeps in a cache only what other sets read of this one (its metadata, conditions,
-    /// `dependsOn`, deletion policy): its manifests, sources and the long lists of its
-    /// status go, and it is marked [`SLIM`]. Under `--shards auto`, for the sets another
-    /// replica owns; a reconcile reads a slim parent again before it uses it.
-    fn slim(&mut self) {
-        self.annotations_mut()
-            .insert(SLIM.to_string(), "true".to_string());
-        let (spec, status) = self.parts_mut();
-        spec.manifests = Vec::new();
-        spec.sources = Vec::new();
-        spec.health_checks = Vec::new();
-        spec.health_check_exprs = Vec::new();
-        spec.ignore = Vec::new();
-        spec.kustomize = None;
-        spec.post_build = None;
-        spec.decryption = None;
-        if let Some(status) = status {
-            status.members = Vec::new();
-            status.plan = None;
-            status.failures = Vec::new();
-        }
-    }
-
-    /// Whether this is a slim copy (see [`Parent::slim`]).
-    fn is_slim(&self) -> bool {
-        self.meta()
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(SLIM))
-    }
 
     fn parent_ref(&self) -> ParentRef {
         ParentRef {
@@ -115,12 +76,6 @@ impl Parent for ApplySet {
     fn into_any(self: std::sync::Arc<Self>) -> AnyParent {
         AnyParent::ApplySet(self)
     }
-    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore {
-        AnyStore::ApplySet(store)
-    }
-    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>) {
-        (&mut self.spec, self.status.as_mut())
-    }
 }
 
 impl Parent for ClusterApplySet {
@@ -134,14 +89,8 @@ impl Parent for ClusterApplySet {
     fn api(client: Client, _namespace: Option<&str>) -> Api<Self> {
         Api::all(client)
     }
-    fn parts_mut(&mut self) -> (&mut ApplySetSpec, Option<&mut ApplySetStatus>) {
-        (&mut self.spec.0, self.status.as_mut())
-    }
     fn into_any(self: std::sync::Arc<Self>) -> AnyParent {
         AnyParent::ClusterApplySet(self)
-    }
-    fn any_store(store: kube::runtime::reflector::Store<Self>) -> AnyStore {
-        AnyStore::ClusterApplySet(store)
     }
 }
 
