@@ -3,35 +3,37 @@
 //! another replica owns costs this one only what the dependency rules keep of it
 //! (`dependencies`), not its object.
 //!
-//! It also names the parents that left the cache without a Delete event: a new list (the
-//! watch restarted at a change of this replica's buckets, or it listed again after a gap)
-//! that no longer has them, because they moved to another replica or were deleted meanwhile.
-//! The controller forgets them.
+//! A list (the watch started again at a change of this replica's buckets, or listing again
+//! after a gap) fills the cache only when it ends: kube-runtime's store swaps it in at
+//! InitDone. So at its end this names the parents that left the cache without a Delete
+//! (moved to another replica, or deleted meanwhile), for the controller to forget, and the
+//! ones that entered it (gained, or created meanwhile), for the controller to reconcile: a
+//! reconcile that their list's own events triggered may have looked for them in the cache
+//! before the swap, and found nothing.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use kube::runtime::watcher::Event;
 
 use crate::{applyset::ParentRef, parent::Parent};
 
-/// Known parents, each with its UID.
-type Known = HashMap<ParentRef, Option<String>>;
-
 /// The parents in the cache, as its watch's events put them there.
 #[derive(Default)]
 pub(super) struct Cached {
-    now: Known,
+    now: HashSet<ParentRef>,
     /// Those of a list in progress.
-    listing: Option<Known>,
+    listing: Option<HashSet<ParentRef>>,
 }
 
 /// What becomes of one event of the watch.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Admitted {
     /// Whether the event goes on to the cache.
     pub cache: bool,
-    /// Parents (with their UIDs) the cache no longer holds, though no Delete said so.
-    pub left: Vec<(ParentRef, Option<String>)>,
+    /// At the end of a list: the parents the cache no longer holds, though no Delete said so.
+    pub left: Vec<ParentRef>,
+    /// At the end of a list: the parents the cache holds now and did not before.
+    pub entered: Vec<ParentRef>,
 }
 
 impl Cached {
@@ -45,11 +47,11 @@ impl Cached {
     ) -> Admitted {
         let only = |cache| Admitted {
             cache,
-            left: Vec::new(),
+            ..Admitted::default()
         };
         match event {
             Event::Init => {
-                self.listing = Some(Known::new());
+                self.listing = Some(HashSet::new());
                 only(true)
             }
             Event::InitApply(o) => {
@@ -57,28 +59,36 @@ impl Cached {
                 if !owns(&parent.id()) {
                     return only(false);
                 }
-                let into = self.listing.as_mut().unwrap_or(&mut self.now);
-                into.insert(parent, o.meta().uid.clone());
+                self.listing
+                    .as_mut()
+                    .unwrap_or(&mut self.now)
+                    .insert(parent);
                 only(true)
             }
             Event::InitDone => {
                 let Some(listed) = self.listing.take() else {
                     return only(true);
                 };
-                let before = std::mem::replace(&mut self.now, listed);
-                let mut left: Vec<_> = before
-                    .into_iter()
-                    .filter(|(p, _)| !self.now.contains_key(p))
-                    .collect();
-                left.sort_by_key(|(p, _)| p.to_string());
-                Admitted { cache: true, left }
+                let sorted = |d: std::collections::hash_set::Difference<'_, _, _>| {
+                    let mut v: Vec<ParentRef> = d.cloned().collect();
+                    v.sort_by_key(ToString::to_string);
+                    v
+                };
+                let left = sorted(self.now.difference(&listed));
+                let entered = sorted(listed.difference(&self.now));
+                self.now = listed;
+                Admitted {
+                    cache: true,
+                    left,
+                    entered,
+                }
             }
             Event::Apply(o) => {
                 let parent = o.parent_ref();
-                if !owns(&parent.id()) && !self.now.contains_key(&parent) {
+                if !owns(&parent.id()) && !self.now.contains(&parent) {
                     return only(false);
                 }
-                self.now.insert(parent, o.meta().uid.clone());
+                self.now.insert(parent);
                 only(true)
             }
             Event::Delete(o) => {
@@ -107,7 +117,6 @@ mod tests {
     fn set(name: &str) -> ApplySet {
         let mut o = ApplySet::new(name, ApplySetSpec::default());
         o.metadata.namespace = Some("t".into());
-        o.metadata.uid = Some(format!("uid-{name}"));
         o
     }
 
@@ -115,11 +124,8 @@ mod tests {
         set(name).parent_ref().id()
     }
 
-    fn left(names: &[&str]) -> Vec<(ParentRef, Option<String>)> {
-        names
-            .iter()
-            .map(|n| (set(n).parent_ref(), Some(format!("uid-{n}"))))
-            .collect()
+    fn refs(names: &[&str]) -> Vec<ParentRef> {
+        names.iter().map(|n| set(n).parent_ref()).collect()
     }
 
     fn list(c: &mut Cached, names: &[&str], owns: &dyn Fn(&str) -> bool) -> Admitted {
@@ -142,7 +148,8 @@ mod tests {
             c.admit::<ApplySet>(&Event::InitDone, owns),
             Admitted {
                 cache: true,
-                left: vec![]
+                left: vec![],
+                entered: refs(&["a"]),
             }
         );
         assert!(c.admit(&Event::Apply(set("b")), owns).cache);
@@ -156,25 +163,28 @@ mod tests {
     fn without_sharding_every_parent_is_cached() {
         let mut c = Cached::default();
         let all = |_: &str| true;
-        list(&mut c, &["a", "b"], &all);
+        assert_eq!(list(&mut c, &["a", "b"], &all).entered, refs(&["a", "b"]));
         assert!(c.admit(&Event::Apply(set("c")), all).cache);
         assert_eq!(c.len(), 3);
     }
 
     #[test]
-    fn a_new_list_names_the_cached_sets_it_no_longer_has() {
+    fn a_new_list_names_the_sets_that_left_the_cache_and_the_ones_that_entered_it() {
         let mut c = Cached::default();
         let all = |_: &str| true;
         list(&mut c, &["a", "b", "c"], &all);
-        // Deleted while the watch was away: listed again without it.
-        assert_eq!(list(&mut c, &["a", "b"], &all).left, left(&["c"]));
-        // Moved to another replica: the restarted watch's list does not admit it.
+        // `c` deleted and `d` created while the watch was away: listed again.
+        let again = list(&mut c, &["a", "b", "d"], &all);
+        assert_eq!((again.left, again.entered), (refs(&["c"]), refs(&["d"])));
+        // `b` moved to another replica: the restarted watch's list does not admit it.
         let not_b = |i: &str| i != id("b");
-        assert_eq!(list(&mut c, &["a", "b"], &not_b).left, left(&["b"]));
-        assert_eq!(c.len(), 1);
-        // A set gained is in the next list.
-        assert_eq!(list(&mut c, &["a", "b"], &all).left, vec![]);
+        let moved = list(&mut c, &["a", "b", "d"], &not_b);
+        assert_eq!((moved.left, moved.entered), (refs(&["b"]), vec![]));
         assert_eq!(c.len(), 2);
+        // Gained back: it enters with the next list.
+        let gained = list(&mut c, &["a", "b", "d"], &all);
+        assert_eq!((gained.left, gained.entered), (vec![], refs(&["b"])));
+        assert_eq!(c.len(), 3);
     }
 
     #[test]
@@ -185,11 +195,17 @@ mod tests {
         let none = |_: &str| false;
         assert!(c.admit(&Event::Apply(set("a")), none).cache);
         assert!(c.admit(&Event::Delete(set("b")), none).cache);
-        // A deletion during a list: not named as left at its end.
+        // A deletion during a list: not named at its end.
         assert!(c.admit::<ApplySet>(&Event::Init, all).cache);
         c.admit(&Event::InitApply(set("a")), all);
         c.admit(&Event::Delete(set("a")), all);
-        assert_eq!(c.admit::<ApplySet>(&Event::InitDone, all).left, vec![]);
+        assert_eq!(
+            c.admit::<ApplySet>(&Event::InitDone, all),
+            Admitted {
+                cache: true,
+                ..Admitted::default()
+            }
+        );
         assert_eq!(c.len(), 0);
     }
 }

@@ -1,12 +1,15 @@
 //! Forgetting a deleted set: every map the operator keeps per set lets it go, and the size of
 //! each is a gauge (`applyset_tracked_sets{map}`), so that a leak shows.
 //!
-//! The controller learns that a set is gone three ways, and each forgets it ([`Context::forget`]):
+//! The controller learns that a set is gone, or no longer its own, four ways, and each
+//! forgets it ([`Context::forget`]):
 //! - the watch of parents delivers its deletion (or it leaves the label selector: moved to
-//!   another shard), with the object (its UID included);
+//!   another shard);
+//! - a new list of the watch no longer has it in the cache (`cached`: under `--shards auto`,
+//!   it moved to another replica; or it was deleted while the watch was away);
 //! - a reconcile is due for a parent the cache no longer holds (kube-runtime answers
 //!   `ObjectNotFound`: a retry or a parked reconcile woken after a deletion that the watch
-//!   missed while it was listing again);
+//!   missed while it was listing again, or one that ran while the set left the cache);
 //! - the cleanup behind the finalizer forgets what the set held (its members, health, source
 //!   references, dependencies) before deleting its members.
 //!
@@ -24,10 +27,11 @@
 //! | `health_waits` | a set's wait for health in progress | set |
 //! | `depends_on` | what a set depends on | set |
 //! | `dependents` | each dependency's dependents (gone with its last dependent) | set |
+//! | `listed_applysets`, `listed_cluster_applysets` | what the dependency rules keep of every parent listed (whichever replica owns it; gone with its deletion) | set |
 //! | `parked` | reconciles parked for their namespace's turn | set |
 //! | `namespaces` | namespaces with reconciles in progress or parked | namespace |
 //! | `build_namespaces` | namespaces with a kustomize build running or waiting | namespace |
-//! | `spec_sizes` | the size of a set's spec, by generation | set (UID) |
+//! | `spec_sizes` | the size of a set's spec, by UID and generation | set |
 //! | `identities` | the user each set acts as (the impersonating clients' users) | set |
 //! | `info_series` | `applyset_info` series | set |
 //! | `member_counts` | each set's count in `applyset_managed_members` | set |
@@ -83,8 +87,8 @@ impl Identities {
 
 impl Context {
     /// Forgets `parent` (deleted, or no longer this operator's): every per-set map lets it
-    /// go. `uid`: its UID, when known (the spec sizes are kept by UID).
-    pub(super) fn forget(&self, parent: &ParentRef, uid: Option<&str>) {
+    /// go.
+    pub(super) fn forget(&self, parent: &ParentRef) {
         let key = parent.to_string();
         self.failures.lock().remove(&key);
         self.sources.index.remove(parent);
@@ -93,9 +97,7 @@ impl Context {
         self.health.forget(&id);
         self.dependencies.forget(parent);
         self.workers.forget(parent);
-        if let Some(uid) = uid {
-            self.spec_sizes.forget(uid);
-        }
+        self.spec_sizes.forget(parent);
         self.forget_identity(parent);
         self.metrics.set_info(&key, None);
         self.metrics.gone(parent.kind.kind(), &key);

@@ -97,7 +97,8 @@ pub struct Context {
     pub spec_sizes: report::SpecSizes,
     /// The health reporter's memory (sets that wait or have health checks).
     health: healthy::Reporter,
-    /// `spec.dependsOn`: the index from dependencies to dependents, the parent caches.
+    /// `spec.dependsOn`: the index from dependencies to dependents, and what the rules keep of
+    /// every parent listed.
     pub dependencies: Dependencies,
     /// The controllers' workers ([`Config::concurrency`]).
     pub workers: Workers,
@@ -411,21 +412,25 @@ fn parent_stream<P: Parent>(
                 deps.members.trigger_parents(deps.dependencies.on_event(e));
             }
         })
-        // Only the sets this replica reconciles are cached; one that left the cache without
-        // a Delete (moved to another replica, or deleted while the watch was away) is
-        // forgotten. A reconcile of it still running may record it again: it is triggered
-        // too, and the controller, which runs it only after that one ended, finds it gone
-        // and forgets it then (`ended`).
+        // Only the sets this replica reconciles are cached. At the end of a list, one that
+        // left the cache without a Delete (moved to another replica, or deleted while the
+        // watch was away) is forgotten; a reconcile of it still running may record it again,
+        // so it is triggered too: the controller runs that only after the running one ended,
+        // finds it gone and forgets it then (`ended`). One that entered the cache is
+        // triggered: its list's own trigger may have looked for it before the store had it.
         .filter(move |e| {
             let cache = match e {
                 Ok(e) => {
                     let admitted = cache.admit(e, |id| shards::owns(&owner, id));
-                    for (parent, uid) in &admitted.left {
-                        owner.forget(parent, uid.as_deref());
+                    for parent in &admitted.left {
+                        owner.forget(parent);
                     }
-                    if !admitted.left.is_empty() {
-                        let left = admitted.left.into_iter().map(|(p, _)| p).collect();
-                        owner.members.trigger_parents(left);
+                    // Sent before the store takes the list (`reflect`, in this same poll):
+                    // the controller looks for them after it.
+                    let mut trigger = admitted.left;
+                    trigger.extend(admitted.entered);
+                    if !trigger.is_empty() {
+                        owner.members.trigger_parents(trigger);
                     }
                     admitted.cache
                 }
@@ -440,7 +445,7 @@ fn parent_stream<P: Parent>(
         // a finalizer removed by hand, a move to another shard — must not leave it behind).
         .inspect(move |e| {
             if let Ok(watcher::Event::Delete(o)) = e {
-                gone.forget(&o.parent_ref(), o.meta().uid.as_deref());
+                gone.forget(&o.parent_ref());
             }
         })
         .applied_objects()
@@ -542,7 +547,7 @@ fn ended<P: Parent>(
                 name: gone.name.clone(),
                 namespace: gone.namespace.clone(),
             };
-            ctx.forget(&parent, None);
+            ctx.forget(&parent);
         }
         Err(e) => tracing::warn!(error = %e, "controller"),
     }
@@ -626,7 +631,7 @@ async fn reconcile<P: Parent>(obj: Arc<P>, ctx: Arc<Context>) -> Result<Action> 
     // nothing of it is kept here (it comes back, if it does, in the list that follows a
     // change of the assignment).
     if !shards::owns(&ctx, &parent.id()) {
-        ctx.forget(&parent, obj.meta().uid.as_deref());
+        ctx.forget(&parent);
         return Ok(Action::await_change());
     }
     let worker = match ctx.workers.start(&parent).await {
@@ -697,6 +702,11 @@ async fn reconcile_parent<P: Parent>(
     worker: Arc<fair::Worker>,
 ) -> Result<Action> {
     let parent = obj.parent_ref();
+    // Under --shards auto, the set may have moved while this reconcile waited for its
+    // worker: its new owner writes everything of it, status included.
+    if !shards::owns(ctx, &parent.id()) {
+        return Ok(Action::await_change());
+    }
     let scope = match tenancy::identity(&parent, obj.spec(), &ctx.config.tenancy) {
         Err(e) => Err(e.to_string()),
         Ok(id) => {
@@ -722,11 +732,7 @@ async fn reconcile_parent<P: Parent>(
         return report::write(ctx, &scope, &*obj, r).await;
     }
     // Under --shards auto: this replica's fence of the set (its claim goes with the first
-    // write of the parent's metadata, or, for a deletion, before it deletes anything). The
-    // set may have moved while this reconcile waited for its worker.
-    if !shards::owns(ctx, &scope.id) {
-        return Ok(Action::await_change());
-    }
+    // write of the parent's metadata, or, for a deletion, before it deletes anything).
     let scope = shards::fence(&*obj, ctx, scope)?;
     // Not being deleted: apply. The finalizer is not added on its own first (and the
     // reconcile ended, as `kube::runtime::finalizer` does): it goes with the parent's ApplySet

@@ -5,7 +5,7 @@
 use parking_lot::Mutex;
 
 use super::super::Context;
-use crate::{api::ApplySetStatus, parent::Parent, status};
+use crate::{api::ApplySetStatus, applyset::ParentRef, parent::Parent, status};
 
 /// The most a parent's spec and status (and its labels and annotations) may take together,
 /// in bytes of JSON: well under what the API server and etcd store (1.5 MiB by default), so
@@ -123,26 +123,28 @@ fn with_messages(status: &ApplySetStatus, n: usize) -> ApplySetStatus {
 pub fn other_bytes<P: Parent>(ctx: &Context, obj: &P) -> usize {
     let meta = obj.meta();
     let len = |v: Result<Vec<u8>, serde_json::Error>| v.map(|v| v.len()).unwrap_or(0);
-    let spec = ctx
-        .spec_sizes
-        .get_or_measure(meta.uid.as_deref(), meta.generation, || {
-            len(serde_json::to_vec(obj.spec()))
-        });
+    let spec = ctx.spec_sizes.get_or_measure(
+        &obj.parent_ref(),
+        meta.uid.as_deref(),
+        meta.generation,
+        || len(serde_json::to_vec(obj.spec())),
+    );
     spec + len(serde_json::to_vec(&meta.labels)) + len(serde_json::to_vec(&meta.annotations))
 }
 
 /// Parents whose spec size [`SpecSizes`] remembers at most (beyond, it starts over).
 const SPEC_SIZES_KEPT: usize = 10_000;
 
-/// The size of each parent's spec, by UID, with the generation it was measured at.
+/// The size of each parent's spec, with the UID and generation it was measured at.
 #[derive(Default)]
-pub struct SpecSizes(Mutex<std::collections::HashMap<String, (i64, usize)>>);
+pub struct SpecSizes(Mutex<std::collections::HashMap<ParentRef, (String, i64, usize)>>);
 
 impl SpecSizes {
-    /// The size of a parent's spec (`measure`), measured once per UID and generation (the
+    /// The size of `parent`'s spec (`measure`), measured once per UID and generation (the
     /// spec changes only with the generation); measured every time when either is unknown.
     pub fn get_or_measure(
         &self,
+        parent: &ParentRef,
         uid: Option<&str>,
         generation: Option<i64>,
         measure: impl FnOnce() -> usize,
@@ -150,7 +152,8 @@ impl SpecSizes {
         let (Some(uid), Some(generation)) = (uid, generation) else {
             return measure();
         };
-        if let Some((g, n)) = self.0.lock().get(uid)
+        if let Some((u, g, n)) = self.0.lock().get(parent)
+            && u == uid
             && *g == generation
         {
             return *n;
@@ -160,13 +163,13 @@ impl SpecSizes {
         if sizes.len() >= SPEC_SIZES_KEPT {
             sizes.clear();
         }
-        sizes.insert(uid.to_string(), (generation, n));
+        sizes.insert(parent.clone(), (uid.to_string(), generation, n));
         n
     }
 
-    /// Forgets the size of the parent of `uid` (deleted).
-    pub fn forget(&self, uid: &str) {
-        self.0.lock().remove(uid);
+    /// Forgets the size of `parent`'s spec.
+    pub fn forget(&self, parent: &ParentRef) {
+        self.0.lock().remove(parent);
     }
 
     /// Parents whose size is remembered.

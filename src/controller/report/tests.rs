@@ -377,18 +377,36 @@ fn a_spec_is_measured_once_per_generation() {
         measured.set(measured.get() + 1);
         n
     };
-    assert_eq!(sizes.get_or_measure(Some("u"), Some(1), || measure(10)), 10);
-    assert_eq!(sizes.get_or_measure(Some("u"), Some(1), || measure(99)), 10);
+    let p = crate::applyset::ParentRef::applyset("t", "p");
+    assert_eq!(
+        sizes.get_or_measure(&p, Some("u"), Some(1), || measure(10)),
+        10
+    );
+    assert_eq!(
+        sizes.get_or_measure(&p, Some("u"), Some(1), || measure(99)),
+        10
+    );
     assert_eq!(
         measured.get(),
         1,
         "the same generation is not measured again"
     );
-    assert_eq!(sizes.get_or_measure(Some("u"), Some(2), || measure(20)), 20);
-    assert_eq!(sizes.get_or_measure(Some("v"), Some(2), || measure(30)), 30);
-    assert_eq!(sizes.get_or_measure(None, Some(2), || measure(40)), 40);
-    assert_eq!(sizes.get_or_measure(None, Some(2), || measure(41)), 41);
+    assert_eq!(
+        sizes.get_or_measure(&p, Some("u"), Some(2), || measure(20)),
+        20
+    );
+    // Another object of the same name (re-created): measured again.
+    assert_eq!(
+        sizes.get_or_measure(&p, Some("v"), Some(2), || measure(30)),
+        30
+    );
+    assert_eq!(sizes.get_or_measure(&p, None, Some(2), || measure(40)), 40);
+    assert_eq!(sizes.get_or_measure(&p, None, Some(2), || measure(41)), 41);
     assert_eq!(measured.get(), 5, "without a UID, every time");
+    // Forgotten by the parent's name, whatever its UID.
+    assert_eq!(sizes.len(), 1);
+    sizes.forget(&p);
+    assert_eq!(sizes.len(), 0);
 }
 
 #[test]
