@@ -32,6 +32,10 @@ use serde_json::json;
 use support::{cluster, wait_for};
 
 const SETS: usize = 300;
+/// Empty sets (`allowEmpty`, no members) beside them: a handover writes nothing the old
+/// owner's member watches see, so only the end of its parent watch's new list tells it that
+/// it lost one.
+const EMPTY_SETS: usize = 24;
 /// The replicas' Lease duration (seconds): short, so that the test's handovers are quick.
 const LEASE: u64 = 5;
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -111,18 +115,35 @@ fn set_name(i: usize) -> String {
     format!("s-{i:03}")
 }
 
-/// The owner (replica name) every set should have over `live`, by set name.
-fn expected_owners(ns: &str, live: &BTreeSet<String>) -> BTreeMap<String, String> {
-    (0..SETS)
-        .map(|i| {
-            let id = operator::applyset_id(ns, &set_name(i));
-            let owner = assign::owner(assign::bucket(&id), live).unwrap_or_default();
-            (set_name(i), owner.to_string())
-        })
-        .collect()
+fn empty_set_name(i: usize) -> String {
+    format!("e-{i:02}")
 }
 
-/// The owner annotation of every set (`<name>/<incarnation>`), by set name.
+/// Whether `name` is one of the [`SETS`] sets with a member (not an empty one).
+fn has_member(name: &str) -> bool {
+    name.starts_with("s-")
+}
+
+/// The owner (replica name) every set should have over `live`, by set name.
+fn expected_owners(ns: &str, live: &BTreeSet<String>) -> BTreeMap<String, String> {
+    owners_of(ns, live, (0..SETS).map(set_name))
+}
+
+/// The replica rendezvous hashing names for each of `sets` (by name), over `live`.
+fn owners_of(
+    ns: &str,
+    live: &BTreeSet<String>,
+    sets: impl Iterator<Item = String>,
+) -> BTreeMap<String, String> {
+    sets.map(|name| {
+        let id = operator::applyset_id(ns, &name);
+        let owner = assign::owner(assign::bucket(&id), live).unwrap_or_default();
+        (name, owner.to_string())
+    })
+    .collect()
+}
+
+/// The owner annotation of every set with a member (`<name>/<incarnation>`), by set name.
 async fn owners(h: &Harness) -> BTreeMap<String, String> {
     let api = h.applyset("x").api();
     let lp = ListParams::default().labels(&format!("applyset.dev/test={}", h.label));
@@ -133,6 +154,7 @@ async fn owners(h: &Harness) -> BTreeMap<String, String> {
             let owner = o.metadata.annotations?.get(ANNOTATION_OWNER)?.clone();
             Some((o.metadata.name?, owner))
         })
+        .filter(|(name, _)| has_member(name))
         .collect()
 }
 
@@ -154,17 +176,18 @@ async fn wait_owned(h: &Harness, want: &BTreeMap<String, String>) -> BTreeMap<St
     .await
 }
 
-/// Waits until every set reports Ready=True for its latest generation.
+/// Waits until every set with a member reports Ready=True for its latest generation.
 async fn wait_all_ready(h: &Harness) {
     wait_for("every set Ready", DEADLINE, || async {
         let api = h.applyset("x").api();
         let lp = ListParams::default().labels(&format!("applyset.dev/test={}", h.label));
         let list = api.list(&lp).await.ok()?;
         let ready = list.items.iter().filter(|o| {
-            operator::parse_status(o).is_some_and(|s| {
-                s.observed_generation == o.metadata.generation
-                    && operator::condition(&s, "Ready").is_some_and(|c| c.status == "True")
-            })
+            o.metadata.name.as_deref().is_some_and(has_member)
+                && operator::parse_status(o).is_some_and(|s| {
+                    s.observed_generation == o.metadata.generation
+                        && operator::condition(&s, "Ready").is_some_and(|c| c.status == "True")
+                })
         });
         (ready.count() == SETS).then_some(())
     })
@@ -252,6 +275,11 @@ async fn replicas_share_the_sets_hand_them_over_and_fence_the_one_that_lost_them
             }
         })
         .await;
+    for i in 0..EMPTY_SETS {
+        h.applyset(&empty_set_name(i))
+            .create(json!({"interval": "10m", "allowEmpty": true, "manifests": []}))
+            .await;
+    }
     wait_all_ready(&h).await;
     eprintln!("300 sets Ready over 3 replicas in {:.1?}", t0.elapsed());
     let want = expected_owners(&h.ns, &three);
@@ -321,14 +349,16 @@ async fn replicas_share_the_sets_hand_them_over_and_fence_the_one_that_lost_them
         "a fourth replica: {} of {SETS} sets moved, all to it",
         moved.len()
     );
-    info_series_follow_the_owners(&r, &owners_of_four).await;
+    let mut all_of_four = owners_of_four.clone();
+    all_of_four.extend(owners_of(&h.ns, &four, (0..EMPTY_SETS).map(empty_set_name)));
+    info_series_follow_the_owners(&r, &all_of_four).await;
     wait_all_ready(&h).await;
 
     paused_replica_deletes_nothing_it_lost(&mut r, &h, &four).await;
 }
 
-/// Each replica's info series name exactly the sets it owns now: a set that moved is
-/// forgotten by the replica that lost it.
+/// Each replica's info series name exactly the sets it owns now (the empty ones included): a
+/// set that moved is forgotten by the replica that lost it.
 async fn info_series_follow_the_owners(r: &Replicas, want: &BTreeMap<String, String>) {
     for (name, p) in &r.procs {
         wait_for(
