@@ -3,7 +3,8 @@
 //! metrics and logs), the split is within ±25 % of even, each replica's member watches hold
 //! only its share; a replica SIGKILLed: its sets' drift is corrected within the Lease
 //! duration + 5 s; a fourth replica: about a quarter of the sets move to it, no other set
-//! moves, and the replicas that lost them forget them (their info series); a replica paused (SIGSTOP) past its Lease and resumed deletes nothing the new
+//! moves, and the replicas that lost them forget them (their info series; 24 empty sets
+//! too, whose handover writes nothing the old owner's member watches see); a replica paused (SIGSTOP) past its Lease and resumed deletes nothing the new
 //! owners wrote meanwhile. And the fence itself, against the API server: a claim taken by
 //! another refuses the first claimant's proof.
 
