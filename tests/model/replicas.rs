@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 
 use applyset_operator::shard::assign;
 
-use crate::{operator::TEST_LABEL, process::OperatorProcess, throttle::OPERATOR_NAMESPACE};
+use crate::{
+    operator::TEST_LABEL,
+    process::{OperatorProcess, PORT_TAKEN},
+    throttle::OPERATOR_NAMESPACE,
+};
 
 /// Seconds a replica's Lease is valid without renewal (`--lease-duration`): a killed
 /// replica's sets move to the others within it.
@@ -58,9 +62,6 @@ impl Mode {
 
 /// How much of an operator's log [`Operators::holder`] reads: its first line, with room.
 const LOG_HEAD: u64 = 4096;
-
-/// What the operator logs when its health or metrics port is taken (src/main.rs).
-const PORT_TAKEN: &str = "cannot listen on the health or metrics address";
 
 /// The walk's operator processes, by replica index (its name is `r<index>`).
 pub struct Operators {

@@ -7,7 +7,7 @@ use std::{
     net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 pub fn free_port() -> u16 {
@@ -52,6 +52,15 @@ pub fn operator_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_applyset-operator")))
 }
 
+/// What the operator logs once it serves its health and metrics ports (src/main.rs).
+const SERVING: &str = "serving /healthz, /readyz and /metrics";
+/// What it logs when one of them is taken (src/main.rs).
+pub const PORT_TAKEN: &str = "cannot listen on the health or metrics address";
+/// How long [`OperatorProcess::start`] waits for a process to serve its ports or exit.
+const SERVE_WAIT: Duration = Duration::from_secs(30);
+/// How many processes [`OperatorProcess::start`] starts at most, each on other ports.
+const START_ATTEMPTS: usize = 5;
+
 /// A running operator process, killed on drop.
 pub struct OperatorProcess {
     pub child: Child,
@@ -61,7 +70,39 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
+    /// Starts the operator on free loopback ports, and waits until it serves them or exits.
+    /// Another process can take a port between [`free_port`] and the operator's bind (tests
+    /// run side by side): such a process exits at once, having done nothing, and the
+    /// operator starts again on other ports.
     pub fn start(kubeconfig: &Path, extra_args: &[&str], log_name: &str) -> OperatorProcess {
+        let mut attempt = 1;
+        loop {
+            let mut p = Self::spawn(kubeconfig, extra_args, log_name);
+            if attempt == START_ATTEMPTS || !p.lost_a_port() {
+                return p;
+            }
+            eprintln!("operator {log_name}: another process took its port; started again");
+            attempt += 1;
+        }
+    }
+
+    /// Whether the process exited because a port it was given was taken. Polls its log until
+    /// it serves its ports, or it exits, or [`SERVE_WAIT`] passed (then: no).
+    fn lost_a_port(&mut self) -> bool {
+        let deadline = Instant::now() + SERVE_WAIT;
+        while Instant::now() < deadline {
+            if self.log().contains(SERVING) {
+                return false;
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.log().contains(PORT_TAKEN);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn spawn(kubeconfig: &Path, extra_args: &[&str], log_name: &str) -> OperatorProcess {
         let (metrics_port, health_port) = (free_port(), free_port());
         let log =
             std::env::temp_dir().join(format!("applyset-op-{}-{log_name}.log", std::process::id()));
