@@ -781,6 +781,53 @@ mod tests {
         std::mem::size_of::<R>()
     }
 
+    #[test]
+    fn a_reconcile_is_triggered_by_the_spec_deletion_a_request_ownership_and_a_new_watch() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut base = ApplySet::new("web", Default::default());
+        base.metadata.namespace = Some("team".into());
+        base.metadata.generation = Some(1);
+        let hash = |o: &ApplySet| trigger_hash(o, 1);
+        let changed = |f: &dyn Fn(&mut ApplySet)| {
+            let mut o = base.clone();
+            f(&mut o);
+            hash(&o) != hash(&base)
+        };
+        let annotate = |o: &mut ApplySet, k: &str, v: &str| {
+            o.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(k.into(), v.into());
+        };
+        // What triggers.
+        assert!(changed(&|o| o.metadata.generation = Some(2)));
+        assert!(changed(&|o| o.metadata.deletion_timestamp =
+            Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))));
+        assert!(changed(&|o| annotate(
+            o,
+            applyset::ANNOTATION_RECONCILE_REQUESTED_AT,
+            "now"
+        )));
+        assert!(changed(&|o| annotate(
+            o,
+            applyset::ANNOTATION_TOOLING,
+            "kubectl/v1.37"
+        )));
+        assert_ne!(trigger_hash(&base, 2), hash(&base), "a new watch");
+        // What does not: status, and the operator's own metadata (a tooling value that
+        // passes the ownership checks, the finalizer, other annotations).
+        assert!(!changed(&|o| o.status = Some(Default::default())));
+        assert!(!changed(&|o| annotate(
+            o,
+            applyset::ANNOTATION_TOOLING,
+            &parent::tooling()
+        )));
+        assert!(!changed(
+            &|o| o.metadata.finalizers = Some(vec![FINALIZER.into()])
+        ));
+        assert!(!changed(&|o| annotate(o, "example.com/note", "x")));
+    }
+
     /// Every due reconcile starts at once and waits for a worker: what it holds meanwhile is
     /// its small outer future (the reconcile proper is boxed once it has a worker).
     #[test]
