@@ -7,11 +7,7 @@ use std::path::{Path, PathBuf};
 
 use applyset_operator::shard::assign;
 
-use crate::{
-    operator::TEST_LABEL,
-    process::{OperatorProcess, PORT_TAKEN},
-    throttle::OPERATOR_NAMESPACE,
-};
+use crate::{operator::TEST_LABEL, process::OperatorProcess, throttle::OPERATOR_NAMESPACE};
 
 /// Seconds a replica's Lease is valid without renewal (`--lease-duration`): a killed
 /// replica's sets move to the others within it.
@@ -232,36 +228,21 @@ impl Operators {
         out
     }
 
-    /// Why an operator process is gone, if one ended by itself. One that could not bind its
-    /// health or metrics port (another process took the port the harness picked for it,
-    /// before the operator bound it) did nothing yet: the same replica starts again, on other
-    /// ports, as a new incarnation.
+    /// Why an operator process is gone, if one ended by itself. (One whose port another
+    /// process took before it bound it was started again by `OperatorProcess::start`.)
     pub fn exited(&mut self) -> Option<String> {
-        let mut again = Vec::new();
         for (i, slot) in self.processes.iter_mut().enumerate() {
             let Some(op) = slot else { continue };
             let Ok(Some(status)) = op.child.try_wait() else {
                 continue;
             };
             let log = op.log();
-            if log.contains(PORT_TAKEN) {
-                *slot = None;
-                again.push(i);
-                continue;
-            }
             let tail: Vec<&str> = log.lines().rev().take(30).collect();
             return Some(format!(
                 "operator replica {} exited by itself ({status}); the end of its log:\n{}",
                 Self::name(i),
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             ));
-        }
-        for i in again {
-            eprintln!(
-                "model walk: replica {} found its port taken; started again",
-                Self::name(i)
-            );
-            self.start(i);
         }
         None
     }

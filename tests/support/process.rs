@@ -55,7 +55,7 @@ pub fn operator_binary() -> PathBuf {
 /// What the operator logs once it serves its health and metrics ports (src/main.rs).
 const SERVING: &str = "serving /healthz, /readyz and /metrics";
 /// What it logs when one of them is taken (src/main.rs).
-pub const PORT_TAKEN: &str = "cannot listen on the health or metrics address";
+const PORT_TAKEN: &str = "cannot listen on the health or metrics address";
 /// How long [`OperatorProcess::start`] waits for a process to serve its ports or exit.
 const SERVE_WAIT: Duration = Duration::from_secs(30);
 /// How many processes [`OperatorProcess::start`] starts at most, each on other ports.
