@@ -9,6 +9,9 @@
 //! - **pending** until the operator settles: a declared member missing or with other content
 //!   or label, an object labelled by a parent that the model does not expect (a leak), a
 //!   parent whose Ready condition or annotations differ from the model's.
+//!
+//! A namespace the model says is gone and that is being deleted is **terminating**, not
+//! pending: kube-controller-manager finishes that deletion, not the operator.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,6 +85,10 @@ pub const ANNOTATION_SHARD_EPOCH: &str = "applyset.dev/shard-epoch";
 pub struct Verdict {
     pub fatal: Vec<String>,
     pub pending: Vec<String>,
+    /// Namespaces the model says are gone that the API server is deleting. The operator's
+    /// part (its delete) is done; kube-controller-manager's namespace controller empties and
+    /// removes them, on its own schedule (see `walk::NAMESPACE_GONE`).
+    pub terminating: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -385,7 +392,11 @@ fn differs(what: &str, want: String, got: String) -> Option<String> {
 
 fn unexpected(v: &mut Verdict, key: &Key, seen: &Seen) {
     if seen.deleting {
-        v.pending.push(format!("{key} is still being deleted"));
+        let why = format!("{key} is still being deleted");
+        match key.kind {
+            Kind::Namespace => v.terminating.push(why),
+            _ => v.pending.push(why),
+        }
         return;
     }
     match &seen.part_of {
@@ -561,4 +572,53 @@ pub fn describe_model(m: &Model) -> String {
         out.push_str(&format!("  {key}: {}\n", describe(o)));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleting() -> Seen {
+        Seen {
+            uid: "u".into(),
+            rv: "1".into(),
+            part_of: None,
+            part_of_managers: Vec::new(),
+            rev: None,
+            prune_disabled: false,
+            data: None,
+            size: None,
+            shard_epoch: None,
+            deleting: true,
+        }
+    }
+
+    #[test]
+    fn a_namespace_being_deleted_waits_for_the_namespace_controller_and_any_other_object_for_the_operator()
+     {
+        let namespace = Key {
+            kind: Kind::Namespace,
+            ns: None,
+            name: "model-m1".into(),
+        };
+        let mut v = Verdict::default();
+        unexpected(&mut v, &namespace, &deleting());
+        assert_eq!(
+            v.terminating,
+            vec!["Namespace model-m1 is still being deleted"]
+        );
+        assert!(v.pending.is_empty() && v.fatal.is_empty());
+
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Namespace) {
+            let key = Key {
+                kind,
+                ns: kind.namespaced().then_some(0),
+                name: "x".into(),
+            };
+            let mut v = Verdict::default();
+            unexpected(&mut v, &key, &deleting());
+            assert_eq!(v.pending.len(), 1, "{key}");
+            assert!(v.terminating.is_empty() && v.fatal.is_empty(), "{key}");
+        }
+    }
 }

@@ -25,8 +25,12 @@ pub const SETTLE: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(50);
 /// How long a deleted namespace may take to be gone: the namespace controller deletes what it
 /// holds, and nothing the operator does may keep it from finishing (it may not create
-/// anything there, and its patches of what is there end with the objects).
-pub const NAMESPACE_GONE: Duration = Duration::from_secs(60);
+/// anything there, and its patches of what is there end with the objects). It starts 5 s
+/// after the deletion, once its informer has seen it. After kube-apiserver restarts less than
+/// 2 minutes apart, as the walk's are, kube-controller-manager's informers wait 30–60 s
+/// before they list and watch again (client-go's reflector backoff, reset only after 2
+/// minutes without one): a namespace deleted in that wait takes about a minute longer.
+pub const NAMESPACE_GONE: Duration = Duration::from_secs(120);
 
 /// A walk in progress.
 pub struct Walk {
@@ -380,12 +384,15 @@ impl Walk {
     }
 
     /// Polls until the cluster matches the model, at most `timeout`; a fatal finding fails
-    /// at once.
+    /// at once. Namespaces still terminating once nothing else is pending get `NAMESPACE_GONE` from
+    /// then on: that wait is kube-controller-manager's, not the operator's.
     pub async fn check_within(&mut self, timeout: Duration) -> Result<(), String> {
         self.model.check_consistent()?;
         let started = Instant::now();
-        let deadline = started + timeout;
+        let mut deadline = started + timeout;
         let mut last;
+        // When the operator's part settled, while namespaces were still terminating.
+        let mut terminating_since: Option<Instant> = None;
         loop {
             if let Some(why) = self.world.operators.exited() {
                 return Err(why);
@@ -397,18 +404,27 @@ impl Walk {
                         return Err(format!("invariant broken:\n  {}", v.fatal.join("\n  ")));
                     }
                     v.pending.extend(self.unsettled_owners(&obs));
-                    if v.pending.is_empty() {
+                    if v.pending.is_empty() && v.terminating.is_empty() {
                         check::learn(&mut self.model, &obs);
                         self.slowest = self.slowest.max(started.elapsed());
                         return Ok(());
                     }
-                    last = v.pending;
+                    if v.pending.is_empty() {
+                        let since = *terminating_since.get_or_insert_with(Instant::now);
+                        deadline = deadline.max(since + NAMESPACE_GONE);
+                    }
+                    last = if v.pending.is_empty() {
+                        v.terminating
+                    } else {
+                        v.pending
+                    };
                 }
                 Err(e) => last = vec![format!("observing the cluster: {e}")],
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the cluster did not settle as the model says within {timeout:?}:\n  {}",
+                    "the cluster did not settle as the model says within {:.0?}:\n  {}",
+                    started.elapsed(),
                     last.join("\n  ")
                 ));
             }
