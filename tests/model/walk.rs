@@ -384,8 +384,9 @@ impl Walk {
     }
 
     /// Polls until the cluster matches the model, at most `timeout`; a fatal finding fails
-    /// at once. Namespaces still terminating once nothing else is pending get `NAMESPACE_GONE` from
-    /// then on: that wait is kube-controller-manager's, not the operator's.
+    /// at once. Namespaces still terminating once nothing else is pending get
+    /// `NAMESPACE_GONE` from then on: that wait is kube-controller-manager's, not the
+    /// operator's.
     pub async fn check_within(&mut self, timeout: Duration) -> Result<(), String> {
         self.model.check_consistent()?;
         let started = Instant::now();
@@ -409,11 +410,9 @@ impl Walk {
                         self.slowest = self.slowest.max(started.elapsed());
                         return Ok(());
                     }
-                    if v.pending.is_empty() {
+                    last = if v.pending.is_empty() {
                         let since = *terminating_since.get_or_insert_with(Instant::now);
                         deadline = deadline.max(since + NAMESPACE_GONE);
-                    }
-                    last = if v.pending.is_empty() {
                         v.terminating
                     } else {
                         v.pending
